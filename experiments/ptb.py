@@ -1,0 +1,19 @@
+"""Penn Treebank (Mikolov's split): python -m nplm_jax.main --config=experiments/ptb.py --workdir=runs/ptb
+
+Set --config.data.path to the folder holding ptb.{train,valid,test}.txt (default: $PTB_DIR).
+"""
+
+import os
+
+from nplm_jax.config import base_config
+
+
+def get_config(arg: str = ''):
+  del arg
+  config = base_config()
+  config.data.corpus = 'ptb'
+  config.data.path = os.environ.get('PTB_DIR', '')
+  config.data.max_rare_count = 0  # PTB already maps rare words to <unk>
+  config.data.vocab_scope = 'train'
+  config.model.update(n=5, h=100, m=60, direct=True)
+  return config

@@ -1,0 +1,22 @@
+"""Any whitespace-tokenised corpus, one sentence or paragraph a line:
+
+python -m nplm_jax.main --config=experiments/text.py --workdir=runs/mytext \
+  --config.data.train_file=train.txt --config.data.valid_file=valid.txt --config.data.test_file=test.txt
+
+Variant 'tiny' is a seconds-long model for smoke tests: --config=experiments/text.py:tiny
+"""
+
+from nplm_jax.config import base_config
+
+
+def get_config(arg: str = ''):
+  config = base_config()
+  config.data.corpus = 'text'
+  config.data.max_rare_count = 0
+  config.data.vocab_scope = 'train'
+  if arg == 'tiny':
+    config.model.update(n=3, m=8, h=16, direct=True)
+    config.train.update(batch_size=32, num_epochs=2, eval_batch_size=64, log_every=20)
+  elif arg:
+    raise ValueError(f"unknown text variant {arg!r}; use '' or 'tiny'")
+  return config

@@ -1,0 +1,53 @@
+"""Defaults shared by every experiment; experiments/*.py override them per corpus and variant."""
+
+import ml_collections
+
+
+def base_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+
+  c.data = ml_collections.ConfigDict()
+  c.data.corpus = 'brown'  # 'brown' | 'ptb' | 'text'
+  c.data.path = ''  # ptb: folder with ptb.{train,valid,test}.txt
+  c.data.train_file = ''  # text: one sentence or paragraph a line
+  c.data.valid_file = ''
+  c.data.test_file = ''
+  c.data.train_tokens = 800_000  # brown: the paper's split
+  c.data.valid_tokens = 200_000
+  c.data.max_rare_count = 3  # words seen this often or less share the rare-word symbol
+  c.data.vocab_scope = 'corpus'  # count frequencies over the 'corpus' (paper) or 'train' only
+
+  c.model = ml_collections.ConfigDict()
+  c.model.n = 5  # order: n-1 context words
+  c.model.m = 60  # word feature size
+  c.model.h = 50  # hidden units; 0 = none
+  c.model.direct = True  # direct connections W from the features to the output
+  c.model.vocab_pad_multiple = 8  # the vocabulary axis splits over mesh.model sizes dividing this
+  c.model.unigram_bias_init = True  # b starts at the log unigram distribution of train
+
+  c.optimizer = ml_collections.ConfigDict()
+  c.optimizer.name = 'paper_sgd'  # 'paper_sgd' | 'adamw'
+  c.optimizer.learning_rate = 1e-3  # paper_sgd: per example, as in the paper
+  c.optimizer.decay_rate = 1e-8  # paper_sgd: lr_t = lr_0 / (1 + r t), t in examples
+  c.optimizer.weight_decay = 1e-4  # on C, H, U, W (not b, d)
+  c.optimizer.b1 = 0.9  # adamw
+  c.optimizer.b2 = 0.999  # adamw
+
+  c.train = ml_collections.ConfigDict()
+  c.train.batch_size = 128
+  c.train.num_epochs = 40
+  c.train.max_steps = -1  # > 0 overrides num_epochs
+  c.train.eval_every = -1  # steps; -1 = once an epoch
+  c.train.eval_batch_size = 1024
+  c.train.patience = 3  # evaluations without improvement before stopping; 0 = never stop early
+  c.train.checkpoint_every = -1  # steps; -1 = at every evaluation
+  c.train.log_every = 500
+
+  c.mesh = ml_collections.ConfigDict()
+  c.mesh.data = -1  # -1: fill from the device count
+  c.mesh.model = 1
+
+  c.distributed = ml_collections.ConfigDict()
+  c.distributed.initialize = 'auto'  # 'auto' (cluster variables decide) | 'yes' | 'no'
+  return c

@@ -1,0 +1,210 @@
+"""Corpora, vocabularies and the continuous token stream the model reads.
+
+Every corpus becomes one token stream (train, then valid, then test, as in the paper: sentences
+are not isolated). A token at stream position t is predicted from the n-1 tokens before it, so
+the first tokens of valid and test take their context from the end of the split before them.
+The stream is preceded by n-1 copies of a boundary symbol (`<eos>` where the corpus has
+end-of-line tokens, else the rare-word symbol), which gives the corpus's very first tokens a
+context. Every token of a split is predicted exactly once when that split is evaluated.
+"""
+
+import collections
+import dataclasses
+import os
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from nplm_jax.errors import UserError
+
+RARE = '<unk>'
+EOS = '<eos>'
+SPLITS = ('train', 'valid', 'test')
+
+
+class DataError(UserError):
+  """A corpus cannot be read; the message says what is wrong and how to fix it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Corpus:
+  """Integer token ids for the three splits over one vocabulary."""
+  vocab: tuple[str, ...]
+  splits: dict[str, np.ndarray]  # split name -> int32 ids
+  boundary_id: int  # fills the context before the first token of the stream
+
+  @property
+  def vocab_size(self) -> int:
+    return len(self.vocab)
+
+  def num_tokens(self, split: str) -> int:
+    return int(self.splits[split].shape[0])
+
+  def rare_rate(self, split: str) -> float:
+    """Fraction of a split's tokens that are the rare-word / unknown symbol."""
+    if RARE not in self.vocab:
+      return 0.0
+    ids = self.splits[split]
+    return float(np.mean(ids == self.vocab.index(RARE))) if ids.size else 0.0
+
+  def unigram_counts(self, split: str = 'train') -> np.ndarray:
+    return np.bincount(self.splits[split], minlength=self.vocab_size)
+
+  def summary(self) -> str:
+    parts = [f'|V|={self.vocab_size}']
+    for s in SPLITS:
+      parts.append(f'{s}={self.num_tokens(s)} tokens (rare {100 * self.rare_rate(s):.2f}%)')
+    return ', '.join(parts)
+
+
+def build_vocab(counted: Sequence[str], max_rare_count: int, first: Sequence[str] = (RARE,)) -> tuple[str, ...]:
+  """`first`, then the words seen more than `max_rare_count` times in `counted`.
+
+  Frequent words come by decreasing count (ties by first appearance), so ids are deterministic.
+  """
+  counts = collections.Counter(counted)
+  frequent = [w for w, c in counts.most_common() if c > max_rare_count and w not in first]
+  return (*first, *frequent)
+
+
+def to_ids(words: Sequence[str], vocab: Sequence[str]) -> np.ndarray:
+  index = {w: i for i, w in enumerate(vocab)}
+  rare = index.get(RARE)  # every caller's vocabulary has it when some word is out of vocabulary
+  return np.fromiter((index.get(w, rare) for w in words), dtype=np.int32, count=len(words))
+
+
+def load_brown_words() -> list[str]:
+  """The tokens of the Brown corpus in file order, through NLTK (honours NLTK_DATA)."""
+  import nltk  # pylint: disable=g-import-not-at-top
+  try:
+    nltk.data.find('corpora/brown.zip')
+  except LookupError:
+    try:
+      ok = nltk.download('brown', quiet=True, raise_on_error=True)
+    except Exception:  # pylint: disable=broad-except  # offline: any network error
+      ok = False
+    if not ok:
+      raise DataError('the NLTK Brown corpus was not found and could not be downloaded; run '
+                      "`python -m nltk.downloader brown` online, or set NLTK_DATA to a folder "
+                      'holding corpora/brown.zip') from None
+  from nltk.corpus import brown  # pylint: disable=g-import-not-at-top
+  return list(brown.words())
+
+
+def brown_corpus(train_tokens: int = 800_000, valid_tokens: int = 200_000,
+                 max_rare_count: int = 3, vocab_scope: str = 'corpus') -> Corpus:
+  """Bengio et al.'s protocol: corpus order, case kept, first 800k train, next 200k valid."""
+  words = load_brown_words()
+  if train_tokens + valid_tokens >= len(words):
+    raise DataError(f'data.train_tokens + data.valid_tokens = {train_tokens + valid_tokens} leaves '
+                    f'no test tokens in Brown ({len(words)} tokens); lower them')
+  cut = {'train': (0, train_tokens), 'valid': (train_tokens, train_tokens + valid_tokens),
+         'test': (train_tokens + valid_tokens, len(words))}
+  split_words = {s: words[a:b] for s, (a, b) in cut.items()}
+  counted = _scope_words(vocab_scope, words, split_words['train'])
+  vocab = build_vocab(counted, max_rare_count)
+  return Corpus(vocab, {s: to_ids(w, vocab) for s, w in split_words.items()}, boundary_id=0)
+
+
+def _scope_words(scope: str, corpus_words: Sequence[str], train_words: Sequence[str]):
+  if scope == 'corpus':
+    return corpus_words
+  if scope == 'train':
+    return train_words
+  raise DataError(f"data.vocab_scope={scope!r} is unknown; use 'corpus' or 'train'")
+
+
+def read_lines_with_eos(path: str) -> list[str]:
+  """Whitespace tokens of a text file, with an end-of-line token after every non-empty line."""
+  if not os.path.isfile(path):
+    raise DataError(f'corpus file {path!r} does not exist; point the config at an existing file')
+  words = []
+  with open(path, encoding='utf-8') as f:
+    for line in f:
+      tokens = line.split()
+      if tokens:
+        words.extend(tokens)
+        words.append(EOS)
+  if not words:
+    raise DataError(f'corpus file {path!r} holds no tokens; give a non-empty text file')
+  return words
+
+
+def text_corpus(files: dict[str, str], max_rare_count: int = 0, vocab_scope: str = 'train') -> Corpus:
+  """A whitespace-tokenised corpus, one sentence or paragraph a line (PTB's format).
+
+  With `max_rare_count` = 0 every counted word is kept (PTB already maps rare words to `<unk>`,
+  which is then an ordinary word). The rare-word symbol joins the vocabulary only when some
+  token falls outside it.
+  """
+  split_words = {s: read_lines_with_eos(files[s]) for s in SPLITS}
+  all_words = [w for s in SPLITS for w in split_words[s]]
+  vocab = build_vocab(_scope_words(vocab_scope, all_words, split_words['train']), max_rare_count,
+                      first=(EOS,))
+  known = set(vocab)
+  if RARE not in known and any(w not in known for w in all_words):
+    vocab = (RARE, *vocab)
+  ids = {s: to_ids(split_words[s], vocab) for s in SPLITS}
+  return Corpus(vocab, ids, boundary_id=vocab.index(EOS))
+
+
+def ptb_corpus(path: str) -> Corpus:
+  if not path or not os.path.isdir(path):
+    raise DataError(f'data.path={path!r} is not a folder; set --config.data.path to the folder '
+                    'holding ptb.train.txt, ptb.valid.txt and ptb.test.txt')
+  return text_corpus({s: os.path.join(path, f'ptb.{s}.txt') for s in SPLITS})
+
+
+def load_corpus(data_config) -> Corpus:
+  """The corpus a config's `data` section names."""
+  name = data_config.corpus
+  if name == 'brown':
+    return brown_corpus(data_config.train_tokens, data_config.valid_tokens,
+                        data_config.max_rare_count, data_config.vocab_scope)
+  if name == 'ptb':
+    return ptb_corpus(data_config.path)
+  if name == 'text':
+    files = {s: data_config.get(f'{s}_file') for s in SPLITS}
+    missing = [f'data.{s}_file' for s, f in files.items() if not f]
+    if missing:
+      raise DataError(f'{", ".join(missing)} not set; give --config.data.train_file=... etc.')
+    return text_corpus(files, data_config.max_rare_count, data_config.vocab_scope)
+  raise DataError(f"data.corpus={name!r} is unknown; use 'brown', 'ptb' or 'text'")
+
+
+class TokenStream:
+  """The corpus as one stream, cut into (context, target) examples for any split."""
+
+  def __init__(self, corpus: Corpus, context_size: int):
+    self.context_size = context_size
+    pad = np.full(context_size, corpus.boundary_id, np.int32)
+    self._stream = np.concatenate([pad] + [corpus.splits[s] for s in SPLITS])
+    self._start = {}
+    offset = context_size
+    for s in SPLITS:
+      self._start[s] = offset
+      offset += corpus.num_tokens(s)
+    self._size = {s: corpus.num_tokens(s) for s in SPLITS}
+
+  def num_examples(self, split: str) -> int:
+    return self._size[split]
+
+  def examples(self, split: str, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Contexts [B, n-1] (most recent word first: w_{t-1}, ..., w_{t-n+1}) and targets [B]."""
+    t = self._start[split] + positions
+    offsets = np.arange(1, self.context_size + 1)
+    return self._stream[t[:, None] - offsets[None, :]], self._stream[t]
+
+  def train_order(self, seed: int, epoch: int) -> np.ndarray:
+    """A permutation of the training positions that depends only on (seed, epoch)."""
+    rng = np.random.default_rng([seed, epoch])
+    return rng.permutation(self._size['train']).astype(np.int64)
+
+  def eval_batches(self, split: str, batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Fixed-shape batches covering every token once; `weights` is 0 on the last batch's padding."""
+    n = self._size[split]
+    for begin in range(0, n, batch_size):
+      positions = np.arange(begin, begin + batch_size)
+      weights = (positions < n).astype(np.float32)
+      contexts, targets = self.examples(split, np.minimum(positions, n - 1))
+      yield contexts, targets, weights

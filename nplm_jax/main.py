@@ -1,0 +1,34 @@
+"""Entry point: python -m nplm_jax.main --config=experiments/brown.py:mlp1 --workdir=DIR"""
+
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+from ml_collections import config_flags
+
+from nplm_jax import distributed
+from nplm_jax import train
+from nplm_jax.errors import UserError
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file('config', None, 'Experiment config file, e.g. experiments/brown.py:mlp1.',
+                                lock_config=True)
+flags.DEFINE_string('workdir', None, 'Folder for checkpoints, metrics and results.json.')
+flags.mark_flags_as_required(['config', 'workdir'])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  if not FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO; progress is printed
+  try:
+    distributed.maybe_initialize(FLAGS.config)
+    train.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+  except UserError as e:
+    sys.exit(f'error: {e}')
+
+
+if __name__ == '__main__':
+  app.run(main)

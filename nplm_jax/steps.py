@@ -1,0 +1,90 @@
+"""Pure train and eval steps, and their jitted, sharded forms.
+
+`train_step(state, contexts, targets) -> (state, metrics)` and `eval_step(params, contexts,
+targets) -> per-token NLL` are plain functions of arrays; `compile_steps` jits them once with
+explicit in/out shardings and a donated train state.
+"""
+
+import dataclasses
+from typing import Any, Callable
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh
+
+from nplm_jax import model as model_lib
+from nplm_jax import sharding
+from nplm_jax import vocab_softmax
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array
+  params: dict[str, jax.Array]
+  opt_state: Any
+
+
+def token_nll(model: model_lib.NPLM, mesh: Mesh, params, contexts, targets):
+  """-log P(target | context) per example, with the vocabulary-parallel softmax."""
+  feats = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
+  _, out = model_lib.split_params(params)
+  return vocab_softmax.token_nll(feats, out, targets, mesh=mesh, vocab_size=model.vocab_size)
+
+
+def train_step(state: TrainState, contexts, targets, *, model, mesh, optimizer):
+  def loss_fn(params):
+    return jnp.mean(token_nll(model, mesh, params, contexts, targets))
+
+  loss, grads = jax.value_and_grad(loss_fn)(state.params)
+  updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  return TrainState(step=state.step + 1, params=params, opt_state=opt_state), {'loss': loss}
+
+
+def eval_step(params, contexts, targets, *, model, mesh):
+  return token_nll(model, mesh, params, contexts, targets)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledSteps:
+  init: Callable[[], TrainState]
+  train: Callable  # (state, contexts, targets) -> (state, metrics)
+  eval: Callable  # (params, contexts, targets) -> nll [batch]
+  state_shardings: Any
+  abstract_state: Any
+  mesh: Mesh
+
+  @property
+  def param_shardings(self):
+    return self.state_shardings.params
+
+  @property
+  def abstract_params(self):
+    return self.abstract_state.params
+
+
+def compile_steps(model: model_lib.NPLM, optimizer: optax.GradientTransformation, mesh: Mesh,
+                  unigram_counts=None) -> CompiledSteps:
+  """Jitted init/train/eval with explicit shardings; parameters are born sharded."""
+  def init_state():
+    params = model_lib.init_params(model, unigram_counts)
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params))
+
+  abstract = jax.eval_shape(init_state)
+  state_sh = sharding.tree_shardings(mesh, abstract)
+  ctx_sh, tgt_sh = sharding.batch_sharding(mesh, 2), sharding.batch_sharding(mesh, 1)
+  train = jax.jit(lambda s, c, t: train_step(s, c, t, model=model, mesh=mesh, optimizer=optimizer),
+                  in_shardings=(state_sh, ctx_sh, tgt_sh),
+                  out_shardings=(state_sh, sharding.replicated(mesh)), donate_argnums=0)
+  evaluate = jax.jit(lambda p, c, t: eval_step(p, c, t, model=model, mesh=mesh),
+                     in_shardings=(state_sh.params, ctx_sh, tgt_sh), out_shardings=tgt_sh)
+  return CompiledSteps(init=jax.jit(init_state, out_shardings=state_sh), train=train, eval=evaluate,
+                       state_shardings=state_sh, abstract_state=abstract, mesh=mesh)
+
+
+def put_batch(mesh: Mesh, array):
+  """A host batch as a global array sharded on 'data' (each process holds the whole batch)."""
+  sh = sharding.batch_sharding(mesh, array.ndim)
+  return jax.make_array_from_callback(array.shape, sh, lambda index: array[index])

@@ -1,0 +1,246 @@
+"""train_and_evaluate: the training loop with evaluation, early stopping, checkpoints, results."""
+
+import json
+import math
+import os
+import time
+
+import jax
+import ml_collections
+import numpy as np
+
+from nplm_jax import checkpoint as ckpt_lib
+from nplm_jax import data as data_lib
+from nplm_jax import metrics as metrics_lib
+from nplm_jax import model as model_lib
+from nplm_jax import optim
+from nplm_jax import sharding
+from nplm_jax import steps as steps_lib
+from nplm_jax.errors import UserError
+
+# Config sections that must match for a workdir's checkpoint to be resumed.
+RESUME_KEYS = ('seed', 'data', 'model', 'optimizer')
+
+
+def validate_config(config) -> None:
+  """Rejects bad hyper-parameters in one line each, before any data loading or compiling."""
+  checks = [
+      ('model.n', config.model.n, 2, 'n counts the predicted word and at least one context word'),
+      ('model.m', config.model.m, 1, 'each word needs at least one feature'),
+      ('model.h', config.model.h, 0, 'use 0 for no hidden layer'),
+      ('model.vocab_pad_multiple', config.model.vocab_pad_multiple, 1, 'use 1 for no padding'),
+      ('train.batch_size', config.train.batch_size, 1, 'a step needs at least one example'),
+      ('train.eval_batch_size', config.train.eval_batch_size, 1, 'evaluation needs at least one example a batch'),
+  ]
+  for name, value, least, why in checks:
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+      raise UserError(f'{name}={value!r} is invalid: it must be an integer >= {least} ({why}); '
+                      f'set --config.{name}=<value>')
+  if not config.model.h and not config.model.direct:
+    raise UserError('model.h=0 with model.direct=False leaves no path from the context to the output; '
+                    'set --config.model.h > 0 or --config.model.direct=True')
+  if config.optimizer.name not in ('paper_sgd', 'adamw'):
+    raise UserError(f"optimizer.name={config.optimizer.name!r} is unknown; use 'paper_sgd' or 'adamw'")
+
+
+def prepare_workdir(workdir: str) -> None:
+  """Creates the workdir and proves it writable without touching what is already there."""
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    probe = os.path.join(workdir, f'.write_probe_{os.getpid()}')
+    with open(probe, 'w', encoding='utf-8') as f:
+      f.write('ok')
+    os.remove(probe)
+  except OSError as e:
+    raise UserError(f'--workdir={workdir!r} cannot be written ({e.strerror}); '
+                    'choose a folder you can write to') from None
+
+
+def check_resumable(workdir: str, config) -> None:
+  """A workdir may only be resumed by the run that made it; other runs get their own."""
+  path = os.path.join(workdir, 'config.json')
+  if not os.path.exists(path):
+    return
+  with open(path, encoding='utf-8') as f:
+    saved = json.load(f)
+  current = json.loads(config.to_json_best_effort())
+  for key in RESUME_KEYS:
+    if saved.get(key) != current.get(key):
+      raise UserError(f'--workdir={workdir!r} holds a run with a different config.{key}; '
+                      'use a new --workdir (nothing in this one was changed)')
+
+
+def steps_plan(config, train_examples: int) -> dict:
+  steps_per_epoch = train_examples // config.train.batch_size
+  if steps_per_epoch < 1:
+    raise UserError(f'train.batch_size={config.train.batch_size} exceeds the {train_examples} training '
+                    'tokens; lower it')
+  total = config.train.max_steps if config.train.max_steps > 0 else config.train.num_epochs * steps_per_epoch
+  eval_every = config.train.eval_every if config.train.eval_every > 0 else steps_per_epoch
+  checkpoint_every = config.train.checkpoint_every if config.train.checkpoint_every > 0 else eval_every
+  return dict(steps_per_epoch=steps_per_epoch, total=total, eval_every=eval_every,
+              checkpoint_every=checkpoint_every)
+
+
+def split_nll(steps: steps_lib.CompiledSteps, params, stream: data_lib.TokenStream, split: str,
+              batch_size: int) -> np.ndarray:
+  """Exactly normalised -log P of every token of a split, in stream order (float64).
+
+  Batches stay on the device until the end, so the host prepares the next batch while the
+  device computes; only one [batch, |V| / model] block of logits exists at a time per device.
+  """
+  pending, weights = [], []
+  for contexts, targets, w in stream.eval_batches(split, batch_size):
+    pending.append(steps.eval(params, steps_lib.put_batch(steps.mesh, contexts),
+                              steps_lib.put_batch(steps.mesh, targets)))
+    weights.append(w)
+  nll = np.concatenate([np.asarray(x, np.float64) for x in jax.device_get(pending)])
+  return nll[np.concatenate(weights) > 0]
+
+
+def perplexity(nll: np.ndarray) -> float:
+  return float(math.exp(float(np.mean(nll))))
+
+
+class Run:
+  """One training run's pieces, built from a config; `train_and_evaluate` drives it."""
+
+  def __init__(self, config, workdir: str):
+    validate_config(config)
+    prepare_workdir(workdir)
+    check_resumable(workdir, config)
+    self.config, self.workdir = config, workdir
+    self.mesh = sharding.make_mesh(config.mesh)
+    self.corpus = data_lib.load_corpus(config.data)
+    metrics_lib.log(f'corpus {config.data.corpus}: {self.corpus.summary()}')
+    self.model = model_lib.from_config(config.model, self.corpus.vocab_size)
+    sharding.check_divisibility(self.mesh, config.train.batch_size, config.train.eval_batch_size,
+                                self.model.padded_vocab_size)
+    self.stream = data_lib.TokenStream(self.corpus, config.model.n - 1)
+    self.plan = steps_plan(config, self.stream.num_examples('train'))
+    counts = self.corpus.unigram_counts('train') if config.model.unigram_bias_init else None
+    self.optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size)
+    self.steps = steps_lib.compile_steps(self.model, self.optimizer, self.mesh, counts)
+    self.num_parameters = model_lib.num_parameters(self.corpus.vocab_size, config.model.n, config.model.m,
+                                                   config.model.h, config.model.direct)
+    metrics_lib.log(f'model: {self.num_parameters:,} parameters (|V| padded to '
+                    f'{self.model.padded_vocab_size}), mesh {dict(self.mesh.shape)} on '
+                    f'{jax.device_count()} {jax.devices()[0].platform} device(s)')
+
+  def evaluate(self, params, split: str) -> np.ndarray:
+    return split_nll(self.steps, params, self.stream, split, self.config.train.eval_batch_size)
+
+  def train_batch(self, step: int):
+    """The batch of a global step: epoch-wise permutations that depend only on (seed, epoch)."""
+    epoch, index = divmod(step, self.plan['steps_per_epoch'])
+    if getattr(self, '_order_epoch', None) != epoch:
+      self._order, self._order_epoch = self.stream.train_order(self.config.seed, epoch), epoch
+    b = self.config.train.batch_size
+    contexts, targets = self.stream.examples('train', self._order[index * b:(index + 1) * b])
+    return steps_lib.put_batch(self.mesh, contexts), steps_lib.put_batch(self.mesh, targets)
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Trains, early-stops on validation, evaluates the best parameters; returns results.json."""
+  started = time.time()
+  run = Run(config, workdir)
+  with open(os.path.join(workdir, 'config.json'), 'w', encoding='utf-8') as f:
+    f.write(config.to_json_best_effort(indent=2))
+  checkpoints = ckpt_lib.Checkpoints(workdir)
+  writer = metrics_lib.MetricWriter(workdir)
+  with jax.set_mesh(run.mesh):
+    state, meta = _initial_state(run, checkpoints)
+    state, meta = _train_loop(run, state, meta, checkpoints, writer)
+    best = checkpoints.restore_best(ckpt_lib.abstract_with_shardings(
+        run.steps.abstract_params, run.steps.param_shardings))
+    params = best if best is not None else state.params
+    valid_nll, test_nll = run.evaluate(params, 'valid'), run.evaluate(params, 'test')
+  checkpoints.wait()
+  checkpoints.close()
+  writer.close()
+  results = {
+      'corpus': config.data.corpus,
+      'vocab_size': run.corpus.vocab_size,
+      'train_tokens': run.corpus.num_tokens('train'),
+      'valid_tokens': run.corpus.num_tokens('valid'),
+      'test_tokens': run.corpus.num_tokens('test'),
+      'num_parameters': run.num_parameters,
+      'valid_ppl': perplexity(valid_nll),
+      'test_ppl': perplexity(test_nll),
+      'step': meta['best_step'] if best is not None else int(state.step),
+      'steps_trained': int(state.step),
+      'epochs': int(state.step) / run.plan['steps_per_epoch'],
+      'stopped_early': meta['stopped_early'],
+      'wall_seconds': meta['wall_seconds'] + (time.time() - started),
+      'mesh': dict(run.mesh.shape),
+      'platform': jax.devices()[0].platform,
+      'history': meta['history'],
+      'config': json.loads(config.to_json_best_effort()),
+  }
+  with open(os.path.join(workdir, 'results.json'), 'w', encoding='utf-8') as f:
+    json.dump(results, f, indent=2)
+  metrics_lib.log(f'done: valid ppl {results["valid_ppl"]:.2f}, test ppl {results["test_ppl"]:.2f} '
+                  f'(best step {results["step"]}, {results["wall_seconds"]:.0f} s)')
+  return results
+
+
+def _initial_state(run: Run, checkpoints: ckpt_lib.Checkpoints):
+  abstract = ckpt_lib.abstract_with_shardings(run.steps.abstract_state, run.steps.state_shardings)
+  restored = checkpoints.restore_latest(abstract)
+  if restored is not None:
+    state, meta = restored
+    metrics_lib.log(f'resumed from step {int(state.step)} in {run.workdir}')
+    return state, meta
+  meta = {'best_valid_ppl': None, 'best_step': None, 'evals_since_best': 0, 'stopped_early': False,
+          'history': [], 'wall_seconds': 0.0}
+  return run.steps.init(), meta
+
+
+def _train_loop(run: Run, state, meta, checkpoints, writer):
+  config, plan = run.config, run.plan
+  step = int(state.step)
+  segment_start = time.time()
+  wall_before = meta['wall_seconds']
+  progress = metrics_lib.Progress(step, plan['total'], config.train.batch_size)
+  while step < plan['total'] and not meta['stopped_early']:
+    state, metrics = run.steps.train(state, *run.train_batch(step))
+    step += 1
+    if step % config.train.log_every == 0 or step == plan['total']:
+      loss = float(metrics['loss'])
+      if not math.isfinite(loss):
+        raise FloatingPointError(f'training loss is {loss} at step {step}; lower '
+                                 '--config.optimizer.learning_rate (checkpoints before it are kept)')
+      rate = progress.report(step)
+      lr = optim.learning_rate_at(config.optimizer, config.train.batch_size, step)
+      writer.write(step, {'train_loss': loss, 'learning_rate': lr, 'tokens_per_sec': rate['tokens_per_sec']})
+      metrics_lib.log(f'step {step}/{plan["total"]} epoch {step / plan["steps_per_epoch"]:.2f} '
+                      f'loss {loss:.4f} lr {lr:.4g} {rate["tokens_per_sec"]:.0f} tok/s ETA {rate["eta"]}')
+    if step % plan['eval_every'] == 0 or step == plan['total']:
+      _evaluate_and_track(run, state, meta, step, checkpoints, writer)
+      progress.skip_time()
+    if step % plan['checkpoint_every'] == 0 or step == plan['total'] or meta['stopped_early']:
+      meta['wall_seconds'] = wall_before + (time.time() - segment_start)
+      checkpoints.save_latest(step, state, meta)
+      progress.skip_time()
+  meta['wall_seconds'] = wall_before + (time.time() - segment_start)
+  return state, meta
+
+
+def _evaluate_and_track(run: Run, state, meta, step, checkpoints, writer) -> None:
+  """Validation perplexity, the best parameters so far, and early stopping with patience."""
+  valid_ppl = perplexity(run.evaluate(state.params, 'valid'))
+  improved = meta['best_valid_ppl'] is None or valid_ppl < meta['best_valid_ppl']
+  if improved:
+    meta.update(best_valid_ppl=valid_ppl, best_step=step, evals_since_best=0)
+    checkpoints.save_best(step, state.params)
+  else:
+    meta['evals_since_best'] += 1
+  epoch = step / run.plan['steps_per_epoch']
+  meta['history'].append({'step': step, 'epoch': epoch, 'valid_ppl': valid_ppl})
+  writer.write(step, {'valid_ppl': valid_ppl})
+  metrics_lib.log(f'eval step {step} epoch {epoch:.2f}: valid ppl {valid_ppl:.2f} '
+                  f'(best {meta["best_valid_ppl"]:.2f} at step {meta["best_step"]})')
+  patience = run.config.train.patience
+  if patience > 0 and meta['evals_since_best'] >= patience:
+    meta['stopped_early'] = True
+    metrics_lib.log(f'early stop: no improvement in {patience} evaluations')
