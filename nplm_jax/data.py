@@ -9,7 +9,9 @@ context. Every token of a split is predicted exactly once when that split is eva
 """
 
 import collections
+import contextlib
 import dataclasses
+import io
 import os
 from typing import Iterator, Sequence
 
@@ -80,7 +82,8 @@ def load_brown_words() -> list[str]:
     nltk.data.find('corpora/brown.zip')
   except LookupError:
     try:
-      ok = nltk.download('brown', quiet=True, raise_on_error=True)
+      with contextlib.redirect_stdout(io.StringIO()):
+        ok = nltk.download('brown', quiet=True, raise_on_error=True, print_error_to=io.StringIO())
     except Exception:  # pylint: disable=broad-except  # offline: any network error
       ok = False
     if not ok:

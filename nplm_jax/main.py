@@ -1,5 +1,6 @@
 """Entry point: python -m nplm_jax.main --config=experiments/brown.py:mlp1 --workdir=DIR"""
 
+import re
 import sys
 
 from absl import app
@@ -18,6 +19,29 @@ flags.DEFINE_string('workdir', None, 'Folder for checkpoints, metrics and result
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
+def flag_error_line(error: Exception, argv: list[str]) -> str:
+  """One line for a bad command line: an unknown --config.* key, a bad value or a missing flag."""
+  if isinstance(error, (AttributeError, KeyError)):
+    key = str(error).strip('"\'')
+    bad = [a.split('=')[0] for a in argv if a.startswith('--config.') and re.search(rf'\.{re.escape(key)}\b', a)]
+    where = bad[0] if bad else key
+    return (f'{where} is not a config key; check its spelling against the config file '
+            '(keys: nplm_jax/config.py)')
+  lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+  detail = lines[-1] if lines else type(error).__name__  # config_flags puts the cause last
+  config_arg = next((a for a in argv if a.startswith('--config=')), '--config')
+  return f'{config_arg}: {detail}' if isinstance(error, OSError) or 'config file' in str(error) else detail
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  try:
+    rest = FLAGS(argv)
+    FLAGS.config.get('seed')  # config_flags defers loading errors to the first use
+    return rest
+  except Exception as e:  # pylint: disable=broad-except  # any parse failure is the user's input
+    sys.exit(f'error: {flag_error_line(e, argv)}')
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
@@ -31,4 +55,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

@@ -1,0 +1,38 @@
+"""Shared fixtures: the real corpora (paths from the environment .ci/run sets) and a tiny corpus."""
+
+import os
+
+import pytest
+
+from tests import corpora
+
+
+def _data_path(variable: str, inside: str) -> str:
+  path = os.environ.get(variable, '')
+  if path and os.path.exists(os.path.join(path, inside)):
+    return path
+  message = f'{variable} must point at a folder holding {inside} (README, "Running the tests")'
+  if os.environ.get('CI'):
+    pytest.fail(message)  # in CI a missing corpus is a broken setup, never a skip
+  pytest.skip(message)
+
+
+@pytest.fixture(scope='session')
+def nltk_data():
+  return _data_path('NLTK_DATA', 'corpora/brown.zip')
+
+
+@pytest.fixture(scope='session')
+def ptb_dir():
+  return _data_path('PTB_DIR', 'ptb.train.txt')
+
+
+@pytest.fixture(scope='session')
+def tiny_files(tmp_path_factory):
+  """train/valid/test files of a small corpus with learnable structure."""
+  return corpora.write_markov_corpus(str(tmp_path_factory.mktemp('tiny_corpus')))
+
+
+@pytest.fixture
+def tiny_config(tiny_files):
+  return corpora.tiny_config(tiny_files)

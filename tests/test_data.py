@@ -1,0 +1,90 @@
+"""Corpus protocols: Brown as in the paper, PTB as Mikolov's split, the continuous stream."""
+
+import numpy as np
+import pytest
+
+from nplm_jax import data
+
+
+@pytest.fixture(scope='module')
+def brown(nltk_data):
+  del nltk_data
+  return data.brown_corpus()
+
+
+def test_brown_paper_protocol(brown):
+  sizes = [brown.num_tokens(s) for s in data.SPLITS]
+  assert sum(sizes) == 1_161_192
+  assert sizes == [800_000, 200_000, 161_192]
+  assert brown.vocab_size == 17_905  # words seen more than 3 times in the corpus, plus <unk>
+  assert brown.vocab[0] == data.RARE
+  assert 0.03 < brown.rare_rate('train') < 0.07
+
+
+def test_brown_train_scope_vocabulary(nltk_data):
+  del nltk_data
+  corpus = data.brown_corpus(vocab_scope='train')
+  assert corpus.vocab_size == 14_114
+  # every word kept has more than 3 training occurrences
+  counts = corpus.unigram_counts('train')
+  assert counts[1:].min() > 3
+
+
+def test_brown_case_and_punctuation_kept(brown):
+  assert 'The' in brown.vocab and 'the' in brown.vocab
+  assert ',' in brown.vocab and '.' in brown.vocab
+
+
+def test_ptb_counts(ptb_dir):
+  corpus = data.ptb_corpus(ptb_dir)
+  assert [corpus.num_tokens(s) for s in data.SPLITS] == [929_589, 73_760, 82_430]
+  assert corpus.vocab_size == 10_000
+  assert data.EOS in corpus.vocab and '<unk>' in corpus.vocab
+
+
+def test_text_corpus_adds_eos_and_maps_unseen_words(tmp_path):
+  files = {}
+  for split, text in (('train', 'a b c\nb c a\n'), ('valid', 'a z\n'), ('test', '\nc\n')):
+    files[split] = str(tmp_path / f'{split}.txt')
+    (tmp_path / f'{split}.txt').write_text(text)
+  corpus = data.text_corpus(files)
+  words = lambda s: [corpus.vocab[i] for i in corpus.splits[s]]
+  assert words('train') == ['a', 'b', 'c', '<eos>', 'b', 'c', 'a', '<eos>']
+  assert words('valid') == ['a', '<unk>', '<eos>']  # z was never seen in train
+  assert words('test') == ['c', '<eos>']  # empty lines add nothing
+
+
+def test_stream_context_crosses_split_boundaries():
+  corpus = data.Corpus(vocab=tuple('abcdefgh'), boundary_id=7, splits={
+      'train': np.array([0, 1, 2, 3], np.int32), 'valid': np.array([4, 5], np.int32),
+      'test': np.array([6], np.int32)})
+  stream = data.TokenStream(corpus, context_size=3)
+  contexts, targets = stream.examples('train', np.arange(4))
+  np.testing.assert_array_equal(targets, [0, 1, 2, 3])
+  np.testing.assert_array_equal(contexts[0], [7, 7, 7])  # before the stream: boundary symbol
+  np.testing.assert_array_equal(contexts[2], [1, 0, 7])  # most recent word first
+  contexts, targets = stream.examples('valid', np.arange(2))
+  np.testing.assert_array_equal(contexts[0], [3, 2, 1])  # valid continues train
+  contexts, _ = stream.examples('test', np.arange(1))
+  np.testing.assert_array_equal(contexts[0], [5, 4, 3])
+
+
+def test_eval_batches_cover_every_token_once():
+  corpus = data.Corpus(vocab=tuple('ab'), boundary_id=0, splits={
+      'train': np.zeros(3, np.int32), 'valid': np.arange(10, dtype=np.int32) % 2, 'test': np.zeros(1, np.int32)})
+  stream = data.TokenStream(corpus, context_size=2)
+  batches = list(stream.eval_batches('valid', 4))
+  assert len(batches) == 3 and all(c.shape == (4, 2) for c, _, _ in batches)
+  weights = np.concatenate([w for _, _, w in batches])
+  targets = np.concatenate([t for _, t, _ in batches])
+  assert weights.sum() == 10
+  np.testing.assert_array_equal(targets[weights > 0], corpus.splits['valid'])
+
+
+def test_train_order_is_a_deterministic_permutation():
+  corpus = data.Corpus(vocab=('a',), boundary_id=0, splits={s: np.zeros(100, np.int32) for s in data.SPLITS})
+  stream = data.TokenStream(corpus, 2)
+  a, b = stream.train_order(0, 3), stream.train_order(0, 3)
+  np.testing.assert_array_equal(a, b)
+  np.testing.assert_array_equal(np.sort(a), np.arange(100))
+  assert not np.array_equal(a, stream.train_order(0, 4))

@@ -1,0 +1,73 @@
+"""The Flax model against a NumPy implementation of the paper's equation, and its parameter count."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from nplm_jax import model as model_lib
+from nplm_jax import vocab_softmax
+from tests import numpy_reference
+
+
+def random_params(model, seed=0):
+  """The model's parameter tree with every entry random (init zeros U, W, b)."""
+  params = model_lib.init_params(model)
+  keys = jax.random.split(jax.random.PRNGKey(seed), len(params))
+  return {k: 0.5 * jax.random.normal(key, v.shape) for key, (k, v) in zip(keys, sorted(params.items()))}
+
+
+@pytest.mark.parametrize('h,direct', [(12, True), (12, False), (0, True)])
+def test_logits_match_numpy_equation(h, direct):
+  model = model_lib.NPLM(vocab_size=37, context_size=3, embed_dim=5, hidden_dim=h, direct=direct)
+  params = random_params(model)
+  contexts = np.random.default_rng(1).integers(0, 37, size=(16, 3)).astype(np.int32)
+  logits = model.apply({'params': params}, contexts)
+  expected = numpy_reference.logits(jax.tree.map(np.asarray, params), contexts)
+  np.testing.assert_allclose(np.asarray(logits), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_padding_columns_are_minus_infinity_and_real_ones_match():
+  unpadded = model_lib.NPLM(vocab_size=37, context_size=2, embed_dim=4, hidden_dim=6, direct=True)
+  padded = unpadded.clone(vocab_pad_multiple=16)
+  assert padded.padded_vocab_size == 48
+  params = random_params(padded)
+  contexts = np.random.default_rng(2).integers(0, 37, size=(8, 2)).astype(np.int32)
+  logits = np.asarray(padded.apply({'params': params}, contexts))
+  assert np.all(np.isneginf(logits[:, 37:]))
+  trimmed = {k: (v[..., :37] if k in model_lib.VOCAB_SHARDED else v) for k, v in params.items()}
+  np.testing.assert_allclose(logits[:, :37], np.asarray(unpadded.apply({'params': trimmed}, contexts)), rtol=1e-6)
+
+
+@pytest.mark.parametrize('n,m,h,direct', [(5, 60, 50, True), (5, 60, 0, True), (5, 30, 50, True),
+                                          (3, 30, 50, True), (5, 30, 100, False)])
+def test_parameter_count_formula(n, m, h, direct):
+  vocab = 101
+  model = model_lib.NPLM(vocab_size=vocab, context_size=n - 1, embed_dim=m, hidden_dim=h, direct=direct)
+  counted = sum(x.size for x in jax.tree.leaves(model_lib.init_params(model)))
+  paper = vocab * (1 + n * m + h) + h * (1 + (n - 1) * m) if direct else vocab * (1 + m + h) + h * (1 + (n - 1) * m)
+  assert counted == paper == model_lib.num_parameters(vocab, n, m, h, direct)
+
+
+def test_unigram_bias_init_is_log_unigram():
+  model = model_lib.NPLM(vocab_size=4, context_size=1, embed_dim=2, hidden_dim=0, direct=True, vocab_pad_multiple=8)
+  counts = np.array([10, 0, 5, 85])
+  b = np.asarray(model_lib.init_params(model, counts)['b'])
+  p = (counts + 0.5) / (counts + 0.5).sum()
+  np.testing.assert_allclose(b[:4], np.log(p), rtol=1e-6)
+  np.testing.assert_array_equal(b[4:], 0)
+
+
+def test_single_device_vocab_softmax_equals_dense_log_softmax():
+  model = model_lib.NPLM(vocab_size=50, context_size=2, embed_dim=4, hidden_dim=8, direct=True, vocab_pad_multiple=8)
+  params = random_params(model)
+  contexts = np.random.default_rng(3).integers(0, 50, size=(12, 2)).astype(np.int32)
+  targets = np.random.default_rng(4).integers(0, 50, size=(12,)).astype(np.int32)
+  mesh = jax.make_mesh((1, 1), ('data', 'model'), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  feats = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
+  _, out = model_lib.split_params(params)
+  sharded = vocab_softmax.token_nll(feats, out, jnp.asarray(targets), mesh=mesh, vocab_size=50)
+  dense = vocab_softmax.dense_token_nll(model.apply({'params': params}, contexts), targets)
+  np.testing.assert_allclose(np.asarray(sharded), np.asarray(dense), rtol=1e-5)
+  expected = numpy_reference.token_nll(jax.tree.map(np.asarray, params), contexts, targets, vocab_size=50)
+  np.testing.assert_allclose(np.asarray(sharded), expected, rtol=1e-5)

@@ -1,0 +1,134 @@
+"""Training end to end on a tiny corpus: it learns, resumes exactly, and the CLI writes results."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from nplm_jax import data
+from nplm_jax import train
+from nplm_jax.errors import UserError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def unigram_valid_ppl(files) -> float:
+  corpus = data.text_corpus(files)
+  counts = corpus.unigram_counts('train') + 0.5
+  p = counts / counts.sum()
+  return math.exp(-np.mean(np.log(p[corpus.splits['valid']])))
+
+
+def test_training_beats_the_unigram_model(tiny_files, tiny_config, tmp_path):
+  results = train.train_and_evaluate(tiny_config, str(tmp_path))
+  baseline = unigram_valid_ppl(tiny_files)
+  assert results['valid_ppl'] < 0.6 * baseline, (results['valid_ppl'], baseline)
+  history = [h['valid_ppl'] for h in results['history']]
+  assert history[-1] < history[0]
+  for key in ('vocab_size', 'train_tokens', 'valid_tokens', 'test_tokens', 'valid_ppl', 'test_ppl', 'step',
+              'wall_seconds', 'config'):
+    assert key in results
+  assert results['valid_tokens'] == data.text_corpus(tiny_files).num_tokens('valid')
+
+
+def final_params(workdir):
+  manager = ocp.CheckpointManager(os.path.join(workdir, 'checkpoints'))
+  restored = manager.restore(manager.latest_step(), args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+  return restored.state['params']
+
+
+def test_resume_equals_uninterrupted(tiny_config, tmp_path):
+  for c in (tiny_config,):
+    c.optimizer.name = 'paper_sgd'
+    c.optimizer.learning_rate = 3e-3
+    c.train.update(max_steps=40, eval_every=15)
+  whole, parts = str(tmp_path / 'whole'), str(tmp_path / 'parts')
+  train.train_and_evaluate(tiny_config, whole)
+  interrupted = tiny_config.copy_and_resolve_references()
+  interrupted.train.max_steps = 22  # stops between evaluations
+  train.train_and_evaluate(interrupted, parts)
+  resumed = train.train_and_evaluate(tiny_config, parts)
+  a, b = final_params(whole), final_params(parts)
+  assert a.keys() == b.keys()
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k])
+  with open(os.path.join(whole, 'results.json')) as f:
+    assert json.load(f)['valid_ppl'] == resumed['valid_ppl']
+
+
+def test_resume_refuses_a_different_model(tiny_config, tmp_path):
+  tiny_config.train.max_steps = 5
+  train.train_and_evaluate(tiny_config, str(tmp_path))
+  before = sorted(os.listdir(tmp_path))
+  tiny_config.model.h = 17
+  with pytest.raises(UserError, match='different config.model'):
+    train.train_and_evaluate(tiny_config, str(tmp_path))
+  assert sorted(os.listdir(tmp_path)) == before
+
+
+@pytest.mark.parametrize('key,value,match', [
+    ('model.n', 1, 'model.n=1'), ('model.m', 0, 'model.m=0'), ('model.h', -1, 'model.h=-1'),
+    ('train.batch_size', 0, 'train.batch_size=0'),
+])
+def test_bad_hyperparameters_stop_before_work(tiny_config, tmp_path, key, value, match):
+  section, name = key.split('.')
+  tiny_config[section][name] = value
+  (tmp_path / 'keep.txt').write_text('precious')
+  with pytest.raises(UserError, match=match):
+    train.train_and_evaluate(tiny_config, str(tmp_path))
+  assert os.listdir(tmp_path) == ['keep.txt'] and (tmp_path / 'keep.txt').read_text() == 'precious'
+
+
+def test_unwritable_workdir(tiny_config, tmp_path):
+  blocker = tmp_path / 'a_file'
+  blocker.write_text('x')
+  with pytest.raises(UserError, match='cannot be written'):
+    train.train_and_evaluate(tiny_config, str(blocker / 'run'))
+  assert blocker.read_text() == 'x'
+
+
+def test_missing_text_corpus(tiny_config, tmp_path):
+  tiny_config.data.train_file = str(tmp_path / 'nope.txt')
+  with pytest.raises(UserError, match='does not exist'):
+    train.train_and_evaluate(tiny_config, str(tmp_path / 'run'))
+
+
+def run_cli(*args, env=None):
+  environment = dict(os.environ, **(env or {}))
+  return subprocess.run([sys.executable, '-m', 'nplm_jax.main', *args], cwd=REPO, env=environment,
+                        capture_output=True, text=True, timeout=600)
+
+
+def test_cli_end_to_end_writes_results(tiny_files, tmp_path):
+  workdir = str(tmp_path / 'run')
+  proc = run_cli('--config=experiments/text.py:tiny', f'--workdir={workdir}',
+                 f'--config.data.train_file={tiny_files["train"]}', f'--config.data.valid_file={tiny_files["valid"]}',
+                 f'--config.data.test_file={tiny_files["test"]}', '--config.train.num_epochs=1')
+  assert proc.returncode == 0, proc.stderr
+  with open(os.path.join(workdir, 'results.json')) as f:
+    results = json.load(f)
+  assert results['config']['model']['n'] == 3 and results['valid_ppl'] > 1
+  assert 'valid ppl' in proc.stdout and 'tok/s' in proc.stdout
+  for name in ('metrics.jsonl', 'config.json', 'checkpoints', 'best', 'tensorboard'):
+    assert os.path.exists(os.path.join(workdir, name)), name
+
+
+@pytest.mark.parametrize('args,env,match', [
+    (['--config=experiments/brown.py', '--config.model.hh=3'], {}, '--config.model.hh is not a config key'),
+    (['--config=experiments/brown.py:mlp2'], {}, "unknown Brown variant 'mlp2'"),
+    (['--config=experiments/brown.py'], {'NLTK_DATA': '/nonexistent'}, 'Brown corpus was not found'),
+    (['--config=experiments/ptb.py', '--config.data.path=/nonexistent'], {}, 'data.path'),
+    (['--config=experiments/brown.py', '--config.model.n=1'], {}, 'model.n=1'),
+])
+def test_cli_bad_input_is_one_line(tmp_path, args, env, match):
+  (tmp_path / 'keep.txt').write_text('precious')
+  proc = run_cli(*args, f'--workdir={tmp_path}', env=env)
+  assert proc.returncode != 0
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith('error: ') and match in lines[0], proc.stderr
+  assert os.listdir(tmp_path) == ['keep.txt']
