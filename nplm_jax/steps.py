@@ -50,6 +50,7 @@ def eval_step(params, contexts, targets, *, model, mesh):
 @dataclasses.dataclass(frozen=True)
 class CompiledSteps:
   init: Callable[[], TrainState]
+  state_from_params: Callable  # params -> a fresh TrainState around them
   train: Callable  # (state, contexts, targets) -> (state, metrics)
   eval: Callable  # (params, contexts, targets) -> nll [batch]
   state_shardings: Any
@@ -78,9 +79,14 @@ def compile_steps(model: model_lib.NPLM, optimizer: optax.GradientTransformation
   train = jax.jit(lambda s, c, t: train_step(s, c, t, model=model, mesh=mesh, optimizer=optimizer),
                   in_shardings=(state_sh, ctx_sh, tgt_sh),
                   out_shardings=(state_sh, sharding.replicated(mesh)), donate_argnums=0)
+  # Per-token NLLs come back replicated (B scalars) so every host of a multi-host job can read them.
   evaluate = jax.jit(lambda p, c, t: eval_step(p, c, t, model=model, mesh=mesh),
-                     in_shardings=(state_sh.params, ctx_sh, tgt_sh), out_shardings=tgt_sh)
-  return CompiledSteps(init=jax.jit(init_state, out_shardings=state_sh), train=train, eval=evaluate,
+                     in_shardings=(state_sh.params, ctx_sh, tgt_sh), out_shardings=sharding.replicated(mesh))
+  from_params = jax.jit(
+      lambda p: TrainState(step=jnp.zeros((), jnp.int32), params=p, opt_state=optimizer.init(p)),
+      in_shardings=(state_sh.params,), out_shardings=state_sh)
+  return CompiledSteps(init=jax.jit(init_state, out_shardings=state_sh), state_from_params=from_params,
+                       train=train, eval=evaluate,
                        state_shardings=state_sh, abstract_state=abstract, mesh=mesh)
 
 

@@ -105,12 +105,12 @@ def perplexity(nll: np.ndarray) -> float:
 class Run:
   """One training run's pieces, built from a config; `train_and_evaluate` drives it."""
 
-  def __init__(self, config, workdir: str):
+  def __init__(self, config, workdir: str, devices=None):
     validate_config(config)
     prepare_workdir(workdir)
     check_resumable(workdir, config)
     self.config, self.workdir = config, workdir
-    self.mesh = sharding.make_mesh(config.mesh)
+    self.mesh = sharding.make_mesh(config.mesh, devices)
     self.corpus = data_lib.load_corpus(config.data)
     metrics_lib.log(f'corpus {config.data.corpus}: {self.corpus.summary()}')
     self.model = model_lib.from_config(config.model, self.corpus.vocab_size)
@@ -126,6 +126,11 @@ class Run:
     metrics_lib.log(f'model: {self.num_parameters:,} parameters (|V| padded to '
                     f'{self.model.padded_vocab_size}), mesh {dict(self.mesh.shape)} on '
                     f'{jax.device_count()} {jax.devices()[0].platform} device(s)')
+
+  def restore_best_params(self, checkpoints: ckpt_lib.Checkpoints):
+    """The best parameters saved in the workdir, laid out for this run's mesh (None if none)."""
+    return checkpoints.restore_best(ckpt_lib.abstract_with_shardings(
+        self.steps.abstract_params, self.steps.param_shardings))
 
   def evaluate(self, params, split: str) -> np.ndarray:
     return split_nll(self.steps, params, self.stream, split, self.config.train.eval_batch_size)
@@ -151,8 +156,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   with jax.set_mesh(run.mesh):
     state, meta = _initial_state(run, checkpoints)
     state, meta = _train_loop(run, state, meta, checkpoints, writer)
-    best = checkpoints.restore_best(ckpt_lib.abstract_with_shardings(
-        run.steps.abstract_params, run.steps.param_shardings))
+    best = run.restore_best_params(checkpoints)
     params = best if best is not None else state.params
     valid_nll, test_nll = run.evaluate(params, 'valid'), run.evaluate(params, 'test')
   checkpoints.wait()
@@ -182,6 +186,30 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   metrics_lib.log(f'done: valid ppl {results["valid_ppl"]:.2f}, test ppl {results["test_ppl"]:.2f} '
                   f'(best step {results["step"]}, {results["wall_seconds"]:.0f} s)')
   return results
+
+
+def load_config(workdir: str) -> ml_collections.ConfigDict:
+  path = os.path.join(workdir, 'config.json')
+  if not os.path.exists(path):
+    raise UserError(f'{workdir!r} holds no config.json; give the --workdir of a finished or running training')
+  with open(path, encoding='utf-8') as f:
+    return ml_collections.ConfigDict(json.load(f))
+
+
+def evaluate_workdir(workdir: str, splits=('valid', 'test'), mesh=None, devices=None) -> dict:
+  """Per-token NLLs of a workdir's best parameters, restored onto `mesh` (any shape) over `devices`."""
+  config = load_config(workdir)
+  if mesh is not None:
+    config.mesh.data, config.mesh.model = mesh
+  run = Run(config, workdir, devices)
+  checkpoints = ckpt_lib.Checkpoints(workdir)
+  with jax.set_mesh(run.mesh):
+    params = run.restore_best_params(checkpoints)
+    if params is None:
+      raise UserError(f'{workdir!r} holds no best checkpoint yet; train it first')
+    nll = {split: run.evaluate(params, split) for split in splits}
+  checkpoints.close()
+  return nll
 
 
 def _initial_state(run: Run, checkpoints: ckpt_lib.Checkpoints):

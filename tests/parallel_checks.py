@@ -1,0 +1,204 @@
+"""Multi-device checks. Run only through tests/test_parallel.py, which starts pytest on this file in
+a subprocess with 8 host CPU devices (XLA_FLAGS must be set before JAX starts)."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, Mesh
+
+from nplm_jax import model as model_lib
+from nplm_jax import optim
+from nplm_jax import sharding
+from nplm_jax import steps as steps_lib
+from nplm_jax import train
+from nplm_jax import vocab_softmax
+from nplm_jax.config import base_config
+from nplm_jax.errors import UserError
+from tests import corpora
+
+MESHES = [(1, 1), (8, 1), (1, 8), (2, 4), (4, 2)]
+VOCAB, PAD, BATCH = 61, 8, 16  # |V| = 61 pads to 64: every model-axis size here gets padding
+
+
+def mesh_of(shape) -> Mesh:
+  devices = np.asarray(jax.devices()[:shape[0] * shape[1]]).reshape(shape)
+  return Mesh(devices, ('data', 'model'), axis_types=(AxisType.Auto,) * 2)
+
+
+def small_model(**kw):
+  args = dict(vocab_size=VOCAB, context_size=3, embed_dim=6, hidden_dim=10, direct=True, vocab_pad_multiple=PAD)
+  args.update(kw)
+  return model_lib.NPLM(**args)
+
+
+def random_params(model, seed=0):
+  params = model_lib.init_params(model)
+  keys = jax.random.split(jax.random.PRNGKey(seed), len(params))
+  out = {k: 0.3 * jax.random.normal(key, v.shape) for key, (k, v) in zip(keys, sorted(params.items()))}
+  # the padded columns hold zeros, as after init, so they can be checked to stay zero
+  return {k: (v.at[..., model.vocab_size:].set(0) if k in model_lib.VOCAB_SHARDED else v) for k, v in out.items()}
+
+
+def batch(seed, size=BATCH):
+  rng = np.random.default_rng(seed)
+  return (rng.integers(0, VOCAB, size=(size, 3)).astype(np.int32), rng.integers(0, VOCAB, size=size).astype(np.int32))
+
+
+def dense_loss(model, params, contexts, targets):
+  return jnp.mean(vocab_softmax.dense_token_nll(model.apply({'params': params}, contexts), targets))
+
+
+def rel_err(a, b) -> float:
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def optimizer():
+  config = base_config().optimizer
+  config.learning_rate = 5e-3
+  return optim.make_optimizer(config, BATCH)
+
+
+@pytest.fixture(scope='module')
+def dense_reference():
+  """Loss, gradients and parameters over 3 steps of the plain single-device dense computation."""
+  model, opt = small_model(), optimizer()
+  params = random_params(model)
+  opt_state = opt.init(params)
+  losses, grads_first = [], None
+  for step in range(3):
+    loss, grads = jax.value_and_grad(lambda p: dense_loss(model, p, *batch(step)))(params)
+    grads_first = grads if grads_first is None else grads_first
+    updates, opt_state = opt.update(grads, opt_state, params)
+    params = jax.tree.map(lambda p, u: p + u, params, updates)
+    losses.append(float(loss))
+  return {'losses': losses, 'grads': grads_first, 'params': params}
+
+
+@pytest.mark.parametrize('shape', MESHES, ids=lambda s: f'mesh{s[0]}x{s[1]}')
+def test_sharded_training_matches_dense(shape, dense_reference):
+  model, mesh = small_model(), mesh_of(shape)
+  compiled = steps_lib.compile_steps(model, optimizer(), mesh)
+  params = jax.device_put(random_params(model), compiled.param_shardings)
+  with jax.set_mesh(mesh):
+    grad_fn = jax.jit(jax.grad(lambda p, c, t: jnp.mean(steps_lib.token_nll(model, mesh, p, c, t))),
+                      out_shardings=compiled.param_shardings)
+    grads = grad_fn(params, *(steps_lib.put_batch(mesh, x) for x in batch(0)))
+    state = compiled.state_from_params(params)
+    losses = []
+    for step in range(3):
+      state, metrics = compiled.train(state, *(steps_lib.put_batch(mesh, x) for x in batch(step)))
+      losses.append(float(metrics['loss']))
+  np.testing.assert_allclose(losses, dense_reference['losses'], rtol=1e-5)
+  for k, g in dense_reference['grads'].items():
+    assert rel_err(grads[k], g) <= 1e-5, (k, rel_err(grads[k], g))
+  for k, p in dense_reference['params'].items():
+    assert rel_err(state.params[k], p) <= 1e-5, (k, rel_err(state.params[k], p))
+    if k in model_lib.VOCAB_SHARDED:  # padded columns got no gradient (nor decay of a nonzero value)
+      np.testing.assert_array_equal(np.asarray(state.params[k])[..., VOCAB:], 0)
+
+
+@pytest.mark.parametrize('shape', [(1, 8), (2, 4)], ids=lambda s: f'mesh{s[0]}x{s[1]}')
+@pytest.mark.parametrize('vocab', [64, 61, 57])
+def test_vocab_parallel_softmax_equals_dense(shape, vocab):
+  model, mesh = small_model(vocab_size=vocab), mesh_of(shape)
+  params = random_params(model, seed=3)
+  contexts, targets = batch(7)
+  targets = targets % vocab
+  targets[:3] = [0, vocab - 1, vocab // 2]  # first, last and a middle shard own a target
+  feats = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
+  _, out = model_lib.split_params(params)
+  logits = model_lib.mask_padding(model_lib.output_block_logits(feats, out), 0, vocab)
+
+  def sharded(f, o):
+    return jnp.sum(vocab_softmax.token_nll(f, o, targets, mesh=mesh, vocab_size=vocab) * jnp.arange(1.0, BATCH + 1))
+
+  def dense(f, o):
+    lg = model_lib.mask_padding(model_lib.output_block_logits(f, o), 0, vocab)
+    return jnp.sum(vocab_softmax.dense_token_nll(lg, targets) * jnp.arange(1.0, BATCH + 1))
+
+  with jax.set_mesh(mesh):
+    nll = jax.jit(lambda f, o: vocab_softmax.token_nll(f, o, targets, mesh=mesh, vocab_size=vocab))(feats, out)
+    g_sharded = jax.jit(jax.grad(sharded, argnums=(0, 1)))(feats, out)
+  np.testing.assert_allclose(np.asarray(nll), np.asarray(vocab_softmax.dense_token_nll(logits, targets)), rtol=1e-5)
+  g_dense = jax.grad(dense, argnums=(0, 1))(feats, out)
+  for a, b in zip(jax.tree.leaves(g_sharded), jax.tree.leaves(g_dense)):
+    assert rel_err(a, b) <= 1e-5
+  for k, g in g_sharded[1].items():  # no gradient reaches a padded column
+    np.testing.assert_array_equal(np.asarray(g)[..., vocab:], 0)
+
+
+def all_gather_shapes(hlo_text: str) -> list[list[int]]:
+  """Result shapes of every all-gather in an HLO module's text."""
+  shapes = []
+  for line in hlo_text.splitlines():
+    m = re.search(r'=\s*\(?\s*[a-z0-9]+\[([0-9,]*)\][^=]*?\ball-gather(-start)?\(', line)
+    if m:
+      shapes.append([int(d) for d in m.group(1).split(',') if d])
+  return shapes
+
+
+def test_train_step_never_gathers_the_vocabulary():
+  vocab, mesh = 997, mesh_of((2, 4))  # pads to 1000: a size no other dimension has
+  model = small_model(vocab_size=vocab)
+  compiled = steps_lib.compile_steps(model, optimizer(), mesh)
+  contexts, targets = batch(0)
+  with jax.set_mesh(mesh):
+    state = compiled.init()
+    hlo = compiled.train.lower(state, steps_lib.put_batch(mesh, contexts), steps_lib.put_batch(mesh, targets % vocab)
+                               ).compile().as_text()
+    assert 'all-reduce' in hlo  # the pmax/psum of the softmax are there
+    assert not [s for s in all_gather_shapes(hlo) if {vocab, 1000} & set(s)], all_gather_shapes(hlo)
+    # the detector does find a gather of the full logits when one is asked for
+    gather = jax.jit(lambda p, c: model.apply({'params': p}, c), out_shardings=sharding.replicated(mesh))
+    gathered = gather.lower(state.params, steps_lib.put_batch(mesh, contexts)).compile().as_text()
+  assert [s for s in all_gather_shapes(gathered) if 1000 in s]
+
+
+def test_output_layer_bytes_split_over_the_model_axis():
+  mesh = mesh_of((2, 4))
+  model = small_model(vocab_size=997)
+  compiled = steps_lib.compile_steps(model, optimizer(), mesh)
+  with jax.set_mesh(mesh):
+    state = compiled.init()
+  for name in model_lib.VOCAB_SHARDED:
+    array = state.params[name]
+    per_device = {}
+    for shard in array.addressable_shards:
+      per_device[shard.device] = per_device.get(shard.device, 0) + shard.data.nbytes
+    assert len(per_device) == 8
+    assert set(per_device.values()) == {array.nbytes // 4}, (name, per_device)  # 1000 / 4 columns each
+  assert state.params['C'].addressable_shards[0].data.nbytes == state.params['C'].nbytes  # replicated
+
+
+def test_bad_mesh_and_batch_shapes_are_one_line_errors():
+  with pytest.raises(UserError, match=r'does not fit 8 devices'):
+    sharding.make_mesh(_mesh(3, -1))
+  with pytest.raises(UserError, match='train.batch_size=12 is not divisible by mesh.data=8'):
+    sharding.check_divisibility(mesh_of((8, 1)), 12, 64, 64)
+  with pytest.raises(UserError, match='vocab_pad_multiple'):
+    sharding.check_divisibility(mesh_of((1, 8)), 16, 64, 60)
+  assert dict(sharding.make_mesh(_mesh(-1, 2)).shape) == {'data': 4, 'model': 2}
+
+
+def _mesh(data, model):
+  config = base_config().mesh
+  config.data, config.model = data, model
+  return config
+
+
+def test_checkpoint_moves_between_meshes(tmp_path):
+  files = corpora.write_markov_corpus(str(tmp_path))
+  config = corpora.tiny_config(files, max_steps=30, eval_every=30)
+  config.mesh.data, config.mesh.model = 2, 4
+  workdir = str(tmp_path / 'run')
+  results = train.train_and_evaluate(config, workdir)
+  ppl = {}
+  for shape in [(1, 1), (8, 1), (2, 4), (4, 2)]:
+    nll = train.evaluate_workdir(workdir, splits=('valid',), mesh=shape, devices=jax.devices()[:shape[0] * shape[1]])
+    ppl[shape] = train.perplexity(nll['valid'])
+  for shape, value in ppl.items():
+    assert abs(value - results['valid_ppl']) <= 1e-6 * results['valid_ppl'], (shape, value, results['valid_ppl'])
