@@ -1,0 +1,88 @@
+"""Shared benchmark pieces: Brown-shaped random batches, a compiled train step, timing, reporting."""
+
+import json
+import resource
+import statistics
+import time
+
+import jax
+import numpy as np
+
+from nplm_jax import model as model_lib
+from nplm_jax import optim
+from nplm_jax import steps as steps_lib
+from nplm_jax.config import base_config
+
+BROWN_VOCAB = 17_905
+
+
+def load_config(path_and_variant: str, overrides: list[str]):
+  """An experiment config (`experiments/brown.py:mlp1`) with `key.sub=value` overrides applied."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  path, _, variant = path_and_variant.partition(':')
+  spec = importlib.util.spec_from_file_location('experiment_config', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.get_config(variant)
+  for item in overrides:
+    key, _, value = item.partition('=')
+    section, name = key.split('.', 1)
+    current = config[section][name]
+    config[section][name] = type(current)(value) if not isinstance(current, bool) else value.lower() in ('1', 'true')
+  return config
+
+
+def random_batches(vocab: int, context: int, batch: int, count: int, seed: int = 0):
+  rng = np.random.default_rng(seed)
+  return [(rng.integers(0, vocab, size=(batch, context)).astype(np.int32),
+           rng.integers(0, vocab, size=batch).astype(np.int32)) for _ in range(count)]
+
+
+def median_seconds(fn, repeats: int) -> float:
+  """Median wall time of `fn()` (which must block until its work is done) over `repeats` calls."""
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+def train_flops_per_token(vocab: int, n: int, m: int, h: int, direct: bool) -> float:
+  """Forward + backward of the output layer: 3 matmuls of 2 |V| K FLOPs, K = h + (n-1)m."""
+  k = h + ((n - 1) * m if direct else 0)
+  return 6.0 * vocab * k
+
+
+def eval_flops_per_token(vocab: int, n: int, m: int, h: int, direct: bool) -> float:
+  return train_flops_per_token(vocab, n, m, h, direct) / 3.0
+
+
+def peak_rss_mib() -> float:
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def memory_mib(compiled) -> dict:
+  """Per-device memory of a compiled step from XLA's memory analysis."""
+  stats = compiled.memory_analysis()
+  if stats is None:
+    return {}
+  mib = lambda x: round(x / 2**20, 2)
+  return {'arguments_mib': mib(stats.argument_size_in_bytes), 'outputs_mib': mib(stats.output_size_in_bytes),
+          'temp_mib': mib(stats.temp_size_in_bytes), 'aliased_mib': mib(stats.alias_size_in_bytes)}
+
+
+def emit(record: dict) -> None:
+  print(json.dumps(record), flush=True)
+
+
+def build_train_step(config, vocab: int, mesh):
+  """(compiled steps, fresh state) for `config`'s model over a vocabulary of `vocab` words."""
+  model = model_lib.from_config(config.model, vocab)
+  optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size)
+  compiled = steps_lib.compile_steps(model, optimizer, mesh)
+  with jax.set_mesh(mesh):
+    state = compiled.init()
+  return model, compiled, state
+
+

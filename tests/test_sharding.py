@@ -1,0 +1,46 @@
+"""Mesh shapes, partition specs and the multi-host switch (single process; 8-device checks live in
+tests/parallel_checks.py)."""
+
+import pytest
+from jax.sharding import PartitionSpec as P
+import jax
+
+from nplm_jax import distributed
+from nplm_jax import sharding
+from nplm_jax.errors import UserError
+
+
+@pytest.mark.parametrize('data,model,devices,expected', [
+    (-1, 1, 8, (8, 1)), (1, -1, 8, (1, 8)), (2, 4, 8, (2, 4)), (-1, 2, 8, (4, 2)), (-1, 1, 1, (1, 1))])
+def test_mesh_shape_fills_minus_one(data, model, devices, expected):
+  assert sharding.mesh_shape(data, model, devices) == expected
+
+
+@pytest.mark.parametrize('data,model,devices', [(3, 2, 8), (-1, 3, 8), (-1, -1, 8), (0, 1, 1), (2, 2, 8)])
+def test_bad_mesh_shape_is_a_one_line_error(data, model, devices):
+  with pytest.raises(UserError) as e:
+    sharding.mesh_shape(data, model, devices)
+  assert '\n' not in str(e.value) and 'mesh' in str(e.value)
+
+
+def test_specs_follow_parameter_names_in_params_and_optimizer_state():
+  key = jax.tree_util.DictKey
+  attr = jax.tree_util.GetAttrKey
+  assert sharding.spec_for((attr('params'), key('U'))) == P(None, 'model')
+  assert sharding.spec_for((attr('params'), key('b'))) == P('model')
+  assert sharding.spec_for((attr('opt_state'), attr('mu'), key('W'))) == P(None, 'model')
+  assert sharding.spec_for((attr('params'), key('C'))) == P()
+  assert sharding.spec_for((attr('step'),)) == P()
+
+
+@pytest.mark.parametrize('mode,environ,expected', [
+    ('auto', {}, False), ('auto', {'SLURM_NTASKS': '1'}, False), ('auto', {'SLURM_NTASKS': '4'}, True),
+    ('auto', {'JAX_COORDINATOR_ADDRESS': 'host:1234'}, True), ('auto', {'TPU_WORKER_HOSTNAMES': 'a,b'}, True),
+    ('yes', {}, True), ('no', {'SLURM_NTASKS': '4'}, False)])
+def test_distributed_initialize_only_when_asked(mode, environ, expected):
+  assert distributed.wanted(mode, environ) is expected
+
+
+def test_distributed_bad_mode():
+  with pytest.raises(UserError, match="distributed.initialize='maybe'"):
+    distributed.wanted('maybe', {})
