@@ -45,8 +45,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.log_every = 500
 
   c.mesh = ml_collections.ConfigDict()
-  c.mesh.data = -1  # -1: fill from the device count
-  c.mesh.model = 1
+  # -1 fills one axis from the device count; both -1: all devices on 'model' on CPU, on 'data' on
+  # accelerators (README, Parallelism).
+  c.mesh.data = -1
+  c.mesh.model = -1
+  c.mesh.cpu_devices = -1  # host devices for the CPU backend; -1 = one per core (a power of 2, <= 8)
 
   c.distributed = ml_collections.ConfigDict()
   c.distributed.initialize = 'auto'  # 'auto' (cluster variables decide) | 'yes' | 'no'

@@ -9,6 +9,7 @@ from absl import logging
 from ml_collections import config_flags
 
 from nplm_jax import distributed
+from nplm_jax import sharding
 from nplm_jax import train
 from nplm_jax.errors import UserError
 
@@ -48,6 +49,7 @@ def main(argv):
   if not FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO; progress is printed
   try:
+    sharding.configure_host_devices(FLAGS.config.mesh)  # before anything starts JAX's backends
     distributed.maybe_initialize(FLAGS.config)
     train.train_and_evaluate(FLAGS.config, FLAGS.workdir)
   except UserError as e:

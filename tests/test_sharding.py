@@ -7,6 +7,7 @@ import jax
 
 from nplm_jax import distributed
 from nplm_jax import sharding
+from nplm_jax.config import base_config
 from nplm_jax.errors import UserError
 
 
@@ -16,7 +17,29 @@ def test_mesh_shape_fills_minus_one(data, model, devices, expected):
   assert sharding.mesh_shape(data, model, devices) == expected
 
 
-@pytest.mark.parametrize('data,model,devices', [(3, 2, 8), (-1, 3, 8), (-1, -1, 8), (0, 1, 1), (2, 2, 8)])
+def test_auto_mesh_splits_the_vocabulary_on_cpu_and_the_batch_on_accelerators():
+  assert sharding.mesh_shape(-1, -1, 2, 'cpu') == (1, 2)
+  assert sharding.mesh_shape(-1, -1, 8, 'gpu') == (8, 1)
+  assert sharding.mesh_shape(-1, -1, 4, 'tpu') == (4, 1)
+
+
+@pytest.mark.parametrize('requested,cores,expected', [(-1, 2, 2), (-1, 1, 1), (-1, 6, 4), (-1, 64, 8), (3, 2, 3), (0, 8, 0)])
+def test_host_device_count(requested, cores, expected):
+  assert sharding.host_device_count(requested, cores) == expected
+
+
+def test_configure_host_devices_keeps_an_explicit_count():
+  mesh = base_config().mesh
+  environ = {'XLA_FLAGS': '--xla_force_host_platform_device_count=8'}
+  sharding.configure_host_devices(mesh, environ)
+  assert environ['XLA_FLAGS'] == '--xla_force_host_platform_device_count=8'
+  environ = {}
+  mesh.cpu_devices = 2
+  sharding.configure_host_devices(mesh, environ)
+  assert environ['XLA_FLAGS'] == '--xla_force_host_platform_device_count=2'
+
+
+@pytest.mark.parametrize('data,model,devices', [(3, 2, 8), (-1, 3, 8), (0, 1, 1), (2, 2, 8)])
 def test_bad_mesh_shape_is_a_one_line_error(data, model, devices):
   with pytest.raises(UserError) as e:
     sharding.mesh_shape(data, model, devices)
