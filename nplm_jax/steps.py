@@ -5,6 +5,7 @@ targets) -> per-token NLL` are plain functions of arrays; `compile_steps` jits t
 explicit in/out shardings and a donated train state.
 """
 
+import collections
 import dataclasses
 from typing import Any, Callable
 
@@ -88,6 +89,24 @@ def compile_steps(model: model_lib.NPLM, optimizer: optax.GradientTransformation
   return CompiledSteps(init=jax.jit(init_state, out_shardings=state_sh), state_from_params=from_params,
                        train=train, eval=evaluate,
                        state_shardings=state_sh, abstract_state=abstract, mesh=mesh)
+
+
+class BoundedDispatch:
+  """Keeps at most `depth` steps queued on the devices.
+
+  Dispatch is asynchronous, so the host prepares the next batch while the devices compute. An
+  unbounded queue of multi-device executions can deadlock XLA's CPU collectives (two host devices
+  waiting in different steps' all-reduces); two in flight keep the overlap without that risk.
+  """
+
+  def __init__(self, depth: int = 2):
+    self._depth, self._pending = depth, collections.deque()
+
+  def push(self, result):
+    self._pending.append(result)
+    if len(self._pending) > self._depth:
+      jax.block_until_ready(self._pending.popleft())
+    return result
 
 
 def put_batch(mesh: Mesh, array):

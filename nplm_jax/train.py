@@ -86,13 +86,14 @@ def split_nll(steps: steps_lib.CompiledSteps, params, stream: data_lib.TokenStre
               batch_size: int) -> np.ndarray:
   """Exactly normalised -log P of every token of a split, in stream order (float64).
 
-  Batches stay on the device until the end, so the host prepares the next batch while the
-  device computes; only one [batch, |V| / model] block of logits exists at a time per device.
+  Results stay on the device until the end and dispatch runs ahead (boundedly), so the host
+  prepares the next batch while the device computes; only a few [batch, |V| / model] logit
+  blocks exist at a time per device.
   """
-  pending, weights = [], []
+  pending, weights, in_flight = [], [], steps_lib.BoundedDispatch()
   for contexts, targets, w in stream.eval_batches(split, batch_size):
-    pending.append(steps.eval(params, steps_lib.put_batch(steps.mesh, contexts),
-                              steps_lib.put_batch(steps.mesh, targets)))
+    pending.append(in_flight.push(steps.eval(params, steps_lib.put_batch(steps.mesh, contexts),
+                                             steps_lib.put_batch(steps.mesh, targets))))
     weights.append(w)
   nll = np.concatenate([np.asarray(x, np.float64) for x in jax.device_get(pending)])
   return nll[np.concatenate(weights) > 0]
@@ -230,8 +231,10 @@ def _train_loop(run: Run, state, meta, checkpoints, writer):
   segment_start = time.time()
   wall_before = meta['wall_seconds']
   progress = metrics_lib.Progress(step, plan['total'], config.train.batch_size)
+  in_flight = steps_lib.BoundedDispatch()
   while step < plan['total'] and not meta['stopped_early']:
     state, metrics = run.steps.train(state, *run.train_batch(step))
+    in_flight.push(metrics)  # not the state: it is donated to the next step
     step += 1
     if step % config.train.log_every == 0 or step == plan['total']:
       loss = float(metrics['loss'])
