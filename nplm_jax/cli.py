@@ -1,0 +1,32 @@
+"""Command-line parsing shared by the entry points: bad flags become one line, not a traceback."""
+
+import re
+import sys
+
+from absl import flags
+
+FLAGS = flags.FLAGS
+
+
+def flag_error_line(error: Exception, argv: list[str]) -> str:
+  """One line for a bad command line: an unknown --config.* key, a bad value or a missing flag."""
+  if isinstance(error, (AttributeError, KeyError)):
+    key = str(error).strip('"\'')
+    bad = [a.split('=')[0] for a in argv if a.startswith('--config.') and re.search(rf'\.{re.escape(key)}\b', a)]
+    where = bad[0] if bad else key
+    return (f'{where} is not a config key; check its spelling against the config file '
+            '(keys: nplm_jax/config.py)')
+  lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+  detail = lines[-1] if lines else type(error).__name__  # config_flags puts the cause last
+  config_arg = next((a for a in argv if a.startswith('--config=')), '--config')
+  return f'{config_arg}: {detail}' if isinstance(error, OSError) or 'config file' in str(error) else detail
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  try:
+    rest = FLAGS(argv)
+    if 'config' in FLAGS:
+      FLAGS.config.get('seed')  # config_flags defers loading errors to the first use
+    return rest
+  except Exception as e:  # pylint: disable=broad-except  # any parse failure is the user's input
+    sys.exit(f'error: {flag_error_line(e, argv)}')
