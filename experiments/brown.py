@@ -1,6 +1,10 @@
-"""Brown corpus, Bengio et al. (2003) Table 1. Variants: brown.py:mlp1 (default) ... brown.py:mlp9.
+"""Brown corpus, Bengio et al. (2003) Table 1. Variants: brown.py:mlp1 (default) ... brown.py:mlp10.
 
 python -m nplm_jax.main --config=experiments/brown.py:mlp1 --workdir=runs/brown_mlp1
+
+Even rows are the odd row's network mixed 0.5/0.5 with the interpolated trigram (config.mix);
+the mixture of a finished odd-row run needs no retraining: python -m nplm_jax.mix --workdir=...
+Sweeps (python -m launch.sweep --config=experiments/brown.py --sweep=NAME): see get_sweep.
 """
 
 from nplm_jax.config import base_config
@@ -15,11 +19,39 @@ VARIANTS = {
 }
 
 
+MIXTURES = {f'mlp{k + 1}': f'mlp{k}' for k in (1, 3, 5, 7, 9)}  # mlp2 = mlp1 + trigram, ...
+
+
 def get_config(variant: str = 'mlp1'):
   variant = variant or 'mlp1'
-  if variant not in VARIANTS:
-    raise ValueError(f'unknown Brown variant {variant!r}; use one of {", ".join(VARIANTS)}')
+  if variant not in VARIANTS and variant not in MIXTURES:
+    raise ValueError(f'unknown Brown variant {variant!r}; use one of mlp1 ... mlp10')
   config = base_config()
   config.data.corpus = 'brown'
-  config.model.update(VARIANTS[variant])
+  config.model.update(VARIANTS[MIXTURES.get(variant, variant)])
+  config.mix.enabled = variant in MIXTURES
   return config
+
+
+def get_sweep(name: str):
+  """Named sweeps for launch/sweep.py: lists of points (name, kind, config, overrides or n-gram args)."""
+  if name == 'table1':
+    # Five trainings give all ten MLP rows: each even row's run also reports its network alone.
+    points = [dict(name=f'mlp{k + 1}', kind='train', config=f'experiments/brown.py:mlp{k + 1}')
+              for k in (1, 3, 5, 7, 9)]
+    points.append(dict(name='interpolated_3', kind='ngram', config='experiments/brown.py', order=3,
+                       smoothing='interpolated'))
+    points += [dict(name=f'kneser_ney_{n}', kind='ngram', config='experiments/brown.py', order=n,
+                    smoothing='kneser_ney') for n in (3, 4, 5)]
+    return points
+  if name == 'ablation_h':
+    return [dict(name=f'h{h}', kind='train', config='experiments/brown.py:mlp1', overrides={'model.h': h})
+            for h in (0, 25, 50, 100)]
+  if name == 'ablation_n':
+    return [dict(name=f'n{n}', kind='train', config='experiments/brown.py:mlp1', overrides={'model.n': n})
+            for n in (2, 3, 4, 5, 6)]
+  if name == 'ablation_optimizer':
+    return [dict(name='paper_sgd', kind='train', config='experiments/brown.py:mlp1'),
+            dict(name='adamw', kind='train', config='experiments/brown.py:mlp1',
+                 overrides={'optimizer.name': 'adamw', 'train.batch_size': 256})]
+  raise ValueError(f"unknown Brown sweep {name!r}; use 'table1', 'ablation_h', 'ablation_n' or 'ablation_optimizer'")

@@ -17,3 +17,15 @@ def get_config(arg: str = ''):
   config.data.vocab_scope = 'train'
   config.model.update(n=5, h=100, m=60, direct=True)
   return config
+
+
+def get_sweep(name: str):
+  """PTB beside Mikolov et al.: n-gram baselines, and the network with its KN5 mixture."""
+  ngrams = [dict(name=f'kneser_ney_{n}', kind='ngram', config='experiments/ptb.py', order=n, smoothing='kneser_ney')
+            for n in (3, 5)]
+  if name == 'ngrams':
+    return ngrams
+  if name == 'table':
+    return ngrams + [dict(name='nplm_kn5_mix', kind='train', config='experiments/ptb.py',
+                          overrides={'mix.enabled': True, 'mix.ngram_order': 5, 'mix.smoothing': 'kneser_ney'})]
+  raise ValueError(f"unknown PTB sweep {name!r}; use 'ngrams' or 'table'")

@@ -4,6 +4,7 @@ import re
 import sys
 
 from absl import flags
+from absl import logging
 
 FLAGS = flags.FLAGS
 
@@ -27,6 +28,8 @@ def parse_flags(argv: list[str]) -> list[str]:
     rest = FLAGS(argv)
     if 'config' in FLAGS:
       FLAGS.config.get('seed')  # config_flags defers loading errors to the first use
-    return rest
   except Exception as e:  # pylint: disable=broad-except  # any parse failure is the user's input
     sys.exit(f'error: {flag_error_line(e, argv)}')
+  if not FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO; progress is printed
+  return rest

@@ -44,6 +44,12 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.checkpoint_every = -1  # steps; -1 = at every evaluation
   c.train.log_every = 500
 
+  c.mix = ml_collections.ConfigDict()  # the paper's network + n-gram mixture rows
+  c.mix.enabled = False
+  c.mix.ngram_order = 3
+  c.mix.smoothing = 'interpolated'  # 'interpolated' (the paper's) | 'kneser_ney'
+  c.mix.weight = 0.5  # the network's weight; a weight fitted on validation is reported too
+
   c.mesh = ml_collections.ConfigDict()
   # -1 fills one axis from the device count; both -1: all devices on 'model' on CPU, on 'data' on
   # accelerators (README, Parallelism).

@@ -4,7 +4,6 @@ import sys
 
 from absl import app
 from absl import flags
-from absl import logging
 from ml_collections import config_flags
 
 from nplm_jax import cli
@@ -23,8 +22,6 @@ flags.mark_flags_as_required(['config', 'workdir'])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
-  if not FLAGS['verbosity'].present:
-    logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO; progress is printed
   try:
     sharding.configure_host_devices(FLAGS.config.mesh)  # before anything starts JAX's backends
     distributed.maybe_initialize(FLAGS.config)

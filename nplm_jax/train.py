@@ -12,6 +12,7 @@ import numpy as np
 from nplm_jax import checkpoint as ckpt_lib
 from nplm_jax import data as data_lib
 from nplm_jax import metrics as metrics_lib
+from nplm_jax import mix as mix_lib
 from nplm_jax import model as model_lib
 from nplm_jax import optim
 from nplm_jax import sharding
@@ -19,7 +20,7 @@ from nplm_jax import steps as steps_lib
 from nplm_jax.errors import UserError
 
 # Config sections that must match for a workdir's checkpoint to be resumed.
-RESUME_KEYS = ('seed', 'data', 'model', 'optimizer')
+RESUME_KEYS = ('seed', 'data', 'model', 'optimizer')  # mix, train.num_epochs etc. may change
 
 
 def validate_config(config) -> None:
@@ -182,6 +183,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       'history': meta['history'],
       'config': json.loads(config.to_json_best_effort()),
   }
+  if config.mix.enabled:
+    results.update(mix_lib.mixture_results(run.corpus, {'valid': valid_nll, 'test': test_nll}, config.mix))
+    metrics_lib.log(f'mixture with {results["mix_ngram"]}: valid ppl {results["mix_valid_ppl"]:.2f}, test ppl '
+                    f'{results["mix_test_ppl"]:.2f} (weight {config.mix.weight}); fitted weight '
+                    f'{results["mix_fitted_weight"]:.3f}: test ppl {results["mix_fitted_test_ppl"]:.2f}')
   with open(os.path.join(workdir, 'results.json'), 'w', encoding='utf-8') as f:
     json.dump(results, f, indent=2)
   metrics_lib.log(f'done: valid ppl {results["valid_ppl"]:.2f}, test ppl {results["test_ppl"]:.2f} '

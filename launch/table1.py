@@ -1,0 +1,74 @@
+"""Bengio et al. (2003) Table 1 (Brown) beside our numbers, from a table1 sweep's workdirs.
+
+python -m launch.table1 --root=runs/table1      (after python -m launch.sweep ... --sweep=table1)
+
+A row whose run has not finished is shown as such. An even (mixture) row comes from its run's
+mix_* results; its odd row is the same run's network alone.
+"""
+
+import argparse
+import json
+import os
+
+# (row, n, h, m, direct, mix, paper valid, paper test), from the paper's Table 1.
+PAPER = [
+    ('MLP1', 5, 50, 60, 'yes', 'no', 284, 268), ('MLP2', 5, 50, 60, 'yes', 'yes', 275, 257),
+    ('MLP3', 5, 0, 60, 'yes', 'no', 327, 310), ('MLP4', 5, 0, 60, 'yes', 'yes', 286, 272),
+    ('MLP5', 5, 50, 30, 'yes', 'no', 296, 279), ('MLP6', 5, 50, 30, 'yes', 'yes', 273, 259),
+    ('MLP7', 3, 50, 30, 'yes', 'no', 309, 293), ('MLP8', 3, 50, 30, 'yes', 'yes', 284, 270),
+    ('MLP9', 5, 100, 30, 'no', 'no', 280, 276), ('MLP10', 5, 100, 30, 'no', 'yes', 265, 252),
+    ('Del. Int. trigram', 3, '', '', '', '', 352, 336),
+    ('Kneser-Ney back-off, n=3', 3, '', '', '', '', 334, 323),
+    ('Kneser-Ney back-off, n=4', 4, '', '', '', '', 332, 321),
+    ('Kneser-Ney back-off, n=5', 5, '', '', '', '', 332, 321),
+]
+SOURCES = {'Del. Int. trigram': 'interpolated_3', 'Kneser-Ney back-off, n=3': 'kneser_ney_3',
+           'Kneser-Ney back-off, n=4': 'kneser_ney_4', 'Kneser-Ney back-off, n=5': 'kneser_ney_5'}
+
+
+def load(root: str, name: str) -> dict | None:
+  merged = None
+  for filename in ('results.json', 'mix_results.json'):
+    path = os.path.join(root, name, filename)
+    if os.path.exists(path):
+      with open(path, encoding='utf-8') as f:
+        merged = {**(merged or {}), **json.load(f)}
+  return merged
+
+
+def our_numbers(root: str, row: str):
+  """(valid, test, note) for a paper row, or None if its run has no results."""
+  if row in SOURCES:
+    r = load(root, SOURCES[row])
+    return (r['valid_ppl'], r['test_ppl'], 'interpolated modified KN' if 'Kneser' in row else '') if r else None
+  k = int(row[3:])
+  r = load(root, f'mlp{k + (k % 2)}') or (load(root, f'mlp{k}') if k % 2 else None)
+  if not r:
+    return None
+  epochs = f'{r.get("epochs", 0):.1f} epochs' if 'epochs' in r else ''
+  if k % 2:
+    return r['valid_ppl'], r['test_ppl'], epochs
+  if 'mix_valid_ppl' not in r:
+    return None
+  return r['mix_valid_ppl'], r['mix_test_ppl'], f'fitted weight {r["mix_fitted_weight"]:.2f}: test {r["mix_fitted_test_ppl"]:.1f}'
+
+
+def render(root: str) -> str:
+  lines = ['| model | n | h | m | direct | mix | paper valid | paper test | ours valid | ours test | note |',
+           '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |']
+  for row, n, h, m, direct, mix, pv, pt in PAPER:
+    ours = our_numbers(root, row)
+    cells = [f'{ours[0]:.1f}', f'{ours[1]:.1f}', ours[2]] if ours else ['not run', 'not run', '']
+    lines.append(f'| {row} | {n} | {h} | {m} | {direct} | {mix} | {pv} | {pt} | ' + ' | '.join(cells) + ' |')
+  return '\n'.join(lines) + '\n'
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--root', required=True)
+  args = parser.parse_args()
+  print(render(args.root), end='')
+
+
+if __name__ == '__main__':
+  main()

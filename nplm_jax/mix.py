@@ -1,0 +1,64 @@
+"""The paper's mixture: the network's probabilities averaged with an interpolated trigram's.
+
+Inside training (`config.mix.enabled`), or on a finished workdir without retraining:
+python -m nplm_jax.mix --workdir=runs/brown_mlp1   (writes WORKDIR/mix_results.json)
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+
+from nplm_jax import data as data_lib
+from nplm_jax import ngram
+from nplm_jax.errors import UserError
+
+
+def mixture_results(corpus: data_lib.Corpus, network_nll: dict, mix_config) -> dict:
+  """Perplexities of the n-gram alone and of its mixture with the network, fixed and fitted weight.
+
+  `network_nll` maps 'valid' and 'test' to the network's per-token -log P, in stream order.
+  """
+  model = ngram.build(corpus, mix_config.ngram_order, mix_config.smoothing)
+  p_ngram = {s: model.token_probs(s) for s in ('valid', 'test')}
+  p_net = {s: np.exp(-network_nll[s]) for s in ('valid', 'test')}
+  fitted = ngram.fit_mixture_weight(p_net['valid'], p_ngram['valid'])
+  out = {'mix_ngram': f'{mix_config.smoothing}_{mix_config.ngram_order}', 'mix_weight': mix_config.weight,
+         'mix_fitted_weight': fitted}
+  for s in ('valid', 'test'):
+    out[f'ngram_{s}_ppl'] = ngram.perplexity(p_ngram[s])
+    out[f'mix_{s}_ppl'] = ngram.perplexity(ngram.mixture_probs(p_net[s], p_ngram[s], mix_config.weight))
+    out[f'mix_fitted_{s}_ppl'] = ngram.perplexity(ngram.mixture_probs(p_net[s], p_ngram[s], fitted))
+  return out
+
+
+def main(argv):
+  del argv
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from nplm_jax import sharding, train  # pylint: disable=g-import-not-at-top
+  cli = flags.FLAGS
+  try:
+    config = train.load_config(cli.workdir)
+    sharding.configure_host_devices(config.mesh)
+    mix_config = config.mix
+    mix_config.update(ngram_order=cli.order, smoothing=cli.smoothing, weight=cli.weight)
+    nll = train.evaluate_workdir(cli.workdir)
+    results = mixture_results(data_lib.load_corpus(config.data), nll, mix_config)
+  except UserError as e:
+    sys.exit(f'error: {e}')
+  results.update(valid_ppl=ngram.perplexity(np.exp(-nll['valid'])), test_ppl=ngram.perplexity(np.exp(-nll['test'])))
+  print(json.dumps(results), flush=True)
+  with open(os.path.join(cli.workdir, 'mix_results.json'), 'w', encoding='utf-8') as f:
+    json.dump(results, f, indent=2)
+
+
+if __name__ == '__main__':
+  from absl import app, flags  # pylint: disable=g-import-not-at-top
+  from nplm_jax import cli as cli_lib  # pylint: disable=g-import-not-at-top
+  flags.DEFINE_string('workdir', None, 'A finished training workdir (with best/ and config.json).')
+  flags.DEFINE_integer('order', 3, 'n-gram order of the mixed-in model.')
+  flags.DEFINE_enum('smoothing', 'interpolated', list(ngram.SMOOTHINGS), 'its smoothing.')
+  flags.DEFINE_float('weight', 0.5, "the network's fixed weight (a fitted weight is reported too).")
+  flags.mark_flag_as_required('workdir')
+  app.run(main, flags_parser=cli_lib.parse_flags)

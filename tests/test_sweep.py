@@ -1,0 +1,55 @@
+"""The sweep runner: points in their own workdirs, finished ones skipped on re-run, tables."""
+
+import csv
+import os
+
+import pytest
+
+from launch import sweep
+
+
+def tiny_grid_args(files, root, extra=()):
+  data = [f'--set=data.{s}_file={files[s]}' for s in ('train', 'valid', 'test')]
+  return ['--config=experiments/text.py:tiny', '--grid=model.h=0,8', f'--root={root}', '--parallel=2',
+          '--set=train.num_epochs=1', *data, *extra]
+
+
+def test_grid_runs_resumes_and_tabulates(tiny_files, tmp_path, capsys):
+  root = str(tmp_path / 'sweep')
+  assert sweep.main(tiny_grid_args(tiny_files, root)) == 0
+  out = capsys.readouterr().out
+  assert out.count(': done') == 2 and '2/2 points have results' in out
+  with open(os.path.join(root, 'results.csv'), encoding='utf-8') as f:
+    rows = list(csv.DictReader(f))
+  assert [r['name'] for r in rows] == ['h0', 'h8'] and [r['h'] for r in rows] == ['0', '8']
+  assert all(float(r['valid_ppl']) > 1 for r in rows)
+  markdown = open(os.path.join(root, 'results.md'), encoding='utf-8').read()
+  assert markdown.startswith('| name |') and '| h8 |' in markdown
+  stamp = os.path.getmtime(os.path.join(root, 'h0', 'results.json'))
+  assert sweep.main(tiny_grid_args(tiny_files, root)) == 0  # re-run: nothing retrained
+  assert capsys.readouterr().out.count('skipped (finished before)') == 2
+  assert os.path.getmtime(os.path.join(root, 'h0', 'results.json')) == stamp
+
+
+def test_a_failing_point_is_reported_and_the_rest_still_tabulated(tiny_files, tmp_path, capsys):
+  root = str(tmp_path / 'sweep')
+  args = tiny_grid_args(tiny_files, root)
+  args[1] = '--grid=model.n=1,3'  # n=1 is rejected by training
+  assert sweep.main(args) == 1
+  out = capsys.readouterr().out
+  assert 'n1: failed' in out and 'model.n=1' in out and '1/2 points have results' in out
+
+
+def test_named_sweep_of_ngram_points(ptb_dir, tmp_path, capsys, monkeypatch):
+  monkeypatch.setenv('PTB_DIR', ptb_dir)
+  root = str(tmp_path / 'ptb')
+  assert sweep.main(['--config=experiments/ptb.py', '--sweep=ngrams', f'--root={root}', '--parallel=2']) == 0
+  rows = list(csv.DictReader(open(os.path.join(root, 'results.csv'), encoding='utf-8')))
+  assert {r['name'] for r in rows} == {'kneser_ney_3', 'kneser_ney_5'}
+
+
+@pytest.mark.parametrize('grid', ['model.h', 'h=1,2', 'model.h='])
+def test_bad_grid_is_one_line(grid, tmp_path, capsys):
+  assert sweep.main(['--config=experiments/brown.py:mlp1', f'--grid={grid}', f'--root={tmp_path}']) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith('error: --grid part') and '\n' not in err
