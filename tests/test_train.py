@@ -120,7 +120,7 @@ def test_cli_end_to_end_writes_results(tiny_files, tmp_path):
 
 @pytest.mark.parametrize('args,env,match', [
     (['--config=experiments/brown.py', '--config.model.hh=3'], {}, '--config.model.hh is not a config key'),
-    (['--config=experiments/brown.py:mlp2'], {}, "unknown Brown variant 'mlp2'"),
+    (['--config=experiments/brown.py:mlp11'], {}, "unknown Brown variant 'mlp11'"),
     (['--config=experiments/brown.py'], {'NLTK_DATA': '/nonexistent'}, 'Brown corpus was not found'),
     (['--config=experiments/ptb.py', '--config.data.path=/nonexistent'], {}, 'data.path'),
     (['--config=experiments/brown.py', '--config.model.n=1'], {}, 'model.n=1'),
