@@ -34,6 +34,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.optimizer.b1 = 0.9  # adamw
   c.optimizer.b2 = 0.999  # adamw
 
+  c.loss = ml_collections.ConfigDict()  # training loss; evaluation is always the exact softmax
+  c.loss.name = 'softmax'  # 'softmax' (exact) | 'sampled_softmax' | 'nce'
+  c.loss.num_samples = 100  # noise words per step (shared by the batch): cost ~ k instead of |V|
+  c.loss.noise_power = 1.0  # noise distribution: unigram ** power, renormalised
+
   c.train = ml_collections.ConfigDict()
   c.train.batch_size = 128
   c.train.num_epochs = 40

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.sharding import Mesh
 
@@ -34,9 +35,28 @@ def token_nll(model: model_lib.NPLM, mesh: Mesh, params, contexts, targets):
   return vocab_softmax.token_nll(feats, out, targets, mesh=mesh, vocab_size=model.vocab_size)
 
 
-def train_step(state: TrainState, contexts, targets, *, model, mesh, optimizer):
+@dataclasses.dataclass(frozen=True)
+class SampledLoss:
+  """Training with a sampled output layer instead of the exact softmax (evaluation stays exact)."""
+  kind: str  # 'sampled_softmax' | 'nce'
+  num_samples: int
+  log_noise: Any  # [|V|] log probabilities of the noise distribution
+  seed: int
+
+
+def sampled_loss(model, mesh, loss: SampledLoss, params, contexts, targets, step):
+  key = jax.random.fold_in(jax.random.PRNGKey(loss.seed), step)  # a function of the step: resumable
+  samples = jax.random.categorical(key, loss.log_noise, shape=(loss.num_samples,))
+  feats = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
+  _, out = model_lib.split_params(params)
+  return vocab_softmax.sampled_token_loss(feats, out, targets, samples, loss.log_noise, mesh=mesh, kind=loss.kind)
+
+
+def train_step(state: TrainState, contexts, targets, *, model, mesh, optimizer, loss=None):
   def loss_fn(params):
-    return jnp.mean(token_nll(model, mesh, params, contexts, targets))
+    if loss is None:
+      return jnp.mean(token_nll(model, mesh, params, contexts, targets))
+    return jnp.mean(sampled_loss(model, mesh, loss, params, contexts, targets, state.step))
 
   loss, grads = jax.value_and_grad(loss_fn)(state.params)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
@@ -68,7 +88,7 @@ class CompiledSteps:
 
 
 def compile_steps(model: model_lib.NPLM, optimizer: optax.GradientTransformation, mesh: Mesh,
-                  unigram_counts=None) -> CompiledSteps:
+                  unigram_counts=None, loss: SampledLoss | None = None) -> CompiledSteps:
   """Jitted init/train/eval with explicit shardings; parameters are born sharded."""
   def init_state():
     params = model_lib.init_params(model, unigram_counts)
@@ -77,7 +97,7 @@ def compile_steps(model: model_lib.NPLM, optimizer: optax.GradientTransformation
   abstract = jax.eval_shape(init_state)
   state_sh = sharding.tree_shardings(mesh, abstract)
   ctx_sh, tgt_sh = sharding.batch_sharding(mesh, 2), sharding.batch_sharding(mesh, 1)
-  train = jax.jit(lambda s, c, t: train_step(s, c, t, model=model, mesh=mesh, optimizer=optimizer),
+  train = jax.jit(lambda s, c, t: train_step(s, c, t, model=model, mesh=mesh, optimizer=optimizer, loss=loss),
                   in_shardings=(state_sh, ctx_sh, tgt_sh),
                   out_shardings=(state_sh, sharding.replicated(mesh)), donate_argnums=0)
   # Per-token NLLs come back replicated (B scalars) so every host of a multi-host job can read them.
@@ -107,6 +127,16 @@ class BoundedDispatch:
     if len(self._pending) > self._depth:
       jax.block_until_ready(self._pending.popleft())
     return result
+
+
+def make_sampled_loss(loss_config, unigram_counts, seed: int) -> SampledLoss | None:
+  """None for the exact softmax; else the sampled loss with a unigram**power noise distribution."""
+  if loss_config.name == 'softmax':
+    return None
+  counts = np.asarray(unigram_counts, np.float64) + 0.5  # every word can be drawn
+  weights = counts ** loss_config.noise_power
+  return SampledLoss(kind=loss_config.name, num_samples=loss_config.num_samples,
+                     log_noise=jnp.asarray(np.log(weights / weights.sum()), jnp.float32), seed=seed)
 
 
 def put_batch(mesh: Mesh, array):

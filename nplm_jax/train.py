@@ -20,7 +20,7 @@ from nplm_jax import steps as steps_lib
 from nplm_jax.errors import UserError
 
 # Config sections that must match for a workdir's checkpoint to be resumed.
-RESUME_KEYS = ('seed', 'data', 'model', 'optimizer')  # mix, train.num_epochs etc. may change
+RESUME_KEYS = ('seed', 'data', 'model', 'optimizer', 'loss')  # mix, train.num_epochs etc. may change
 
 
 def validate_config(config) -> None:
@@ -40,6 +40,10 @@ def validate_config(config) -> None:
   if not config.model.h and not config.model.direct:
     raise UserError('model.h=0 with model.direct=False leaves no path from the context to the output; '
                     'set --config.model.h > 0 or --config.model.direct=True')
+  if config.loss.name not in ('softmax', 'sampled_softmax', 'nce'):
+    raise UserError(f"loss.name={config.loss.name!r} is unknown; use 'softmax', 'sampled_softmax' or 'nce'")
+  if config.loss.name != 'softmax' and config.loss.num_samples < 1:
+    raise UserError(f'loss.num_samples={config.loss.num_samples} is invalid; use at least 1 noise sample')
   if config.optimizer.name not in ('paper_sgd', 'adamw'):
     raise UserError(f"optimizer.name={config.optimizer.name!r} is unknown; use 'paper_sgd' or 'adamw'")
 
@@ -122,7 +126,8 @@ class Run:
     self.plan = steps_plan(config, self.stream.num_examples('train'))
     counts = self.corpus.unigram_counts('train') if config.model.unigram_bias_init else None
     self.optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size)
-    self.steps = steps_lib.compile_steps(self.model, self.optimizer, self.mesh, counts)
+    sampled = steps_lib.make_sampled_loss(config.loss, self.corpus.unigram_counts('train'), config.seed)
+    self.steps = steps_lib.compile_steps(self.model, self.optimizer, self.mesh, counts, sampled)
     self.num_parameters = model_lib.num_parameters(self.corpus.vocab_size, config.model.n, config.model.m,
                                                    config.model.h, config.model.direct)
     metrics_lib.log(f'model: {self.num_parameters:,} parameters (|V| padded to '

@@ -45,3 +45,60 @@ def dense_token_nll(logits, targets):
   """The reference: -log_softmax(logits)[target] on the full logits."""
   log_p = jax.nn.log_softmax(logits, axis=-1)
   return -jnp.take_along_axis(log_p, targets[:, None], axis=-1)[:, 0]
+
+
+def _owned_columns(ids, first, block):
+  local = ids - first
+  return (local >= 0) & (local < block), jnp.clip(local, 0, block - 1)
+
+
+def _block_sampled_logits(feats, out, targets, samples):
+  """Logits of each example's target [B] and of the shared noise samples [B, k], from all shards.
+
+  Each shard scores only the columns it owns; a psum of per-example scalars combines them.
+  """
+  block = out['b'].shape[-1]
+  first = lax.axis_index('model') * block
+  t_owned, t_idx = _owned_columns(targets, first, block)
+  s_owned, s_idx = _owned_columns(samples, first, block)
+  target_logit = out['b'][t_idx]
+  sample_logits = jnp.broadcast_to(out['b'][s_idx], (targets.shape[0], samples.shape[0]))
+  for name, f in feats.items():
+    target_logit = target_logit + jnp.einsum('bk,kb->b', f, out[name][:, t_idx])
+    sample_logits = sample_logits + f @ out[name][:, s_idx]
+  target_logit = lax.psum(jnp.where(t_owned, target_logit, 0.0), 'model')
+  sample_logits = lax.psum(jnp.where(s_owned[None, :], sample_logits, 0.0), 'model')
+  return target_logit, sample_logits
+
+
+def sampled_loss_from_logits(kind, target_logit, sample_logits, targets, samples, log_q):
+  """Per-example sampled loss; `log_q` holds log noise probabilities over the vocabulary.
+
+  sampled_softmax: importance-sampled softmax over {target} + samples, logits corrected by
+  -log(k q(w)), samples equal to the target removed. nce: noise-contrastive estimation with k
+  noise words per example and the network's logits taken as self-normalised log-probabilities.
+  """
+  k = samples.shape[0]
+  log_kq_t = jnp.log(k) + log_q[targets]
+  log_kq_s = jnp.log(k) + log_q[samples]
+  if kind == 'sampled_softmax':
+    t = target_logit - log_kq_t
+    s = jnp.where(samples[None, :] == targets[:, None], -jnp.inf, sample_logits - log_kq_s[None, :])
+    return jax.nn.logsumexp(jnp.concatenate([t[:, None], s], axis=1), axis=1) - t
+  if kind == 'nce':
+    return jax.nn.softplus(-(target_logit - log_kq_t)) + jnp.sum(
+        jax.nn.softplus(sample_logits - log_kq_s[None, :]), axis=1)
+  raise ValueError(f'unknown sampled loss {kind!r}')
+
+
+def sampled_token_loss(feats, out, targets, samples, log_q, *, mesh, kind):
+  """A sampled training loss per example, batch on 'data', vocabulary on 'model'.
+
+  Costs O(B k) output-layer work instead of O(B |V|); `samples` [k] are shared by the batch.
+  """
+  feat_specs = {k: P('data', None) for k in feats}
+  out_specs = {k: (P('model') if k == 'b' else P(None, 'model')) for k in out}
+  logits = jax.shard_map(_block_sampled_logits, mesh=mesh,
+                         in_specs=(feat_specs, out_specs, P('data'), P()), out_specs=(P('data'), P('data', None)))
+  target_logit, sample_logits = logits(feats, out, targets, samples)
+  return sampled_loss_from_logits(kind, target_logit, sample_logits, targets, samples, log_q)

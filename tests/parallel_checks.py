@@ -202,3 +202,31 @@ def test_checkpoint_moves_between_meshes(tmp_path):
     ppl[shape] = train.perplexity(nll['valid'])
   for shape, value in ppl.items():
     assert abs(value - results['valid_ppl']) <= 1e-6 * results['valid_ppl'], (shape, value, results['valid_ppl'])
+
+
+@pytest.mark.parametrize('shape', [(1, 1), (1, 8), (2, 4)], ids=lambda s: f'mesh{s[0]}x{s[1]}')
+@pytest.mark.parametrize('kind', ['sampled_softmax', 'nce'])
+def test_sampled_losses_match_dense(shape, kind):
+  model, mesh = small_model(), mesh_of(shape)
+  params = random_params(model, seed=5)
+  contexts, targets = batch(11)
+  samples = jnp.asarray(np.random.default_rng(2).integers(0, VOCAB, size=9).astype(np.int32))
+  samples = samples.at[0].set(targets[0])  # an accidental hit
+  log_q = jnp.log(jnp.full((VOCAB,), 1.0 / VOCAB))
+  feats = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
+  _, out = model_lib.split_params(params)
+
+  def sharded(f, o):
+    return jnp.mean(vocab_softmax.sampled_token_loss(f, o, targets, samples, log_q, mesh=mesh, kind=kind))
+
+  def dense(f, o):
+    logits = model_lib.output_block_logits(f, o)
+    return jnp.mean(vocab_softmax.sampled_loss_from_logits(
+        kind, jnp.take_along_axis(logits, targets[:, None], axis=1)[:, 0], logits[:, samples], targets, samples, log_q))
+
+  with jax.set_mesh(mesh):
+    value, grads = jax.jit(jax.value_and_grad(sharded, argnums=(0, 1)))(feats, out)
+  ref_value, ref_grads = jax.value_and_grad(dense, argnums=(0, 1))(feats, out)
+  np.testing.assert_allclose(float(value), float(ref_value), rtol=1e-5)
+  for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads)):
+    assert rel_err(a, b) <= 1e-5

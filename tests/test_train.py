@@ -36,6 +36,15 @@ def test_training_beats_the_unigram_model(tiny_files, tiny_config, tmp_path):
   assert results['valid_tokens'] == data.text_corpus(tiny_files).num_tokens('valid')
 
 
+@pytest.mark.parametrize('loss', ['sampled_softmax', 'nce'])
+def test_sampled_training_learns_and_evaluates_exactly(tiny_files, tiny_config, tmp_path, loss):
+  tiny_config.loss.update(name=loss, num_samples=10)
+  tiny_config.train.num_epochs = 4
+  results = train.train_and_evaluate(tiny_config, str(tmp_path))
+  assert results['valid_ppl'] < 0.6 * unigram_valid_ppl(tiny_files)
+  assert results['config']['loss']['name'] == loss
+
+
 def final_params(workdir):
   manager = ocp.CheckpointManager(os.path.join(workdir, 'checkpoints'))
   restored = manager.restore(manager.latest_step(), args=ocp.args.Composite(state=ocp.args.StandardRestore()))
