@@ -80,7 +80,8 @@ def build_train_step(config, vocab: int, mesh):
   """(compiled steps, fresh state) for `config`'s model over a vocabulary of `vocab` words."""
   model = model_lib.from_config(config.model, vocab)
   optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size)
-  compiled = steps_lib.compile_steps(model, optimizer, mesh)
+  sampled = steps_lib.make_sampled_loss(config.loss, np.ones(vocab), config.seed)  # uniform noise: random data
+  compiled = steps_lib.compile_steps(model, optimizer, mesh, loss=sampled)
   with jax.set_mesh(mesh):
     state = compiled.init()
   return model, compiled, state

@@ -1,0 +1,56 @@
+"""Smoke tests: the benchmark scripts run from a clean clone on tiny shapes and print their JSON."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ['--vocab=61', '--batch_sizes=8,16', '--steps=2', '--repeats=1']
+
+
+def run(script, *args):
+  proc = subprocess.run([sys.executable, os.path.join('benchmarks', script), *args], cwd=REPO,
+                        capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{')]
+
+
+def require_torch():
+  if importlib.util.find_spec('torch') is None:
+    message = 'torch is not installed: pip install -r benchmarks/requirements.txt'
+    if os.environ.get('CI'):
+      pytest.fail(message)  # CI installs it; a skip there would hide a broken benchmark
+    pytest.skip(message)
+
+
+def test_throughput_prints_one_json_line_per_batch_size():
+  rows = run('throughput.py', '--config=experiments/brown.py:mlp1', '--config.model.m=4', '--config.model.h=6', *TINY)
+  assert [r['batch_size'] for r in rows] == [8, 16]
+  for r in rows:
+    assert r['train_tokens_per_sec'] > 0 and r['eval_tokens_per_sec'] > 0 and r['peak_gflops'] > 0 and r['gflops'] > 0
+
+
+def test_throughput_with_sampled_softmax():
+  rows = run('throughput.py', '--config=experiments/brown.py:mlp1', '--config.model.m=4', '--config.model.h=6',
+             '--config.loss.name=sampled_softmax', '--config.loss.num_samples=5', *TINY)
+  assert len(rows) == 2
+
+
+def test_parallel_step_benchmark():
+  rows = run('parallel_step.py', '--meshes=1x1,1x4,4x1', '--devices=4', '--batch_size=8', '--vocab=61', '--steps=2',
+             '--repeats=1', 'model.m=4', 'model.h=6')
+  assert [r['mesh'] for r in rows] == ['1x1', '1x4', '4x1']
+  sharded = {r['mesh']: r['output_layer_mib_per_device'] for r in rows}
+  assert sharded['1x4'] < sharded['1x1'] == sharded['4x1']
+
+
+def test_torch_reference_and_compare():
+  require_torch()
+  rows = run('torch_reference.py', '--m=4', '--h=6', *TINY)
+  assert [r['batch_size'] for r in rows] == [8, 16] and all(r['train_tokens_per_sec'] > 0 for r in rows)
+  rows = run('compare.py', '--rounds=1', '--m=4', '--h=6', *TINY)
+  assert [r['batch_size'] for r in rows] == [8, 16] and all(r['train_ratio'] > 0 for r in rows)
