@@ -24,6 +24,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.h = 50  # hidden units; 0 = none
   c.model.direct = True  # direct connections W from the features to the output
   c.model.vocab_pad_multiple = 8  # the vocabulary axis splits over mesh.model sizes dividing this
+  c.model.compute_dtype = 'float32'  # output-layer matmuls: 'float32' | 'bfloat16' (GPU/TPU); f32 softmax
   c.model.unigram_bias_init = True  # b starts at the log unigram distribution of train
 
   c.optimizer = ml_collections.ConfigDict()

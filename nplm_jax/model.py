@@ -38,6 +38,7 @@ class NPLM(nn.Module):
   hidden_dim: int  # h; 0 means no hidden layer
   direct: bool  # direct connections W from x to the output
   vocab_pad_multiple: int = 1
+  compute_dtype: str = 'float32'  # of the output layer's matmuls ('bfloat16' for accelerators)
 
   @property
   def padded_vocab_size(self) -> int:
@@ -75,11 +76,20 @@ class NPLM(nn.Module):
 
 
 def output_block_logits(feats: dict[str, jax.Array], out: dict[str, jax.Array]) -> jax.Array:
-  """b + W x + U a for whatever block of the vocabulary `out` holds."""
+  """b + W x + U a for whatever block of the vocabulary `out` holds; float32 whatever the inputs."""
   logits = out['b']
   for name, f in feats.items():
-    logits = logits + f @ out[name]
+    logits = logits + jnp.matmul(f, out[name], preferred_element_type=jnp.float32)
   return logits
+
+
+def cast_for_compute(model: 'NPLM', feats: dict[str, jax.Array], out: dict[str, jax.Array]):
+  """Features and output weights in the compute dtype; the bias (and so the logits) stay float32."""
+  if model.compute_dtype == 'float32':
+    return feats, out
+  dtype = jnp.dtype(model.compute_dtype)
+  return ({k: v.astype(dtype) for k, v in feats.items()},
+          {k: (v if k == 'b' else v.astype(dtype)) for k, v in out.items()})
 
 
 def mask_padding(logits: jax.Array, first_column: jax.Array | int, vocab_size: int) -> jax.Array:
@@ -97,7 +107,7 @@ def split_params(params: dict[str, jax.Array]):
 def from_config(model_config, vocab_size: int) -> NPLM:
   return NPLM(vocab_size=vocab_size, context_size=model_config.n - 1, embed_dim=model_config.m,
               hidden_dim=model_config.h, direct=model_config.direct,
-              vocab_pad_multiple=model_config.vocab_pad_multiple)
+              vocab_pad_multiple=model_config.vocab_pad_multiple, compute_dtype=model_config.compute_dtype)
 
 
 def init_params(model: NPLM, unigram_counts: Optional[jax.Array] = None) -> dict[str, jax.Array]:

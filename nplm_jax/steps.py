@@ -31,7 +31,7 @@ class TrainState:
 def token_nll(model: model_lib.NPLM, mesh: Mesh, params, contexts, targets):
   """-log P(target | context) per example, with the vocabulary-parallel softmax."""
   feats = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
-  _, out = model_lib.split_params(params)
+  feats, out = model_lib.cast_for_compute(model, feats, model_lib.split_params(params)[1])
   return vocab_softmax.token_nll(feats, out, targets, mesh=mesh, vocab_size=model.vocab_size)
 
 
@@ -48,7 +48,7 @@ def sampled_loss(model, mesh, loss: SampledLoss, params, contexts, targets, step
   key = jax.random.fold_in(jax.random.PRNGKey(loss.seed), step)  # a function of the step: resumable
   samples = jax.random.categorical(key, loss.log_noise, shape=(loss.num_samples,))
   feats = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
-  _, out = model_lib.split_params(params)
+  feats, out = model_lib.cast_for_compute(model, feats, model_lib.split_params(params)[1])
   return vocab_softmax.sampled_token_loss(feats, out, targets, samples, loss.log_noise, mesh=mesh, kind=loss.kind)
 
 

@@ -40,6 +40,8 @@ def validate_config(config) -> None:
   if not config.model.h and not config.model.direct:
     raise UserError('model.h=0 with model.direct=False leaves no path from the context to the output; '
                     'set --config.model.h > 0 or --config.model.direct=True')
+  if config.model.compute_dtype not in ('float32', 'bfloat16'):
+    raise UserError(f"model.compute_dtype={config.model.compute_dtype!r} is unknown; use 'float32' or 'bfloat16'")
   if config.loss.name not in ('softmax', 'sampled_softmax', 'nce'):
     raise UserError(f"loss.name={config.loss.name!r} is unknown; use 'softmax', 'sampled_softmax' or 'nce'")
   if config.loss.name != 'softmax' and config.loss.num_samples < 1:

@@ -64,8 +64,8 @@ def _block_sampled_logits(feats, out, targets, samples):
   target_logit = out['b'][t_idx]
   sample_logits = jnp.broadcast_to(out['b'][s_idx], (targets.shape[0], samples.shape[0]))
   for name, f in feats.items():
-    target_logit = target_logit + jnp.einsum('bk,kb->b', f, out[name][:, t_idx])
-    sample_logits = sample_logits + f @ out[name][:, s_idx]
+    target_logit = target_logit + jnp.einsum('bk,kb->b', f, out[name][:, t_idx], preferred_element_type=jnp.float32)
+    sample_logits = sample_logits + jnp.matmul(f, out[name][:, s_idx], preferred_element_type=jnp.float32)
   target_logit = lax.psum(jnp.where(t_owned, target_logit, 0.0), 'model')
   sample_logits = lax.psum(jnp.where(s_owned[None, :], sample_logits, 0.0), 'model')
   return target_logit, sample_logits

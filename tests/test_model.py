@@ -71,3 +71,18 @@ def test_single_device_vocab_softmax_equals_dense_log_softmax():
   np.testing.assert_allclose(np.asarray(sharded), np.asarray(dense), rtol=1e-5)
   expected = numpy_reference.token_nll(jax.tree.map(np.asarray, params), contexts, targets, vocab_size=50)
   np.testing.assert_allclose(np.asarray(sharded), expected, rtol=1e-5)
+
+
+def test_bfloat16_compute_stays_close_to_float32():
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top,reimported
+  from nplm_jax import steps  # pylint: disable=g-import-not-at-top
+  model = model_lib.NPLM(vocab_size=50, context_size=2, embed_dim=8, hidden_dim=16, direct=True, vocab_pad_multiple=8)
+  params = random_params(model)
+  contexts = np.random.default_rng(5).integers(0, 50, size=(32, 2)).astype(np.int32)
+  targets = np.random.default_rng(6).integers(0, 50, size=(32,)).astype(np.int32)
+  mesh = jax.make_mesh((1, 1), ('data', 'model'), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  f32 = steps.token_nll(model, mesh, params, contexts, targets)
+  bf16 = steps.token_nll(model.clone(compute_dtype='bfloat16'), mesh, params, contexts, targets)
+  assert bf16.dtype == jnp.float32
+  np.testing.assert_allclose(np.asarray(bf16), np.asarray(f32), rtol=3e-2, atol=3e-2)
+  assert not np.array_equal(np.asarray(bf16), np.asarray(f32))  # the option really changes the compute

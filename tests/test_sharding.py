@@ -67,3 +67,18 @@ def test_distributed_initialize_only_when_asked(mode, environ, expected):
 def test_distributed_bad_mode():
   with pytest.raises(UserError, match="distributed.initialize='maybe'"):
     distributed.wanted('maybe', {})
+
+
+def test_bounded_dispatch_keeps_at_most_depth_results_pending():
+  from nplm_jax import steps  # pylint: disable=g-import-not-at-top
+
+  class Result:
+    ready = 0
+
+    def block_until_ready(self):
+      Result.ready += 1
+      return self
+
+  in_flight = steps.BoundedDispatch(depth=2)
+  results = [in_flight.push(Result()) for _ in range(5)]
+  assert len(results) == 5 and Result.ready == 3  # every push beyond the second waited for the oldest
