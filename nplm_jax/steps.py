@@ -41,12 +41,23 @@ class SampledLoss:
   kind: str  # 'sampled_softmax' | 'nce'
   num_samples: int
   log_noise: Any  # [|V|] log probabilities of the noise distribution
+  noise_cdf: Any  # [|V|] its cumulative distribution, for inverse-CDF sampling
   seed: int
 
 
+def draw_noise(loss: SampledLoss, step) -> jax.Array:
+  """The step's k noise words; a function of (seed, step), so a resumed run draws the same ones.
+
+  Inverse-CDF sampling, k uniforms and a binary search: categorical() would draw k x |V| Gumbels,
+  which on a CPU cost more than the sampled output layer itself.
+  """
+  key = jax.random.fold_in(jax.random.PRNGKey(loss.seed), step)
+  uniforms = jax.random.uniform(key, (loss.num_samples,), maxval=loss.noise_cdf[-1])
+  return jnp.minimum(jnp.searchsorted(loss.noise_cdf, uniforms, side='right'), loss.noise_cdf.shape[0] - 1)
+
+
 def sampled_loss(model, mesh, loss: SampledLoss, params, contexts, targets, step):
-  key = jax.random.fold_in(jax.random.PRNGKey(loss.seed), step)  # a function of the step: resumable
-  samples = jax.random.categorical(key, loss.log_noise, shape=(loss.num_samples,))
+  samples = draw_noise(loss, step)
   feats = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
   feats, out = model_lib.cast_for_compute(model, feats, model_lib.split_params(params)[1])
   return vocab_softmax.sampled_token_loss(feats, out, targets, samples, loss.log_noise, mesh=mesh, kind=loss.kind)
@@ -135,8 +146,10 @@ def make_sampled_loss(loss_config, unigram_counts, seed: int) -> SampledLoss | N
     return None
   counts = np.asarray(unigram_counts, np.float64) + 0.5  # every word can be drawn
   weights = counts ** loss_config.noise_power
+  probs = weights / weights.sum()
   return SampledLoss(kind=loss_config.name, num_samples=loss_config.num_samples,
-                     log_noise=jnp.asarray(np.log(weights / weights.sum()), jnp.float32), seed=seed)
+                     log_noise=jnp.asarray(np.log(probs), jnp.float32),
+                     noise_cdf=jnp.asarray(np.cumsum(probs), jnp.float32), seed=seed)
 
 
 def put_batch(mesh: Mesh, array):

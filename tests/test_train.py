@@ -141,3 +141,18 @@ def test_cli_bad_input_is_one_line(tmp_path, args, env, match):
   lines = proc.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith('error: ') and match in lines[0], proc.stderr
   assert os.listdir(tmp_path) == ['keep.txt']
+
+
+def test_noise_samples_follow_the_unigram_power_distribution():
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from nplm_jax import steps  # pylint: disable=g-import-not-at-top
+  counts = np.array([1000, 300, 100, 0, 50]) - 0.5  # make_sampled_loss adds 0.5 to every count
+  config = ml_collections.ConfigDict(dict(name='nce', num_samples=200_000, noise_power=0.75))
+  loss = steps.make_sampled_loss(config, counts, seed=0)
+  expected = (counts + 0.5) ** 0.75 / np.sum((counts + 0.5) ** 0.75)
+  np.testing.assert_allclose(np.exp(np.asarray(loss.log_noise)), expected, rtol=1e-5)
+  samples = np.asarray(steps.draw_noise(loss, step=3))
+  frequencies = np.bincount(samples, minlength=5) / samples.size
+  np.testing.assert_allclose(frequencies, expected, atol=4e-3)
+  assert not np.array_equal(samples[:100], np.asarray(steps.draw_noise(loss, step=4))[:100])
+  np.testing.assert_array_equal(samples, np.asarray(steps.draw_noise(loss, step=3)))
