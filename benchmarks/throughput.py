@@ -61,12 +61,12 @@ def measure(config, batch_size: int) -> dict:
       in_flight = steps_lib.BoundedDispatch()
       for b in batches:
         in_flight.push(compiled.eval(holder[0].params, *b))
-      jax.block_until_ready(in_flight.push(compiled.eval(holder[0].params, *batches[0])))
+      in_flight.drain()
 
     train_steps()  # warm-up
     eval_steps()
     train_s = common.median_seconds(train_steps, FLAGS.repeats) / FLAGS.steps
-    eval_s = common.median_seconds(eval_steps, FLAGS.repeats) / (FLAGS.steps + 1)
+    eval_s = common.median_seconds(eval_steps, FLAGS.repeats) / FLAGS.steps
 
   # The practical peak: [B, K] x [K, |V|] in fp32 on the same mesh, vocabulary split on 'model'
   # as the step splits it, and on one device; the better of the two.
@@ -79,8 +79,8 @@ def measure(config, batch_size: int) -> dict:
   peaks = []
   for fn, args in ((matmul, (a, w)), (single, (a1, w1))):  # outside set_mesh: one is single-device
     jax.block_until_ready(fn(*args))
-    seconds = common.median_seconds(lambda: jax.block_until_ready([fn(*args) for _ in range(FLAGS.steps)][-1]),
-                                    FLAGS.repeats) / FLAGS.steps
+    seconds = common.median_seconds(lambda: jax.block_until_ready([fn(*args) for _ in range(FLAGS.steps)]),
+                                    FLAGS.repeats) / FLAGS.steps  # all of them: they may finish out of order
     peaks.append(2.0 * batch_size * k * model.padded_vocab_size / seconds / 1e9)
   train_tps, eval_tps = batch_size / train_s, batch_size / eval_s
   return {'batch_size': batch_size, 'train_tokens_per_sec': round(train_tps, 1),

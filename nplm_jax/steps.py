@@ -139,6 +139,11 @@ class BoundedDispatch:
       jax.block_until_ready(self._pending.popleft())
     return result
 
+  def drain(self) -> None:
+    """Waits for everything still queued (independent executions can finish out of order)."""
+    while self._pending:
+      jax.block_until_ready(self._pending.popleft())
+
 
 def make_sampled_loss(loss_config, unigram_counts, seed: int) -> SampledLoss | None:
   """None for the exact softmax; else the sampled loss with a unigram**power noise distribution."""

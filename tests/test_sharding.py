@@ -82,3 +82,5 @@ def test_bounded_dispatch_keeps_at_most_depth_results_pending():
   in_flight = steps.BoundedDispatch(depth=2)
   results = [in_flight.push(Result()) for _ in range(5)]
   assert len(results) == 5 and Result.ready == 3  # every push beyond the second waited for the oldest
+  in_flight.drain()
+  assert Result.ready == 5
