@@ -72,9 +72,20 @@ def check_resumable(workdir: str, config) -> None:
     saved = json.load(f)
   current = json.loads(config.to_json_best_effort())
   for key in RESUME_KEYS:
-    if saved.get(key) != current.get(key):
-      raise UserError(f'--workdir={workdir!r} holds a run with a different config.{key}; '
+    changed = _changed_keys(saved.get(key), current.get(key), key)
+    if changed:
+      raise UserError(f'--workdir={workdir!r} holds a run with a different config.{changed[0]}; '
                       'use a new --workdir (nothing in this one was changed)')
+
+
+def _changed_keys(saved, current, prefix: str) -> list[str]:
+  """Keys whose value differs, over the keys the saved config has: keys that newer code added
+  (at defaults that keep the old behaviour) do not block resuming an older run."""
+  if saved is None:
+    return []
+  if isinstance(saved, dict) and isinstance(current, dict):
+    return [k for name in saved for k in _changed_keys(saved[name], current.get(name), f'{prefix}.{name}')]
+  return [] if saved == current else [prefix]
 
 
 def steps_plan(config, train_examples: int) -> dict:

@@ -75,7 +75,7 @@ def test_resume_refuses_a_different_model(tiny_config, tmp_path):
   train.train_and_evaluate(tiny_config, str(tmp_path))
   before = sorted(os.listdir(tmp_path))
   tiny_config.model.h = 17
-  with pytest.raises(UserError, match='different config.model'):
+  with pytest.raises(UserError, match='different config.model.h'):
     train.train_and_evaluate(tiny_config, str(tmp_path))
   assert sorted(os.listdir(tmp_path)) == before
 
@@ -156,3 +156,15 @@ def test_noise_samples_follow_the_unigram_power_distribution():
   np.testing.assert_allclose(frequencies, expected, atol=4e-3)
   assert not np.array_equal(samples[:100], np.asarray(steps.draw_noise(loss, step=4))[:100])
   np.testing.assert_array_equal(samples, np.asarray(steps.draw_noise(loss, step=3)))
+
+
+def test_keys_added_by_newer_code_do_not_block_resuming(tiny_config, tmp_path):
+  saved = json.loads(tiny_config.to_json_best_effort())
+  del saved['loss'], saved['model']['compute_dtype']  # as written before these keys existed
+  (tmp_path / 'config.json').write_text(json.dumps(saved))
+  train.check_resumable(str(tmp_path), tiny_config)  # no error
+  tiny_config.model.compute_dtype = 'bfloat16'  # but a change to a key the old run had still counts
+  saved['model']['m'] = 99
+  (tmp_path / 'config.json').write_text(json.dumps(saved))
+  with pytest.raises(UserError, match='config.model.m'):
+    train.check_resumable(str(tmp_path), tiny_config)
