@@ -37,6 +37,10 @@ def validate_config(config) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < least:
       raise UserError(f'{name}={value!r} is invalid: it must be an integer >= {least} ({why}); '
                       f'set --config.{name}=<value>')
+  chunk = config.train.chunk_size
+  if chunk < 0 or (chunk and config.train.batch_size % chunk):
+    raise UserError(f'train.chunk_size={chunk} must be 0 (off) or divide train.batch_size='
+                    f'{config.train.batch_size}; e.g. --config.train.chunk_size=128')
   if not config.model.h and not config.model.direct:
     raise UserError('model.h=0 with model.direct=False leaves no path from the context to the output; '
                     'set --config.model.h > 0 or --config.model.direct=True')
@@ -140,7 +144,8 @@ class Run:
     counts = self.corpus.unigram_counts('train') if config.model.unigram_bias_init else None
     self.optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size)
     sampled = steps_lib.make_sampled_loss(config.loss, self.corpus.unigram_counts('train'), config.seed)
-    self.steps = steps_lib.compile_steps(self.model, self.optimizer, self.mesh, counts, sampled)
+    self.steps = steps_lib.compile_steps(self.model, self.optimizer, self.mesh, counts, sampled,
+                                         config.train.chunk_size)
     self.num_parameters = model_lib.num_parameters(self.corpus.vocab_size, config.model.n, config.model.m,
                                                    config.model.h, config.model.direct)
     metrics_lib.log(f'model: {self.num_parameters:,} parameters (|V| padded to '

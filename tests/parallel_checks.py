@@ -78,10 +78,11 @@ def dense_reference():
   return {'losses': losses, 'grads': grads_first, 'params': params}
 
 
-@pytest.mark.parametrize('shape', MESHES, ids=lambda s: f'mesh{s[0]}x{s[1]}')
-def test_sharded_training_matches_dense(shape, dense_reference):
+@pytest.mark.parametrize('shape,chunk', [(s, 0) for s in MESHES] + [((1, 1), 4), ((2, 4), 8)],
+                         ids=lambda x: f'mesh{x[0]}x{x[1]}' if isinstance(x, tuple) else f'chunk{x}')
+def test_sharded_training_matches_dense(shape, chunk, dense_reference):
   model, mesh = small_model(), mesh_of(shape)
-  compiled = steps_lib.compile_steps(model, optimizer(), mesh)
+  compiled = steps_lib.compile_steps(model, optimizer(), mesh, chunk_size=chunk)
   params = jax.device_put(random_params(model), compiled.param_shardings)
   with jax.set_mesh(mesh):
     grad_fn = jax.jit(jax.grad(lambda p, c, t: jnp.mean(steps_lib.token_nll(model, mesh, p, c, t))),
