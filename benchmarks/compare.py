@@ -34,6 +34,7 @@ def main():
   parser.add_argument('--n', type=int, default=5)
   parser.add_argument('--m', type=int, default=60)
   parser.add_argument('--h', type=int, default=50)
+  parser.add_argument('--chunk_size', type=int, default=0, help="nplm_jax's train.chunk_size")
   args = parser.parse_args()
   common = [f'--steps={args.steps}', f'--repeats={args.repeats}', f'--batch_sizes={args.batch_sizes}',
             f'--vocab={args.vocab}']
@@ -41,7 +42,8 @@ def main():
   runs = {'jax': [], 'torch': []}
   for r in range(args.rounds):
     runs['jax'] += json_lines([sys.executable, os.path.join(HERE, 'throughput.py'), '--config=experiments/brown.py:mlp1',
-                               *common, *(f'--config.model.{k}={v}' for k, v in shape.items())])
+                               *common, *(f'--config.model.{k}={v}' for k, v in shape.items()),
+                               f'--config.train.chunk_size={args.chunk_size}'])
     runs['torch'] += json_lines([sys.executable, os.path.join(HERE, 'torch_reference.py'), *common,
                                  *(f'--{k}={v}' for k, v in shape.items())])
     print(f'round {r + 1}/{args.rounds} done', file=sys.stderr, flush=True)

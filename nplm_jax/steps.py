@@ -64,19 +64,19 @@ def sampled_loss(model, mesh, loss: SampledLoss, params, contexts, targets, step
   return vocab_softmax.sampled_token_loss(feats, out, targets, samples, loss.log_noise, mesh=mesh, kind=loss.kind)
 
 
-def chunked_mean(per_example, contexts, targets, chunk_size: int):
-  """mean(per_example(contexts, targets)), computed `chunk_size` examples at a time.
+def chunked_map(per_example, contexts, targets, chunk_size: int):
+  """per_example(contexts, targets) [batch], computed `chunk_size` examples at a time.
 
   On a CPU a [chunk, |V|] block of logits stays in cache where a [batch, |V|] one does not: 1.2x
-  at batch 1024 on 2 cores. Chunk i takes examples i, i + n, i + 2n, ... so each chunk keeps the
-  batch's 'data' sharding.
+  for training at batch 1024 on 2 cores. Chunk i takes examples i, i + n, i + 2n, ... so each
+  chunk keeps the batch's 'data' sharding; the result comes back in the batch's order.
   """
   batch = targets.shape[0]
   if not chunk_size or chunk_size >= batch:
-    return jnp.mean(per_example(contexts, targets))
+    return per_example(contexts, targets)
   n = batch // chunk_size
   chunks = (contexts.reshape(chunk_size, n, -1).swapaxes(0, 1), targets.reshape(chunk_size, n).swapaxes(0, 1))
-  return jnp.sum(jax.lax.map(lambda ct: jnp.sum(per_example(*ct)), chunks)) / batch
+  return jax.lax.map(lambda ct: per_example(*ct), chunks).swapaxes(0, 1).reshape(batch)
 
 
 def train_step(state: TrainState, contexts, targets, *, model, mesh, optimizer, loss=None, chunk_size=0):
@@ -85,7 +85,7 @@ def train_step(state: TrainState, contexts, targets, *, model, mesh, optimizer, 
       per_example = functools.partial(token_nll, model, mesh, params)
     else:
       per_example = lambda c, t: sampled_loss(model, mesh, loss, params, c, t, state.step)
-    return chunked_mean(per_example, contexts, targets, chunk_size)
+    return jnp.mean(chunked_map(per_example, contexts, targets, chunk_size))
 
   loss, grads = jax.value_and_grad(loss_fn)(state.params)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
@@ -93,8 +93,8 @@ def train_step(state: TrainState, contexts, targets, *, model, mesh, optimizer, 
   return TrainState(step=state.step + 1, params=params, opt_state=opt_state), {'loss': loss}
 
 
-def eval_step(params, contexts, targets, *, model, mesh):
-  return token_nll(model, mesh, params, contexts, targets)
+def eval_step(params, contexts, targets, *, model, mesh, chunk_size=0):
+  return chunked_map(functools.partial(token_nll, model, mesh, params), contexts, targets, chunk_size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,7 +131,7 @@ def compile_steps(model: model_lib.NPLM, optimizer: optax.GradientTransformation
                   in_shardings=(state_sh, ctx_sh, tgt_sh),
                   out_shardings=(state_sh, sharding.replicated(mesh)), donate_argnums=0)
   # Per-token NLLs come back replicated (B scalars) so every host of a multi-host job can read them.
-  evaluate = jax.jit(lambda p, c, t: eval_step(p, c, t, model=model, mesh=mesh),
+  evaluate = jax.jit(lambda p, c, t: eval_step(p, c, t, model=model, mesh=mesh, chunk_size=chunk_size),
                      in_shardings=(state_sh.params, ctx_sh, tgt_sh), out_shardings=sharding.replicated(mesh))
   from_params = jax.jit(
       lambda p: TrainState(step=jnp.zeros((), jnp.int32), params=p, opt_state=optimizer.init(p)),

@@ -38,9 +38,11 @@ def validate_config(config) -> None:
       raise UserError(f'{name}={value!r} is invalid: it must be an integer >= {least} ({why}); '
                       f'set --config.{name}=<value>')
   chunk = config.train.chunk_size
-  if chunk < 0 or (chunk and config.train.batch_size % chunk):
-    raise UserError(f'train.chunk_size={chunk} must be 0 (off) or divide train.batch_size='
-                    f'{config.train.batch_size}; e.g. --config.train.chunk_size=128')
+  for name in ('batch_size', 'eval_batch_size'):
+    size = config.train[name]
+    if chunk < 0 or (chunk and chunk < size and size % chunk):
+      raise UserError(f'train.chunk_size={chunk} must be 0 (off) or divide train.{name}={size}; '
+                      'e.g. --config.train.chunk_size=128')
   if not config.model.h and not config.model.direct:
     raise UserError('model.h=0 with model.direct=False leaves no path from the context to the output; '
                     'set --config.model.h > 0 or --config.model.direct=True')

@@ -94,6 +94,11 @@ def test_sharded_training_matches_dense(shape, chunk, dense_reference):
       state, metrics = compiled.train(state, *(steps_lib.put_batch(mesh, x) for x in batch(step)))
       losses.append(float(metrics['loss']))
   np.testing.assert_allclose(losses, dense_reference['losses'], rtol=1e-5)
+  with jax.set_mesh(mesh):  # the (chunked) eval step gives the dense per-token NLL, in batch order
+    contexts, targets = batch(9)
+    nll = compiled.eval(state.params, steps_lib.put_batch(mesh, contexts), steps_lib.put_batch(mesh, targets))
+  dense_nll = vocab_softmax.dense_token_nll(model.apply({'params': dense_reference['params']}, contexts), targets)
+  np.testing.assert_allclose(np.asarray(nll), np.asarray(dense_nll), rtol=1e-4)
   for k, g in dense_reference['grads'].items():
     assert rel_err(grads[k], g) <= 1e-5, (k, rel_err(grads[k], g))
   for k, p in dense_reference['params'].items():
