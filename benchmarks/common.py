@@ -2,8 +2,6 @@
 
 import json
 import resource
-import statistics
-import time
 
 import jax
 import numpy as np
@@ -11,7 +9,6 @@ import numpy as np
 from nplm_jax import model as model_lib
 from nplm_jax import optim
 from nplm_jax import steps as steps_lib
-from nplm_jax.config import base_config
 
 BROWN_VOCAB = 17_905
 
@@ -36,16 +33,6 @@ def random_batches(vocab: int, context: int, batch: int, count: int, seed: int =
   rng = np.random.default_rng(seed)
   return [(rng.integers(0, vocab, size=(batch, context)).astype(np.int32),
            rng.integers(0, vocab, size=batch).astype(np.int32)) for _ in range(count)]
-
-
-def median_seconds(fn, repeats: int) -> float:
-  """Median wall time of `fn()` (which must block until its work is done) over `repeats` calls."""
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
 
 
 def train_flops_per_token(vocab: int, n: int, m: int, h: int, direct: bool) -> float:

@@ -35,6 +35,7 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 from jax.sharding import AxisType, Mesh  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top,wrong-import-position
+from benchmarks import timing  # pylint: disable=g-import-not-at-top,wrong-import-position
 from nplm_jax import steps as steps_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
@@ -58,7 +59,7 @@ def run_mesh(config, shape):
       jax.block_until_ready(metrics)
       holder[0] = s
 
-    seconds = common.median_seconds(run_steps, ARGS.repeats) / ARGS.steps
+    seconds = timing.median_seconds(run_steps, ARGS.repeats) / ARGS.steps
   return {'mesh': f'{data}x{model_axis}', 'batch_size': ARGS.batch_size, 'step_ms': round(1e3 * seconds, 2),
           'train_tokens_per_sec': round(ARGS.batch_size / seconds, 1), **common.memory_mib(executable),
           'output_layer_mib_per_device': round(sum(

@@ -33,6 +33,7 @@ def measure(config, batch_size: int) -> dict:
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from jax.sharding import NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top
   from benchmarks import common  # pylint: disable=g-import-not-at-top
+  from benchmarks import timing  # pylint: disable=g-import-not-at-top
   from nplm_jax import steps as steps_lib  # pylint: disable=g-import-not-at-top
 
   config.train.batch_size = batch_size
@@ -65,8 +66,8 @@ def measure(config, batch_size: int) -> dict:
 
     train_steps()  # warm-up
     eval_steps()
-    train_s = common.median_seconds(train_steps, FLAGS.repeats) / FLAGS.steps
-    eval_s = common.median_seconds(eval_steps, FLAGS.repeats) / FLAGS.steps
+    train_s = timing.median_seconds(train_steps, FLAGS.repeats) / FLAGS.steps
+    eval_s = timing.median_seconds(eval_steps, FLAGS.repeats) / FLAGS.steps
 
   # The practical peak: [B, K] x [K, |V|] in fp32 on the same mesh, vocabulary split on 'model'
   # as the step splits it, and on one device; the better of the two.
@@ -79,7 +80,7 @@ def measure(config, batch_size: int) -> dict:
   peaks = []
   for fn, args in ((matmul, (a, w)), (single, (a1, w1))):  # outside set_mesh: one is single-device
     jax.block_until_ready(fn(*args))
-    seconds = common.median_seconds(lambda: jax.block_until_ready([fn(*args) for _ in range(FLAGS.steps)]),
+    seconds = timing.median_seconds(lambda: jax.block_until_ready([fn(*args) for _ in range(FLAGS.steps)]),
                                     FLAGS.repeats) / FLAGS.steps  # all of them: they may finish out of order
     peaks.append(2.0 * batch_size * k * model.padded_vocab_size / seconds / 1e9)
   train_tps, eval_tps = batch_size / train_s, batch_size / eval_s

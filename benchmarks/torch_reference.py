@@ -8,11 +8,13 @@ Prints one JSON line per batch size: batch_size, train_tokens_per_sec, eval_toke
 import argparse
 import json
 import os
-import statistics
-import time
+import sys
 
 import torch
 from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import median_seconds  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 class NPLM(nn.Module):
@@ -42,15 +44,6 @@ def optimizer_for(model: NPLM, batch_size: int, lr: float, weight_decay: float):
   biases = [p for name, p in model.named_parameters() if not name.endswith('weight')]
   return torch.optim.SGD([{'params': decayed, 'weight_decay': weight_decay}, {'params': biases, 'weight_decay': 0.0}],
                          lr=lr * batch_size)
-
-
-def median_seconds(fn, repeats):
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
 
 
 def measure(args, batch_size: int) -> dict:
