@@ -3,7 +3,8 @@
 python -m launch.table1 --root=runs/table1      (after python -m launch.sweep ... --sweep=table1)
 
 A row whose run has not finished is shown as such. An even (mixture) row comes from its run's
-mix_* results; its odd row is the same run's network alone.
+mix_* results (or from the odd row's workdir after `python -m nplm_jax.mix --workdir=...`); its
+odd row is the same run's network alone.
 """
 
 import argparse
@@ -42,7 +43,8 @@ def our_numbers(root: str, row: str):
     r = load(root, SOURCES[row])
     return (r['valid_ppl'], r['test_ppl'], 'interpolated modified KN' if 'Kneser' in row else '') if r else None
   k = int(row[3:])
-  r = load(root, f'mlp{k + (k % 2)}') or (load(root, f'mlp{k}') if k % 2 else None)
+  odd = k - 1 + k % 2  # the row whose network both rows share
+  r = load(root, f'mlp{odd + 1}') or load(root, f'mlp{odd}')  # mlp1's own run + mix_results.json also serves MLP2
   if not r:
     return None
   epochs = f'{r.get("epochs", 0):.1f} epochs' if 'epochs' in r else ''

@@ -53,3 +53,26 @@ def test_bad_grid_is_one_line(grid, tmp_path, capsys):
   assert sweep.main(['--config=experiments/brown.py:mlp1', f'--grid={grid}', f'--root={tmp_path}']) == 2
   err = capsys.readouterr().err.strip()
   assert err.startswith('error: --grid part') and '\n' not in err
+
+
+def test_table1_puts_our_numbers_beside_the_papers(tmp_path):
+  from launch import table1  # pylint: disable=g-import-not-at-top
+  import json  # pylint: disable=g-import-not-at-top
+  (tmp_path / 'mlp2').mkdir()
+  (tmp_path / 'mlp2' / 'results.json').write_text(json.dumps(
+      {'valid_ppl': 300.0, 'test_ppl': 290.0, 'epochs': 12.0, 'mix_valid_ppl': 280.0, 'mix_test_ppl': 270.0,
+       'mix_fitted_weight': 0.6, 'mix_fitted_test_ppl': 268.0}))
+  (tmp_path / 'kneser_ney_5').mkdir()
+  (tmp_path / 'kneser_ney_5' / 'results.json').write_text(json.dumps({'valid_ppl': 347.4, 'test_ppl': 329.8}))
+  rows = {line.split(' | ')[0].strip('| '): line for line in table1.render(str(tmp_path)).splitlines()}
+  assert '| 284 | 268 | 300.0 | 290.0 | 12.0 epochs |' in rows['MLP1']
+  assert '| 275 | 257 | 280.0 | 270.0 | fitted weight 0.60: test 268.0 |' in rows['MLP2']
+  assert '| 332 | 321 | 347.4 | 329.8 |' in rows['Kneser-Ney back-off, n=5']
+  assert 'not run' in rows['MLP9'] and 'not run' in rows['Del. Int. trigram']
+  # an odd row's own workdir, mixed afterwards, fills both rows
+  (tmp_path / 'mlp9').mkdir()
+  (tmp_path / 'mlp9' / 'results.json').write_text(json.dumps({'valid_ppl': 310.0, 'test_ppl': 300.0, 'epochs': 3.0}))
+  (tmp_path / 'mlp9' / 'mix_results.json').write_text(json.dumps(
+      {'mix_valid_ppl': 290.0, 'mix_test_ppl': 280.0, 'mix_fitted_weight': 0.5, 'mix_fitted_test_ppl': 279.0}))
+  rows = {line.split(' | ')[0].strip('| '): line for line in table1.render(str(tmp_path)).splitlines()}
+  assert '| 310.0 | 300.0 |' in rows['MLP9'] and '| 290.0 | 280.0 |' in rows['MLP10']
