@@ -182,6 +182,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   writer = metrics_lib.MetricWriter(workdir)
   with jax.set_mesh(run.mesh):
     state, meta = _initial_state(run, checkpoints)
+    earlier_seconds = meta['wall_seconds']  # spent by the processes before this one
     state, meta = _train_loop(run, state, meta, checkpoints, writer)
     best = run.restore_best_params(checkpoints)
     params = best if best is not None else state.params
@@ -202,7 +203,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       'steps_trained': int(state.step),
       'epochs': int(state.step) / run.plan['steps_per_epoch'],
       'stopped_early': meta['stopped_early'],
-      'wall_seconds': meta['wall_seconds'] + (time.time() - started),
+      'wall_seconds': earlier_seconds + (time.time() - started),
       'mesh': dict(run.mesh.shape),
       'platform': jax.devices()[0].platform,
       'history': meta['history'],

@@ -5,6 +5,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import orbax.checkpoint as ocp
@@ -25,7 +26,9 @@ def unigram_valid_ppl(files) -> float:
 
 
 def test_training_beats_the_unigram_model(tiny_files, tiny_config, tmp_path):
+  started = time.time()
   results = train.train_and_evaluate(tiny_config, str(tmp_path))
+  assert 0 < results['wall_seconds'] <= time.time() - started
   baseline = unigram_valid_ppl(tiny_files)
   assert results['valid_ppl'] < 0.6 * baseline, (results['valid_ppl'], baseline)
   history = [h['valid_ppl'] for h in results['history']]
