@@ -143,6 +143,7 @@ class Run:
                                 self.model.padded_vocab_size)
     self.stream = data_lib.TokenStream(self.corpus, config.model.n - 1)
     self.plan = steps_plan(config, self.stream.num_examples('train'))
+    self._order, self._order_epoch = None, None  # the current epoch's permutation, made once
     counts = self.corpus.unigram_counts('train') if config.model.unigram_bias_init else None
     self.optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size)
     sampled = steps_lib.make_sampled_loss(config.loss, self.corpus.unigram_counts('train'), config.seed)
@@ -165,7 +166,7 @@ class Run:
   def train_batch(self, step: int):
     """The batch of a global step: epoch-wise permutations that depend only on (seed, epoch)."""
     epoch, index = divmod(step, self.plan['steps_per_epoch'])
-    if getattr(self, '_order_epoch', None) != epoch:
+    if self._order_epoch != epoch:
       self._order, self._order_epoch = self.stream.train_order(self.config.seed, epoch), epoch
     b = self.config.train.batch_size
     contexts, targets = self.stream.examples('train', self._order[index * b:(index + 1) * b])
