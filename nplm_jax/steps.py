@@ -29,10 +29,15 @@ class TrainState:
   opt_state: Any
 
 
+def output_layer_inputs(model: model_lib.NPLM, params, contexts):
+  """(features, output-layer parameters), both in the model's compute dtype."""
+  feats = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
+  return model_lib.cast_for_compute(model, feats, model_lib.split_params(params)[1])
+
+
 def token_nll(model: model_lib.NPLM, mesh: Mesh, params, contexts, targets):
   """-log P(target | context) per example, with the vocabulary-parallel softmax."""
-  feats = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
-  feats, out = model_lib.cast_for_compute(model, feats, model_lib.split_params(params)[1])
+  feats, out = output_layer_inputs(model, params, contexts)
   return vocab_softmax.token_nll(feats, out, targets, mesh=mesh, vocab_size=model.vocab_size)
 
 
@@ -59,8 +64,7 @@ def draw_noise(loss: SampledLoss, step) -> jax.Array:
 
 def sampled_loss(model, mesh, loss: SampledLoss, params, contexts, targets, step):
   samples = draw_noise(loss, step)
-  feats = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
-  feats, out = model_lib.cast_for_compute(model, feats, model_lib.split_params(params)[1])
+  feats, out = output_layer_inputs(model, params, contexts)
   return vocab_softmax.sampled_token_loss(feats, out, targets, samples, loss.log_noise, mesh=mesh, kind=loss.kind)
 
 

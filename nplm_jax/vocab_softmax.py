@@ -32,10 +32,14 @@ def _block_nll(feats, out, targets, *, vocab_size):
   return jnp.log(sum_exp) + global_max - target_logit
 
 
+def _block_specs(feats, out):
+  """Features split on the batch ('data'); U, W, b on the vocabulary ('model')."""
+  return ({k: P('data', None) for k in feats}, {k: (P('model') if k == 'b' else P(None, 'model')) for k in out})
+
+
 def token_nll(feats, out, targets, *, mesh, vocab_size):
   """-log P(target | context) per example, batch sharded on 'data', vocabulary on 'model'."""
-  feat_specs = {k: P('data', None) for k in feats}
-  out_specs = {k: (P('model') if k == 'b' else P(None, 'model')) for k in out}
+  feat_specs, out_specs = _block_specs(feats, out)
   fn = jax.shard_map(functools.partial(_block_nll, vocab_size=vocab_size), mesh=mesh,
                      in_specs=(feat_specs, out_specs, P('data')), out_specs=P('data'))
   return fn(feats, out, targets)
@@ -96,8 +100,7 @@ def sampled_token_loss(feats, out, targets, samples, log_q, *, mesh, kind):
 
   Costs O(B k) output-layer work instead of O(B |V|); `samples` [k] are shared by the batch.
   """
-  feat_specs = {k: P('data', None) for k in feats}
-  out_specs = {k: (P('model') if k == 'b' else P(None, 'model')) for k in out}
+  feat_specs, out_specs = _block_specs(feats, out)
   logits = jax.shard_map(_block_sampled_logits, mesh=mesh,
                          in_specs=(feat_specs, out_specs, P('data'), P()), out_specs=(P('data'), P('data', None)))
   target_logit, sample_logits = logits(feats, out, targets, samples)
