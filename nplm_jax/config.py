@@ -48,6 +48,12 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.chunk_size = 0  # > 0: train/eval steps process batches in chunks (CPU: 128 for batches >= 512)
   c.train.eval_batch_size = 256  # on CPU the [batch, |V|] block then stays in cache: 2x faster than 1024
   c.train.patience = 3  # evaluations without improvement before stopping; 0 = never stop early
+  # Learning-rate annealing: when validation perplexity improves by less than anneal_threshold
+  # (relative), go on from the best parameters with the learning rate times anneal_factor, at most
+  # max_anneals times; then patience decides. anneal_factor 0 = off (the paper's plain schedule).
+  c.train.anneal_factor = 0.0
+  c.train.anneal_threshold = 0.005
+  c.train.max_anneals = 4
   c.train.checkpoint_every = -1  # steps; -1 = at every evaluation
   c.train.log_every = 500
 

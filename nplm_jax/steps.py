@@ -1,8 +1,9 @@
 """Pure train and eval steps, and their jitted, sharded forms.
 
-`train_step(state, contexts, targets) -> (state, metrics)` and `eval_step(params, contexts,
-targets) -> per-token NLL` are plain functions of arrays; `compile_steps` jits them once with
-explicit in/out shardings and a donated train state.
+`train_step(state, contexts, targets, lr_scale) -> (state, metrics)` and `eval_step(params,
+contexts, targets) -> per-token NLL` are plain functions of arrays; `compile_steps` jits them once
+with explicit in/out shardings and a donated train state. `lr_scale` multiplies the optimiser's
+step (learning-rate annealing) without recompiling or changing the saved state.
 """
 
 import collections
@@ -83,7 +84,8 @@ def chunked_map(per_example, contexts, targets, chunk_size: int):
   return jax.lax.map(lambda ct: per_example(*ct), chunks).swapaxes(0, 1).reshape(batch)
 
 
-def train_step(state: TrainState, contexts, targets, *, model, mesh, optimizer, loss=None, chunk_size=0):
+def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mesh, optimizer, loss=None,
+               chunk_size=0):
   def loss_fn(params):
     if loss is None:
       per_example = functools.partial(token_nll, model, mesh, params)
@@ -93,7 +95,8 @@ def train_step(state: TrainState, contexts, targets, *, model, mesh, optimizer, 
 
   loss, grads = jax.value_and_grad(loss_fn)(state.params)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
+  # Fused by XLA into the parameter update itself: no extra pass over the parameters.
+  params = jax.tree.map(lambda p, u: p + lr_scale * u, state.params, updates)
   return TrainState(step=state.step + 1, params=params, opt_state=opt_state), {'loss': loss}
 
 
@@ -105,7 +108,7 @@ def eval_step(params, contexts, targets, *, model, mesh, chunk_size=0):
 class CompiledSteps:
   init: Callable[[], TrainState]
   state_from_params: Callable  # params -> a fresh TrainState around them
-  train: Callable  # (state, contexts, targets) -> (state, metrics)
+  train: Callable  # (state, contexts, targets, lr_scale=1.0) -> (state, metrics)
   eval: Callable  # (params, contexts, targets) -> nll [batch]
   state_shardings: Any
   abstract_state: Any
@@ -130,10 +133,16 @@ def compile_steps(model: model_lib.NPLM, optimizer: optax.GradientTransformation
   abstract = jax.eval_shape(init_state)
   state_sh = sharding.tree_shardings(mesh, abstract)
   ctx_sh, tgt_sh = sharding.batch_sharding(mesh, 2), sharding.batch_sharding(mesh, 1)
-  train = jax.jit(lambda s, c, t: train_step(s, c, t, model=model, mesh=mesh, optimizer=optimizer, loss=loss,
-                                             chunk_size=chunk_size),
-                  in_shardings=(state_sh, ctx_sh, tgt_sh),
-                  out_shardings=(state_sh, sharding.replicated(mesh)), donate_argnums=0)
+  jitted_train = jax.jit(
+      functools.partial(train_step, model=model, mesh=mesh, optimizer=optimizer, loss=loss, chunk_size=chunk_size),
+      in_shardings=(state_sh, ctx_sh, tgt_sh, sharding.replicated(mesh)),
+      out_shardings=(state_sh, sharding.replicated(mesh)), donate_argnums=0)
+
+  def train(state, contexts, targets, lr_scale=1.0):
+    return jitted_train(state, contexts, targets, np.float32(lr_scale))
+  train.lower = lambda state, contexts, targets, lr_scale=1.0: jitted_train.lower(
+      state, contexts, targets, np.float32(lr_scale))  # for memory_analysis() in benchmarks
+
   # Per-token NLLs come back replicated (B scalars) so every host of a multi-host job can read them.
   evaluate = jax.jit(lambda p, c, t: eval_step(p, c, t, model=model, mesh=mesh, chunk_size=chunk_size),
                      in_shardings=(state_sh.params, ctx_sh, tgt_sh), out_shardings=sharding.replicated(mesh))

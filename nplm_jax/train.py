@@ -52,6 +52,9 @@ def validate_config(config) -> None:
     raise UserError(f"loss.name={config.loss.name!r} is unknown; use 'softmax', 'sampled_softmax' or 'nce'")
   if config.loss.name != 'softmax' and config.loss.num_samples < 1:
     raise UserError(f'loss.num_samples={config.loss.num_samples} is invalid; use at least 1 noise sample')
+  if not 0.0 <= config.train.anneal_factor < 1.0:
+    raise UserError(f'train.anneal_factor={config.train.anneal_factor!r} must be in [0, 1) (0 = no annealing); '
+                    'e.g. --config.train.anneal_factor=0.5')
   if config.optimizer.name not in ('paper_sgd', 'adamw'):
     raise UserError(f"optimizer.name={config.optimizer.name!r} is unknown; use 'paper_sgd' or 'adamw'")
 
@@ -254,7 +257,7 @@ def _initial_state(run: Run, checkpoints: ckpt_lib.Checkpoints):
     metrics_lib.log(f'resumed from step {int(state.step)} in {run.workdir}')
     return state, meta
   meta = {'best_valid_ppl': None, 'best_step': None, 'evals_since_best': 0, 'stopped_early': False,
-          'history': [], 'wall_seconds': 0.0}
+          'history': [], 'wall_seconds': 0.0, 'lr_scale': 1.0, 'anneals': 0}
   return run.steps.init(), meta
 
 
@@ -266,7 +269,7 @@ def _train_loop(run: Run, state, meta, checkpoints, writer):
   progress = metrics_lib.Progress(step, plan['total'], config.train.batch_size)
   in_flight = steps_lib.BoundedDispatch()
   while step < plan['total'] and not meta['stopped_early']:
-    state, metrics = run.steps.train(state, *run.train_batch(step))
+    state, metrics = run.steps.train(state, *run.train_batch(step), meta.get('lr_scale', 1.0))
     in_flight.push(metrics)  # not the state: it is donated to the next step
     step += 1
     if step % config.train.log_every == 0 or step == plan['total']:
@@ -275,12 +278,12 @@ def _train_loop(run: Run, state, meta, checkpoints, writer):
         raise FloatingPointError(f'training loss is {loss} at step {step}; lower '
                                  '--config.optimizer.learning_rate (checkpoints before it are kept)')
       rate = progress.report(step)
-      lr = optim.learning_rate_at(config.optimizer, config.train.batch_size, step)
+      lr = optim.learning_rate_at(config.optimizer, config.train.batch_size, step) * meta.get('lr_scale', 1.0)
       writer.write(step, {'train_loss': loss, 'learning_rate': lr, 'tokens_per_sec': rate['tokens_per_sec']})
       metrics_lib.log(f'step {step}/{plan["total"]} epoch {step / plan["steps_per_epoch"]:.2f} '
                       f'loss {loss:.4f} lr {lr:.4g} {rate["tokens_per_sec"]:.0f} tok/s ETA {rate["eta"]}')
     if step % plan['eval_every'] == 0 or step == plan['total']:
-      _evaluate_and_track(run, state, meta, step, checkpoints, writer)
+      state = _evaluate_and_track(run, state, meta, step, checkpoints, writer)
       progress.skip_time()
     if step % plan['checkpoint_every'] == 0 or step == plan['total'] or meta['stopped_early']:
       meta['wall_seconds'] = wall_before + (time.time() - segment_start)
@@ -290,21 +293,43 @@ def _train_loop(run: Run, state, meta, checkpoints, writer):
   return state, meta
 
 
-def _evaluate_and_track(run: Run, state, meta, step, checkpoints, writer) -> None:
-  """Validation perplexity, the best parameters so far, and early stopping with patience."""
+def _evaluate_and_track(run: Run, state, meta, step, checkpoints, writer):
+  """Validation perplexity, the best parameters so far, annealing, and early stopping with patience.
+
+  Returns the state to go on from: the best parameters when the learning rate was just annealed
+  after an evaluation that did not improve.
+  """
+  train_config = run.config.train
   valid_ppl = perplexity(run.evaluate(state.params, 'valid'))
-  improved = meta['best_valid_ppl'] is None or valid_ppl < meta['best_valid_ppl']
+  previous_best = meta['best_valid_ppl']
+  improved = previous_best is None or valid_ppl < previous_best
   if improved:
     meta.update(best_valid_ppl=valid_ppl, best_step=step, evals_since_best=0)
     checkpoints.save_best(step, state.params)
   else:
     meta['evals_since_best'] += 1
   epoch = step / run.plan['steps_per_epoch']
-  meta['history'].append({'step': step, 'epoch': epoch, 'valid_ppl': valid_ppl})
+  meta['history'].append({'step': step, 'epoch': epoch, 'valid_ppl': valid_ppl,
+                          'lr_scale': meta.get('lr_scale', 1.0)})
   writer.write(step, {'valid_ppl': valid_ppl})
   metrics_lib.log(f'eval step {step} epoch {epoch:.2f}: valid ppl {valid_ppl:.2f} '
                   f'(best {meta["best_valid_ppl"]:.2f} at step {meta["best_step"]})')
-  patience = run.config.train.patience
+  stalled = previous_best is not None and valid_ppl > previous_best * (1.0 - train_config.anneal_threshold)
+  # Only at scheduled evaluations: the extra one at the end of a shortened run must not anneal,
+  # or resuming it would not follow the uninterrupted run.
+  scheduled = step % run.plan['eval_every'] == 0
+  if (train_config.anneal_factor > 0 and stalled and scheduled
+      and meta.get('anneals', 0) < train_config.max_anneals):
+    meta['lr_scale'] = meta.get('lr_scale', 1.0) * train_config.anneal_factor
+    meta['anneals'] = meta.get('anneals', 0) + 1
+    meta['evals_since_best'] = 0
+    if not improved:
+      checkpoints.wait()
+      state = state.replace(params=run.restore_best_params(checkpoints))
+    metrics_lib.log(f'anneal {meta["anneals"]}/{train_config.max_anneals}: learning rate x{meta["lr_scale"]:.4g}, '
+                    f'from the parameters of step {meta["best_step"]}')
+  patience = train_config.patience
   if patience > 0 and meta['evals_since_best'] >= patience:
     meta['stopped_early'] = True
     metrics_lib.log(f'early stop: no improvement in {patience} evaluations')
+  return state

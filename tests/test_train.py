@@ -54,15 +54,18 @@ def final_params(workdir):
   return restored.state['params']
 
 
-def test_resume_equals_uninterrupted(tiny_config, tmp_path):
+@pytest.mark.parametrize('anneal', [False, True])
+def test_resume_equals_uninterrupted(tiny_config, tmp_path, anneal):
   for c in (tiny_config,):
     c.optimizer.name = 'paper_sgd'
     c.optimizer.learning_rate = 3e-3
     c.train.update(max_steps=40, eval_every=15)
+    if anneal:  # every evaluation after the first anneals: the resumed run must keep the lowered rate
+      c.train.update(anneal_factor=0.5, anneal_threshold=1.0, max_anneals=3, patience=0)
   whole, parts = str(tmp_path / 'whole'), str(tmp_path / 'parts')
   train.train_and_evaluate(tiny_config, whole)
   interrupted = tiny_config.copy_and_resolve_references()
-  interrupted.train.max_steps = 22  # stops between evaluations
+  interrupted.train.max_steps = 32 if anneal else 22  # stops between evaluations (after an anneal)
   train.train_and_evaluate(interrupted, parts)
   resumed = train.train_and_evaluate(tiny_config, parts)
   a, b = final_params(whole), final_params(parts)
@@ -71,6 +74,20 @@ def test_resume_equals_uninterrupted(tiny_config, tmp_path):
     np.testing.assert_array_equal(a[k], b[k])
   with open(os.path.join(whole, 'results.json')) as f:
     assert json.load(f)['valid_ppl'] == resumed['valid_ppl']
+
+
+def test_annealing_lowers_the_rate_and_goes_on_from_the_best_parameters(tiny_config, tmp_path):
+  # threshold 1.0: every evaluation after the first counts as stalled; a factor of 1e-9 then freezes
+  # the parameters, so every later evaluation must equal the best one.
+  tiny_config.train.update(max_steps=50, eval_every=10, anneal_factor=1e-9, anneal_threshold=1.0,
+                           max_anneals=2, patience=0)
+  results = train.train_and_evaluate(tiny_config, str(tmp_path))
+  history = results['history']
+  assert [h['lr_scale'] for h in history] == pytest.approx([1.0, 1.0, 1e-9, 1e-18, 1e-18], rel=1e-9)
+  best_after_anneal = min(h['valid_ppl'] for h in history[:2])
+  for h in history[2:]:
+    assert h['valid_ppl'] == pytest.approx(best_after_anneal, rel=1e-5)
+  assert results['valid_ppl'] == pytest.approx(best_after_anneal, rel=1e-5)
 
 
 def test_resume_refuses_a_different_model(tiny_config, tmp_path):
