@@ -72,8 +72,10 @@ def sampled_loss(model, mesh, loss: SampledLoss, params, contexts, targets, step
 def chunked_map(per_example, contexts, targets, chunk_size: int):
   """per_example(contexts, targets) [batch], computed `chunk_size` examples at a time.
 
-  On a CPU a [chunk, |V|] block of logits stays in cache where a [batch, |V|] one does not: 1.2x
-  for training at batch 1024 on 2 cores. Chunk i takes examples i, i + n, i + 2n, ... so each
+  Evaluation then holds one [chunk, |V|] block of logits at a time, and on a CPU that block stays
+  in cache (faster at batch >= 1024). Training saves every chunk's logits for the backward pass
+  anyway, and its fused step runs fastest unchunked (benchmarks/throughput.py). Chunk i takes
+  examples i, i + n, i + 2n, ... so each
   chunk keeps the batch's 'data' sharding; the result comes back in the batch's order.
   """
   batch = targets.shape[0]

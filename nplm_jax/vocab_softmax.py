@@ -16,20 +16,76 @@ from jax.sharding import PartitionSpec as P
 from nplm_jax import model as model_lib
 
 
-def _block_nll(feats, out, targets, *, vocab_size):
-  """Per-example -log P(target) from this shard's block of the vocabulary."""
-  block = out['b'].shape[-1]
+# The bias of padded vocabulary columns: exp() of it is 0 and, unlike -inf, 0 times it is 0 in the
+# backward matmul.
+PADDING_LOGIT = -1e30
+
+
+def _block_forward(f, w, targets):
+  """This shard's logits block [B, |V|/model], and per example -log P(target) and log Z."""
+  block = w.shape[-1]
   first = lax.axis_index('model') * block
-  logits = model_lib.mask_padding(model_lib.output_block_logits(feats, out), first, vocab_size)
-  # The max only stabilises exp; log-sum-exp's gradient does not depend on it.
-  block_max = lax.stop_gradient(jnp.max(logits, axis=-1))
-  global_max = lax.pmax(block_max, 'model')
-  sum_exp = lax.psum(jnp.sum(jnp.exp(logits - global_max[:, None]), axis=-1), 'model')
+  logits = jnp.matmul(f, w, preferred_element_type=jnp.float32)
+  global_max = lax.pmax(jnp.max(logits, axis=-1), 'model')  # only stabilises exp
+  log_z = jnp.log(lax.psum(jnp.sum(jnp.exp(logits - global_max[:, None]), axis=-1), 'model')) + global_max
   local = targets - first
   owned = (local >= 0) & (local < block)
   picked = jnp.take_along_axis(logits, jnp.clip(local, 0, block - 1)[:, None], axis=-1)[:, 0]
   target_logit = lax.psum(jnp.where(owned, picked, 0.0), 'model')
-  return jnp.log(sum_exp) + global_max - target_logit
+  return log_z - target_logit, logits, log_z
+
+
+def _block_backward(f, w, logits, log_z, targets, g):
+  """Gradients of sum(g * nll) from this shard's block: dlogits = g (softmax - onehot), in one pass."""
+  block = logits.shape[-1]
+  columns = lax.axis_index('model') * block + jnp.arange(block)
+  dlogits = g[:, None] * (jnp.exp(logits - log_z[:, None]) - (columns[None, :] == targets[:, None]))
+  dlogits = dlogits.astype(f.dtype)
+  df = lax.psum(jnp.matmul(dlogits, w.T, preferred_element_type=jnp.float32), 'model')
+  dw = lax.psum(jnp.matmul(f.T, dlogits, preferred_element_type=jnp.float32), 'data')
+  return df.astype(f.dtype), dw.astype(w.dtype)
+
+
+def _fold_bias(feats, out, vocab_size):
+  """f = [x, a, 1] [B, K + 1] and w = [W; U; b] [K + 1, |V|], padded columns' bias at PADDING_LOGIT.
+
+  The logits are then one matmul, the bias's gradient its last row of the weight gradient, and
+  no pass over the [B, |V|] logits adds the bias or masks the padding.
+  """
+  f, w = model_lib.stack_output_layer(feats, out)
+  b = out['b']
+  b = jnp.where(jnp.arange(b.shape[-1]) < vocab_size, b, PADDING_LOGIT).astype(w.dtype)
+  return (jnp.concatenate([f, jnp.ones((f.shape[0], 1), f.dtype)], axis=-1),
+          jnp.concatenate([w, b[None, :]], axis=0))
+
+
+def _folded_token_nll(f, w, targets, *, mesh):
+  """-log P(target) for folded features f [B, K + 1] and output weights w [K + 1, |V|].
+
+  A custom VJP: autodiff of the log-softmax makes several [B, |V|] passes (exp, normalise, the
+  target's scatter, the sum for the bias); here the gradient of the logits is one fused pass over
+  the saved logits, followed by the two matmuls.
+  """
+  forward = jax.shard_map(_block_forward, mesh=mesh, in_specs=(P('data', None), P(None, 'model'), P('data')),
+                          out_specs=(P('data'), P('data', 'model'), P('data')))
+  backward = jax.shard_map(_block_backward, mesh=mesh,
+                           in_specs=(P('data', None), P(None, 'model'), P('data', 'model'), P('data'), P('data'),
+                                     P('data')),
+                           out_specs=(P('data', None), P(None, 'model')))
+
+  @jax.custom_vjp
+  def nll(f, w, targets):
+    return forward(f, w, targets)[0]
+
+  def nll_fwd(f, w, targets):
+    value, logits, log_z = forward(f, w, targets)
+    return value, (f, w, logits, log_z, targets)
+
+  def nll_bwd(residuals, g):
+    return (*backward(*residuals, g), None)
+
+  nll.defvjp(nll_fwd, nll_bwd)
+  return nll(f, w, targets)
 
 
 def _block_specs(feats, out):
@@ -39,10 +95,8 @@ def _block_specs(feats, out):
 
 def token_nll(feats, out, targets, *, mesh, vocab_size):
   """-log P(target | context) per example, batch sharded on 'data', vocabulary on 'model'."""
-  feat_specs, out_specs = _block_specs(feats, out)
-  fn = jax.shard_map(functools.partial(_block_nll, vocab_size=vocab_size), mesh=mesh,
-                     in_specs=(feat_specs, out_specs, P('data')), out_specs=P('data'))
-  return fn(feats, out, targets)
+  f, w = _fold_bias(feats, out, vocab_size)
+  return _folded_token_nll(f, w, targets, mesh=mesh)
 
 
 def dense_token_nll(logits, targets):
