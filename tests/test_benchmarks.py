@@ -54,3 +54,10 @@ def test_torch_reference_and_compare():
   assert [r['batch_size'] for r in rows] == [8, 16] and all(r['train_tokens_per_sec'] > 0 for r in rows)
   rows = run('compare.py', '--rounds=1', '--m=4', '--h=6', *TINY)
   assert [r['batch_size'] for r in rows] == [8, 16] and all(r['train_ratio'] > 0 for r in rows)
+
+
+def test_profile_step_attributes_the_step_to_operations():
+  rows = run('profile_step.py', '--batch_size=8', '--vocab=61', '--steps=2', 'model.m=4', 'model.h=6')
+  [row] = rows
+  assert row['batch_size'] == 8 and row['step_ms'] > 0 and row['matmul_ms'] > 0
+  assert abs(row['matmul_ms'] + row['collective_ms'] + row['other_ms'] - row['step_ms']) < 1e-2

@@ -1,0 +1,119 @@
+"""Where a training step's time goes: XLA's own per-operation times, grouped into matmuls,
+collectives and the rest.
+
+python benchmarks/profile_step.py --config=experiments/brown.py:mlp1 --batch_size=1024 [section.key=value ...]
+
+Runs a few steps under jax.profiler, reads the trace, and prints the heaviest operations of the
+compiled step (milliseconds per step and device, with the JAX operation each came from), then one
+JSON line: wall_step_ms, step_ms (the operations' sum), matmul_ms, collective_ms, other_ms and
+matmul_share. On CPU, XLA runs some matmuls (plain `dot`, not the fused ones) asynchronously:
+their event covers only the launch, and their time shows up in the gap between wall_step_ms and
+step_ms or in an operation that waits for them (a collective).
+"""
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+
+
+def parse_args():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--config', default='experiments/brown.py:mlp1')
+  parser.add_argument('--batch_size', type=int, default=1024)
+  parser.add_argument('--vocab', type=int, default=17_905, help='|V| (Brown: 17,905); random token ids are used')
+  parser.add_argument('--steps', type=int, default=5, help='profiled steps (after one warm-up step)')
+  parser.add_argument('--top', type=int, default=12, help='operations to list')
+  parser.add_argument('--trace_dir', default='', help='keep the trace here (for TensorBoard/Perfetto)')
+  parser.add_argument('overrides', nargs='*', help='config overrides as section.key=value')
+  return parser.parse_args()
+
+
+ARGS = parse_args()
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import common  # pylint: disable=g-import-not-at-top,wrong-import-position
+from nplm_jax import sharding  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+COLLECTIVES = ('all-reduce', 'all-gather', 'reduce-scatter', 'all-to-all', 'collective-permute', 'pmax', 'psum')
+
+
+def source_ops(hlo_text: str) -> dict[str, str]:
+  """HLO instruction name -> the JAX operation it came from (the last part of its op_name)."""
+  found = re.findall(r'%([\w.\-]+) = [^\n]*?metadata=\{op_name="([^"]+)"', hlo_text)
+  return {name: op_name.rsplit('/', 1)[-1].rstrip(')') for name, op_name in found}
+
+
+def category(op: str, source: str) -> str:
+  if source == 'dot_general' or op.startswith('dot'):
+    return 'matmul'
+  if any(op.startswith(c) or source.startswith(c) for c in COLLECTIVES):
+    return 'collective'
+  return 'other'
+
+
+def op_times(trace_dir: str, module: str) -> collections.Counter:
+  """Microseconds per HLO operation of `module`, summed over the trace's events and devices."""
+  paths = glob.glob(os.path.join(trace_dir, '**', '*.trace.json.gz'), recursive=True)
+  if not paths:
+    raise SystemExit(f'error: the profiler wrote no trace under {trace_dir}; is this jax build able to profile?')
+  with gzip.open(paths[0]) as f:
+    trace = json.load(f)
+  times = collections.Counter()
+  for event in trace['traceEvents'] if isinstance(trace, dict) else trace:
+    args = event.get('args') or {}
+    if event.get('ph') == 'X' and args.get('hlo_module') == module and 'hlo_op' in args:
+      times[args['hlo_op']] += event.get('dur', 0.0)
+  return times
+
+
+def main():
+  import jax  # pylint: disable=g-import-not-at-top
+  from nplm_jax import steps as steps_lib  # pylint: disable=g-import-not-at-top
+  config = common.load_config(ARGS.config, ARGS.overrides)
+  config.train.batch_size = ARGS.batch_size
+  sharding.configure_host_devices(config.mesh)
+  mesh = sharding.make_mesh(config.mesh)
+  model, compiled, state = common.build_train_step(config, ARGS.vocab, mesh)
+  batches = [tuple(steps_lib.put_batch(mesh, x) for x in b)
+             for b in common.random_batches(ARGS.vocab, model.context_size, ARGS.batch_size, ARGS.steps)]
+  trace_dir = ARGS.trace_dir or tempfile.mkdtemp(prefix='nplm_profile_')
+  with jax.set_mesh(mesh):
+    hlo = compiled.train.lower(state, *batches[0]).compile().as_text()
+    state, metrics = compiled.train(state, *batches[0])  # warm-up
+    jax.block_until_ready(metrics)
+    with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+      started = time.perf_counter()
+      for b in batches:
+        state, metrics = compiled.train(state, *b)
+        jax.block_until_ready(metrics)  # one step at a time: per-step times stay separable
+      wall_ms = (time.perf_counter() - started) * 1e3 / ARGS.steps
+  devices = mesh.size
+  per_step = {op: us / 1e3 / ARGS.steps / devices for op, us in op_times(trace_dir, 'jit_train_step').items()}
+  sources = source_ops(hlo)
+  totals = collections.Counter()
+  for op, ms in per_step.items():
+    totals[category(op, sources.get(op, ''))] += ms
+  step_ms = sum(per_step.values())
+  print(f'{jax.devices()[0].platform}, mesh {mesh.shape["data"]}x{mesh.shape["model"]}, batch {ARGS.batch_size}, '
+        f'|V|={ARGS.vocab}, {ARGS.config}: {wall_ms:.2f} ms a step (under the profiler), '
+        f'{step_ms:.2f} ms of them in XLA operations (per device)')
+  print('operation | from | ms/step | share')
+  for op, ms in sorted(per_step.items(), key=lambda kv: -kv[1])[:ARGS.top]:
+    print(f'{op} | {sources.get(op, "?")} | {ms:.2f} | {ms / step_ms:.0%}')
+  row = {'batch_size': ARGS.batch_size, 'wall_step_ms': round(wall_ms, 3), 'step_ms': round(step_ms, 3),
+         **{f'{c}_ms': round(totals[c], 3) for c in ('matmul', 'collective', 'other')},
+         'matmul_share': round(totals['matmul'] / step_ms, 4) if step_ms else 0.0}
+  print(f'matmuls {row["matmul_ms"]} ms ({row["matmul_share"]:.0%}), collectives {row["collective_ms"]} ms '
+        f'(waiting for the slower device included), other {row["other_ms"]} ms')
+  common.emit(row)
+
+
+if __name__ == '__main__':
+  main()
