@@ -188,3 +188,21 @@ def test_keys_added_by_newer_code_do_not_block_resuming(tiny_config, tmp_path):
   (tmp_path / 'config.json').write_text(json.dumps(saved))
   with pytest.raises(UserError, match='config.model.m'):
     train.check_resumable(str(tmp_path), tiny_config)
+
+
+def load_brown_config(variant):
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location('brown_config', os.path.join(REPO, 'experiments', 'brown.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(variant)
+
+
+def test_tuned_variants_keep_the_row_and_change_only_the_optimiser_setting():
+  paper, tuned = load_brown_config('mlp1'), load_brown_config('mlp1_tuned')
+  assert tuned.model.to_dict() == paper.model.to_dict() and tuned.data.to_dict() == paper.data.to_dict()
+  assert (tuned.optimizer.learning_rate, tuned.optimizer.weight_decay, tuned.train.anneal_factor) == (4e-3, 1e-5, 0.5)
+  assert paper.train.anneal_factor == 0.0
+  assert load_brown_config('mlp2_tuned').mix.enabled
+  with pytest.raises(ValueError, match='unknown Brown variant'):
+    load_brown_config('mlp11_tuned')
