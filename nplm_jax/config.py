@@ -50,7 +50,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.patience = 3  # evaluations without improvement before stopping; 0 = never stop early
   # Learning-rate annealing: when validation perplexity improves by less than anneal_threshold
   # (relative), go on from the best parameters with the learning rate times anneal_factor, at most
-  # max_anneals times; then patience decides. anneal_factor 0 = off (the paper's plain schedule).
+  # max_anneals times; a stall after that ends training. anneal_factor 0 = off (the paper's schedule).
   c.train.anneal_factor = 0.0
   c.train.anneal_threshold = 0.005
   c.train.max_anneals = 4

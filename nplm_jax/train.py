@@ -297,7 +297,8 @@ def _evaluate_and_track(run: Run, state, meta, step, checkpoints, writer):
   """Validation perplexity, the best parameters so far, annealing, and early stopping with patience.
 
   Returns the state to go on from: the best parameters when the learning rate was just annealed
-  after an evaluation that did not improve.
+  after an evaluation that did not improve. With annealing on, a stalled evaluation after the last
+  anneal ends training.
   """
   train_config = run.config.train
   valid_ppl = perplexity(run.evaluate(state.params, 'valid'))
@@ -328,6 +329,10 @@ def _evaluate_and_track(run: Run, state, meta, step, checkpoints, writer):
       state = state.replace(params=run.restore_best_params(checkpoints))
     metrics_lib.log(f'anneal {meta["anneals"]}/{train_config.max_anneals}: learning rate x{meta["lr_scale"]:.4g}, '
                     f'from the parameters of step {meta["best_step"]}')
+  elif train_config.anneal_factor > 0 and stalled and scheduled:
+    meta['stopped_early'] = True  # every rate cut spent and still stalled: converged
+    metrics_lib.log(f'early stop: improvement below {train_config.anneal_threshold:.2%} after '
+                    f'{train_config.max_anneals} anneals')
   patience = train_config.patience
   if patience > 0 and meta['evals_since_best'] >= patience:
     meta['stopped_early'] = True
