@@ -334,7 +334,7 @@ def _evaluate_and_track(run: Run, state, meta, step, checkpoints, writer):
     metrics_lib.log(f'early stop: improvement below {train_config.anneal_threshold:.2%} after '
                     f'{train_config.max_anneals} anneals')
   patience = train_config.patience
-  if patience > 0 and meta['evals_since_best'] >= patience:
+  if patience > 0 and meta['evals_since_best'] >= patience and not meta['stopped_early']:
     meta['stopped_early'] = True
     metrics_lib.log(f'early stop: no improvement in {patience} evaluations')
   return state

@@ -203,7 +203,7 @@ def load_brown_config(variant):
 def test_tuned_variants_keep_the_row_and_change_only_the_optimiser_setting():
   paper, tuned = load_brown_config('mlp1'), load_brown_config('mlp1_tuned')
   assert tuned.model.to_dict() == paper.model.to_dict() and tuned.data.to_dict() == paper.data.to_dict()
-  assert (tuned.optimizer.learning_rate, tuned.optimizer.weight_decay, tuned.train.anneal_factor) == (4e-3, 1e-5, 0.5)
+  assert (tuned.optimizer.learning_rate, tuned.optimizer.weight_decay, tuned.train.anneal_factor) == (4e-3, 3e-5, 0.5)
   assert paper.train.anneal_factor == 0.0
   assert load_brown_config('mlp2_tuned').mix.enabled
   with pytest.raises(ValueError, match='unknown Brown variant'):
