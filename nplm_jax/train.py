@@ -32,6 +32,7 @@ def validate_config(config) -> None:
       ('model.vocab_pad_multiple', config.model.vocab_pad_multiple, 1, 'use 1 for no padding'),
       ('train.batch_size', config.train.batch_size, 1, 'a step needs at least one example'),
       ('train.eval_batch_size', config.train.eval_batch_size, 1, 'evaluation needs at least one example a batch'),
+      ('train.max_anneals', config.train.max_anneals, 0, 'use 0 for no learning-rate cuts'),
   ]
   for name, value, least, why in checks:
     if not isinstance(value, int) or isinstance(value, bool) or value < least:
@@ -52,9 +53,13 @@ def validate_config(config) -> None:
     raise UserError(f"loss.name={config.loss.name!r} is unknown; use 'softmax', 'sampled_softmax' or 'nce'")
   if config.loss.name != 'softmax' and config.loss.num_samples < 1:
     raise UserError(f'loss.num_samples={config.loss.num_samples} is invalid; use at least 1 noise sample')
-  if not 0.0 <= config.train.anneal_factor < 1.0:
-    raise UserError(f'train.anneal_factor={config.train.anneal_factor!r} must be in [0, 1) (0 = no annealing); '
+  factor, threshold = config.train.anneal_factor, config.train.anneal_threshold
+  if not 0.0 <= factor < 1.0:
+    raise UserError(f'train.anneal_factor={factor!r} must be in [0, 1) (0 = no annealing); '
                     'e.g. --config.train.anneal_factor=0.5')
+  if not 0.0 <= threshold <= 1.0:
+    raise UserError(f'train.anneal_threshold={threshold!r} must be in [0, 1] (a relative improvement); '
+                    'e.g. --config.train.anneal_threshold=0.01')
   if config.optimizer.name not in ('paper_sgd', 'adamw'):
     raise UserError(f"optimizer.name={config.optimizer.name!r} is unknown; use 'paper_sgd' or 'adamw'")
 

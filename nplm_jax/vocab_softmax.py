@@ -1,12 +1,11 @@
 """The paper's parameter-parallel softmax: the output layer split by vocabulary blocks.
 
 Each 'model' shard holds a block of columns of U, W and b and computes only its block of the
-logits. Shards exchange per-example scalars alone: the maximum (pmax), the sum of exponentials
-(psum), and the target's logit, which only its owner contributes (masked psum). The [batch, |V|]
-logits are never gathered. On a (1, 1) mesh this is the ordinary log-softmax.
+logits. In the forward pass shards exchange per-example scalars alone: the maximum (pmax), the sum
+of exponentials (psum), and the target's logit, which only its owner contributes (masked psum);
+the backward pass sums the shards' [batch, K] feature gradients. The [batch, |V|] logits are
+never gathered. On a (1, 1) mesh this is the ordinary log-softmax.
 """
-
-import functools
 
 import jax
 import jax.numpy as jnp

@@ -105,6 +105,8 @@ def test_resume_refuses_a_different_model(tiny_config, tmp_path):
 @pytest.mark.parametrize('key,value,match', [
     ('model.n', 1, 'model.n=1'), ('model.m', 0, 'model.m=0'), ('model.h', -1, 'model.h=-1'),
     ('train.batch_size', 0, 'train.batch_size=0'), ('train.chunk_size', 5, 'train.chunk_size=5'),
+    ('train.anneal_factor', 2.0, 'train.anneal_factor=2.0'), ('train.anneal_threshold', -0.1, 'anneal_threshold=-0.1'),
+    ('train.max_anneals', -1, 'train.max_anneals=-1'),
 ])
 def test_bad_hyperparameters_stop_before_work(tiny_config, tmp_path, key, value, match):
   section, name = key.split('.')
