@@ -259,6 +259,8 @@ def _initial_state(run: Run, checkpoints: ckpt_lib.Checkpoints):
   restored = checkpoints.restore_latest(abstract)
   if restored is not None:
     state, meta = restored
+    meta.setdefault('lr_scale', 1.0)  # checkpoints from before annealing existed
+    meta.setdefault('anneals', 0)
     metrics_lib.log(f'resumed from step {int(state.step)} in {run.workdir}')
     return state, meta
   meta = {'best_valid_ppl': None, 'best_step': None, 'evals_since_best': 0, 'stopped_early': False,
@@ -274,7 +276,7 @@ def _train_loop(run: Run, state, meta, checkpoints, writer):
   progress = metrics_lib.Progress(step, plan['total'], config.train.batch_size)
   in_flight = steps_lib.BoundedDispatch()
   while step < plan['total'] and not meta['stopped_early']:
-    state, metrics = run.steps.train(state, *run.train_batch(step), meta.get('lr_scale', 1.0))
+    state, metrics = run.steps.train(state, *run.train_batch(step), meta['lr_scale'])
     in_flight.push(metrics)  # not the state: it is donated to the next step
     step += 1
     if step % config.train.log_every == 0 or step == plan['total']:
@@ -283,7 +285,7 @@ def _train_loop(run: Run, state, meta, checkpoints, writer):
         raise FloatingPointError(f'training loss is {loss} at step {step}; lower '
                                  '--config.optimizer.learning_rate (checkpoints before it are kept)')
       rate = progress.report(step)
-      lr = optim.learning_rate_at(config.optimizer, config.train.batch_size, step) * meta.get('lr_scale', 1.0)
+      lr = optim.learning_rate_at(config.optimizer, config.train.batch_size, step) * meta['lr_scale']
       writer.write(step, {'train_loss': loss, 'learning_rate': lr, 'tokens_per_sec': rate['tokens_per_sec']})
       metrics_lib.log(f'step {step}/{plan["total"]} epoch {step / plan["steps_per_epoch"]:.2f} '
                       f'loss {loss:.4f} lr {lr:.4g} {rate["tokens_per_sec"]:.0f} tok/s ETA {rate["eta"]}')
@@ -316,7 +318,7 @@ def _evaluate_and_track(run: Run, state, meta, step, checkpoints, writer):
     meta['evals_since_best'] += 1
   epoch = step / run.plan['steps_per_epoch']
   meta['history'].append({'step': step, 'epoch': epoch, 'valid_ppl': valid_ppl,
-                          'lr_scale': meta.get('lr_scale', 1.0)})
+                          'lr_scale': meta['lr_scale']})
   writer.write(step, {'valid_ppl': valid_ppl})
   metrics_lib.log(f'eval step {step} epoch {epoch:.2f}: valid ppl {valid_ppl:.2f} '
                   f'(best {meta["best_valid_ppl"]:.2f} at step {meta["best_step"]})')
@@ -324,20 +326,20 @@ def _evaluate_and_track(run: Run, state, meta, step, checkpoints, writer):
   # Only at scheduled evaluations: the extra one at the end of a shortened run must not anneal,
   # or resuming it would not follow the uninterrupted run.
   scheduled = step % run.plan['eval_every'] == 0
-  if (train_config.anneal_factor > 0 and stalled and scheduled
-      and meta.get('anneals', 0) < train_config.max_anneals):
-    meta['lr_scale'] = meta.get('lr_scale', 1.0) * train_config.anneal_factor
-    meta['anneals'] = meta.get('anneals', 0) + 1
-    meta['evals_since_best'] = 0
-    if not improved:
-      checkpoints.wait()
-      state = state.replace(params=run.restore_best_params(checkpoints))
-    metrics_lib.log(f'anneal {meta["anneals"]}/{train_config.max_anneals}: learning rate x{meta["lr_scale"]:.4g}, '
-                    f'from the parameters of step {meta["best_step"]}')
-  elif train_config.anneal_factor > 0 and stalled and scheduled:
-    meta['stopped_early'] = True  # every rate cut spent and still stalled: converged
-    metrics_lib.log(f'early stop: improvement below {train_config.anneal_threshold:.2%} after '
-                    f'{train_config.max_anneals} anneals')
+  if train_config.anneal_factor > 0 and stalled and scheduled:
+    if meta['anneals'] < train_config.max_anneals:
+      meta['lr_scale'] *= train_config.anneal_factor
+      meta['anneals'] += 1
+      meta['evals_since_best'] = 0
+      if not improved:
+        checkpoints.wait()
+        state = state.replace(params=run.restore_best_params(checkpoints))
+      metrics_lib.log(f'anneal {meta["anneals"]}/{train_config.max_anneals}: learning rate '
+                      f'x{meta["lr_scale"]:.4g}, from the parameters of step {meta["best_step"]}')
+    else:
+      meta['stopped_early'] = True  # every rate cut spent and still stalled: converged
+      metrics_lib.log(f'early stop: improvement below {train_config.anneal_threshold:.2%} after '
+                      f'{train_config.max_anneals} anneals')
   patience = train_config.patience
   if patience > 0 and meta['evals_since_best'] >= patience and not meta['stopped_early']:
     meta['stopped_early'] = True

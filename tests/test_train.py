@@ -195,11 +195,8 @@ def test_keys_added_by_newer_code_do_not_block_resuming(tiny_config, tmp_path):
 
 
 def load_brown_config(variant):
-  import importlib.util  # pylint: disable=g-import-not-at-top
-  spec = importlib.util.spec_from_file_location('brown_config', os.path.join(REPO, 'experiments', 'brown.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(variant)
+  from launch import sweep  # pylint: disable=g-import-not-at-top
+  return sweep.load_experiment(os.path.join(REPO, 'experiments', 'brown.py')).get_config(variant)
 
 
 def test_tuned_variants_keep_the_row_and_change_only_the_optimiser_setting():
