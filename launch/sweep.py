@@ -15,12 +15,20 @@ import importlib.util
 import itertools
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
 
-COLUMNS = ['name', 'kind', 'n', 'h', 'm', 'direct', 'optimizer', 'order', 'smoothing', 'valid_ppl', 'test_ppl',
+import numpy as np
+
+COLUMNS = ['name', 'kind', 'seed', 'n', 'h', 'm', 'direct', 'optimizer', 'order', 'smoothing', 'valid_ppl', 'test_ppl',
            'mix_valid_ppl', 'mix_test_ppl', 'mix_fitted_weight', 'mix_fitted_test_ppl', 'epochs', 'wall_seconds']
+
+
+# Files of a finished run that a `start_from` copy leaves behind: it is a new run, not finished.
+SOURCE_ONLY_FILES = ('results.json', 'mix_results.json', 'log.txt')
 
 
 class SweepError(ValueError):
@@ -69,11 +77,28 @@ def command(point: dict, workdir: str, common_overrides: dict) -> list[str]:
           *(f'--config.{k}={v}' for k, v in overrides.items())]
 
 
+def start_workdir(point: dict, root: str, workdir: str) -> None:
+  """A `start_from` point begins as a copy of its source's finished workdir (results excluded).
+
+  The copy is made under a temporary name and renamed, so an interrupted copy is never resumed.
+  """
+  if os.path.exists(os.path.join(workdir, 'config.json')):
+    return  # started before: resume it
+  source = os.path.join(root, point['start_from'])
+  partial = workdir + '.copying'
+  shutil.rmtree(partial, ignore_errors=True)
+  shutil.copytree(source, partial, ignore=shutil.ignore_patterns(*SOURCE_ONLY_FILES))
+  shutil.rmtree(workdir, ignore_errors=True)
+  os.rename(partial, workdir)
+
+
 def run_point(point: dict, root: str, common_overrides: dict) -> tuple[str, str, float]:
   """(name, 'done' | 'skipped' | 'failed: ...', seconds)."""
   workdir = os.path.join(root, point['name'])
-  if os.path.exists(os.path.join(workdir, 'results.json')):
+  if finished(root, point['name']):
     return point['name'], 'skipped (finished before)', 0.0
+  if point.get('start_from'):
+    start_workdir(point, root, workdir)
   os.makedirs(workdir, exist_ok=True)
   start = time.time()
   with open(os.path.join(workdir, 'log.txt'), 'a', encoding='utf-8') as log:
@@ -87,21 +112,41 @@ def run_point(point: dict, root: str, common_overrides: dict) -> tuple[str, str,
   return point['name'], 'done', seconds
 
 
+def finished(root: str, name: str) -> bool:
+  return os.path.exists(os.path.join(root, name, 'results.json'))
+
+
 def run_sweep(points: list[dict], root: str, parallel: int, common_overrides: dict) -> list[tuple]:
+  """Runs the points, `parallel` at a time; a `start_from` point waits for its source to finish."""
   names = [p['name'] for p in points]
   if len(set(names)) != len(names):
     raise SweepError(f'point names repeat: {names}')
+  for p in points:
+    source = p.get('start_from')
+    if source and source not in names and not finished(root, source):
+      raise SweepError(f'point {p["name"]!r} starts from {source!r}, which is neither in this run nor finished '
+                       f'in {root}; run {source!r} first')
   os.makedirs(root, exist_ok=True)
   outcomes, started = [], time.time()
+  waiting = [p for p in points if p.get('start_from') in names]
   with concurrent.futures.ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
-    futures = [pool.submit(run_point, p, root, common_overrides) for p in points]
-    for done, future in enumerate(concurrent.futures.as_completed(futures), start=1):
-      name, status, seconds = future.result()
-      outcomes.append((name, status, seconds))
-      elapsed = time.time() - started
-      eta = elapsed / done * (len(points) - done)
-      print(f'[{done}/{len(points)}] {name}: {status} ({seconds:.0f} s; sweep {elapsed:.0f} s, ETA {eta:.0f} s)',
-            flush=True)
+    running = {pool.submit(run_point, p, root, common_overrides): p for p in points if p not in waiting}
+    while running:
+      done_now, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+      for future in done_now:
+        del running[future]
+        name, status, seconds = future.result()
+        outcomes.append((name, status, seconds))
+        for follower in [p for p in waiting if p['start_from'] == name]:
+          waiting.remove(follower)
+          if finished(root, name):
+            running[pool.submit(run_point, follower, root, common_overrides)] = follower
+          else:
+            outcomes.append((follower['name'], f'failed: its source {name!r} did not finish', 0.0))
+        elapsed = time.time() - started
+        eta = elapsed / len(outcomes) * (len(points) - len(outcomes))
+        print(f'[{len(outcomes)}/{len(points)}] {name}: {status} ({seconds:.0f} s; sweep {elapsed:.0f} s, '
+              f'ETA {eta:.0f} s)', flush=True)
   return outcomes
 
 
@@ -115,7 +160,8 @@ def collect(points: list[dict], root: str) -> list[dict]:
     with open(path, encoding='utf-8') as f:
       results = json.load(f)
     model = results.get('config', {}).get('model', {})
-    row = {'name': point['name'], 'kind': point['kind'], 'n': model.get('n'), 'h': model.get('h'), 'm': model.get('m'),
+    row = {'name': point['name'], 'kind': point['kind'], 'seed': results.get('config', {}).get('seed'),
+           'n': model.get('n'), 'h': model.get('h'), 'm': model.get('m'),
            'direct': model.get('direct'), 'optimizer': results.get('config', {}).get('optimizer', {}).get('name'),
            'order': results.get('order'), 'smoothing': results.get('smoothing')}
     row.update({k: results.get(k) for k in COLUMNS if k not in row})
@@ -129,6 +175,38 @@ def _cell(value) -> str:
   return f'{value:.2f}' if isinstance(value, float) else str(value)
 
 
+SEED_SUFFIX = re.compile(r'_seed\d+$')
+SPREAD_COLUMNS = ('valid_ppl', 'test_ppl', 'mix_valid_ppl', 'mix_test_ppl')
+
+
+def seed_groups(rows: list[dict]) -> list[dict]:
+  """Mean, standard deviation and range of each perplexity over rows that differ only in a _seedN suffix.
+
+  'mlp2', 'mlp2_seed1' and 'mlp2_seed2' form the group 'mlp2'; groups of one row are left out.
+  """
+  groups = {}
+  for row in rows:
+    groups.setdefault(SEED_SUFFIX.sub('', row['name']), []).append(row)
+  summaries = []
+  for name, members in groups.items():
+    if len(members) < 2:
+      continue
+    summary = {'group': name, 'runs': len(members), 'seeds': [m.get('seed') for m in members]}
+    for column in SPREAD_COLUMNS:
+      values = np.array([m[column] for m in members if m.get(column) is not None], np.float64)
+      if len(values) == len(members):
+        summary[column] = {'mean': float(values.mean()), 'std': float(values.std(ddof=1)),
+                           'min': float(values.min()), 'max': float(values.max())}
+    summaries.append(summary)
+  return summaries
+
+
+def _spread_cell(stats: dict | None) -> str:
+  if not stats:
+    return ''
+  return f'{stats["mean"]:.1f} ± {stats["std"]:.1f} ({stats["min"]:.1f}-{stats["max"]:.1f})'
+
+
 def write_tables(rows: list[dict], root: str) -> None:
   used = [c for c in COLUMNS if any(r.get(c) is not None for r in rows)]
   with open(os.path.join(root, 'results.csv'), 'w', newline='', encoding='utf-8') as f:
@@ -137,8 +215,17 @@ def write_tables(rows: list[dict], root: str) -> None:
     writer.writerows(rows)
   lines = ['| ' + ' | '.join(used) + ' |', '|' + ' --- |' * len(used)]
   lines += ['| ' + ' | '.join(_cell(r.get(c)) for c in used) + ' |' for r in rows]
+  groups = seed_groups(rows)
+  if groups:
+    spread = [c for c in SPREAD_COLUMNS if any(c in g for g in groups)]
+    lines += ['', 'Over seeds: mean ± standard deviation (min-max).', '',
+              '| group | runs | seeds | ' + ' | '.join(spread) + ' |', '|' + ' --- |' * (3 + len(spread))]
+    lines += [f'| {g["group"]} | {g["runs"]} | {", ".join(map(str, g["seeds"]))} | '
+              + ' | '.join(_spread_cell(g.get(c)) for c in spread) + ' |' for g in groups]
   with open(os.path.join(root, 'results.md'), 'w', encoding='utf-8') as f:
     f.write('\n'.join(lines) + '\n')
+  with open(os.path.join(root, 'seeds.json'), 'w', encoding='utf-8') as f:
+    json.dump(groups, f, indent=2)
 
 
 def parse_set(items: list[str]) -> dict:

@@ -121,12 +121,12 @@ def from_config(model_config, vocab_size: int) -> NPLM:
               vocab_pad_multiple=model_config.vocab_pad_multiple, compute_dtype=model_config.compute_dtype)
 
 
-def init_params(model: NPLM, unigram_counts: Optional[jax.Array] = None) -> dict[str, jax.Array]:
-  """Parameters, with b set to the log unigram distribution when counts are given.
+def init_params(model: NPLM, unigram_counts: Optional[jax.Array] = None, seed: int = 0) -> dict[str, jax.Array]:
+  """Parameters drawn from PRNGKey(seed), with b set to the log unigram distribution when counts are given.
 
   A unigram bias starts the network at the unigram model's perplexity instead of |V|'s.
   """
-  params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, model.context_size), jnp.int32))['params']
+  params = model.init(jax.random.PRNGKey(seed), jnp.zeros((1, model.context_size), jnp.int32))['params']
   params = dict(params)
   if unigram_counts is not None:
     counts = jnp.asarray(unigram_counts, jnp.float32) + 0.5  # no word at -inf

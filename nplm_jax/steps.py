@@ -126,10 +126,11 @@ class CompiledSteps:
 
 
 def compile_steps(model: model_lib.NPLM, optimizer: optax.GradientTransformation, mesh: Mesh,
-                  unigram_counts=None, loss: SampledLoss | None = None, chunk_size: int = 0) -> CompiledSteps:
-  """Jitted init/train/eval with explicit shardings; parameters are born sharded."""
+                  unigram_counts=None, loss: SampledLoss | None = None, chunk_size: int = 0,
+                  seed: int = 0) -> CompiledSteps:
+  """Jitted init/train/eval with explicit shardings; parameters are born sharded, drawn from `seed`."""
   def init_state():
-    params = model_lib.init_params(model, unigram_counts)
+    params = model_lib.init_params(model, unigram_counts, seed)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params))
 
   abstract = jax.eval_shape(init_state)

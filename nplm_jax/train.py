@@ -156,7 +156,7 @@ class Run:
     self.optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size)
     sampled = steps_lib.make_sampled_loss(config.loss, self.corpus.unigram_counts('train'), config.seed)
     self.steps = steps_lib.compile_steps(self.model, self.optimizer, self.mesh, counts, sampled,
-                                         config.train.chunk_size)
+                                         config.train.chunk_size, seed=config.seed)
     self.num_parameters = model_lib.num_parameters(self.corpus.vocab_size, config.model.n, config.model.m,
                                                    config.model.h, config.model.direct)
     metrics_lib.log(f'model: {self.num_parameters:,} parameters (|V| padded to '
@@ -262,10 +262,26 @@ def _initial_state(run: Run, checkpoints: ckpt_lib.Checkpoints):
     meta.setdefault('lr_scale', 1.0)  # checkpoints from before annealing existed
     meta.setdefault('anneals', 0)
     metrics_lib.log(f'resumed from step {int(state.step)} in {run.workdir}')
-    return state, meta
+    return _anneal_a_stopped_run(run, state, meta, checkpoints), meta
   meta = {'best_valid_ppl': None, 'best_step': None, 'evals_since_best': 0, 'stopped_early': False,
           'history': [], 'wall_seconds': 0.0, 'lr_scale': 1.0, 'anneals': 0}
   return run.steps.init(), meta
+
+
+def _anneal_a_stopped_run(run: Run, state, meta, checkpoints):
+  """A run that stopped early, resumed with annealing allowed (again), anneals at once.
+
+  Its last evaluation stalled, which is what triggers an anneal: training goes on from the best
+  parameters at the lowered rate. This is how the paper's setting is annealed at the end.
+  """
+  train_config = run.config.train
+  if not (meta['stopped_early'] and train_config.anneal_factor > 0 and meta['anneals'] < train_config.max_anneals):
+    return state
+  meta.update(stopped_early=False, evals_since_best=0, anneals=meta['anneals'] + 1,
+              lr_scale=meta['lr_scale'] * train_config.anneal_factor)
+  metrics_lib.log(f'the run had stopped early; anneal {meta["anneals"]}/{train_config.max_anneals}: learning rate '
+                  f'x{meta["lr_scale"]:.4g}, from the parameters of step {meta["best_step"]}')
+  return state.replace(params=run.restore_best_params(checkpoints))
 
 
 def _train_loop(run: Run, state, meta, checkpoints, writer):

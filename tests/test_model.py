@@ -86,3 +86,11 @@ def test_bfloat16_compute_stays_close_to_float32():
   assert bf16.dtype == jnp.float32
   np.testing.assert_allclose(np.asarray(bf16), np.asarray(f32), rtol=3e-2, atol=3e-2)
   assert not np.array_equal(np.asarray(bf16), np.asarray(f32))  # the option really changes the compute
+
+
+def test_seed_draws_the_initialisation():
+  model = model_lib.NPLM(vocab_size=11, context_size=2, embed_dim=3, hidden_dim=4, direct=True)
+  default, zero, one = (model_lib.init_params(model), model_lib.init_params(model, seed=0),
+                        model_lib.init_params(model, seed=1))
+  np.testing.assert_array_equal(default['C'], zero['C'])  # seed 0 is the initialisation runs had before
+  assert not np.allclose(zero['C'], one['C']) and not np.allclose(zero['H'], one['H'])

@@ -76,3 +76,34 @@ def test_table1_puts_our_numbers_beside_the_papers(tmp_path):
       {'mix_valid_ppl': 290.0, 'mix_test_ppl': 280.0, 'mix_fitted_weight': 0.5, 'mix_fitted_test_ppl': 279.0}))
   rows = {line.split(' | ')[0].strip('| '): line for line in table1.render(str(tmp_path)).splitlines()}
   assert '| 310.0 | 300.0 |' in rows['MLP9'] and '| 290.0 | 280.0 |' in rows['MLP10']
+
+
+def test_start_from_continues_a_copy_of_a_finished_point_and_seeds_are_summarised(tiny_files, tmp_path, capsys):
+  data = {f'data.{s}_file': tiny_files[s] for s in ('train', 'valid', 'test')}
+  config = 'experiments/text.py:tiny'
+  points = [
+      dict(name='base', kind='train', config=config, overrides={**data, 'train.num_epochs': 1}),
+      dict(name='more', kind='train', config=config, overrides={**data, 'train.num_epochs': 2}, start_from='base'),
+      dict(name='base_seed1', kind='train', config=config, overrides={**data, 'train.num_epochs': 1, 'seed': 1}),
+  ]
+  root = str(tmp_path / 'sweep')
+  outcomes = sweep.run_sweep(points, root, parallel=2, common_overrides={})
+  assert sorted(status for _, status, _ in outcomes) == ['done'] * 3, outcomes
+  import json  # pylint: disable=g-import-not-at-top
+  load = lambda name: json.load(open(os.path.join(root, name, 'results.json'), encoding='utf-8'))
+  base, more = load('base'), load('more')
+  assert more['history'][:len(base['history'])] == base['history']  # the copy went on from base's run
+  assert more['steps_trained'] == 2 * base['steps_trained']
+  assert load('base_seed1')['config']['seed'] == 1 and load('base_seed1')['valid_ppl'] != base['valid_ppl']
+  rows = sweep.collect(points, root)
+  sweep.write_tables(rows, root)
+  groups = json.load(open(os.path.join(root, 'seeds.json'), encoding='utf-8'))
+  assert [g['group'] for g in groups] == ['base'] and groups[0]['seeds'] == [0, 1]
+  assert groups[0]['valid_ppl']['min'] == min(base['valid_ppl'], load('base_seed1')['valid_ppl'])
+  assert 'Over seeds' in open(os.path.join(root, 'results.md'), encoding='utf-8').read()
+
+
+def test_start_from_an_unfinished_point_is_refused(tmp_path):
+  points = [dict(name='more', kind='train', config='experiments/text.py:tiny', start_from='base')]
+  with pytest.raises(sweep.SweepError, match="starts from 'base'"):
+    sweep.run_sweep(points, str(tmp_path), parallel=1, common_overrides={})

@@ -207,3 +207,27 @@ def test_tuned_variants_keep_the_row_and_change_only_the_optimiser_setting():
   assert load_brown_config('mlp2_tuned').mix.enabled
   with pytest.raises(ValueError, match='unknown Brown variant'):
     load_brown_config('mlp11_tuned')
+
+
+def test_seed_changes_the_initialisation_of_a_run(tiny_config, tmp_path):
+  tiny_config.train.max_steps = 1
+  first = train.train_and_evaluate(tiny_config, str(tmp_path / 'seed0'))
+  tiny_config.seed = 1
+  second = train.train_and_evaluate(tiny_config, str(tmp_path / 'seed1'))
+  assert first['valid_ppl'] != second['valid_ppl']
+
+
+def test_an_early_stopped_run_resumed_with_annealing_anneals_from_its_best_parameters(tiny_config, tmp_path):
+  # patience 1 without annealing: the run stops at the first evaluation that does not improve,
+  # which this high learning rate brings at once
+  tiny_config.optimizer.learning_rate = 0.1
+  tiny_config.train.update(max_steps=200, eval_every=10, patience=1)
+  stopped = train.train_and_evaluate(tiny_config, str(tmp_path))
+  assert stopped['stopped_early'], stopped['history']
+  steps_before = stopped['steps_trained']
+  tiny_config.train.update(anneal_factor=1e-9, anneal_threshold=1.0, max_anneals=1)
+  resumed = train.train_and_evaluate(tiny_config, str(tmp_path))
+  new = resumed['history'][len(stopped['history']):]
+  assert new and new[0]['lr_scale'] == pytest.approx(1e-9)  # annealed at once ...
+  assert new[0]['valid_ppl'] == pytest.approx(stopped['valid_ppl'], rel=1e-5)  # ... from the best parameters
+  assert resumed['steps_trained'] == steps_before + 10 and resumed['stopped_early']  # a stall after the last anneal
