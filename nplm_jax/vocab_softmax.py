@@ -15,76 +15,82 @@ from jax.sharding import PartitionSpec as P
 from nplm_jax import model as model_lib
 
 
-# The bias of padded vocabulary columns: exp() of it is 0 and, unlike -inf, 0 times it is 0 in the
-# backward matmul.
+# The bias of padded vocabulary columns: exp() of it is 0, and unlike -inf it keeps a block made
+# only of padding finite (its max takes no part in anything).
 PADDING_LOGIT = -1e30
 
 
-def _block_forward(f, w, targets):
-  """This shard's logits block [B, |V|/model], and per example -log P(target) and log Z."""
+def _block_forward(f, w, b, targets):
+  """This shard's raw logits block z = f w [B, |V|/model], and per example -log P(target) and log Z.
+
+  b is the float32 bias of the block, or None when it is folded into f and w.
+  """
   block = w.shape[-1]
   first = lax.axis_index('model') * block
-  logits = jnp.matmul(f, w, preferred_element_type=jnp.float32)
+  z = jnp.matmul(f, w, preferred_element_type=jnp.float32)
+  logits = z if b is None else z + b
   global_max = lax.pmax(jnp.max(logits, axis=-1), 'model')  # only stabilises exp
   log_z = jnp.log(lax.psum(jnp.sum(jnp.exp(logits - global_max[:, None]), axis=-1), 'model')) + global_max
   local = targets - first
   owned = (local >= 0) & (local < block)
-  picked = jnp.take_along_axis(logits, jnp.clip(local, 0, block - 1)[:, None], axis=-1)[:, 0]
+  column = jnp.clip(local, 0, block - 1)
+  picked = jnp.take_along_axis(z, column[:, None], axis=-1)[:, 0] + (0.0 if b is None else b[column])
   target_logit = lax.psum(jnp.where(owned, picked, 0.0), 'model')
-  return log_z - target_logit, logits, log_z
+  return log_z - target_logit, z, log_z
 
 
-def _block_backward(f, w, logits, log_z, targets, g):
-  """Gradients of sum(g * nll) from this shard's block: dlogits = g (softmax - onehot), in one pass."""
-  block = logits.shape[-1]
+def _block_backward(f, w, b, z, log_z, targets, g):
+  """Gradients of sum(g * nll) from this shard's block: dlogits = g (softmax - onehot), in one pass.
+
+  A separate bias gets its gradient summed from the float32 dlogits, whatever the matmuls' dtype.
+  """
+  block = z.shape[-1]
   columns = lax.axis_index('model') * block + jnp.arange(block)
+  logits = z if b is None else z + b
   dlogits = g[:, None] * (jnp.exp(logits - log_z[:, None]) - (columns[None, :] == targets[:, None]))
+  db = None if b is None else lax.psum(jnp.sum(dlogits, axis=0), 'data')
   dlogits = dlogits.astype(f.dtype)
   df = lax.psum(jnp.matmul(dlogits, w.T, preferred_element_type=jnp.float32), 'model')
   dw = lax.psum(jnp.matmul(f.T, dlogits, preferred_element_type=jnp.float32), 'data')
-  return df.astype(f.dtype), dw.astype(w.dtype)
+  return df.astype(f.dtype), dw.astype(w.dtype), db
 
 
-def _fold_bias(feats, out, vocab_size):
-  """f = [x, a, 1] [B, K + 1] and w = [W; U; b] [K + 1, |V|], padded columns' bias at PADDING_LOGIT.
-
-  The logits are then one matmul, the bias's gradient its last row of the weight gradient, and
-  no pass over the [B, |V|] logits adds the bias or masks the padding.
-  """
-  f, w = model_lib.stack_output_layer(feats, out)
-  b = out['b']
-  b = jnp.where(jnp.arange(b.shape[-1]) < vocab_size, b, PADDING_LOGIT).astype(w.dtype)
-  return (jnp.concatenate([f, jnp.ones((f.shape[0], 1), f.dtype)], axis=-1),
-          jnp.concatenate([w, b[None, :]], axis=0))
+def padded_bias(b, vocab_size):
+  """b in float32, with the padded columns at PADDING_LOGIT: exp() gives them no probability and
+  no pass over the [B, |V|] logits masks them."""
+  return jnp.where(jnp.arange(b.shape[-1]) < vocab_size, b.astype(jnp.float32), PADDING_LOGIT)
 
 
-def _folded_token_nll(f, w, targets, *, mesh):
-  """-log P(target) for folded features f [B, K + 1] and output weights w [K + 1, |V|].
+def _vocab_parallel_nll(f, w, b, targets, *, mesh):
+  """-log P(target) for features f [B, K], output weights w [K, |V|] and a float32 bias b [|V|]
+  (None when it is folded into f and w).
 
   A custom VJP: autodiff of the log-softmax makes several [B, |V|] passes (exp, normalise, the
   target's scatter, the sum for the bias); here the gradient of the logits is one fused pass over
-  the saved logits, followed by the two matmuls.
+  the saved raw logits, followed by the two matmuls. With bfloat16 f and w the matmuls run in
+  bfloat16 (float32 accumulation); the bias, the softmax and the bias gradient stay float32.
   """
-  forward = jax.shard_map(_block_forward, mesh=mesh, in_specs=(P('data', None), P(None, 'model'), P('data')),
+  forward = jax.shard_map(_block_forward, mesh=mesh,
+                          in_specs=(P('data', None), P(None, 'model'), P('model'), P('data')),
                           out_specs=(P('data'), P('data', 'model'), P('data')))
   backward = jax.shard_map(_block_backward, mesh=mesh,
-                           in_specs=(P('data', None), P(None, 'model'), P('data', 'model'), P('data'), P('data'),
-                                     P('data')),
-                           out_specs=(P('data', None), P(None, 'model')))
+                           in_specs=(P('data', None), P(None, 'model'), P('model'), P('data', 'model'), P('data'),
+                                     P('data'), P('data')),
+                           out_specs=(P('data', None), P(None, 'model'), P('model')))
 
   @jax.custom_vjp
-  def nll(f, w, targets):
-    return forward(f, w, targets)[0]
+  def nll(f, w, b, targets):
+    return forward(f, w, b, targets)[0]
 
-  def nll_fwd(f, w, targets):
-    value, logits, log_z = forward(f, w, targets)
-    return value, (f, w, logits, log_z, targets)
+  def nll_fwd(f, w, b, targets):
+    value, z, log_z = forward(f, w, b, targets)
+    return value, (f, w, b, z, log_z, targets)
 
   def nll_bwd(residuals, g):
     return (*backward(*residuals, g), None)
 
   nll.defvjp(nll_fwd, nll_bwd)
-  return nll(f, w, targets)
+  return nll(f, w, b, targets)
 
 
 def _block_specs(feats, out):
@@ -94,8 +100,14 @@ def _block_specs(feats, out):
 
 def token_nll(feats, out, targets, *, mesh, vocab_size):
   """-log P(target | context) per example, batch sharded on 'data', vocabulary on 'model'."""
-  f, w = _fold_bias(feats, out, vocab_size)
-  return _folded_token_nll(f, w, targets, mesh=mesh)
+  f, w = model_lib.stack_output_layer(feats, out)
+  b = padded_bias(out['b'], vocab_size)
+  if w.dtype == jnp.float32:
+    # Folded, f = [x, a, 1] and w = [W; U; b]: the bias costs no pass over the [B, |V|] logits
+    # (a separate add made the float32 step 10-17% slower on CPU). bfloat16 cannot hold the bias.
+    f = jnp.concatenate([f, jnp.ones((f.shape[0], 1), f.dtype)], axis=-1)
+    w, b = jnp.concatenate([w, b[None, :]], axis=0), None
+  return _vocab_parallel_nll(f, w, b, targets, mesh=mesh)
 
 
 def dense_token_nll(logits, targets):

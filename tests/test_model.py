@@ -94,3 +94,30 @@ def test_seed_draws_the_initialisation():
                         model_lib.init_params(model, seed=1))
   np.testing.assert_array_equal(default['C'], zero['C'])  # seed 0 is the initialisation runs had before
   assert not np.allclose(zero['C'], one['C']) and not np.allclose(zero['H'], one['H'])
+
+
+def test_bfloat16_keeps_the_bias_and_its_gradient_in_float32():
+  """The output-layer matmuls run in bfloat16, the bias is added in float32: a bias near -10 lies
+  between bfloat16 values 0.0625 apart, so a bfloat16 bias would not see a move of 0.02."""
+  from jax.sharding import AxisType, Mesh  # pylint: disable=g-import-not-at-top
+  from nplm_jax import steps  # pylint: disable=g-import-not-at-top
+  mesh = Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1), ('data', 'model'), axis_types=(AxisType.Auto,) * 2)
+  model32 = model_lib.NPLM(vocab_size=50, context_size=2, embed_dim=8, hidden_dim=16, direct=True,
+                           vocab_pad_multiple=8)
+  model16 = model32.clone(compute_dtype='bfloat16')
+  params = random_params(model32)
+  params['b'] = -10.0 + 0.3 * params['b']
+  contexts = np.random.default_rng(3).integers(0, 50, size=(8, 2)).astype(np.int32)
+  targets = np.arange(8, dtype=np.int32) * 5
+
+  nll = lambda model, p: steps.token_nll(model, mesh, p, contexts, targets)
+  moved = dict(params, b=params['b'].at[targets].add(0.02))
+  with jax.set_mesh(mesh):
+    shift = lambda model: np.asarray(jax.jit(lambda p, q: nll(model, q) - nll(model, p))(params, moved))
+    float32_shift = shift(model32)
+    assert np.all(float32_shift < -0.01)  # about -0.02: each example's normaliser moves a little too
+    np.testing.assert_allclose(shift(model16), float32_shift, atol=1e-3)
+    grad = lambda model: jax.jit(jax.grad(lambda p: jnp.sum(nll(model, p))))(params)['b']
+    g16, g32 = grad(model16), grad(model32)
+  assert g16.dtype == jnp.float32
+  np.testing.assert_allclose(np.asarray(g16), np.asarray(g32), atol=2e-2)
