@@ -85,7 +85,8 @@ def main():
   parser.add_argument('--weight_decay', type=float, default=1e-4)
   parser.add_argument('--steps', type=int, default=10)
   parser.add_argument('--repeats', type=int, default=5)
-  parser.add_argument('--threads', type=int, default=len(os.sched_getaffinity(0)))
+  cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()  # macOS has none
+  parser.add_argument('--threads', type=int, default=cores)
   args = parser.parse_args()
   torch.set_num_threads(args.threads)
   for b in args.batch_sizes.split(','):

@@ -28,6 +28,13 @@ def host_device_count(requested: int, cores: int) -> int:
   return count
 
 
+def usable_cores() -> int:
+  """Cores this process may run on; os.sched_getaffinity does not exist on macOS or Windows."""
+  if hasattr(os, 'sched_getaffinity'):
+    return len(os.sched_getaffinity(0))
+  return os.cpu_count() or 1
+
+
 def configure_host_devices(mesh_config, environ=os.environ) -> None:
   """Splits the CPU backend into host devices; must run before JAX initialises its backends.
 
@@ -36,7 +43,7 @@ def configure_host_devices(mesh_config, environ=os.environ) -> None:
   --xla_force_host_platform_device_count in XLA_FLAGS wins; accelerators are unaffected.
   """
   flags = environ.get('XLA_FLAGS', '')
-  count = host_device_count(mesh_config.cpu_devices, len(os.sched_getaffinity(0)))
+  count = host_device_count(mesh_config.cpu_devices, usable_cores())
   if count > 1 and 'xla_force_host_platform_device_count' not in flags:
     environ['XLA_FLAGS'] = f'{flags} --xla_force_host_platform_device_count={count}'.strip()
 

@@ -84,3 +84,13 @@ def test_bounded_dispatch_keeps_at_most_depth_results_pending():
   assert len(results) == 5 and Result.ready == 3  # every push beyond the second waited for the oldest
   in_flight.drain()
   assert Result.ready == 5
+
+
+def test_cores_are_counted_where_sched_getaffinity_is_missing(monkeypatch):
+  import os  # pylint: disable=g-import-not-at-top
+  monkeypatch.delattr(os, 'sched_getaffinity', raising=False)  # as on macOS
+  monkeypatch.setattr(os, 'cpu_count', lambda: 6)
+  assert sharding.usable_cores() == 6
+  environ = {}
+  sharding.configure_host_devices(base_config().mesh, environ)
+  assert environ['XLA_FLAGS'] == '--xla_force_host_platform_device_count=4'
