@@ -6,8 +6,10 @@ import resource
 import jax
 import numpy as np
 
+from benchmarks import timing
 from nplm_jax import model as model_lib
 from nplm_jax import optim
+from nplm_jax import sharding
 from nplm_jax import steps as steps_lib
 
 BROWN_VOCAB = 17_905
@@ -74,3 +76,33 @@ def build_train_step(config, vocab: int, mesh):
   return model, compiled, state
 
 
+
+
+def time_train_step(config, vocab: int, mesh, steps: int, repeats: int) -> dict:
+  """Median time of `config`'s train step on `mesh` (random Brown-shaped batches of
+  config.train.batch_size, each process feeding its own rows), and its per-device memory."""
+  batch_size = config.train.batch_size
+  model, compiled, state = build_train_step(config, vocab, mesh)
+  rows = sharding.process_rows(mesh, batch_size)
+  batches = [tuple(steps_lib.put_process_rows(mesh, x[rows], batch_size) for x in b)
+             for b in random_batches(vocab, model.context_size, batch_size, steps)]
+  with jax.set_mesh(mesh):
+    executable = compiled.train.lower(state, *batches[0]).compile()
+    state, _ = compiled.train(state, *batches[0])  # warm-up
+    jax.block_until_ready(state)
+    holder = [state]
+
+    def run_steps():
+      s = holder[0]
+      for b in batches:
+        s, metrics = compiled.train(s, *b)
+      jax.block_until_ready(metrics)
+      holder[0] = s
+
+    seconds = timing.median_seconds(run_steps, repeats) / steps
+  data, model_axis = mesh.shape['data'], mesh.shape['model']
+  return {'mesh': f'{data}x{model_axis}', 'batch_size': batch_size, 'step_ms': round(1e3 * seconds, 2),
+          'train_tokens_per_sec': round(batch_size / seconds, 1), **memory_mib(executable),
+          'output_layer_mib_per_device': round(sum(
+              holder[0].params[k].addressable_shards[0].data.nbytes for k in ('U', 'W', 'b')
+              if k in holder[0].params) / 2**20, 2)}

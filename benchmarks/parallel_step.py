@@ -35,36 +35,13 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 from jax.sharding import AxisType, Mesh  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top,wrong-import-position
-from benchmarks import timing  # pylint: disable=g-import-not-at-top,wrong-import-position
-from nplm_jax import steps as steps_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def run_mesh(config, shape):
   data, model_axis = shape
   mesh = Mesh(np.asarray(jax.devices()[:data * model_axis]).reshape(shape), ('data', 'model'),
               axis_types=(AxisType.Auto,) * 2)
-  model, compiled, state = common.build_train_step(config, ARGS.vocab, mesh)
-  batches = [tuple(steps_lib.put_batch(mesh, x) for x in b)
-             for b in common.random_batches(ARGS.vocab, model.context_size, ARGS.batch_size, ARGS.steps)]
-  with jax.set_mesh(mesh):
-    executable = compiled.train.lower(state, *batches[0]).compile()
-    state, _ = compiled.train(state, *batches[0])  # warm-up
-    jax.block_until_ready(state)
-    holder = [state]
-
-    def run_steps():
-      s = holder[0]
-      for b in batches:
-        s, metrics = compiled.train(s, *b)
-      jax.block_until_ready(metrics)
-      holder[0] = s
-
-    seconds = timing.median_seconds(run_steps, ARGS.repeats) / ARGS.steps
-  return {'mesh': f'{data}x{model_axis}', 'batch_size': ARGS.batch_size, 'step_ms': round(1e3 * seconds, 2),
-          'train_tokens_per_sec': round(ARGS.batch_size / seconds, 1), **common.memory_mib(executable),
-          'output_layer_mib_per_device': round(sum(
-              holder[0].params[k].addressable_shards[0].data.nbytes for k in ('U', 'W', 'b')
-              if k in holder[0].params) / 2**20, 2)}
+  return common.time_train_step(config, ARGS.vocab, mesh, ARGS.steps, ARGS.repeats)
 
 
 def main():

@@ -1,23 +1,28 @@
 """Orbax checkpoints: the latest train state for resuming, and the best parameters by validation.
 
 Restoring takes an abstract target that carries the shardings of the mesh in use, so a
-checkpoint written under one mesh loads under any other.
+checkpoint written under one mesh (or number of processes) loads under any other. Every process
+of a multi-process job takes part in each save and restore; Orbax coordinates them.
 """
-
-import os
 
 import jax
 import orbax.checkpoint as ocp
 
+from nplm_jax import workdir as workdir_lib
+
+
+def _options(max_to_keep: int, name: str) -> ocp.CheckpointManagerOptions:
+  # Orbax names the barriers of a save by its step: the two managers save the same step at the
+  # same time, so in a multi-process job each needs barriers of its own.
+  return ocp.CheckpointManagerOptions(
+      max_to_keep=max_to_keep, create=True,
+      multiprocessing_options=ocp.options.MultiprocessingOptions(barrier_sync_key_prefix=name))
+
 
 class Checkpoints:
-  def __init__(self, workdir: str, keep: int = 2):
-    workdir = os.path.abspath(workdir)
-    self.latest = ocp.CheckpointManager(
-        os.path.join(workdir, 'checkpoints'),
-        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
-    self.best = ocp.CheckpointManager(
-        os.path.join(workdir, 'best'), options=ocp.CheckpointManagerOptions(max_to_keep=1, create=True))
+  def __init__(self, workdir: workdir_lib.Workdir, keep: int = 2):
+    self.latest = ocp.CheckpointManager(workdir.file('checkpoints'), options=_options(keep, 'latest'))
+    self.best = ocp.CheckpointManager(workdir.file('best'), options=_options(1, 'best'))
 
   def save_latest(self, step: int, state, meta: dict) -> None:
     self.latest.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
@@ -25,6 +30,7 @@ class Checkpoints:
 
   def restore_latest(self, abstract_state):
     """(state, meta) of the newest checkpoint, or None when there is none."""
+    self.wait()  # saves still being committed in the background are part of what to restore
     step = self.latest.latest_step()
     if step is None:
       return None
@@ -36,6 +42,7 @@ class Checkpoints:
     self.best.save(step, args=ocp.args.StandardSave(params), force=True)
 
   def restore_best(self, abstract_params):
+    self.wait()
     step = self.best.latest_step()
     if step is None:
       return None

@@ -3,8 +3,11 @@
 import re
 import sys
 
+import jax
 from absl import flags
 from absl import logging
+
+from nplm_jax import distributed
 
 FLAGS = flags.FLAGS
 
@@ -33,3 +36,15 @@ def parse_flags(argv: list[str]) -> list[str]:
   if not FLAGS['verbosity'].present:
     logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO; progress is printed
   return rest
+
+
+def exit_with_error(error: Exception, config=None) -> None:
+  """Prints a user's error as one line, once per job, and exits 1.
+
+  An error every process found (agreed on, or before the processes joined) is the leader's to
+  report; any other error is reported by the process that found it.
+  """
+  every_process = isinstance(error, distributed.AgreedError) or not jax.distributed.is_initialized()
+  if not every_process or distributed.declared_process_id(config) == 0:
+    print(f'error: {error}', file=sys.stderr, flush=True)
+  sys.exit(1)

@@ -71,5 +71,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.mesh.cpu_devices = -1  # host devices for the CPU backend; -1 = one per core (a power of 2, <= 8)
 
   c.distributed = ml_collections.ConfigDict()
-  c.distributed.initialize = 'auto'  # 'auto' (cluster variables decide) | 'yes' | 'no'
+  # Several processes (hosts) in one job: README, "Several hosts". 'auto' joins them when a cluster
+  # launcher's variables or a coordinator_address say so.
+  c.distributed.initialize = 'auto'  # 'auto' | 'yes' | 'no'
+  c.distributed.coordinator_address = ''  # process 0's host:port, e.g. 'localhost:12355'; '' = detect
+  c.distributed.num_processes = -1  # -1 = detect (SLURM, Open MPI, TPU pods)
+  c.distributed.process_id = -1  # this process's index; -1 = detect
   return c

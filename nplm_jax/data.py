@@ -203,11 +203,10 @@ class TokenStream:
     rng = np.random.default_rng([seed, epoch])
     return rng.permutation(self._size['train']).astype(np.int64)
 
-  def eval_batches(self, split: str, batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Fixed-shape batches covering every token once; `weights` is 0 on the last batch's padding."""
+  def eval_positions(self, split: str, batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Fixed-size batches of positions covering every token once, with weights: 0 on the last
+    batch's padding (which repeats the split's last position)."""
     n = self._size[split]
     for begin in range(0, n, batch_size):
       positions = np.arange(begin, begin + batch_size)
-      weights = (positions < n).astype(np.float32)
-      contexts, targets = self.examples(split, np.minimum(positions, n - 1))
-      yield contexts, targets, weights
+      yield np.minimum(positions, n - 1), (positions < n).astype(np.float32)

@@ -1,26 +1,122 @@
-"""Multi-process start-up: JAX's own runtime (jax.distributed), when the environment asks for it."""
+"""Multi-process runs: joining the processes (jax.distributed), the leader, and errors agreed on.
+
+Every process runs the same program. Started by a cluster (SLURM, Open MPI, a TPU pod) the
+processes find each other by themselves; started by hand (launch/local.sh) they are told the
+coordinator's address, their number and their id (config.distributed). On CPU they exchange data
+through JAX's gloo collectives, so one machine runs N processes the way a cluster runs N hosts.
+
+Only the leader (process 0) writes the workdir's files and prints; errors found at start-up on any
+process are agreed on by all, so the user reads them once.
+"""
 
 import os
 
 import jax
+import numpy as np
 
 from nplm_jax.errors import UserError
 
 # Set by launchers for which jax.distributed.initialize() finds its settings by itself.
 COORDINATOR_VARIABLES = ('JAX_COORDINATOR_ADDRESS', 'TPU_WORKER_HOSTNAMES', 'MEGASCALE_COORDINATOR_ADDRESS')
 TASK_COUNT_VARIABLES = ('SLURM_NTASKS', 'OMPI_COMM_WORLD_SIZE')
+# A process's index as the launchers announce it, before JAX knows it (for errors at start-up).
+PROCESS_ID_VARIABLES = ('JAX_PROCESS_ID', 'SLURM_PROCID', 'OMPI_COMM_WORLD_RANK')
+ERROR_BYTES = 2048  # the longest error message exchanged between processes
 
 
-def wanted(mode: str, environ=os.environ) -> bool:
+def wanted(dist_config, environ=os.environ) -> bool:
+  mode = dist_config.initialize
   if mode == 'auto':
     many_tasks = any(int(environ.get(v, '1') or 1) > 1 for v in TASK_COUNT_VARIABLES)
-    return many_tasks or any(v in environ for v in COORDINATOR_VARIABLES)
+    return many_tasks or bool(dist_config.coordinator_address) or any(v in environ for v in COORDINATOR_VARIABLES)
   if mode in ('yes', 'no'):
     return mode == 'yes'
   raise UserError(f"distributed.initialize={mode!r} is unknown; use 'auto', 'yes' or 'no'")
 
 
+def initialize_arguments(dist_config) -> dict:
+  """jax.distributed.initialize's arguments; those left unset (-1, '') it detects itself."""
+  address, count, index = dist_config.coordinator_address, dist_config.num_processes, dist_config.process_id
+  if count == 0 or count < -1:
+    raise UserError(f'distributed.num_processes={count} is invalid; use the number of processes, or -1 to detect it')
+  if index < -1 or (count > 0 and index >= count):
+    raise UserError(f'distributed.process_id={index} is invalid; use 0 ... num_processes - 1, or -1 to detect it')
+  if address and ':' not in address:
+    raise UserError(f'distributed.coordinator_address={address!r} needs a port; e.g. localhost:12355')
+  if address and (count < 0 or index < 0):
+    raise UserError('distributed.coordinator_address is set but not distributed.num_processes and '
+                    'distributed.process_id; give all three (launch/local.sh does) or none')
+  args = {}
+  if address:
+    args.update(coordinator_address=address, num_processes=count, process_id=index)
+  return args
+
+
 def maybe_initialize(config) -> None:
-  """Joins the processes of a multi-host job before any device is touched."""
-  if wanted(config.distributed.initialize):
-    jax.distributed.initialize()
+  """Joins the processes of a multi-process job before any device is touched."""
+  if not wanted(config.distributed):
+    return
+  args = initialize_arguments(config.distributed)
+  # CPU arrays of different processes meet through gloo; accelerators use their own collectives.
+  jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+  jax.distributed.initialize(**args)
+
+
+def declared_process_id(config=None, environ=os.environ) -> int:
+  """This process's index: JAX's once joined, else what the config or the launcher says (0 if none)."""
+  if jax.distributed.is_initialized():
+    return jax.process_index()
+  if config is not None and config.distributed.process_id >= 0:
+    return config.distributed.process_id
+  for variable in PROCESS_ID_VARIABLES:
+    if environ.get(variable, '').isdigit():
+      return int(environ[variable])
+  return 0
+
+
+def is_leader() -> bool:
+  """Process 0 writes the workdir's files and prints progress (a process on its own leads)."""
+  return not jax.distributed.is_initialized() or jax.process_index() == 0
+
+
+def barrier(name: str) -> None:
+  """Waits until every process reaches the barrier called `name` (nothing to wait for alone)."""
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    multihost_utils.sync_global_devices(name)
+
+
+class AgreedError(UserError):
+  """A UserError that every process raises together: the leader reports it for all."""
+
+
+def _encode(message: str) -> np.ndarray:
+  data = np.zeros(ERROR_BYTES, np.uint8)
+  raw = message.encode('utf-8')[:ERROR_BYTES]
+  data[:len(raw)] = np.frombuffer(raw, np.uint8)
+  return data
+
+
+def agree_on_errors(build):
+  """Runs `build()` on every process; a UserError on any of them is raised on all as one AgreedError.
+
+  Every process must call this, so that none waits for the others in a collective while one has
+  already stopped. The message is the lowest-numbered failing process's, naming it when not every
+  process failed.
+  """
+  error, result = None, None
+  try:
+    result = build()
+  except UserError as e:
+    error = e
+  if jax.process_count() == 1:
+    if error is not None:
+      raise error
+    return result
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  messages = np.asarray(multihost_utils.process_allgather(_encode(str(error) if error else '')))
+  failed = [(i, bytes(row).rstrip(b'\0').decode('utf-8', 'replace')) for i, row in enumerate(messages) if row.any()]
+  if not failed:
+    return result
+  index, message = failed[0]
+  raise AgreedError(message if len(failed) == jax.process_count() else f'process {index}: {message}')

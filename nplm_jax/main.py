@@ -1,7 +1,5 @@
 """Entry point: python -m nplm_jax.main --config=experiments/brown.py:mlp1 --workdir=DIR"""
 
-import sys
-
 from absl import app
 from absl import flags
 from ml_collections import config_flags
@@ -27,7 +25,7 @@ def main(argv):
     distributed.maybe_initialize(FLAGS.config)
     train.train_and_evaluate(FLAGS.config, FLAGS.workdir)
   except UserError as e:
-    sys.exit(f'error: {e}')
+    cli.exit_with_error(e, FLAGS.config)
 
 
 if __name__ == '__main__':

@@ -1,25 +1,97 @@
-"""Metrics to TensorBoard event files and a JSON-lines log, and progress with rate and ETA."""
+"""Metrics to TensorBoard event files and a JSON-lines log, and progress with rate and ETA.
 
+Only the leader process writes or prints; the others' writers do nothing. Files go through
+etils.epath, so they can live in a bucket (gs://...) like the checkpoints.
+"""
+
+import io
 import json
-import os
 import time
+
+from etils import epath
+
+from nplm_jax import distributed
+from nplm_jax import workdir as workdir_lib
+
+REMOTE_SCHEMES = ('gs', 's3', 'az')  # prefixes whose TensorBoard files are written through epath
+
+
+class _EpathEventFile:
+  """An event file on any filesystem epath reaches: buffered, and rewritten whole at each flush
+  (object stores cannot append), as tensorboardX's own GCS writer does."""
+
+  def __init__(self, path: str):
+    self._path, self._buffer = epath.Path(path), io.BytesIO()
+
+  def write(self, data: bytes) -> None:
+    self._buffer.write(data)
+
+  def flush(self) -> None:
+    self._path.write_bytes(self._buffer.getvalue())
+
+  def close(self) -> None:
+    self.flush()
+
+
+class _EpathEventFiles:
+  """tensorboardX writer factory for remote prefixes."""
+
+  def open(self, path: str) -> _EpathEventFile:
+    return _EpathEventFile(path)
+
+  def directory_check(self, path: str) -> None:
+    epath.Path(path).mkdir(parents=True, exist_ok=True)
+
+
+def _summary_writer(logdir: epath.Path):
+  from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+  from tensorboardX import record_writer  # pylint: disable=g-import-not-at-top
+  for scheme in REMOTE_SCHEMES:
+    record_writer.register_writer_factory(scheme, _EpathEventFiles())
+  return SummaryWriter(str(logdir))
 
 
 class MetricWriter:
-  def __init__(self, workdir: str):
-    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-    self._tb = SummaryWriter(os.path.join(workdir, 'tensorboard'))
-    self._jsonl = open(os.path.join(workdir, 'metrics.jsonl'), 'a', encoding='utf-8')
+  """TensorBoard scalars and WORKDIR/metrics.jsonl, one JSON object per write.
+
+  metrics.jsonl is the run's history: resumed from step S, it keeps the records up to S and
+  continues from there, so an interrupted and resumed run logs each step once. The file is
+  rewritten whole at each write (object stores cannot append; it stays small: one line per
+  log_every steps).
+  """
+
+  def __init__(self, workdir: workdir_lib.Workdir, resumed_step: int = 0):
+    self._enabled = distributed.is_leader()
+    if not self._enabled:
+      return
+    self._path = workdir.file('metrics.jsonl')
+    self._records = [r for r in read_jsonl(self._path) if r.get('step', 0) <= resumed_step]
+    self._tb = _summary_writer(workdir.file('tensorboard'))
 
   def write(self, step: int, metrics: dict) -> None:
+    if not self._enabled:
+      return
     for k, v in metrics.items():
       self._tb.add_scalar(k, v, step)
-    self._jsonl.write(json.dumps({'step': step, **metrics}) + '\n')
-    self._jsonl.flush()
+    self._records.append({'step': step, **metrics})
+    workdir_lib.write_text_atomically(self._path, ''.join(json.dumps(r) + '\n' for r in self._records))
 
   def close(self) -> None:
-    self._tb.close()
-    self._jsonl.close()
+    if self._enabled:
+      self._tb.close()
+
+
+def read_jsonl(path: epath.Path) -> list[dict]:
+  """The records of a JSON-lines file; a torn last line (a crash mid-write) is dropped."""
+  if not path.exists():
+    return []
+  records = []
+  for line in path.read_text().splitlines():
+    try:
+      records.append(json.loads(line))
+    except ValueError:
+      continue
+  return records
 
 
 def format_duration(seconds: float) -> str:
@@ -51,4 +123,6 @@ class Progress:
 
 
 def log(message: str) -> None:
-  print(time.strftime('%H:%M:%S ') + message, flush=True)
+  """A progress line with the time, printed by the leader process only."""
+  if distributed.is_leader():
+    print(time.strftime('%H:%M:%S ') + message, flush=True)

@@ -5,13 +5,13 @@ python -m nplm_jax.mix --workdir=runs/brown_mlp1   (writes WORKDIR/mix_results.j
 """
 
 import json
-import os
 import sys
 
 import numpy as np
 
 from nplm_jax import data as data_lib
 from nplm_jax import ngram
+from nplm_jax import workdir as workdir_lib
 from nplm_jax.errors import UserError
 
 
@@ -49,8 +49,7 @@ def main(argv):
     sys.exit(f'error: {e}')
   results.update(valid_ppl=ngram.perplexity(np.exp(-nll['valid'])), test_ppl=ngram.perplexity(np.exp(-nll['test'])))
   print(json.dumps(results), flush=True)
-  with open(os.path.join(cli.workdir, 'mix_results.json'), 'w', encoding='utf-8') as f:
-    json.dump(results, f, indent=2)
+  workdir_lib.Workdir(cli.workdir).write_json('mix_results.json', results)
 
 
 if __name__ == '__main__':

@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from nplm_jax import data as data_lib
+from nplm_jax import workdir as workdir_lib
 from nplm_jax.errors import UserError
 
 
@@ -306,8 +307,7 @@ def main(argv):
   line = json.dumps(result)
   print(line, flush=True)
   if cli.output:
-    with open(cli.output, 'w', encoding='utf-8') as f:
-      f.write(json.dumps(result, indent=2) + '\n')
+    workdir_lib.write_text_atomically(workdir_lib.as_path(cli.output), json.dumps(result, indent=2) + '\n')
 
 
 def _define_flags():

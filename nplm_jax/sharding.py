@@ -108,5 +108,16 @@ def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
   return NamedSharding(mesh, P('data', *([None] * (ndim - 1))))
 
 
+def process_rows(mesh: Mesh, global_rows: int) -> np.ndarray:
+  """The rows of a [global_rows, ...] batch (split on 'data') that this process's devices hold.
+
+  In the order jax.make_array_from_process_local_data expects them: the process's row blocks
+  concatenated in increasing order. All rows when 'data' does not span processes.
+  """
+  index_map = batch_sharding(mesh, 1).addressable_devices_indices_map((global_rows,))
+  blocks = sorted({index[0].indices(global_rows)[:2] for index in index_map.values()})
+  return np.concatenate([np.arange(start, stop) for start, stop in blocks])
+
+
 def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())

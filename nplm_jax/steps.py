@@ -196,3 +196,9 @@ def put_batch(mesh: Mesh, array):
   """A host batch as a global array sharded on 'data' (each process holds the whole batch)."""
   sh = sharding.batch_sharding(mesh, array.ndim)
   return jax.make_array_from_callback(array.shape, sh, lambda index: array[index])
+
+
+def put_process_rows(mesh: Mesh, rows, global_rows: int):
+  """A global batch of `global_rows` from this process's rows only (sharding.process_rows' order)."""
+  sh = sharding.batch_sharding(mesh, rows.ndim)
+  return jax.make_array_from_process_local_data(sh, rows, (global_rows, *rows.shape[1:]))

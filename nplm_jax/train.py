@@ -2,7 +2,6 @@
 
 import json
 import math
-import os
 import time
 
 import jax
@@ -11,12 +10,14 @@ import numpy as np
 
 from nplm_jax import checkpoint as ckpt_lib
 from nplm_jax import data as data_lib
+from nplm_jax import distributed
 from nplm_jax import metrics as metrics_lib
 from nplm_jax import mix as mix_lib
 from nplm_jax import model as model_lib
 from nplm_jax import optim
 from nplm_jax import sharding
 from nplm_jax import steps as steps_lib
+from nplm_jax import workdir as workdir_lib
 from nplm_jax.errors import UserError
 
 # Config sections that must match for a workdir's checkpoint to be resumed.
@@ -64,31 +65,16 @@ def validate_config(config) -> None:
     raise UserError(f"optimizer.name={config.optimizer.name!r} is unknown; use 'paper_sgd' or 'adamw'")
 
 
-def prepare_workdir(workdir: str) -> None:
-  """Creates the workdir and proves it writable without touching what is already there."""
-  try:
-    os.makedirs(workdir, exist_ok=True)
-    probe = os.path.join(workdir, f'.write_probe_{os.getpid()}')
-    with open(probe, 'w', encoding='utf-8') as f:
-      f.write('ok')
-    os.remove(probe)
-  except OSError as e:
-    raise UserError(f'--workdir={workdir!r} cannot be written ({e.strerror}); '
-                    'choose a folder you can write to') from None
-
-
-def check_resumable(workdir: str, config) -> None:
+def check_resumable(workdir: workdir_lib.Workdir, config) -> None:
   """A workdir may only be resumed by the run that made it; other runs get their own."""
-  path = os.path.join(workdir, 'config.json')
-  if not os.path.exists(path):
+  saved = workdir.read_json('config.json')
+  if saved is None:
     return
-  with open(path, encoding='utf-8') as f:
-    saved = json.load(f)
   current = json.loads(config.to_json_best_effort())
   for key in RESUME_KEYS:
     changed = _changed_keys(saved.get(key), current.get(key), key)
     if changed:
-      raise UserError(f'--workdir={workdir!r} holds a run with a different config.{changed[0]}; '
+      raise UserError(f'--workdir={str(workdir)!r} holds a run with a different config.{changed[0]}; '
                       'use a new --workdir (nothing in this one was changed)')
 
 
@@ -118,14 +104,17 @@ def split_nll(steps: steps_lib.CompiledSteps, params, stream: data_lib.TokenStre
               batch_size: int) -> np.ndarray:
   """Exactly normalised -log P of every token of a split, in stream order (float64).
 
-  Results stay on the device until the end and dispatch runs ahead (boundedly), so the host
-  prepares the next batch while the device computes; only a few [batch, |V| / model] logit
-  blocks exist at a time per device.
+  Each process builds only the rows of each batch its devices hold; the per-token results come
+  back replicated, so every process returns the whole split's. Results stay on the device until
+  the end and dispatch runs ahead (boundedly), so the host prepares the next batch while the
+  device computes; only a few [batch, |V| / model] logit blocks exist at a time per device.
   """
+  rows = sharding.process_rows(steps.mesh, batch_size)
   pending, weights, in_flight = [], [], steps_lib.BoundedDispatch()
-  for contexts, targets, w in stream.eval_batches(split, batch_size):
-    pending.append(in_flight.push(steps.eval(params, steps_lib.put_batch(steps.mesh, contexts),
-                                             steps_lib.put_batch(steps.mesh, targets))))
+  for positions, w in stream.eval_positions(split, batch_size):
+    contexts, targets = stream.examples(split, positions[rows])
+    pending.append(in_flight.push(steps.eval(params, steps_lib.put_process_rows(steps.mesh, contexts, batch_size),
+                                             steps_lib.put_process_rows(steps.mesh, targets, batch_size))))
     weights.append(w)
   nll = np.concatenate([np.asarray(x, np.float64) for x in jax.device_get(pending)])
   return nll[np.concatenate(weights) > 0]
@@ -138,9 +127,9 @@ def perplexity(nll: np.ndarray) -> float:
 class Run:
   """One training run's pieces, built from a config; `train_and_evaluate` drives it."""
 
-  def __init__(self, config, workdir: str, devices=None):
+  def __init__(self, config, workdir: workdir_lib.Workdir, devices=None):
     validate_config(config)
-    prepare_workdir(workdir)
+    workdir.prepare()
     check_resumable(workdir, config)
     self.config, self.workdir = config, workdir
     self.mesh = sharding.make_mesh(config.mesh, devices)
@@ -151,6 +140,7 @@ class Run:
                                 self.model.padded_vocab_size)
     self.stream = data_lib.TokenStream(self.corpus, config.model.n - 1)
     self.plan = steps_plan(config, self.stream.num_examples('train'))
+    self.rows = sharding.process_rows(self.mesh, config.train.batch_size)  # of each batch, this process's
     self._order, self._order_epoch = None, None  # the current epoch's permutation, made once
     counts = self.corpus.unigram_counts('train') if config.model.unigram_bias_init else None
     self.optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size)
@@ -177,21 +167,26 @@ class Run:
     if self._order_epoch != epoch:
       self._order, self._order_epoch = self.stream.train_order(self.config.seed, epoch), epoch
     b = self.config.train.batch_size
-    contexts, targets = self.stream.examples('train', self._order[index * b:(index + 1) * b])
-    return steps_lib.put_batch(self.mesh, contexts), steps_lib.put_batch(self.mesh, targets)
+    contexts, targets = self.stream.examples('train', self._order[index * b:(index + 1) * b][self.rows])
+    return steps_lib.put_process_rows(self.mesh, contexts, b), steps_lib.put_process_rows(self.mesh, targets, b)
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Trains, early-stops on validation, evaluates the best parameters; returns results.json."""
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir_path: str) -> dict:
+  """Trains, early-stops on validation, evaluates the best parameters; returns results.json.
+
+  In a multi-process job every process runs this; start-up errors on any process stop all of
+  them together, and only the leader writes the workdir's files.
+  """
   started = time.time()
-  run = Run(config, workdir)
-  with open(os.path.join(workdir, 'config.json'), 'w', encoding='utf-8') as f:
-    f.write(config.to_json_best_effort(indent=2))
+  workdir = workdir_lib.Workdir(workdir_path)
+  run = distributed.agree_on_errors(lambda: Run(config, workdir))
+  # Only now, every process having read the old one and found nothing wrong.
+  workdir.write_json('config.json', json.loads(config.to_json_best_effort()))
   checkpoints = ckpt_lib.Checkpoints(workdir)
-  writer = metrics_lib.MetricWriter(workdir)
   with jax.set_mesh(run.mesh):
     state, meta = _initial_state(run, checkpoints)
     earlier_seconds = meta['wall_seconds']  # spent by the processes before this one
+    writer = metrics_lib.MetricWriter(workdir, resumed_step=int(state.step))
     state, meta = _train_loop(run, state, meta, checkpoints, writer)
     best = run.restore_best_params(checkpoints)
     params = best if best is not None else state.params
@@ -218,37 +213,36 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       'history': meta['history'],
       'config': json.loads(config.to_json_best_effort()),
   }
-  if config.mix.enabled:
+  if config.mix.enabled and distributed.is_leader():  # the n-gram is host work, for the writer alone
     results.update(mix_lib.mixture_results(run.corpus, {'valid': valid_nll, 'test': test_nll}, config.mix))
     metrics_lib.log(f'mixture with {results["mix_ngram"]}: valid ppl {results["mix_valid_ppl"]:.2f}, test ppl '
                     f'{results["mix_test_ppl"]:.2f} (weight {config.mix.weight}); fitted weight '
                     f'{results["mix_fitted_weight"]:.3f}: test ppl {results["mix_fitted_test_ppl"]:.2f}')
-  with open(os.path.join(workdir, 'results.json'), 'w', encoding='utf-8') as f:
-    json.dump(results, f, indent=2)
+  workdir.write_json('results.json', results)
   metrics_lib.log(f'done: valid ppl {results["valid_ppl"]:.2f}, test ppl {results["test_ppl"]:.2f} '
                   f'(best step {results["step"]}, {results["wall_seconds"]:.0f} s)')
   return results
 
 
-def load_config(workdir: str) -> ml_collections.ConfigDict:
-  path = os.path.join(workdir, 'config.json')
-  if not os.path.exists(path):
-    raise UserError(f'{workdir!r} holds no config.json; give the --workdir of a finished or running training')
-  with open(path, encoding='utf-8') as f:
-    return ml_collections.ConfigDict(json.load(f))
+def load_config(workdir_path: str) -> ml_collections.ConfigDict:
+  saved = workdir_lib.Workdir(workdir_path).read_json('config.json')
+  if saved is None:
+    raise UserError(f'{workdir_path!r} holds no config.json; give the --workdir of a finished or running training')
+  return ml_collections.ConfigDict(saved)
 
 
-def evaluate_workdir(workdir: str, splits=('valid', 'test'), mesh=None, devices=None) -> dict:
+def evaluate_workdir(workdir_path: str, splits=('valid', 'test'), mesh=None, devices=None) -> dict:
   """Per-token NLLs of a workdir's best parameters, restored onto `mesh` (any shape) over `devices`."""
-  config = load_config(workdir)
+  config = load_config(workdir_path)
   if mesh is not None:
     config.mesh.data, config.mesh.model = mesh
+  workdir = workdir_lib.Workdir(workdir_path)
   run = Run(config, workdir, devices)
   checkpoints = ckpt_lib.Checkpoints(workdir)
   with jax.set_mesh(run.mesh):
     params = run.restore_best_params(checkpoints)
     if params is None:
-      raise UserError(f'{workdir!r} holds no best checkpoint yet; train it first')
+      raise UserError(f'{workdir_path!r} holds no best checkpoint yet; train it first')
     nll = {split: run.evaluate(params, split) for split in splits}
   checkpoints.close()
   return nll

@@ -61,3 +61,13 @@ def test_profile_step_attributes_the_step_to_operations():
   [row] = rows
   assert row['batch_size'] == 8 and row['step_ms'] > 0 and row['matmul_ms'] > 0
   assert abs(row['matmul_ms'] + row['collective_ms'] + row['other_ms'] - row['step_ms']) < 1e-2
+
+
+def test_multiprocess_step_compares_one_process_with_two():
+  rows = run('multiprocess_step.py', '--layouts=1x4:1x4,2x2:1x4,2x2:2x2', '--batch_size=16', '--vocab=61',
+             '--steps=2', '--repeats=1', '--config.model.m=4', '--config.model.h=6')
+  assert [(r['processes'], r['devices_per_process'], r['mesh']) for r in rows] == [
+      (1, 4, '1x4'), (2, 2, '1x4'), (2, 2, '2x2')]
+  assert all(r['train_tokens_per_sec'] > 0 and r['temp_mib'] > 0 for r in rows)
+  # the same mesh holds the same output-layer block per device, whatever the number of processes
+  assert rows[0]['output_layer_mib_per_device'] == rows[1]['output_layer_mib_per_device']

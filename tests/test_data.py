@@ -69,14 +69,14 @@ def test_stream_context_crosses_split_boundaries():
   np.testing.assert_array_equal(contexts[0], [5, 4, 3])
 
 
-def test_eval_batches_cover_every_token_once():
+def test_eval_positions_cover_every_token_once():
   corpus = data.Corpus(vocab=tuple('ab'), boundary_id=0, splits={
       'train': np.zeros(3, np.int32), 'valid': np.arange(10, dtype=np.int32) % 2, 'test': np.zeros(1, np.int32)})
   stream = data.TokenStream(corpus, context_size=2)
-  batches = list(stream.eval_batches('valid', 4))
-  assert len(batches) == 3 and all(c.shape == (4, 2) for c, _, _ in batches)
-  weights = np.concatenate([w for _, _, w in batches])
-  targets = np.concatenate([t for _, t, _ in batches])
+  batches = list(stream.eval_positions('valid', 4))
+  assert len(batches) == 3 and all(p.shape == (4,) for p, _ in batches)
+  weights = np.concatenate([w for _, w in batches])
+  targets = np.concatenate([stream.examples('valid', p)[1] for p, _ in batches])
   assert weights.sum() == 10
   np.testing.assert_array_equal(targets[weights > 0], corpus.splits['valid'])
 

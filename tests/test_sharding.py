@@ -5,7 +5,6 @@ import pytest
 from jax.sharding import PartitionSpec as P
 import jax
 
-from nplm_jax import distributed
 from nplm_jax import sharding
 from nplm_jax.config import base_config
 from nplm_jax.errors import UserError
@@ -54,19 +53,6 @@ def test_specs_follow_parameter_names_in_params_and_optimizer_state():
   assert sharding.spec_for((attr('opt_state'), attr('mu'), key('W'))) == P(None, 'model')
   assert sharding.spec_for((attr('params'), key('C'))) == P()
   assert sharding.spec_for((attr('step'),)) == P()
-
-
-@pytest.mark.parametrize('mode,environ,expected', [
-    ('auto', {}, False), ('auto', {'SLURM_NTASKS': '1'}, False), ('auto', {'SLURM_NTASKS': '4'}, True),
-    ('auto', {'JAX_COORDINATOR_ADDRESS': 'host:1234'}, True), ('auto', {'TPU_WORKER_HOSTNAMES': 'a,b'}, True),
-    ('yes', {}, True), ('no', {'SLURM_NTASKS': '4'}, False)])
-def test_distributed_initialize_only_when_asked(mode, environ, expected):
-  assert distributed.wanted(mode, environ) is expected
-
-
-def test_distributed_bad_mode():
-  with pytest.raises(UserError, match="distributed.initialize='maybe'"):
-    distributed.wanted('maybe', {})
 
 
 def test_bounded_dispatch_keeps_at_most_depth_results_pending():

@@ -13,6 +13,7 @@ import pytest
 
 from nplm_jax import data
 from nplm_jax import train
+from nplm_jax import workdir as workdir_lib
 from nplm_jax.errors import UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -186,12 +187,12 @@ def test_keys_added_by_newer_code_do_not_block_resuming(tiny_config, tmp_path):
   saved = json.loads(tiny_config.to_json_best_effort())
   del saved['loss'], saved['model']['compute_dtype']  # as written before these keys existed
   (tmp_path / 'config.json').write_text(json.dumps(saved))
-  train.check_resumable(str(tmp_path), tiny_config)  # no error
+  train.check_resumable(workdir_lib.Workdir(tmp_path), tiny_config)  # no error
   tiny_config.model.compute_dtype = 'bfloat16'  # but a change to a key the old run had still counts
   saved['model']['m'] = 99
   (tmp_path / 'config.json').write_text(json.dumps(saved))
   with pytest.raises(UserError, match='config.model.m'):
-    train.check_resumable(str(tmp_path), tiny_config)
+    train.check_resumable(workdir_lib.Workdir(tmp_path), tiny_config)
 
 
 def load_brown_config(variant):

@@ -1,0 +1,53 @@
+"""The workdir on any filesystem: a training in gs://bucket/run (a fake bucket) writes every file
+there, resumes from there and is read back, and nothing lands in a local folder named gs:."""
+
+import json
+import os
+
+import pytest
+
+from nplm_jax import train
+from nplm_jax import workdir as workdir_lib
+from nplm_jax.errors import UserError
+from tests import fake_gcs
+
+
+def test_a_run_lives_entirely_in_a_bucket(tiny_config, tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)  # a path mistaken for a local one would appear here as gs:/...
+  bucket = tmp_path / 'bucket_root'
+  tiny_config.train.update(max_steps=30, eval_every=15, log_every=10)
+  with fake_gcs.fake_gcs(str(bucket)):
+    first = train.train_and_evaluate(tiny_config, 'gs://runs/tiny')
+    tiny_config.train.max_steps = 45
+    resumed = train.train_and_evaluate(tiny_config, 'gs://runs/tiny')
+    nll = train.evaluate_workdir('gs://runs/tiny', splits=('valid',))
+    saved = workdir_lib.Workdir('gs://runs/tiny').read_json('results.json')
+  assert not (tmp_path / 'gs:').exists()
+  local = bucket / 'runs' / 'tiny'
+  assert {'config.json', 'results.json', 'metrics.jsonl', 'checkpoints', 'best', 'tensorboard'} <= set(
+      os.listdir(local))
+  assert [s for s in os.listdir(local / 'checkpoints') if s.isdigit()] and os.listdir(local / 'best')
+  assert [f for f in os.listdir(local / 'tensorboard') if f.startswith('events.out.tfevents')]
+  assert resumed['steps_trained'] == 45 and len(resumed['history']) == len(first['history']) + 1
+  assert saved['valid_ppl'] == resumed['valid_ppl'] == pytest.approx(train.perplexity(nll['valid']), rel=1e-6)
+  steps = [json.loads(line)['step'] for line in (local / 'metrics.jsonl').read_text().splitlines()]
+  assert steps == [10, 15, 20, 30, 30, 40, 45, 45]  # train records every 10 steps, evaluations every 15, once each
+
+
+def test_workdir_json_is_written_atomically_and_never_nan(tmp_path):
+  workdir = workdir_lib.Workdir(tmp_path)
+  workdir.write_json('a.json', {'x': 1.5})
+  assert workdir.read_json('a.json') == {'x': 1.5} and workdir.read_json('missing.json') is None
+  assert sorted(os.listdir(tmp_path)) == ['a.json']  # no temporary file left
+  with pytest.raises(ValueError):
+    workdir.write_json('a.json', {'x': float('nan')})
+  assert workdir.read_json('a.json') == {'x': 1.5}
+  (tmp_path / 'bad.json').write_text('{not json')
+  with pytest.raises(UserError, match='bad.json'):
+    workdir.read_json('bad.json')
+
+
+def test_local_workdirs_are_absolute(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  assert str(workdir_lib.as_path('runs/x')) == str(tmp_path / 'runs' / 'x')
+  assert str(workdir_lib.as_path('gs://bucket/x')) == 'gs://bucket/x'
