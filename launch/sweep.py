@@ -14,14 +14,18 @@ import csv
 import importlib.util
 import itertools
 import json
+import io
 import os
 import re
-import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
+from etils import epath
+
+from nplm_jax import workdir as workdir_lib
 
 COLUMNS = ['name', 'kind', 'seed', 'n', 'h', 'm', 'direct', 'optimizer', 'order', 'smoothing', 'valid_ppl', 'test_ppl',
            'mix_valid_ppl', 'mix_test_ppl', 'mix_fitted_weight', 'mix_fitted_test_ppl', 'epochs', 'wall_seconds']
@@ -69,7 +73,7 @@ def grid_points(config_arg: str, grid: str) -> list[dict]:
 def command(point: dict, workdir: str, common_overrides: dict) -> list[str]:
   if point['kind'] == 'ngram':
     return [sys.executable, '-m', 'nplm_jax.ngram', f'--config={point["config"]}', f'--order={point["order"]}',
-            f'--smoothing={point["smoothing"]}', f'--output={os.path.join(workdir, "results.json")}']
+            f'--smoothing={point["smoothing"]}', f'--output={workdir / "results.json"}']
   if point['kind'] != 'train':
     raise SweepError(f'point {point["name"]!r} has kind {point["kind"]!r}; use train or ngram')
   overrides = {**common_overrides, **point.get('overrides', {})}
@@ -77,47 +81,72 @@ def command(point: dict, workdir: str, common_overrides: dict) -> list[str]:
           *(f'--config.{k}={v}' for k, v in overrides.items())]
 
 
-def start_workdir(point: dict, root: str, workdir: str) -> None:
+def start_workdir(point: dict, root: epath.Path, workdir: epath.Path) -> None:
   """A `start_from` point begins as a copy of its source's finished workdir (results excluded).
 
   The copy is made under a temporary name and renamed, so an interrupted copy is never resumed.
   """
-  if os.path.exists(os.path.join(workdir, 'config.json')):
+  if (workdir / 'config.json').exists():
     return  # started before: resume it
-  source = os.path.join(root, point['start_from'])
-  partial = workdir + '.copying'
-  shutil.rmtree(partial, ignore_errors=True)
-  shutil.copytree(source, partial, ignore=shutil.ignore_patterns(*SOURCE_ONLY_FILES))
-  shutil.rmtree(workdir, ignore_errors=True)
-  os.rename(partial, workdir)
+  partial = workdir.parent / f'{workdir.name}.copying'
+  if partial.exists():
+    partial.rmtree()
+  copy_tree(root / point['start_from'], partial, skip=SOURCE_ONLY_FILES)
+  if workdir.exists():
+    workdir.rmtree()
+  partial.rename(workdir)
 
 
-def run_point(point: dict, root: str, common_overrides: dict) -> tuple[str, str, float]:
+def copy_tree(source: epath.Path, destination: epath.Path, skip=()) -> None:
+  """Copies a folder on any filesystem, leaving out its top-level entries named in `skip`."""
+  destination.mkdir(parents=True, exist_ok=True)
+  for path in source.iterdir():
+    if path.name in skip:
+      continue
+    if path.is_dir():
+      copy_tree(path, destination / path.name)
+    else:
+      path.copy(destination / path.name)
+
+
+def run_point(point: dict, root: epath.Path, common_overrides: dict) -> tuple[str, str, float]:
   """(name, 'done' | 'skipped' | 'failed: ...', seconds)."""
-  workdir = os.path.join(root, point['name'])
+  workdir = root / point['name']
   if finished(root, point['name']):
     return point['name'], 'skipped (finished before)', 0.0
   if point.get('start_from'):
     start_workdir(point, root, workdir)
-  os.makedirs(workdir, exist_ok=True)
+  workdir.mkdir(parents=True, exist_ok=True)
   start = time.time()
-  with open(os.path.join(workdir, 'log.txt'), 'a', encoding='utf-8') as log:
-    proc = subprocess.run(command(point, workdir, common_overrides), stdout=log, stderr=subprocess.STDOUT,
-                          cwd=os.getcwd(), check=False)
+  returncode = run_logged(command(point, workdir, common_overrides), workdir / 'log.txt')
   seconds = time.time() - start
-  if proc.returncode:
-    with open(os.path.join(workdir, 'log.txt'), encoding='utf-8') as log:
-      last = (log.read().strip().splitlines() or ['(no output)'])[-1]
-    return point['name'], f'failed (exit {proc.returncode}): {last}', seconds
+  if returncode:
+    last = ((workdir / 'log.txt').read_text().strip().splitlines() or ['(no output)'])[-1]
+    return point['name'], f'failed (exit {returncode}): {last}', seconds
   return point['name'], 'done', seconds
 
 
-def finished(root: str, name: str) -> bool:
-  return os.path.exists(os.path.join(root, name, 'results.json'))
+def run_logged(args: list[str], log: epath.Path) -> int:
+  """Runs a command with its output appended to `log`: as it comes for a local log, at the end
+  for one in a bucket (objects cannot be appended to)."""
+  if '://' not in str(log):
+    with open(log, 'a', encoding='utf-8') as f:
+      return subprocess.run(args, stdout=f, stderr=subprocess.STDOUT, cwd=os.getcwd(), check=False).returncode
+  with tempfile.TemporaryFile('w+', encoding='utf-8') as f:
+    returncode = subprocess.run(args, stdout=f, stderr=subprocess.STDOUT, cwd=os.getcwd(), check=False).returncode
+    f.seek(0)
+    earlier = log.read_text() if log.exists() else ''
+    log.write_text(earlier + f.read())
+  return returncode
+
+
+def finished(root: epath.Path, name: str) -> bool:
+  return (root / name / 'results.json').exists()
 
 
 def run_sweep(points: list[dict], root: str, parallel: int, common_overrides: dict) -> list[tuple]:
   """Runs the points, `parallel` at a time; a `start_from` point waits for its source to finish."""
+  root = workdir_lib.as_path(root)
   names = [p['name'] for p in points]
   if len(set(names)) != len(names):
     raise SweepError(f'point names repeat: {names}')
@@ -126,7 +155,7 @@ def run_sweep(points: list[dict], root: str, parallel: int, common_overrides: di
     if source and source not in names and not finished(root, source):
       raise SweepError(f'point {p["name"]!r} starts from {source!r}, which is neither in this run nor finished '
                        f'in {root}; run {source!r} first')
-  os.makedirs(root, exist_ok=True)
+  root.mkdir(parents=True, exist_ok=True)
   outcomes, started = [], time.time()
   waiting = [p for p in points if p.get('start_from') in names]
   with concurrent.futures.ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
@@ -154,11 +183,9 @@ def collect(points: list[dict], root: str) -> list[dict]:
   """One row per point that has a results.json, in sweep order."""
   rows = []
   for point in points:
-    path = os.path.join(root, point['name'], 'results.json')
-    if not os.path.exists(path):
+    results = workdir_lib.Workdir(workdir_lib.as_path(root) / point['name']).read_json('results.json')
+    if results is None:
       continue
-    with open(path, encoding='utf-8') as f:
-      results = json.load(f)
     model = results.get('config', {}).get('model', {})
     row = {'name': point['name'], 'kind': point['kind'], 'seed': results.get('config', {}).get('seed'),
            'n': model.get('n'), 'h': model.get('h'), 'm': model.get('m'),
@@ -208,11 +235,14 @@ def _spread_cell(stats: dict | None) -> str:
 
 
 def write_tables(rows: list[dict], root: str) -> None:
+  root = workdir_lib.Workdir(root)
+  root.path.mkdir(parents=True, exist_ok=True)
   used = [c for c in COLUMNS if any(r.get(c) is not None for r in rows)]
-  with open(os.path.join(root, 'results.csv'), 'w', newline='', encoding='utf-8') as f:
-    writer = csv.DictWriter(f, fieldnames=used, extrasaction='ignore')
-    writer.writeheader()
-    writer.writerows(rows)
+  table = io.StringIO()
+  writer = csv.DictWriter(table, fieldnames=used, extrasaction='ignore')
+  writer.writeheader()
+  writer.writerows(rows)
+  workdir_lib.write_text_atomically(root.file('results.csv'), table.getvalue())
   lines = ['| ' + ' | '.join(used) + ' |', '|' + ' --- |' * len(used)]
   lines += ['| ' + ' | '.join(_cell(r.get(c)) for c in used) + ' |' for r in rows]
   groups = seed_groups(rows)
@@ -222,10 +252,8 @@ def write_tables(rows: list[dict], root: str) -> None:
               '| group | runs | seeds | ' + ' | '.join(spread) + ' |', '|' + ' --- |' * (3 + len(spread))]
     lines += [f'| {g["group"]} | {g["runs"]} | {", ".join(map(str, g["seeds"]))} | '
               + ' | '.join(_spread_cell(g.get(c)) for c in spread) + ' |' for g in groups]
-  with open(os.path.join(root, 'results.md'), 'w', encoding='utf-8') as f:
-    f.write('\n'.join(lines) + '\n')
-  with open(os.path.join(root, 'seeds.json'), 'w', encoding='utf-8') as f:
-    json.dump(groups, f, indent=2)
+  workdir_lib.write_text_atomically(root.file('results.md'), '\n'.join(lines) + '\n')
+  workdir_lib.write_text_atomically(root.file('seeds.json'), json.dumps(groups, indent=2) + '\n')
 
 
 def parse_set(items: list[str]) -> dict:
@@ -271,7 +299,7 @@ def main(argv=None) -> int:
     return 2
   rows = collect(points, args.root)
   write_tables(rows, args.root)
-  print(f'{len(rows)}/{len(points)} points have results: {os.path.join(args.root, "results.md")}')
+  print(f'{len(rows)}/{len(points)} points have results: {workdir_lib.as_path(args.root) / "results.md"}')
   return 1 if any(status.startswith('failed') for _, status, _ in outcomes) else 0
 
 

@@ -8,8 +8,8 @@ odd row is the same run's network alone.
 """
 
 import argparse
-import json
-import os
+
+from nplm_jax import workdir as workdir_lib
 
 # (row, n, h, m, direct, mix, paper valid, paper test), from the paper's Table 1.
 PAPER = [
@@ -29,11 +29,11 @@ SOURCES = {'Del. Int. trigram': 'interpolated_3', 'Kneser-Ney back-off, n=3': 'k
 
 def load(root: str, name: str) -> dict | None:
   merged = None
+  workdir = workdir_lib.Workdir(workdir_lib.as_path(root) / name)
   for filename in ('results.json', 'mix_results.json'):
-    path = os.path.join(root, name, filename)
-    if os.path.exists(path):
-      with open(path, encoding='utf-8') as f:
-        merged = {**(merged or {}), **json.load(f)}
+    found = workdir.read_json(filename)
+    if found is not None:
+      merged = {**(merged or {}), **found}
   return merged
 
 

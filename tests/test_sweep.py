@@ -107,3 +107,24 @@ def test_start_from_an_unfinished_point_is_refused(tmp_path):
   points = [dict(name='more', kind='train', config='experiments/text.py:tiny', start_from='base')]
   with pytest.raises(sweep.SweepError, match="starts from 'base'"):
     sweep.run_sweep(points, str(tmp_path), parallel=1, common_overrides={})
+
+
+def test_sweep_files_in_a_bucket(tmp_path, monkeypatch):
+  import json  # pylint: disable=g-import-not-at-top
+  from etils import epath  # pylint: disable=g-import-not-at-top
+  from tests import fake_gcs  # pylint: disable=g-import-not-at-top
+  monkeypatch.chdir(tmp_path)
+  with fake_gcs.fake_gcs(str(tmp_path / 'bucket')):
+    root = epath.Path('gs://b/sweep')
+    (root / 'base' / 'checkpoints' / '10').mkdir(parents=True)
+    (root / 'base' / 'checkpoints' / '10' / 'state').write_text('array bytes')
+    (root / 'base' / 'config.json').write_text('{}')
+    (root / 'base' / 'results.json').write_text(json.dumps({'valid_ppl': 10.0, 'test_ppl': 11.0, 'config': {}}))
+    point = dict(name='more', kind='train', config='x', start_from='base')
+    sweep.start_workdir(point, root, root / 'more')
+    assert (root / 'more' / 'checkpoints' / '10' / 'state').read_text() == 'array bytes'
+    assert not (root / 'more' / 'results.json').exists() and not sweep.finished(root, 'more')
+    rows = sweep.collect([dict(name='base', kind='train'), point], 'gs://b/sweep')
+    sweep.write_tables(rows, 'gs://b/sweep')
+    assert '| base |' in (root / 'results.md').read_text()
+  assert not (tmp_path / 'gs:').exists()
