@@ -26,6 +26,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.vocab_pad_multiple = 8  # the vocabulary axis splits over mesh.model sizes dividing this
   c.model.compute_dtype = 'float32'  # output-layer matmuls: 'float32' | 'bfloat16' (GPU/TPU); f32 softmax
   c.model.unigram_bias_init = True  # b starts at the log unigram distribution of train
+  c.model.feature_dropout = 0.0  # training only: dropout on x = [C(w_{t-1}), ...] (before H and W)
+  c.model.hidden_dropout = 0.0  # training only: dropout on tanh(d + H x)
 
   c.optimizer = ml_collections.ConfigDict()
   c.optimizer.name = 'paper_sgd'  # 'paper_sgd' | 'adamw'

@@ -2,7 +2,8 @@
 
 x = [C(w_{t-1}), ..., C(w_{t-n+1})]. The module only creates parameters and computes features;
 the output layer (U, W, b) is applied block by block by `vocab_softmax`, so the [batch, |V|]
-logits never need to exist on one device. `dense_logits` is the plain reference.
+logits never need to exist on one device. Calling the module gives the dense logits, the plain
+reference for tests and small vocabularies.
 
 The output parameters span a padded vocabulary (a multiple of `vocab_pad_multiple`, so the
 vocabulary axis splits evenly over devices); padded columns start at zero, are masked to -inf
@@ -39,6 +40,12 @@ class NPLM(nn.Module):
   direct: bool  # direct connections W from x to the output
   vocab_pad_multiple: int = 1
   compute_dtype: str = 'float32'  # of the output layer's matmuls ('bfloat16' for accelerators)
+  feature_dropout: float = 0.0  # dropout on the word features x (training only)
+  hidden_dropout: float = 0.0  # dropout on the hidden layer tanh(d + H x) (training only)
+
+  @property
+  def has_dropout(self) -> bool:
+    return bool(self.feature_dropout or self.hidden_dropout)
 
   @property
   def padded_vocab_size(self) -> int:
@@ -55,15 +62,21 @@ class NPLM(nn.Module):
     if self.direct:
       self.W = self.param('W', nn.initializers.zeros, (x_dim, vp))
     self.b = self.param('b', nn.initializers.zeros, (vp,))
+    self.drop_features = nn.Dropout(self.feature_dropout)
+    self.drop_hidden = nn.Dropout(self.hidden_dropout)
 
-  def features(self, contexts: jax.Array) -> dict[str, jax.Array]:
-    """The inputs of the output layer: x for W and, with a hidden layer, tanh(d + H x) for U."""
-    x = self.C[contexts].reshape(contexts.shape[0], -1)
+  def features(self, contexts: jax.Array, deterministic: bool = True) -> dict[str, jax.Array]:
+    """The inputs of the output layer: x for W and, with a hidden layer, tanh(d + H x) for U.
+
+    deterministic=False (training) applies dropout, drawn from the 'dropout' rng, to x before
+    both H and W, and to the hidden layer's output.
+    """
+    x = self.drop_features(self.C[contexts].reshape(contexts.shape[0], -1), deterministic=deterministic)
     feats = {}
     if self.direct:
       feats['W'] = x
     if self.hidden_dim:
-      feats['U'] = jnp.tanh(self.d + x @ self.H)
+      feats['U'] = self.drop_hidden(jnp.tanh(self.d + x @ self.H), deterministic=deterministic)
     return feats
 
   def output_params(self) -> dict[str, jax.Array]:
@@ -118,7 +131,9 @@ def split_params(params: dict[str, jax.Array]):
 def from_config(model_config, vocab_size: int) -> NPLM:
   return NPLM(vocab_size=vocab_size, context_size=model_config.n - 1, embed_dim=model_config.m,
               hidden_dim=model_config.h, direct=model_config.direct,
-              vocab_pad_multiple=model_config.vocab_pad_multiple, compute_dtype=model_config.compute_dtype)
+              vocab_pad_multiple=model_config.vocab_pad_multiple, compute_dtype=model_config.compute_dtype,
+              feature_dropout=model_config.get('feature_dropout', 0.0),
+              hidden_dropout=model_config.get('hidden_dropout', 0.0))
 
 
 def init_params(model: NPLM, unigram_counts: Optional[jax.Array] = None, seed: int = 0) -> dict[str, jax.Array]:

@@ -30,9 +30,13 @@ class TrainState:
   opt_state: Any
 
 
-def output_layer_inputs(model: model_lib.NPLM, params, contexts):
-  """(features, output-layer parameters), both in the model's compute dtype."""
-  feats = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
+def output_layer_inputs(model: model_lib.NPLM, params, contexts, dropout_key=None):
+  """(features, output-layer parameters), both in the model's compute dtype.
+
+  With a dropout key (training) the model's dropout applies to the features; without, none does.
+  """
+  feats = model.apply({'params': params}, contexts, dropout_key is None, method=model_lib.NPLM.features,
+                      rngs=None if dropout_key is None else {'dropout': dropout_key})
   return model_lib.cast_for_compute(model, feats, model_lib.split_params(params)[1])
 
 
@@ -40,6 +44,14 @@ def token_nll(model: model_lib.NPLM, mesh: Mesh, params, contexts, targets):
   """-log P(target | context) per example, with the vocabulary-parallel softmax."""
   feats, out = output_layer_inputs(model, params, contexts)
   return vocab_softmax.token_nll(feats, out, targets, mesh=mesh, vocab_size=model.vocab_size)
+
+
+def dropout_key(seed: int, step):
+  """The dropout masks of a step are a function of (seed, step): a resumed run draws the same."""
+  return jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), DROPOUT_STREAM), step)
+
+
+DROPOUT_STREAM = 1  # keeps dropout's random numbers apart from the initialisation's (stream 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,47 +75,48 @@ def draw_noise(loss: SampledLoss, step) -> jax.Array:
   return jnp.minimum(jnp.searchsorted(loss.noise_cdf, uniforms, side='right'), loss.noise_cdf.shape[0] - 1)
 
 
-def sampled_loss(model, mesh, loss: SampledLoss, params, contexts, targets, step):
-  samples = draw_noise(loss, step)
-  feats, out = output_layer_inputs(model, params, contexts)
-  return vocab_softmax.sampled_token_loss(feats, out, targets, samples, loss.log_noise, mesh=mesh, kind=loss.kind)
-
-
-def chunked_map(per_example, contexts, targets, chunk_size: int):
-  """per_example(contexts, targets) [batch], computed `chunk_size` examples at a time.
+def chunked_map(per_example, inputs, chunk_size: int):
+  """per_example(inputs) [batch] for a pytree of [batch, ...] inputs, `chunk_size` examples at a time.
 
   Evaluation then holds one [chunk, |V|] block of logits at a time, and on a CPU that block stays
   in cache (faster at batch >= 1024). Training saves every chunk's logits for the backward pass
   anyway, and its fused step runs fastest unchunked (benchmarks/throughput.py). Chunk i takes
-  examples i, i + n, i + 2n, ... so each
-  chunk keeps the batch's 'data' sharding; the result comes back in the batch's order.
+  examples i, i + n, i + 2n, ... so each chunk keeps the batch's 'data' sharding; the result
+  comes back in the batch's order.
   """
-  batch = targets.shape[0]
+  batch = jax.tree.leaves(inputs)[0].shape[0]
   if not chunk_size or chunk_size >= batch:
-    return per_example(contexts, targets)
+    return per_example(inputs)
   n = batch // chunk_size
-  chunks = (contexts.reshape(chunk_size, n, -1).swapaxes(0, 1), targets.reshape(chunk_size, n).swapaxes(0, 1))
-  return jax.lax.map(lambda ct: per_example(*ct), chunks).swapaxes(0, 1).reshape(batch)
+  chunks = jax.tree.map(lambda x: x.reshape(chunk_size, n, *x.shape[1:]).swapaxes(0, 1), inputs)
+  return jax.lax.map(per_example, chunks).swapaxes(0, 1).reshape(batch)
 
 
 def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mesh, optimizer, loss=None,
-               chunk_size=0):
+               chunk_size=0, seed=0):
+  """One optimiser step on the mean loss of a batch: the exact softmax, or `loss` (sampled)."""
   def loss_fn(params):
+    key = dropout_key(seed, state.step) if model.has_dropout else None
+    feats, out = output_layer_inputs(model, params, contexts, key)
     if loss is None:
-      per_example = functools.partial(token_nll, model, mesh, params)
+      per_example = lambda ft: vocab_softmax.token_nll(ft[0], out, ft[1], mesh=mesh, vocab_size=model.vocab_size)
     else:
-      per_example = lambda c, t: sampled_loss(model, mesh, loss, params, c, t, state.step)
-    return jnp.mean(chunked_map(per_example, contexts, targets, chunk_size))
+      samples = draw_noise(loss, state.step)  # shared by the whole batch
+      per_example = lambda ft: vocab_softmax.sampled_token_loss(ft[0], out, ft[1], samples, loss.log_noise,
+                                                                mesh=mesh, kind=loss.kind)
+    return jnp.mean(chunked_map(per_example, (feats, targets), chunk_size))
 
-  loss, grads = jax.value_and_grad(loss_fn)(state.params)
+  loss_value, grads = jax.value_and_grad(loss_fn)(state.params)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   # Fused by XLA into the parameter update itself: no extra pass over the parameters.
   params = jax.tree.map(lambda p, u: p + lr_scale * u, state.params, updates)
-  return TrainState(step=state.step + 1, params=params, opt_state=opt_state), {'loss': loss}
+  return TrainState(step=state.step + 1, params=params, opt_state=opt_state), {'loss': loss_value}
 
 
 def eval_step(params, contexts, targets, *, model, mesh, chunk_size=0):
-  return chunked_map(functools.partial(token_nll, model, mesh, params), contexts, targets, chunk_size)
+  feats, out = output_layer_inputs(model, params, contexts)
+  return chunked_map(lambda ft: vocab_softmax.token_nll(ft[0], out, ft[1], mesh=mesh, vocab_size=model.vocab_size),
+                     (feats, targets), chunk_size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +150,8 @@ def compile_steps(model: model_lib.NPLM, optimizer: optax.GradientTransformation
   state_sh = sharding.tree_shardings(mesh, abstract)
   ctx_sh, tgt_sh = sharding.batch_sharding(mesh, 2), sharding.batch_sharding(mesh, 1)
   jitted_train = jax.jit(
-      functools.partial(train_step, model=model, mesh=mesh, optimizer=optimizer, loss=loss, chunk_size=chunk_size),
+      functools.partial(train_step, model=model, mesh=mesh, optimizer=optimizer, loss=loss, chunk_size=chunk_size,
+                        seed=seed),
       in_shardings=(state_sh, ctx_sh, tgt_sh, sharding.replicated(mesh)),
       out_shardings=(state_sh, sharding.replicated(mesh)), donate_argnums=0)
 

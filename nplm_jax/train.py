@@ -61,6 +61,10 @@ def validate_config(config) -> None:
   if not 0.0 <= threshold <= 1.0:
     raise UserError(f'train.anneal_threshold={threshold!r} must be in [0, 1] (a relative improvement); '
                     'e.g. --config.train.anneal_threshold=0.01')
+  for name in ('feature_dropout', 'hidden_dropout'):
+    rate = config.model[name]
+    if not 0.0 <= rate < 1.0:
+      raise UserError(f'model.{name}={rate!r} must be in [0, 1) (0 = none); e.g. --config.model.{name}=0.2')
   if config.optimizer.name not in ('paper_sgd', 'adamw'):
     raise UserError(f"optimizer.name={config.optimizer.name!r} is unknown; use 'paper_sgd' or 'adamw'")
 

@@ -121,3 +121,19 @@ def test_bfloat16_keeps_the_bias_and_its_gradient_in_float32():
     g16, g32 = grad(model16), grad(model32)
   assert g16.dtype == jnp.float32
   np.testing.assert_allclose(np.asarray(g16), np.asarray(g32), atol=2e-2)
+
+
+def test_dropout_only_while_training():
+  model = model_lib.NPLM(vocab_size=11, context_size=2, embed_dim=50, hidden_dim=40, direct=True,
+                         feature_dropout=0.5, hidden_dropout=0.25)
+  params = model_lib.init_params(model)
+  contexts = np.zeros((64, 2), np.int32)
+  plain = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
+  again = model.apply({'params': params}, contexts, True, method=model_lib.NPLM.features)
+  np.testing.assert_array_equal(plain['W'], again['W'])  # evaluation: no dropout
+  dropped = model.apply({'params': params}, contexts, False, method=model_lib.NPLM.features,
+                        rngs={'dropout': jax.random.PRNGKey(1)})
+  x, kept = np.asarray(plain['W']), np.asarray(dropped['W']) != 0
+  assert 0.4 < kept.mean() < 0.6  # about half the features kept ...
+  np.testing.assert_allclose(np.asarray(dropped['W'])[kept], 2 * x[kept], rtol=1e-6)  # ... and scaled by 1/(1-p)
+  assert 0.65 < (np.asarray(dropped['U']) != 0).mean() < 0.85

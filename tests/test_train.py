@@ -55,14 +55,17 @@ def final_params(workdir):
   return restored.state['params']
 
 
-@pytest.mark.parametrize('anneal', [False, True])
-def test_resume_equals_uninterrupted(tiny_config, tmp_path, anneal):
+@pytest.mark.parametrize('anneal,dropout', [(False, False), (True, False), (False, True)],
+                         ids=['plain', 'anneal', 'dropout'])
+def test_resume_equals_uninterrupted(tiny_config, tmp_path, anneal, dropout):
   for c in (tiny_config,):
     c.optimizer.name = 'paper_sgd'
     c.optimizer.learning_rate = 3e-3
     c.train.update(max_steps=40, eval_every=15)
     if anneal:  # every evaluation after the first anneals: the resumed run must keep the lowered rate
       c.train.update(anneal_factor=0.5, anneal_threshold=1.0, max_anneals=3, patience=0)
+    if dropout:  # the masks of a step depend on (seed, step) only
+      c.model.update(feature_dropout=0.2, hidden_dropout=0.3)
   whole, parts = str(tmp_path / 'whole'), str(tmp_path / 'parts')
   train.train_and_evaluate(tiny_config, whole)
   interrupted = tiny_config.copy_and_resolve_references()
@@ -107,7 +110,8 @@ def test_resume_refuses_a_different_model(tiny_config, tmp_path):
     ('model.n', 1, 'model.n=1'), ('model.m', 0, 'model.m=0'), ('model.h', -1, 'model.h=-1'),
     ('train.batch_size', 0, 'train.batch_size=0'), ('train.chunk_size', 5, 'train.chunk_size=5'),
     ('train.anneal_factor', 2.0, 'train.anneal_factor=2.0'), ('train.anneal_threshold', -0.1, 'anneal_threshold=-0.1'),
-    ('train.max_anneals', -1, 'train.max_anneals=-1'),
+    ('train.max_anneals', -1, 'train.max_anneals=-1'), ('model.feature_dropout', 1.0, 'feature_dropout=1.0'),
+    ('model.hidden_dropout', -0.1, 'hidden_dropout=-0.1'),
 ])
 def test_bad_hyperparameters_stop_before_work(tiny_config, tmp_path, key, value, match):
   section, name = key.split('.')
@@ -232,3 +236,15 @@ def test_an_early_stopped_run_resumed_with_annealing_anneals_from_its_best_param
   assert new and new[0]['lr_scale'] == pytest.approx(1e-9)  # annealed at once ...
   assert new[0]['valid_ppl'] == pytest.approx(stopped['valid_ppl'], rel=1e-5)  # ... from the best parameters
   assert resumed['steps_trained'] == steps_before + 10 and resumed['stopped_early']  # a stall after the last anneal
+
+
+def test_chunked_training_step_equals_the_unchunked_one(tiny_config, tmp_path):
+  tiny_config.train.update(max_steps=12, eval_every=12)
+  tiny_config.model.update(feature_dropout=0.1, hidden_dropout=0.1)
+  whole = train.train_and_evaluate(tiny_config, str(tmp_path / 'whole'))
+  tiny_config.train.chunk_size = 8
+  chunked = train.train_and_evaluate(tiny_config, str(tmp_path / 'chunked'))
+  assert chunked['valid_ppl'] == pytest.approx(whole['valid_ppl'], rel=1e-5)
+  a, b = final_params(str(tmp_path / 'whole')), final_params(str(tmp_path / 'chunked'))
+  for k in a:
+    np.testing.assert_allclose(a[k], b[k], rtol=1e-4, atol=1e-6)
