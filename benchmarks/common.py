@@ -15,22 +15,6 @@ from nplm_jax import steps as steps_lib
 BROWN_VOCAB = 17_905
 
 
-def load_config(path_and_variant: str, overrides: list[str]):
-  """An experiment config (`experiments/brown.py:mlp1`) with `key.sub=value` overrides applied."""
-  import importlib.util  # pylint: disable=g-import-not-at-top
-  path, _, variant = path_and_variant.partition(':')
-  spec = importlib.util.spec_from_file_location('experiment_config', path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = module.get_config(variant)
-  for item in overrides:
-    key, _, value = item.partition('=')
-    section, name = key.split('.', 1)
-    current = config[section][name]
-    config[section][name] = type(current)(value) if not isinstance(current, bool) else value.lower() in ('1', 'true')
-  return config
-
-
 def random_batches(vocab: int, context: int, batch: int, count: int, seed: int = 0):
   rng = np.random.default_rng(seed)
   return [(rng.integers(0, vocab, size=(batch, context)).astype(np.int32),

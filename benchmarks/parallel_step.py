@@ -35,6 +35,7 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 from jax.sharding import AxisType, Mesh  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top,wrong-import-position
+from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def run_mesh(config, shape):
@@ -45,7 +46,7 @@ def run_mesh(config, shape):
 
 
 def main():
-  config = common.load_config(ARGS.config, ARGS.overrides)
+  config = config_lib.from_file(ARGS.config, ARGS.overrides)
   config.train.batch_size = ARGS.batch_size
   shapes = [tuple(int(x) for x in m.split('x')) for m in ARGS.meshes.split(',')]
   print(f'{jax.device_count()} {jax.devices()[0].platform} devices; {ARGS.config}, |V|={ARGS.vocab}, '

@@ -39,6 +39,7 @@ ARGS = parse_args()
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top,wrong-import-position
+from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from nplm_jax import sharding  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 COLLECTIVES = ('all-reduce', 'all-gather', 'reduce-scatter', 'all-to-all', 'collective-permute', 'pmax', 'psum')
@@ -76,7 +77,7 @@ def op_times(trace_dir: str, module: str) -> collections.Counter:
 def main():
   import jax  # pylint: disable=g-import-not-at-top
   from nplm_jax import steps as steps_lib  # pylint: disable=g-import-not-at-top
-  config = common.load_config(ARGS.config, ARGS.overrides)
+  config = config_lib.from_file(ARGS.config, ARGS.overrides)
   config.train.batch_size = ARGS.batch_size
   sharding.configure_host_devices(config.mesh)
   mesh = sharding.make_mesh(config.mesh)

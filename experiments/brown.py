@@ -39,6 +39,7 @@ def get_config(variant: str = 'mlp1'):
     raise ValueError(f'unknown Brown variant {variant!r}; use one of mlp1 ... mlp10, optionally with '
                      f'{TUNED_SUFFIX} (mlp1{TUNED_SUFFIX})')
   config = base_config()
+  config.name = f'brown_{variant}'
   config.data.corpus = 'brown'
   config.model.update(VARIANTS[MIXTURES.get(row, row)])
   config.mix.enabled = row in MIXTURES

@@ -9,8 +9,10 @@ from nplm_jax.config import base_config
 
 
 def get_config(arg: str = ''):
-  del arg
+  if arg:
+    raise ValueError(f"unknown PTB variant {arg!r}; use experiments/ptb.py with no variant")
   config = base_config()
+  config.name = 'ptb'
   config.data.corpus = 'ptb'
   config.data.path = os.environ.get('PTB_DIR', '')
   config.data.max_rare_count = 0  # PTB already maps rare words to <unk>

@@ -11,6 +11,7 @@ from nplm_jax.config import base_config
 
 def get_config(arg: str = ''):
   config = base_config()
+  config.name = f'text_{arg}' if arg else 'text'
   config.data.corpus = 'text'
   config.data.max_rare_count = 0
   config.data.vocab_scope = 'train'

@@ -11,7 +11,6 @@ A grid over config keys (cartesian product), from the command line:
 import argparse
 import concurrent.futures
 import csv
-import importlib.util
 import itertools
 import json
 import io
@@ -25,7 +24,9 @@ import time
 import numpy as np
 from etils import epath
 
+from nplm_jax import config as config_lib
 from nplm_jax import workdir as workdir_lib
+from nplm_jax.errors import UserError
 
 COLUMNS = ['name', 'kind', 'seed', 'n', 'h', 'm', 'direct', 'optimizer', 'order', 'smoothing', 'valid_ppl', 'test_ppl',
            'mix_valid_ppl', 'mix_test_ppl', 'mix_fitted_weight', 'mix_fitted_test_ppl', 'epochs', 'wall_seconds']
@@ -37,16 +38,6 @@ SOURCE_ONLY_FILES = ('results.json', 'mix_results.json', 'log.txt')
 
 class SweepError(ValueError):
   pass
-
-
-def load_experiment(config_arg: str):
-  path = config_arg.split(':', 1)[0]
-  if not os.path.isfile(path):
-    raise SweepError(f'--config={config_arg!r}: no such experiment file')
-  spec = importlib.util.spec_from_file_location('experiment', path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
 
 
 def parse_grid(grid: str) -> list[tuple[str, list[str]]]:
@@ -281,7 +272,7 @@ def main(argv=None) -> int:
     if bool(args.sweep) == bool(args.grid):
       raise SweepError('give exactly one of --sweep=NAME or --grid=...')
     if args.sweep:
-      experiment = load_experiment(args.config)
+      experiment = config_lib.load_experiment(args.config.split(':', 1)[0])
       if not hasattr(experiment, 'get_sweep'):
         raise SweepError(f'{args.config} has no get_sweep(); use --grid')
       points = experiment.get_sweep(args.sweep)
@@ -294,7 +285,7 @@ def main(argv=None) -> int:
       raise SweepError(f'--only names {unknown} are not points of this sweep: {[p["name"] for p in points]}')
     to_run = [p for p in points if not only or p['name'] in only]
     outcomes = [] if args.collect_only else run_sweep(to_run, args.root, args.parallel, common)
-  except (SweepError, ValueError) as e:
+  except (SweepError, UserError, ValueError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
   rows = collect(points, args.root)

@@ -3,50 +3,119 @@
 Restoring takes an abstract target that carries the shardings of the mesh in use, so a
 checkpoint written under one mesh (or number of processes) loads under any other. Every process
 of a multi-process job takes part in each save and restore; Orbax coordinates them.
+
+Crash consistency: a best save is committed before the latest save of the same step, so a latest
+checkpoint never names a best step that was not written; best steps newer than the latest
+checkpoint (a crash between the two saves) are dropped at start-up, and the run recomputes them.
+best/ keeps two steps, so the best step an older latest checkpoint names is still there.
+
+An unreadable checkpoint step is set aside (renamed STEP.unreadable-TIME, never deleted) with a
+warning, and the run resumes from the newest readable one.
 """
+
+import time
 
 import jax
 import orbax.checkpoint as ocp
 
+from nplm_jax import distributed
+from nplm_jax import metrics
+from nplm_jax import run_state as run_state_lib
 from nplm_jax import workdir as workdir_lib
+from nplm_jax.errors import UserError
 
 
 def _options(max_to_keep: int, name: str) -> ocp.CheckpointManagerOptions:
-  # Orbax names the barriers of a save by its step: the two managers save the same step at the
-  # same time, so in a multi-process job each needs barriers of its own.
+  # Orbax names the barriers of a save by its step: the two managers save the same step one
+  # after the other, so in a multi-process job each needs barriers of its own.
   return ocp.CheckpointManagerOptions(
       max_to_keep=max_to_keep, create=True,
       multiprocessing_options=ocp.options.MultiprocessingOptions(barrier_sync_key_prefix=name))
 
 
+def _reason(error: Exception) -> str:
+  lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+  return f'{type(error).__name__}: {lines[0][:160] if lines else ""}'
+
+
 class Checkpoints:
   def __init__(self, workdir: workdir_lib.Workdir, keep: int = 2):
     self.latest = ocp.CheckpointManager(workdir.file('checkpoints'), options=_options(keep, 'latest'))
-    self.best = ocp.CheckpointManager(workdir.file('best'), options=_options(1, 'best'))
+    self.best = ocp.CheckpointManager(workdir.file('best'), options=_options(2, 'best'))
 
-  def save_latest(self, step: int, state, meta: dict) -> None:
+  def save_latest(self, step: int, state, run_state: run_state_lib.RunState) -> None:
     self.latest.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                   meta=ocp.args.JsonSave(meta)), force=True)
-
-  def restore_latest(self, abstract_state):
-    """(state, meta) of the newest checkpoint, or None when there is none."""
-    self.wait()  # saves still being committed in the background are part of what to restore
-    step = self.latest.latest_step()
-    if step is None:
-      return None
-    restored = self.latest.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
-    return restored.state, restored.meta
+                                                   meta=ocp.args.JsonSave(run_state.to_json())), force=True)
 
   def save_best(self, step: int, params) -> None:
+    """Saves and commits (the latest save of the same step follows it, see the module docstring)."""
     self.best.save(step, args=ocp.args.StandardSave(params), force=True)
+    self.best.wait_until_finished()
 
-  def restore_best(self, abstract_params):
+  def restore_latest(self, abstract_state):
+    """(state, RunState) of the newest readable checkpoint, or None when there is none.
+
+    Unreadable newer steps are set aside with a warning; when none is readable, one line says so.
+    """
+    self.wait()  # saves still being committed in the background are part of what to restore
+    steps = sorted(self.latest.all_steps(), reverse=True)
+    problems = []
+    for step in steps:
+      try:
+        restored = self.latest.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+        state, run_state = restored.state, run_state_lib.RunState.from_json(restored.meta)
+      except Exception as e:  # pylint: disable=broad-except  # any way a checkpoint can be damaged
+        problems.append((step, _reason(e)))
+        continue
+      for bad_step, reason in problems:
+        aside = self._set_aside(self.latest, bad_step)
+        metrics.warn(f'checkpoint step {bad_step} cannot be read ({reason}); set aside as {aside}, '
+                     f'resuming from step {step}')
+      return state, run_state
+    if problems:
+      folder = self.latest.directory
+      raise UserError(f'no checkpoint in {folder} can be read (step {problems[0][0]}: {problems[0][1]}); restore '
+                      f'them, or move {folder} away to train from the start')
+    return None
+
+  def restore_best(self, abstract_params, step: int):
+    """The best parameters, saved at `step`."""
     self.wait()
-    step = self.best.latest_step()
-    if step is None:
-      return None
-    return self.best.restore(step, args=ocp.args.StandardRestore(abstract_params))
+    if step not in self.best.all_steps():
+      raise UserError(f'{self.best.directory} holds no step {step}, the best one of this run; restore it, or '
+                      'move best/ and checkpoints/ away to train from the start')
+    try:
+      return self.best.restore(step, args=ocp.args.StandardRestore(abstract_params))
+    except Exception as e:  # pylint: disable=broad-except
+      raise UserError(f'the best parameters in {self.best.directory}/{step} cannot be read ({_reason(e)}); '
+                      'restore them from a copy, or move best/ and checkpoints/ away to train again') from None
+
+  def reconcile(self) -> None:
+    """Drops best steps newer than the newest latest checkpoint: a crash came between the two saves
+    of that step, and resuming recomputes it exactly."""
+    latest = self.latest.latest_step()
+    for step in self.best.all_steps():
+      if latest is None or step > latest:
+        metrics.warn(f'best step {step} is newer than the latest checkpoint ({latest}); it is recomputed')
+        self.best.delete(step)
+
+  def drop_latest_after(self, step: int) -> list[int]:
+    """Deletes latest checkpoints after `step` (those of a diverged stretch); returns their steps."""
+    dropped = [s for s in self.latest.all_steps() if s > step]
+    for s in dropped:
+      self.latest.delete(s)
+    return dropped
+
+  def _set_aside(self, manager, step: int) -> str:
+    """Renames an unreadable step folder out of Orbax's way (it must not block saving that step again)."""
+    folder = manager.directory / str(step)
+    aside = folder.parent / f'{step}.unreadable-{time.strftime("%Y%m%d-%H%M%S")}'
+    if distributed.is_leader():
+      folder.rename(aside)
+    distributed.barrier(f'set_aside_{step}')
+    manager.reload()
+    return str(aside)
 
   def wait(self) -> None:
     self.latest.wait_until_finished()

@@ -1,11 +1,22 @@
-"""Defaults shared by every experiment; experiments/*.py override them per corpus and variant."""
+"""Defaults shared by every experiment (experiments/*.py override them per corpus and variant),
+the one check of a config's values, and the one loader of experiment files.
+
+Every hyper-parameter lives here with a comment; `validate` rejects a bad value in one line that
+names it and the fix, before any data is read or anything compiles.
+"""
+
+import importlib.util
+import os
 
 import ml_collections
+
+from nplm_jax.errors import UserError
 
 
 def base_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
-  c.seed = 0
+  c.name = ''  # names the default workdir runs/NAME; experiment files set it (brown_mlp1, ...)
+  c.seed = 0  # the initialisation, the data order, dropout masks and noise samples
 
   c.data = ml_collections.ConfigDict()
   c.data.corpus = 'brown'  # 'brown' | 'ptb' | 'text'
@@ -57,6 +68,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.anneal_threshold = 0.005
   c.train.max_anneals = 4
   c.train.checkpoint_every = -1  # steps; -1 = at every evaluation
+  c.train.checkpoint_every_seconds = 1800  # also save when this long has passed since the last save; 0 = off
   c.train.log_every = 500
 
   c.mix = ml_collections.ConfigDict()  # the paper's network + n-gram mixture rows
@@ -80,3 +92,147 @@ def base_config() -> ml_collections.ConfigDict:
   c.distributed.num_processes = -1  # -1 = detect (SLURM, Open MPI, TPU pods)
   c.distributed.process_id = -1  # this process's index; -1 = detect
   return c
+
+
+# (key, kind, lowest, highest or None, why): kind 'int' or 'float'; lowest/highest inclusive unless
+# noted by an exclusive marker below.
+_RANGES = [
+    ('seed', 'int', 0, None, 'the random seed'),
+    ('data.train_tokens', 'int', 1, None, 'the training split needs tokens'),
+    ('data.valid_tokens', 'int', 1, None, 'the validation split needs tokens'),
+    ('data.max_rare_count', 'int', 0, None, 'use 0 to keep every word'),
+    ('model.n', 'int', 2, None, 'n counts the predicted word and at least one context word'),
+    ('model.m', 'int', 1, None, 'each word needs at least one feature'),
+    ('model.h', 'int', 0, None, 'use 0 for no hidden layer'),
+    ('model.vocab_pad_multiple', 'int', 1, None, 'use 1 for no padding'),
+    ('optimizer.decay_rate', 'float', 0.0, None, 'use 0 for a constant rate'),
+    ('optimizer.weight_decay', 'float', 0.0, None, 'use 0 for none'),
+    ('loss.noise_power', 'float', 0.0, None, '1 = unigram, 0 = uniform noise'),
+    ('train.batch_size', 'int', 1, None, 'a step needs at least one example'),
+    ('train.eval_batch_size', 'int', 1, None, 'evaluation needs at least one example a batch'),
+    ('train.num_epochs', 'int', 1, None, 'train at least one epoch'),
+    ('train.patience', 'int', 0, None, 'use 0 to never stop early'),
+    ('train.max_anneals', 'int', 0, None, 'use 0 for no learning-rate cuts'),
+    ('train.log_every', 'int', 1, None, 'log every that many steps'),
+    ('train.checkpoint_every_seconds', 'float', 0.0, None, 'use 0 to save at evaluations only'),
+    ('mix.ngram_order', 'int', 1, None, 'the n-gram order of the mixed-in model'),
+    ('mix.weight', 'float', 0.0, 1.0, "the network's weight in the mixture"),
+]
+_CHOICES = [
+    ('data.corpus', ('brown', 'ptb', 'text')),
+    ('data.vocab_scope', ('corpus', 'train')),
+    ('model.compute_dtype', ('float32', 'bfloat16')),
+    ('optimizer.name', ('paper_sgd', 'adamw')),
+    ('loss.name', ('softmax', 'sampled_softmax', 'nce')),
+    ('mix.smoothing', ('interpolated', 'kneser_ney')),
+    ('distributed.initialize', ('auto', 'yes', 'no')),
+]
+
+
+def _get(config, key: str):
+  section, _, name = key.rpartition('.')
+  return (config[section] if section else config).get(name)
+
+
+def _number_ok(value, kind: str) -> bool:
+  if isinstance(value, bool):
+    return False
+  return isinstance(value, int) if kind == 'int' else isinstance(value, (int, float))
+
+
+def validate(config) -> None:
+  """Rejects a bad hyper-parameter in one line naming it and the fix, before any work."""
+  for key, kind, lowest, highest, why in _RANGES:
+    value = _get(config, key)
+    if value is None:
+      continue  # an older saved config without the key
+    if not _number_ok(value, kind) or value < lowest or (highest is not None and value > highest):
+      span = f'in [{lowest}, {highest}]' if highest is not None else f'>= {lowest}'
+      noun = 'an integer' if kind == 'int' else 'a number'
+      raise UserError(f'{key}={value!r} is invalid: it must be {noun} {span} ({why}); set --config.{key}=<value>')
+  for key, allowed in _CHOICES:
+    value = _get(config, key)
+    if value is not None and value not in allowed:
+      raise UserError(f'{key}={value!r} is unknown; use {" or ".join(repr(a) for a in allowed)}')
+  _validate_relations(config)
+
+
+def _validate_relations(config) -> None:
+  """Checks that involve more than one value."""
+  train, model = config.train, config.model
+  for name in ('learning_rate',):
+    value = config.optimizer[name]
+    if not _number_ok(value, 'float') or value <= 0:
+      raise UserError(f'optimizer.{name}={value!r} is invalid: it must be a number > 0; '
+                      f'e.g. --config.optimizer.{name}=1e-3')
+  chunk = train.chunk_size
+  for name in ('batch_size', 'eval_batch_size'):
+    size = train[name]
+    if not isinstance(chunk, int) or chunk < 0 or (chunk and chunk < size and size % chunk):
+      raise UserError(f'train.chunk_size={chunk!r} must be 0 (off) or divide train.{name}={size}; '
+                      'e.g. --config.train.chunk_size=128')
+  if not model.h and not model.direct:
+    raise UserError('model.h=0 with model.direct=False leaves no path from the context to the output; '
+                    'set --config.model.h > 0 or --config.model.direct=True')
+  for name in ('feature_dropout', 'hidden_dropout'):
+    rate = model.get(name, 0.0)
+    if not _number_ok(rate, 'float') or not 0.0 <= rate < 1.0:
+      raise UserError(f'model.{name}={rate!r} must be in [0, 1) (0 = none); e.g. --config.model.{name}=0.2')
+  if config.loss.name != 'softmax' and config.loss.num_samples < 1:
+    raise UserError(f'loss.num_samples={config.loss.num_samples} is invalid; use at least 1 noise sample')
+  if not 0.0 <= train.anneal_factor < 1.0:
+    raise UserError(f'train.anneal_factor={train.anneal_factor!r} must be in [0, 1) (0 = no annealing); '
+                    'e.g. --config.train.anneal_factor=0.5')
+  if not 0.0 <= train.anneal_threshold <= 1.0:
+    raise UserError(f'train.anneal_threshold={train.anneal_threshold!r} must be in [0, 1] (a relative '
+                    'improvement); e.g. --config.train.anneal_threshold=0.01')
+  for name in ('data', 'model'):
+    value = config.mesh[name]
+    if not isinstance(value, int) or value == 0 or value < -1:
+      raise UserError(f'mesh.{name}={value!r} is invalid; use a positive size or -1 to fill')
+  cpu_devices = config.mesh.cpu_devices
+  if not isinstance(cpu_devices, int) or cpu_devices == 0 or cpu_devices < -1:
+    raise UserError(f'mesh.cpu_devices={cpu_devices!r} is invalid; use a positive count or -1 for one per core')
+  for name in ('max_steps', 'eval_every', 'checkpoint_every'):
+    value = train[name]
+    if not isinstance(value, int) or value == 0 or value < -1:
+      raise UserError(f'train.{name}={value!r} is invalid; use a positive number of steps or -1 for the default')
+
+
+def load_experiment(path: str):
+  """The module of an experiment file (experiments/brown.py): its get_config and get_sweep."""
+  if not os.path.isfile(path):
+    raise UserError(f'--config={path!r}: no such experiment file')
+  spec = importlib.util.spec_from_file_location(f'experiment_{os.path.basename(path)[:-3]}', path)
+  module = importlib.util.module_from_spec(spec)
+  try:
+    spec.loader.exec_module(module)
+  except SyntaxError as e:
+    raise UserError(f'--config={path!r} has a syntax error at line {e.lineno}: {e.msg}') from None
+  return module
+
+
+def from_file(config_arg: str, overrides=()) -> ml_collections.ConfigDict:
+  """The config of `path[:variant]` (as --config takes it) with 'section.key=value' overrides.
+
+  Values are parsed to the type of the key they replace, as --config.section.key=value does.
+  """
+  path, _, variant = config_arg.partition(':')
+  try:
+    config = load_experiment(path).get_config(variant)
+  except ValueError as e:
+    raise UserError(f'--config={config_arg!r}: {e}') from None
+  for item in overrides:
+    key, eq, text = item.partition('=')
+    if not eq:
+      raise UserError(f'override {item!r} is not of the form section.key=value')
+    section, _, name = key.rpartition('.')
+    target = config[section] if section else config
+    if name not in target:
+      raise UserError(f'--config.{key} is not a config key; check its spelling (keys: nplm_jax/config.py)')
+    current = target[name]
+    try:
+      target[name] = text.lower() in ('1', 'true', 'yes') if isinstance(current, bool) else type(current)(text)
+    except ValueError:
+      raise UserError(f'--config.{key}={text!r} is not a {type(current).__name__}') from None
+  return config

@@ -11,6 +11,7 @@ context. Every token of a split is predicted exactly once when that split is eva
 import collections
 import contextlib
 import dataclasses
+import hashlib
 import io
 import os
 from typing import Iterator, Sequence
@@ -51,6 +52,18 @@ class Corpus:
 
   def unigram_counts(self, split: str = 'train') -> np.ndarray:
     return np.bincount(self.splits[split], minlength=self.vocab_size)
+
+  def fingerprint(self) -> str:
+    """A hash of the vocabulary and every split's token ids: equal iff the model sees the same data."""
+    digest = hashlib.sha256('\n'.join(self.vocab).encode('utf-8'))
+    for s in SPLITS:
+      digest.update(np.ascontiguousarray(self.splits[s], np.int32).tobytes())
+    return digest.hexdigest()
+
+  def description(self) -> dict:
+    """What a workdir records of its corpus (corpus.json), to refuse resuming on another."""
+    return {'fingerprint': self.fingerprint(), 'vocab_size': self.vocab_size,
+            **{f'{s}_tokens': self.num_tokens(s) for s in SPLITS}}
 
   def summary(self) -> str:
     parts = [f'|V|={self.vocab_size}']

@@ -6,6 +6,7 @@ etils.epath, so they can live in a bucket (gs://...) like the checkpoints.
 
 import io
 import json
+import sys
 import time
 
 from etils import epath
@@ -126,3 +127,9 @@ def log(message: str) -> None:
   """A progress line with the time, printed by the leader process only."""
   if distributed.is_leader():
     print(time.strftime('%H:%M:%S ') + message, flush=True)
+
+
+def warn(message: str) -> None:
+  """A one-line warning on stderr, from the leader process only."""
+  if distributed.is_leader():
+    print(f'warning: {message}', file=sys.stderr, flush=True)

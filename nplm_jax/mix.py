@@ -33,18 +33,29 @@ def mixture_results(corpus: data_lib.Corpus, network_nll: dict, mix_config) -> d
   return out
 
 
+def summary_line(results: dict) -> str:
+  return (f'mixture with {results["mix_ngram"]}: valid ppl {results["mix_valid_ppl"]:.2f}, test ppl '
+          f'{results["mix_test_ppl"]:.2f} (weight {results["mix_weight"]}); fitted weight '
+          f'{results["mix_fitted_weight"]:.3f}: test ppl {results["mix_fitted_test_ppl"]:.2f}')
+
+
 def main(argv):
   del argv
   from absl import flags  # pylint: disable=g-import-not-at-top
+  from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
   from nplm_jax import sharding, train  # pylint: disable=g-import-not-at-top
   cli = flags.FLAGS
   try:
     config = train.load_config(cli.workdir)
+    config.mix.update(ngram_order=cli.order, smoothing=cli.smoothing, weight=cli.weight)
+    try:
+      config_lib.validate(config)
+    except UserError as e:  # name the flag the user gave, not the config key it sets
+      raise UserError(str(e).replace('mix.ngram_order', '--order').replace('mix.weight', '--weight')
+                      .replace('--config.--', '--')) from None
     sharding.configure_host_devices(config.mesh)
-    mix_config = config.mix
-    mix_config.update(ngram_order=cli.order, smoothing=cli.smoothing, weight=cli.weight)
     nll = train.evaluate_workdir(cli.workdir)
-    results = mixture_results(data_lib.load_corpus(config.data), nll, mix_config)
+    results = mixture_results(data_lib.load_corpus(config.data), nll, config.mix)
   except UserError as e:
     sys.exit(f'error: {e}')
   results.update(valid_ppl=ngram.perplexity(np.exp(-nll['valid'])), test_ppl=ngram.perplexity(np.exp(-nll['test'])))

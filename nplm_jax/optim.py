@@ -8,7 +8,6 @@ t counts examples: lr_t = B * lr_0 / (1 + r * B * step). Weight decay is on C, H
 import optax
 
 from nplm_jax import model as model_lib
-from nplm_jax.errors import UserError
 
 
 def decay_mask(params):
@@ -30,7 +29,7 @@ def make_optimizer(opt_config, batch_size: int) -> optax.GradientTransformation:
   if name == 'adamw':
     return optax.adamw(opt_config.learning_rate, b1=opt_config.b1, b2=opt_config.b2,
                        weight_decay=opt_config.weight_decay, mask=decay_mask)
-  raise UserError(f"optimizer.name={name!r} is unknown; use 'paper_sgd' or 'adamw'")
+  raise ValueError(f'optimizer {name!r} has no implementation (config.validate lists the names)')
 
 
 def learning_rate_at(opt_config, batch_size: int, step: int) -> float:

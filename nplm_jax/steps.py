@@ -92,9 +92,16 @@ def chunked_map(per_example, inputs, chunk_size: int):
   return jax.lax.map(per_example, chunks).swapaxes(0, 1).reshape(batch)
 
 
-def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mesh, optimizer, loss=None,
-               chunk_size=0, seed=0):
-  """One optimiser step on the mean loss of a batch: the exact softmax, or `loss` (sampled)."""
+NO_NONFINITE_STEP = np.int32(-1)
+
+
+def train_step(state: TrainState, contexts, targets, lr_scale=1.0, first_nonfinite=NO_NONFINITE_STEP, *, model,
+               mesh, optimizer, loss=None, chunk_size=0, seed=0):
+  """One optimiser step on the mean loss of a batch: the exact softmax, or `loss` (sampled).
+
+  metrics['first_nonfinite'] carries the first step whose loss was not finite (-1: none yet) from
+  step to step on the device, so the host checks every step's loss without waiting for each.
+  """
   def loss_fn(params):
     key = dropout_key(seed, state.step) if model.has_dropout else None
     feats, out = output_layer_inputs(model, params, contexts, key)
@@ -110,7 +117,10 @@ def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mes
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   # Fused by XLA into the parameter update itself: no extra pass over the parameters.
   params = jax.tree.map(lambda p, u: p + lr_scale * u, state.params, updates)
-  return TrainState(step=state.step + 1, params=params, opt_state=opt_state), {'loss': loss_value}
+  step = state.step + 1
+  first_nonfinite = jnp.where((first_nonfinite < 0) & ~jnp.isfinite(loss_value), step, first_nonfinite)
+  return TrainState(step=step, params=params, opt_state=opt_state), {'loss': loss_value,
+                                                                     'first_nonfinite': first_nonfinite}
 
 
 def eval_step(params, contexts, targets, *, model, mesh, chunk_size=0):
@@ -123,7 +133,7 @@ def eval_step(params, contexts, targets, *, model, mesh, chunk_size=0):
 class CompiledSteps:
   init: Callable[[], TrainState]
   state_from_params: Callable  # params -> a fresh TrainState around them
-  train: Callable  # (state, contexts, targets, lr_scale=1.0) -> (state, metrics)
+  train: Callable  # (state, contexts, targets, lr_scale=1.0, first_nonfinite=-1) -> (state, metrics)
   eval: Callable  # (params, contexts, targets) -> nll [batch]
   state_shardings: Any
   abstract_state: Any
@@ -152,13 +162,13 @@ def compile_steps(model: model_lib.NPLM, optimizer: optax.GradientTransformation
   jitted_train = jax.jit(
       functools.partial(train_step, model=model, mesh=mesh, optimizer=optimizer, loss=loss, chunk_size=chunk_size,
                         seed=seed),
-      in_shardings=(state_sh, ctx_sh, tgt_sh, sharding.replicated(mesh)),
+      in_shardings=(state_sh, ctx_sh, tgt_sh, sharding.replicated(mesh), sharding.replicated(mesh)),
       out_shardings=(state_sh, sharding.replicated(mesh)), donate_argnums=0)
 
-  def train(state, contexts, targets, lr_scale=1.0):
-    return jitted_train(state, contexts, targets, np.float32(lr_scale))
+  def train(state, contexts, targets, lr_scale=1.0, first_nonfinite=NO_NONFINITE_STEP):
+    return jitted_train(state, contexts, targets, np.float32(lr_scale), first_nonfinite)
   train.lower = lambda state, contexts, targets, lr_scale=1.0: jitted_train.lower(
-      state, contexts, targets, np.float32(lr_scale))  # for memory_analysis() in benchmarks
+      state, contexts, targets, np.float32(lr_scale), NO_NONFINITE_STEP)  # for memory_analysis() in benchmarks
 
   # Per-token NLLs come back replicated (B scalars) so every host of a multi-host job can read them.
   evaluate = jax.jit(lambda p, c, t: eval_step(p, c, t, model=model, mesh=mesh, chunk_size=chunk_size),

@@ -1,72 +1,55 @@
-"""train_and_evaluate: the training loop with evaluation, early stopping, checkpoints, results."""
+"""train_and_evaluate: the training loop with evaluation, early stopping, checkpoints, results.
+
+What a run survives (README, "Reliability"): a kill at any moment (re-running the command resumes
+and ends bit-equal to an uninterrupted run), SIGTERM / SIGINT (the step in progress is saved
+first), unreadable checkpoint steps (set aside; the newest readable one is resumed), a second
+training on the same workdir (refused by a lock), a resume with settings or a corpus that would
+change the trajectory (refused), and divergence (stopped at the first non-finite loss, nothing
+non-finite is saved or reported).
+"""
 
 import json
 import math
+import os
+import signal
 import time
+from typing import Callable
 
 import jax
 import ml_collections
 import numpy as np
 
 from nplm_jax import checkpoint as ckpt_lib
+from nplm_jax import config as config_lib
 from nplm_jax import data as data_lib
 from nplm_jax import distributed
 from nplm_jax import metrics as metrics_lib
-from nplm_jax import mix as mix_lib
 from nplm_jax import model as model_lib
 from nplm_jax import optim
+from nplm_jax import run_state as run_state_lib
 from nplm_jax import sharding
 from nplm_jax import steps as steps_lib
 from nplm_jax import workdir as workdir_lib
 from nplm_jax.errors import UserError
 
-# Config sections that must match for a workdir's checkpoint to be resumed.
-RESUME_KEYS = ('seed', 'data', 'model', 'optimizer', 'loss')  # mix, train.num_epochs etc. may change
+# Config keys that must match for a workdir to be resumed (besides its corpus, corpus.json): they
+# change the steps already taken. Others may change (README, "Reliability").
+RESUME_KEYS = ('seed', 'data', 'model', 'optimizer', 'loss', 'train.batch_size')
+# mean NLL above which exp() overflows a float64: the run has diverged
+MAX_MEAN_NLL = 700.0
 
 
-def validate_config(config) -> None:
-  """Rejects bad hyper-parameters in one line each, before any data loading or compiling."""
-  checks = [
-      ('model.n', config.model.n, 2, 'n counts the predicted word and at least one context word'),
-      ('model.m', config.model.m, 1, 'each word needs at least one feature'),
-      ('model.h', config.model.h, 0, 'use 0 for no hidden layer'),
-      ('model.vocab_pad_multiple', config.model.vocab_pad_multiple, 1, 'use 1 for no padding'),
-      ('train.batch_size', config.train.batch_size, 1, 'a step needs at least one example'),
-      ('train.eval_batch_size', config.train.eval_batch_size, 1, 'evaluation needs at least one example a batch'),
-      ('train.max_anneals', config.train.max_anneals, 0, 'use 0 for no learning-rate cuts'),
-  ]
-  for name, value, least, why in checks:
-    if not isinstance(value, int) or isinstance(value, bool) or value < least:
-      raise UserError(f'{name}={value!r} is invalid: it must be an integer >= {least} ({why}); '
-                      f'set --config.{name}=<value>')
-  chunk = config.train.chunk_size
-  for name in ('batch_size', 'eval_batch_size'):
-    size = config.train[name]
-    if chunk < 0 or (chunk and chunk < size and size % chunk):
-      raise UserError(f'train.chunk_size={chunk} must be 0 (off) or divide train.{name}={size}; '
-                      'e.g. --config.train.chunk_size=128')
-  if not config.model.h and not config.model.direct:
-    raise UserError('model.h=0 with model.direct=False leaves no path from the context to the output; '
-                    'set --config.model.h > 0 or --config.model.direct=True')
-  if config.model.compute_dtype not in ('float32', 'bfloat16'):
-    raise UserError(f"model.compute_dtype={config.model.compute_dtype!r} is unknown; use 'float32' or 'bfloat16'")
-  if config.loss.name not in ('softmax', 'sampled_softmax', 'nce'):
-    raise UserError(f"loss.name={config.loss.name!r} is unknown; use 'softmax', 'sampled_softmax' or 'nce'")
-  if config.loss.name != 'softmax' and config.loss.num_samples < 1:
-    raise UserError(f'loss.num_samples={config.loss.num_samples} is invalid; use at least 1 noise sample')
-  factor, threshold = config.train.anneal_factor, config.train.anneal_threshold
-  if not 0.0 <= factor < 1.0:
-    raise UserError(f'train.anneal_factor={factor!r} must be in [0, 1) (0 = no annealing); '
-                    'e.g. --config.train.anneal_factor=0.5')
-  if not 0.0 <= threshold <= 1.0:
-    raise UserError(f'train.anneal_threshold={threshold!r} must be in [0, 1] (a relative improvement); '
-                    'e.g. --config.train.anneal_threshold=0.01')
-  for name in ('feature_dropout', 'hidden_dropout'):
-    rate = config.model[name]
-    if not 0.0 <= rate < 1.0:
-      raise UserError(f'model.{name}={rate!r} must be in [0, 1) (0 = none); e.g. --config.model.{name}=0.2')
-  if config.optimizer.name not in ('paper_sgd', 'adamw'):
-    raise UserError(f"optimizer.name={config.optimizer.name!r} is unknown; use 'paper_sgd' or 'adamw'")
+class TrainingDiverged(UserError):
+  """The loss or the validation perplexity stopped being finite."""
+
+
+class Preempted(Exception):
+  """SIGTERM or SIGINT arrived; the step in progress was saved."""
+
+  def __init__(self, signum: int, step: int, workdir: workdir_lib.Workdir):
+    self.signum = signum
+    super().__init__(f'stopped by {signal.Signals(signum).name} at step {step}; its checkpoint is saved in '
+                     f'{workdir}: run the same command to resume')
 
 
 def check_resumable(workdir: workdir_lib.Workdir, config) -> None:
@@ -76,10 +59,29 @@ def check_resumable(workdir: workdir_lib.Workdir, config) -> None:
     return
   current = json.loads(config.to_json_best_effort())
   for key in RESUME_KEYS:
-    changed = _changed_keys(saved.get(key), current.get(key), key)
+    changed = _changed_keys(_at(saved, key), _at(current, key), key)
     if changed:
       raise UserError(f'--workdir={str(workdir)!r} holds a run with a different config.{changed[0]}; '
                       'use a new --workdir (nothing in this one was changed)')
+
+
+def check_corpus(workdir: workdir_lib.Workdir, corpus: data_lib.Corpus) -> None:
+  """Refuses to resume on a corpus other than the run's (its vocabulary or token ids changed)."""
+  saved = workdir.read_json('corpus.json')
+  if saved is None:
+    return
+  current = corpus.description()
+  if saved.get('fingerprint') != current['fingerprint']:
+    differences = [f'{k} {saved.get(k)} -> {v}' for k, v in current.items() if k != 'fingerprint' and saved.get(k) != v]
+    detail = ', '.join(differences) or 'same sizes, other token ids or words'
+    raise UserError(f'--workdir={str(workdir)!r} was trained on another corpus than the one the config reads now '
+                    f'({detail}); restore that corpus or use a new --workdir')
+
+
+def _at(tree: dict, dotted: str):
+  for part in dotted.split('.'):
+    tree = tree.get(part) if isinstance(tree, dict) else None
+  return tree
 
 
 def _changed_keys(saved, current, prefix: str) -> list[str]:
@@ -125,16 +127,16 @@ def split_nll(steps: steps_lib.CompiledSteps, params, stream: data_lib.TokenStre
 
 
 def perplexity(nll: np.ndarray) -> float:
-  return float(math.exp(float(np.mean(nll))))
+  """exp(mean NLL); inf when that overflows (a diverged model)."""
+  mean = float(np.mean(nll))
+  return math.exp(mean) if mean <= MAX_MEAN_NLL else math.inf
 
 
 class Run:
-  """One training run's pieces, built from a config; `train_and_evaluate` drives it."""
+  """One training run's pieces, built from a config: mesh, corpus, model, compiled steps."""
 
   def __init__(self, config, workdir: workdir_lib.Workdir, devices=None):
-    validate_config(config)
-    workdir.prepare()
-    check_resumable(workdir, config)
+    config_lib.validate(config)
     self.config, self.workdir = config, workdir
     self.mesh = sharding.make_mesh(config.mesh, devices)
     self.corpus = data_lib.load_corpus(config.data)
@@ -157,10 +159,10 @@ class Run:
                     f'{self.model.padded_vocab_size}), mesh {dict(self.mesh.shape)} on '
                     f'{jax.device_count()} {jax.devices()[0].platform} device(s)')
 
-  def restore_best_params(self, checkpoints: ckpt_lib.Checkpoints):
-    """The best parameters saved in the workdir, laid out for this run's mesh (None if none)."""
+  def restore_best_params(self, checkpoints: ckpt_lib.Checkpoints, step: int):
+    """The best parameters (saved at `step`), laid out for this run's mesh."""
     return checkpoints.restore_best(ckpt_lib.abstract_with_shardings(
-        self.steps.abstract_params, self.steps.param_shardings))
+        self.steps.abstract_params, self.steps.param_shardings), step)
 
   def evaluate(self, params, split: str) -> np.ndarray:
     return split_nll(self.steps, params, self.stream, split, self.config.train.eval_batch_size)
@@ -175,29 +177,71 @@ class Run:
     return steps_lib.put_process_rows(self.mesh, contexts, b), steps_lib.put_process_rows(self.mesh, targets, b)
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir_path: str) -> dict:
-  """Trains, early-stops on validation, evaluates the best parameters; returns results.json.
+def _start(config, workdir: workdir_lib.Workdir, lock: workdir_lib.Lock) -> Run:
+  """Checks everything a run needs before any work, leaving the workdir as it was if one fails."""
+  config_lib.validate(config)
+  existed = workdir.path.exists()
+  try:
+    workdir.prepare()
+    if distributed.is_leader():
+      lock.acquire()
+    check_resumable(workdir, config)
+    run = Run(config, workdir)
+    check_corpus(workdir, run.corpus)
+    return run
+  except BaseException:
+    lock.release()
+    if not existed and distributed.is_leader():
+      workdir.remove_if_unused()
+    raise
 
-  In a multi-process job every process runs this; start-up errors on any process stop all of
-  them together, and only the leader writes the workdir's files.
+
+ExtraResults = Callable[[data_lib.Corpus, dict], dict]
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir_path: str,
+                       extra_results: ExtraResults | None = None) -> dict:
+  """Trains, early-stops on validation, evaluates the best parameters; writes and returns results.json.
+
+  `extra_results(corpus, {'valid': nll, 'test': nll})` adds results computed from the best
+  parameters' per-token NLLs (main passes the n-gram mixture). In a multi-process job every
+  process runs this; start-up errors on any process stop all of them together, and only the
+  leader writes the workdir's files.
   """
   started = time.time()
   workdir = workdir_lib.Workdir(workdir_path)
-  run = distributed.agree_on_errors(lambda: Run(config, workdir))
-  # Only now, every process having read the old one and found nothing wrong.
-  workdir.write_json('config.json', json.loads(config.to_json_best_effort()))
-  checkpoints = ckpt_lib.Checkpoints(workdir)
-  with jax.set_mesh(run.mesh):
-    state, meta = _initial_state(run, checkpoints)
-    earlier_seconds = meta['wall_seconds']  # spent by the processes before this one
-    writer = metrics_lib.MetricWriter(workdir, resumed_step=int(state.step))
-    state, meta = _train_loop(run, state, meta, checkpoints, writer)
-    best = run.restore_best_params(checkpoints)
-    params = best if best is not None else state.params
-    valid_nll, test_nll = run.evaluate(params, 'valid'), run.evaluate(params, 'test')
-  checkpoints.wait()
-  checkpoints.close()
-  writer.close()
+  lock = workdir_lib.Lock(workdir)
+  run = distributed.agree_on_errors(lambda: _start(config, workdir, lock))
+  checkpoints, writer = None, None
+  try:
+    # Only now, every process having read the old ones and found nothing wrong.
+    workdir.write_json('config.json', json.loads(config.to_json_best_effort()))
+    if workdir.read_json('corpus.json') is None:
+      workdir.write_json('corpus.json', run.corpus.description())
+    checkpoints = ckpt_lib.Checkpoints(workdir)
+    with jax.set_mesh(run.mesh):
+      checkpoints.reconcile()
+      state, run_state = _initial_state(run, checkpoints)
+      finished = workdir.read_json('results.json')
+      if _nothing_to_train(run, state, run_state) and finished is not None:
+        metrics_lib.log(f'{workdir} finished at step {int(state.step)}'
+                        f'{f" ({run_state.stop_reason})" if run_state.stopped_early else ""}; nothing to train '
+                        f'(results: {workdir.file("results.json")})')
+        return finished
+      earlier_seconds = run_state.wall_seconds  # spent by the processes before this one
+      writer = metrics_lib.MetricWriter(workdir, resumed_step=int(state.step))
+      with Preemption() as preemption:
+        state = _train_loop(run, state, run_state, checkpoints, writer, preemption)
+      has_best = run_state.best_step is not None
+      params = run.restore_best_params(checkpoints, run_state.best_step) if has_best else state.params
+      nll = {split: run.evaluate(params, split) for split in ('valid', 'test')}
+  finally:  # a preempted or failed run's saves complete before it exits
+    if checkpoints is not None:
+      checkpoints.wait()
+      checkpoints.close()
+    if writer is not None:
+      writer.close()
+    lock.release()
   results = {
       'corpus': config.data.corpus,
       'vocab_size': run.corpus.vocab_size,
@@ -205,23 +249,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir_path: str) -> 
       'valid_tokens': run.corpus.num_tokens('valid'),
       'test_tokens': run.corpus.num_tokens('test'),
       'num_parameters': run.num_parameters,
-      'valid_ppl': perplexity(valid_nll),
-      'test_ppl': perplexity(test_nll),
-      'step': meta['best_step'] if best is not None else int(state.step),
+      'valid_ppl': perplexity(nll['valid']),
+      'test_ppl': perplexity(nll['test']),
+      'step': run_state.best_step if has_best else int(state.step),
       'steps_trained': int(state.step),
       'epochs': int(state.step) / run.plan['steps_per_epoch'],
-      'stopped_early': meta['stopped_early'],
+      'stopped_early': run_state.stopped_early,
       'wall_seconds': earlier_seconds + (time.time() - started),
       'mesh': dict(run.mesh.shape),
       'platform': jax.devices()[0].platform,
-      'history': meta['history'],
+      'history': run_state.history,
       'config': json.loads(config.to_json_best_effort()),
   }
-  if config.mix.enabled and distributed.is_leader():  # the n-gram is host work, for the writer alone
-    results.update(mix_lib.mixture_results(run.corpus, {'valid': valid_nll, 'test': test_nll}, config.mix))
-    metrics_lib.log(f'mixture with {results["mix_ngram"]}: valid ppl {results["mix_valid_ppl"]:.2f}, test ppl '
-                    f'{results["mix_test_ppl"]:.2f} (weight {config.mix.weight}); fitted weight '
-                    f'{results["mix_fitted_weight"]:.3f}: test ppl {results["mix_fitted_test_ppl"]:.2f}')
+  if extra_results is not None and distributed.is_leader():  # host work, for the writer alone
+    results.update(extra_results(run.corpus, nll))
   workdir.write_json('results.json', results)
   metrics_lib.log(f'done: valid ppl {results["valid_ppl"]:.2f}, test ppl {results["test_ppl"]:.2f} '
                   f'(best step {results["step"]}, {results["wall_seconds"]:.0f} s)')
@@ -235,6 +276,16 @@ def load_config(workdir_path: str) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(saved)
 
 
+def best_params(run: Run, checkpoints: ckpt_lib.Checkpoints):
+  """The best parameters of a workdir's run, from the best step its newest readable checkpoint names."""
+  restored = checkpoints.restore_latest(ckpt_lib.abstract_with_shardings(run.steps.abstract_state,
+                                                                         run.steps.state_shardings))
+  step = restored[1].best_step if restored is not None else None
+  if step is None:
+    raise UserError(f'{str(run.workdir)!r} holds no best checkpoint yet; train it until its first evaluation')
+  return run.restore_best_params(checkpoints, step)
+
+
 def evaluate_workdir(workdir_path: str, splits=('valid', 'test'), mesh=None, devices=None) -> dict:
   """Per-token NLLs of a workdir's best parameters, restored onto `mesh` (any shape) over `devices`."""
   config = load_config(workdir_path)
@@ -243,78 +294,166 @@ def evaluate_workdir(workdir_path: str, splits=('valid', 'test'), mesh=None, dev
   workdir = workdir_lib.Workdir(workdir_path)
   run = Run(config, workdir, devices)
   checkpoints = ckpt_lib.Checkpoints(workdir)
-  with jax.set_mesh(run.mesh):
-    params = run.restore_best_params(checkpoints)
-    if params is None:
-      raise UserError(f'{workdir_path!r} holds no best checkpoint yet; train it first')
-    nll = {split: run.evaluate(params, split) for split in splits}
-  checkpoints.close()
-  return nll
+  try:
+    with jax.set_mesh(run.mesh):
+      params = best_params(run, checkpoints)
+      return {split: run.evaluate(params, split) for split in splits}
+  finally:
+    checkpoints.close()
 
 
 def _initial_state(run: Run, checkpoints: ckpt_lib.Checkpoints):
   abstract = ckpt_lib.abstract_with_shardings(run.steps.abstract_state, run.steps.state_shardings)
   restored = checkpoints.restore_latest(abstract)
-  if restored is not None:
-    state, meta = restored
-    meta.setdefault('lr_scale', 1.0)  # checkpoints from before annealing existed
-    meta.setdefault('anneals', 0)
-    metrics_lib.log(f'resumed from step {int(state.step)} in {run.workdir}')
-    return _anneal_a_stopped_run(run, state, meta, checkpoints), meta
-  meta = {'best_valid_ppl': None, 'best_step': None, 'evals_since_best': 0, 'stopped_early': False,
-          'history': [], 'wall_seconds': 0.0, 'lr_scale': 1.0, 'anneals': 0}
-  return run.steps.init(), meta
+  if restored is None:
+    return run.steps.init(), run_state_lib.RunState()
+  state, run_state = restored
+  metrics_lib.log(f'resumed from step {int(state.step)} in {run.workdir}')
+  return _reopen_if_asked(run, state, run_state, checkpoints), run_state
 
 
-def _anneal_a_stopped_run(run: Run, state, meta, checkpoints):
-  """A run that stopped early, resumed with annealing allowed (again), anneals at once.
+def _nothing_to_train(run: Run, state, run_state: run_state_lib.RunState) -> bool:
+  return run_state.stopped_early or int(state.step) >= run.plan['total']
 
-  Its last evaluation stalled, which is what triggers an anneal: training goes on from the best
-  parameters at the lowered rate. This is how the paper's setting is annealed at the end.
+
+# Why a run stopped early; a resumed run may go on when its new settings allow more.
+PATIENCE_STOP = 'no improvement in {} evaluations'
+ANNEALS_STOP = 'improvement below {:.2%} after {} anneals'
+
+
+def _reopen_if_asked(run: Run, state, run_state: run_state_lib.RunState, checkpoints):
+  """Goes on with a run that stopped early when the resumed config asks for more training.
+
+  More patience (or none) reopens a run that ran out of it; annealing allowed (again) anneals at
+  once from the best parameters, since the last evaluation stalled: this is how the paper's
+  setting is annealed at the end.
   """
   train_config = run.config.train
-  if not (meta['stopped_early'] and train_config.anneal_factor > 0 and meta['anneals'] < train_config.max_anneals):
+  if not run_state.stopped_early:
     return state
-  meta.update(stopped_early=False, evals_since_best=0, anneals=meta['anneals'] + 1,
-              lr_scale=meta['lr_scale'] * train_config.anneal_factor)
-  metrics_lib.log(f'the run had stopped early; anneal {meta["anneals"]}/{train_config.max_anneals}: learning rate '
-                  f'x{meta["lr_scale"]:.4g}, from the parameters of step {meta["best_step"]}')
-  return state.replace(params=run.restore_best_params(checkpoints))
+  if train_config.anneal_factor > 0 and run_state.anneals < train_config.max_anneals:
+    run_state.stopped_early, run_state.stop_reason = False, ''
+    run_state.anneal(train_config.anneal_factor)
+    metrics_lib.log(f'the run had stopped early; anneal {run_state.anneals}/{train_config.max_anneals}: learning '
+                    f'rate x{run_state.lr_scale:.4g}, from the parameters of step {run_state.best_step}')
+    return state.replace(params=run.restore_best_params(checkpoints, run_state.best_step))
+  patience_left = train_config.patience == 0 or run_state.evals_since_best < train_config.patience
+  if run_state.stop_reason.startswith('no improvement') and patience_left:
+    run_state.stopped_early, run_state.stop_reason = False, ''
+    metrics_lib.log(f'the run had stopped early; patience {train_config.patience} lets it go on')
+  return state
 
 
-def _train_loop(run: Run, state, meta, checkpoints, writer):
+class Preemption:
+  """SIGTERM and SIGINT end training with a checkpoint of the step in progress.
+
+  Alone, a signal sets a flag the loop reads between steps. In a multi-process job JAX's
+  preemption service catches SIGTERM and has every process stop at the same step
+  (multihost_utils.reached_preemption_sync_point); SIGINT is passed on to it as SIGTERM.
+  """
+
+  def __init__(self):
+    self.signum = None
+    self._previous = {}
+
+  def __enter__(self) -> 'Preemption':
+    many = jax.process_count() > 1
+    handlers = {signal.SIGINT: self._forward if many else self._note}
+    if not many:
+      handlers[signal.SIGTERM] = self._note
+    try:
+      for signum, handler in handlers.items():
+        self._previous[signum] = signal.signal(signum, handler)
+    except ValueError:  # not the main thread: signals keep their default handling
+      pass
+    return self
+
+  def __exit__(self, *exc) -> None:
+    for signum, handler in self._previous.items():
+      signal.signal(signum, handler)
+
+  def _note(self, signum, frame) -> None:
+    del frame
+    self.signum = signum
+
+  def _forward(self, signum, frame) -> None:
+    del frame
+    self.signum = signum
+    os.kill(os.getpid(), signal.SIGTERM)
+
+  def reached(self, step: int) -> bool:
+    """Whether to save and stop after `step` (the same answer on every process)."""
+    if jax.process_count() > 1:
+      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+      if multihost_utils.reached_preemption_sync_point(step):
+        self.signum = self.signum or signal.SIGTERM
+        return True
+      return False
+    return self.signum is not None
+
+
+def _agreed(flag: bool) -> bool:
+  """The leader's value of a host-side decision, on every process."""
+  if jax.process_count() == 1:
+    return flag
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  return bool(multihost_utils.broadcast_one_to_all(np.int32(flag)))
+
+
+def _diverged(run: Run, checkpoints, run_state: run_state_lib.RunState, message: str) -> TrainingDiverged:
+  """Drops the checkpoints saved since the last finite evaluation and describes the divergence."""
+  last_good = run_state.history[-1]['step'] if run_state.history else 0
+  dropped = checkpoints.drop_latest_after(last_good)
+  kept = f'; checkpoints after step {last_good} were dropped ({dropped})' if dropped else ''
+  return TrainingDiverged(f'training diverged: {message}; lower --config.optimizer.learning_rate and use a new '
+                          f'--workdir{kept}')
+
+
+def _train_loop(run: Run, state, run_state: run_state_lib.RunState, checkpoints, writer, preemption):
   config, plan = run.config, run.plan
   step = int(state.step)
-  segment_start = time.time()
-  wall_before = meta['wall_seconds']
+  segment_start, wall_before = time.time(), run_state.wall_seconds
+  last_save = time.time()
   progress = metrics_lib.Progress(step, plan['total'], config.train.batch_size)
   in_flight = steps_lib.BoundedDispatch()
-  while step < plan['total'] and not meta['stopped_early']:
-    state, metrics = run.steps.train(state, *run.train_batch(step), meta['lr_scale'])
+  first_nonfinite = steps_lib.NO_NONFINITE_STEP
+  while step < plan['total'] and not run_state.stopped_early:
+    state, metrics = run.steps.train(state, *run.train_batch(step), run_state.lr_scale, first_nonfinite)
+    first_nonfinite = metrics['first_nonfinite']  # stays on the device: read only below
     in_flight.push(metrics)  # not the state: it is donated to the next step
     step += 1
-    if step % config.train.log_every == 0 or step == plan['total']:
+    log_now = step % config.train.log_every == 0 or step == plan['total']
+    eval_now = step % plan['eval_every'] == 0 or step == plan['total']
+    save_now = step % plan['checkpoint_every'] == 0 or step == plan['total']
+    preempted = preemption.reached(step)
+    if log_now or eval_now or save_now or preempted:  # nothing non-finite is logged, evaluated or saved
+      bad_step = int(first_nonfinite)
+      if bad_step >= 0:
+        raise _diverged(run, checkpoints, run_state, f'the training loss is not finite from step {bad_step} on')
+    if log_now:
       loss = float(metrics['loss'])
-      if not math.isfinite(loss):
-        raise FloatingPointError(f'training loss is {loss} at step {step}; lower '
-                                 '--config.optimizer.learning_rate (checkpoints before it are kept)')
       rate = progress.report(step)
-      lr = optim.learning_rate_at(config.optimizer, config.train.batch_size, step) * meta['lr_scale']
+      lr = optim.learning_rate_at(config.optimizer, config.train.batch_size, step) * run_state.lr_scale
       writer.write(step, {'train_loss': loss, 'learning_rate': lr, 'tokens_per_sec': rate['tokens_per_sec']})
       metrics_lib.log(f'step {step}/{plan["total"]} epoch {step / plan["steps_per_epoch"]:.2f} '
                       f'loss {loss:.4f} lr {lr:.4g} {rate["tokens_per_sec"]:.0f} tok/s ETA {rate["eta"]}')
-    if step % plan['eval_every'] == 0 or step == plan['total']:
-      state = _evaluate_and_track(run, state, meta, step, checkpoints, writer)
+      every = config.train.checkpoint_every_seconds
+      save_now = save_now or _agreed(bool(every) and time.time() - last_save >= every)
+    if eval_now:
+      state = _evaluate_and_track(run, state, run_state, step, checkpoints, writer)
       progress.skip_time()
-    if step % plan['checkpoint_every'] == 0 or step == plan['total'] or meta['stopped_early']:
-      meta['wall_seconds'] = wall_before + (time.time() - segment_start)
-      checkpoints.save_latest(step, state, meta)
+    if save_now or run_state.stopped_early or preempted:
+      run_state.wall_seconds = wall_before + (time.time() - segment_start)
+      checkpoints.save_latest(step, state, run_state)
+      last_save = time.time()
       progress.skip_time()
-  meta['wall_seconds'] = wall_before + (time.time() - segment_start)
-  return state, meta
+    if preempted:
+      raise Preempted(preemption.signum, step, run.workdir)
+  run_state.wall_seconds = wall_before + (time.time() - segment_start)
+  return state
 
 
-def _evaluate_and_track(run: Run, state, meta, step, checkpoints, writer):
+def _evaluate_and_track(run: Run, state, run_state: run_state_lib.RunState, step, checkpoints, writer):
   """Validation perplexity, the best parameters so far, annealing, and early stopping with patience.
 
   Returns the state to go on from: the best parameters when the learning rate was just annealed
@@ -323,39 +462,32 @@ def _evaluate_and_track(run: Run, state, meta, step, checkpoints, writer):
   """
   train_config = run.config.train
   valid_ppl = perplexity(run.evaluate(state.params, 'valid'))
-  previous_best = meta['best_valid_ppl']
-  improved = previous_best is None or valid_ppl < previous_best
-  if improved:
-    meta.update(best_valid_ppl=valid_ppl, best_step=step, evals_since_best=0)
-    checkpoints.save_best(step, state.params)
-  else:
-    meta['evals_since_best'] += 1
+  if not math.isfinite(valid_ppl):
+    raise _diverged(run, checkpoints, run_state, f'the validation perplexity overflows at step {step}')
+  previous_best = run_state.best_valid_ppl
   epoch = step / run.plan['steps_per_epoch']
-  meta['history'].append({'step': step, 'epoch': epoch, 'valid_ppl': valid_ppl,
-                          'lr_scale': meta['lr_scale']})
+  improved = run_state.record_evaluation(step, epoch, valid_ppl)
+  if improved:
+    checkpoints.save_best(step, state.params)
   writer.write(step, {'valid_ppl': valid_ppl})
   metrics_lib.log(f'eval step {step} epoch {epoch:.2f}: valid ppl {valid_ppl:.2f} '
-                  f'(best {meta["best_valid_ppl"]:.2f} at step {meta["best_step"]})')
+                  f'(best {run_state.best_valid_ppl:.2f} at step {run_state.best_step})')
   stalled = previous_best is not None and valid_ppl > previous_best * (1.0 - train_config.anneal_threshold)
   # Only at scheduled evaluations: the extra one at the end of a shortened run must not anneal,
   # or resuming it would not follow the uninterrupted run.
   scheduled = step % run.plan['eval_every'] == 0
   if train_config.anneal_factor > 0 and stalled and scheduled:
-    if meta['anneals'] < train_config.max_anneals:
-      meta['lr_scale'] *= train_config.anneal_factor
-      meta['anneals'] += 1
-      meta['evals_since_best'] = 0
+    if run_state.anneals < train_config.max_anneals:
+      run_state.anneal(train_config.anneal_factor)
       if not improved:
-        checkpoints.wait()
-        state = state.replace(params=run.restore_best_params(checkpoints))
-      metrics_lib.log(f'anneal {meta["anneals"]}/{train_config.max_anneals}: learning rate '
-                      f'x{meta["lr_scale"]:.4g}, from the parameters of step {meta["best_step"]}')
+        state = state.replace(params=run.restore_best_params(checkpoints, run_state.best_step))
+      metrics_lib.log(f'anneal {run_state.anneals}/{train_config.max_anneals}: learning rate '
+                      f'x{run_state.lr_scale:.4g}, from the parameters of step {run_state.best_step}')
     else:
-      meta['stopped_early'] = True  # every rate cut spent and still stalled: converged
-      metrics_lib.log(f'early stop: improvement below {train_config.anneal_threshold:.2%} after '
-                      f'{train_config.max_anneals} anneals')
+      run_state.stop(ANNEALS_STOP.format(train_config.anneal_threshold, train_config.max_anneals))
+      metrics_lib.log(f'early stop: {run_state.stop_reason}')  # every rate cut spent and still stalled
   patience = train_config.patience
-  if patience > 0 and meta['evals_since_best'] >= patience and not meta['stopped_early']:
-    meta['stopped_early'] = True
-    metrics_lib.log(f'early stop: no improvement in {patience} evaluations')
+  if patience > 0 and run_state.evals_since_best >= patience and not run_state.stopped_early:
+    run_state.stop(PATIENCE_STOP.format(patience))
+    metrics_lib.log(f'early stop: {run_state.stop_reason}')
   return state

@@ -7,6 +7,8 @@ process reads these files and only the leader (process 0) writes them.
 
 import json
 import os
+import socket
+import time
 
 from etils import epath
 
@@ -43,6 +45,11 @@ class Workdir:
       raise UserError(f'--workdir={str(self.path)!r} cannot be written ({e.strerror or e}); '
                       'choose a folder you can write to') from None
 
+  def remove_if_unused(self) -> None:
+    """Removes the folder when nothing but this run's own lock is in it (a start that failed)."""
+    if self.path.exists() and {p.name for p in self.path.iterdir()} <= {'lock'}:
+      self.path.rmtree()
+
   def read_json(self, name: str) -> dict | None:
     """A JSON file of the workdir, or None when it does not exist."""
     path = self.file(name)
@@ -70,3 +77,73 @@ def write_text_atomically(path: epath.Path, text: str) -> None:
   temporary = path.parent / f'.{path.name}.tmp{os.getpid()}'
   temporary.write_text(text)
   temporary.replace(path)
+
+
+class Lock:
+  """One training per workdir: WORKDIR/lock names its holder (host, process id, since when).
+
+  A second training on the workdir is refused in one line; the lock of a process that is no longer
+  running on this host is taken over. In a multi-process job the leader holds it for all.
+  """
+
+  def __init__(self, workdir: Workdir):
+    self.path = workdir.file('lock')
+    self._held = False
+
+  def acquire(self) -> None:
+    me = {'host': socket.gethostname(), 'pid': os.getpid(), 'since': time.strftime('%Y-%m-%d %H:%M:%S')}
+    holder = self._holder()
+    if holder is not None:
+      if not _is_stale(holder):
+        raise UserError(f'{str(self.path.parent)!r} is in use by process {holder.get("pid")} on '
+                        f'{holder.get("host")} (since {holder.get("since")}); wait for it to end, or delete '
+                        f'{str(self.path)!r} if that process is gone')
+      self.path.unlink(missing_ok=True)
+    if not _create_exclusively(self.path, json.dumps(me)):
+      raise UserError(f'{str(self.path.parent)!r} was just taken by another training; use another --workdir')
+    self._held = True
+
+  def release(self) -> None:
+    if self._held:
+      self.path.unlink(missing_ok=True)
+      self._held = False
+
+  def _holder(self) -> dict | None:
+    try:
+      return json.loads(self.path.read_text())
+    except FileNotFoundError:
+      return None
+    except (OSError, ValueError):
+      return {}  # unreadable: treated as stale below (a crash while writing it)
+
+
+def _is_stale(holder: dict) -> bool:
+  """True when the holder is gone: a process of this host that no longer runs, or no holder at all."""
+  if not holder.get('pid'):
+    return True
+  if holder.get('host') != socket.gethostname():
+    return False  # cannot tell: assume it runs
+  try:
+    os.kill(int(holder['pid']), 0)
+  except ProcessLookupError:
+    return True
+  except PermissionError:
+    return False  # another user's process
+  return False
+
+
+def _create_exclusively(path: epath.Path, text: str) -> bool:
+  """Creates a file that must not exist yet; False when another process created it first.
+
+  Exclusive on local filesystems; on object stores a create is a write (the last one wins).
+  """
+  if '://' in str(path):
+    path.write_text(text)
+    return True
+  try:
+    descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+  except FileExistsError:
+    return False
+  with os.fdopen(descriptor, 'w') as f:
+    f.write(text)
+  return True

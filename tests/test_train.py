@@ -200,8 +200,8 @@ def test_keys_added_by_newer_code_do_not_block_resuming(tiny_config, tmp_path):
 
 
 def load_brown_config(variant):
-  from launch import sweep  # pylint: disable=g-import-not-at-top
-  return sweep.load_experiment(os.path.join(REPO, 'experiments', 'brown.py')).get_config(variant)
+  from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  return config_lib.load_experiment(os.path.join(REPO, 'experiments', 'brown.py')).get_config(variant)
 
 
 def test_tuned_variants_keep_the_row_and_change_only_the_optimiser_setting():

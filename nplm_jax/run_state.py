@@ -1,0 +1,49 @@
+"""Where a training run stands, beside its arrays: saved as JSON with every checkpoint.
+
+The train state (step, parameters, optimiser state) is the arrays; this is the rest a resumed run
+needs to behave as the uninterrupted one would: the best validation so far, the evaluations since,
+the learning-rate scale and anneals, why it stopped, its history and the time it has taken.
+"""
+
+import dataclasses
+
+
+@dataclasses.dataclass
+class RunState:
+  best_valid_ppl: float | None = None
+  best_step: int | None = None  # the step of the parameters in best/
+  evals_since_best: int = 0
+  lr_scale: float = 1.0  # learning-rate annealing multiplies the optimiser's step by this
+  anneals: int = 0
+  stopped_early: bool = False
+  stop_reason: str = ''  # why it stopped early, in words (for the log and a resumed run)
+  history: list[dict] = dataclasses.field(default_factory=list)  # one entry per evaluation
+  wall_seconds: float = 0.0  # training time of every process that worked on this run so far
+
+  def to_json(self) -> dict:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_json(cls, saved: dict) -> 'RunState':
+    """Fields an older checkpoint lacks take their defaults; fields it has that are gone are dropped."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in saved.items() if k in known})
+
+  def record_evaluation(self, step: int, epoch: float, valid_ppl: float) -> bool:
+    """Adds an evaluation to the history; True when it is the best so far."""
+    improved = self.best_valid_ppl is None or valid_ppl < self.best_valid_ppl
+    if improved:
+      self.best_valid_ppl, self.best_step, self.evals_since_best = valid_ppl, step, 0
+    else:
+      self.evals_since_best += 1
+    self.history.append({'step': step, 'epoch': epoch, 'valid_ppl': valid_ppl, 'lr_scale': self.lr_scale})
+    return improved
+
+  def anneal(self, factor: float) -> None:
+    """Lowers the learning rate; patience counts afresh from here."""
+    self.lr_scale *= factor
+    self.anneals += 1
+    self.evals_since_best = 0
+
+  def stop(self, reason: str) -> None:
+    self.stopped_early, self.stop_reason = True, reason
