@@ -284,12 +284,14 @@ def main(argv=None) -> int:
     if unknown:
       raise SweepError(f'--only names {unknown} are not points of this sweep: {[p["name"] for p in points]}')
     to_run = [p for p in points if not only or p['name'] in only]
+    if args.collect_only and not workdir_lib.as_path(args.root).exists():
+      raise SweepError(f'--root={args.root!r} holds no sweep yet; run it without --collect_only first')
     outcomes = [] if args.collect_only else run_sweep(to_run, args.root, args.parallel, common)
+    rows = collect(points, args.root)
+    write_tables(rows, args.root)
   except (SweepError, UserError, ValueError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
-  rows = collect(points, args.root)
-  write_tables(rows, args.root)
   print(f'{len(rows)}/{len(points)} points have results: {workdir_lib.as_path(args.root) / "results.md"}')
   return 1 if any(status.startswith('failed') for _, status, _ in outcomes) else 0
 

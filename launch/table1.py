@@ -8,8 +8,10 @@ odd row is the same run's network alone.
 """
 
 import argparse
+import sys
 
 from nplm_jax import workdir as workdir_lib
+from nplm_jax.errors import UserError
 
 # (row, n, h, m, direct, mix, paper valid, paper test), from the paper's Table 1.
 PAPER = [
@@ -65,12 +67,20 @@ def render(root: str) -> str:
   return '\n'.join(lines) + '\n'
 
 
-def main():
+def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--root', required=True)
-  args = parser.parse_args()
-  print(render(args.root), end='')
+  parser.add_argument('--root', required=True, help='the root of a table1 sweep')
+  args = parser.parse_args(argv)
+  try:
+    if not workdir_lib.as_path(args.root).exists():
+      raise UserError(f'--root={args.root!r} does not exist; run python -m launch.sweep --sweep=table1 '
+                      f'--root={args.root} first')
+    print(render(args.root), end='')
+  except UserError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+  return 0
 
 
 if __name__ == '__main__':
-  main()
+  sys.exit(main())

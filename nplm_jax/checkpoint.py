@@ -13,6 +13,9 @@ An unreadable checkpoint step is set aside (renamed STEP.unreadable-TIME, never 
 warning, and the run resumes from the newest readable one.
 """
 
+import os
+import signal
+import sys
 import time
 
 import jax
@@ -33,6 +36,32 @@ def _options(max_to_keep: int, name: str) -> ocp.CheckpointManagerOptions:
       multiprocessing_options=ocp.options.MultiprocessingOptions(barrier_sync_key_prefix=name))
 
 
+# Fault injection for tests/test_reliability.py: NPLM_CRASH_AT=POINT:STEP kills the process with
+# SIGKILL at that point of the saves of STEP (inside a save, between the two), where a timed kill
+# would rarely land.
+CRASH_POINTS = ('best_writing', 'best_committed', 'latest_writing')
+
+
+def _crash_point(point: str, step: int) -> None:
+  if os.environ.get('NPLM_CRASH_AT') == f'{point}:{step}':
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _quiet_closed_event_loops() -> None:
+  """A failed Orbax restore leaves TensorStore callbacks for an asyncio loop it has closed; Python
+  then prints an 'Exception ignored' traceback for each, which tells a user nothing. Only those
+  are silenced; every other unraisable exception still reaches the hook in place."""
+  previous = sys.unraisablehook
+  if getattr(previous, 'quiets_closed_loops', False):
+    return
+
+  def hook(unraisable):
+    if not (isinstance(unraisable.exc_value, RuntimeError) and 'Event loop is closed' in str(unraisable.exc_value)):
+      previous(unraisable)
+  hook.quiets_closed_loops = True
+  sys.unraisablehook = hook
+
+
 def _reason(error: Exception) -> str:
   lines = [line.strip() for line in str(error).splitlines() if line.strip()]
   return f'{type(error).__name__}: {lines[0][:160] if lines else ""}'
@@ -46,11 +75,14 @@ class Checkpoints:
   def save_latest(self, step: int, state, run_state: run_state_lib.RunState) -> None:
     self.latest.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                    meta=ocp.args.JsonSave(run_state.to_json())), force=True)
+    _crash_point('latest_writing', step)
 
   def save_best(self, step: int, params) -> None:
     """Saves and commits (the latest save of the same step follows it, see the module docstring)."""
     self.best.save(step, args=ocp.args.StandardSave(params), force=True)
+    _crash_point('best_writing', step)
     self.best.wait_until_finished()
+    _crash_point('best_committed', step)
 
   def restore_latest(self, abstract_state):
     """(state, RunState) of the newest readable checkpoint, or None when there is none.
@@ -67,6 +99,7 @@ class Checkpoints:
         state, run_state = restored.state, run_state_lib.RunState.from_json(restored.meta)
       except Exception as e:  # pylint: disable=broad-except  # any way a checkpoint can be damaged
         problems.append((step, _reason(e)))
+        _quiet_closed_event_loops()
         continue
       for bad_step, reason in problems:
         aside = self._set_aside(self.latest, bad_step)
@@ -91,13 +124,12 @@ class Checkpoints:
       raise UserError(f'the best parameters in {self.best.directory}/{step} cannot be read ({_reason(e)}); '
                       'restore them from a copy, or move best/ and checkpoints/ away to train again') from None
 
-  def reconcile(self) -> None:
-    """Drops best steps newer than the newest latest checkpoint: a crash came between the two saves
-    of that step, and resuming recomputes it exactly."""
-    latest = self.latest.latest_step()
+  def reconcile(self, resumed_step: int) -> None:
+    """Drops best steps newer than the step the run resumes from: a crash came between the two saves
+    of that step (or its latest checkpoint was unreadable), and resuming recomputes it exactly."""
     for step in self.best.all_steps():
-      if latest is None or step > latest:
-        metrics.warn(f'best step {step} is newer than the latest checkpoint ({latest}); it is recomputed')
+      if step > resumed_step:
+        metrics.warn(f'best step {step} is newer than the latest checkpoint ({resumed_step}); it is recomputed')
         self.best.delete(step)
 
   def drop_latest_after(self, step: int) -> list[int]:

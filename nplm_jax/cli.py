@@ -13,16 +13,23 @@ FLAGS = flags.FLAGS
 
 
 def flag_error_line(error: Exception, argv: list[str]) -> str:
-  """One line for a bad command line: an unknown --config.* key, a bad value or a missing flag."""
+  """One line for a bad command line: an unknown --config.* key, a bad value, a broken or missing
+  config file, or a missing flag."""
+  config_arg = next((a for a in argv if a.startswith('--config=')), '--config')
   if isinstance(error, (AttributeError, KeyError)):
-    key = str(error).strip('"\'')
+    lines = str(error.args[0] if error.args else error).splitlines() or ['']
+    key = lines[0].strip('"\'\\ ')
+    hint = next((line.strip() for line in lines[1:] if 'Did you mean' in line), '')
     bad = [a.split('=')[0] for a in argv if a.startswith('--config.') and re.search(rf'\.{re.escape(key)}\b', a)]
     where = bad[0] if bad else key
-    return (f'{where} is not a config key; check its spelling against the config file '
+    suggestion = f' ({hint[0].lower()}{hint[1:]})' if hint else ''
+    return (f'{where} is not a config key{suggestion}; check its spelling against the config file '
             '(keys: nplm_jax/config.py)')
+  if isinstance(error, SyntaxError):
+    return f'{config_arg}: syntax error at line {error.lineno} of {error.filename}: {error.msg}'
   lines = [line.strip() for line in str(error).splitlines() if line.strip()]
   detail = lines[-1] if lines else type(error).__name__  # config_flags puts the cause last
-  config_arg = next((a for a in argv if a.startswith('--config=')), '--config')
+  detail = re.sub(r'^[A-Za-z.]*(Error|Exception): ', '', detail)  # the cause's type adds nothing for a user
   return f'{config_arg}: {detail}' if isinstance(error, OSError) or 'config file' in str(error) else detail
 
 

@@ -68,7 +68,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.anneal_threshold = 0.005
   c.train.max_anneals = 4
   c.train.checkpoint_every = -1  # steps; -1 = at every evaluation
-  c.train.checkpoint_every_seconds = 1800  # also save when this long has passed since the last save; 0 = off
+  c.train.checkpoint_every_seconds = 1800.0  # also save when this long has passed since the last save; 0 = off
   c.train.log_every = 500
 
   c.mix = ml_collections.ConfigDict()  # the paper's network + n-gram mixture rows

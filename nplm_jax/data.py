@@ -132,18 +132,28 @@ def _scope_words(scope: str, corpus_words: Sequence[str], train_words: Sequence[
 
 def read_lines_with_eos(path: str) -> list[str]:
   """Whitespace tokens of a text file, with an end-of-line token after every non-empty line."""
-  if not os.path.isfile(path):
-    raise DataError(f'corpus file {path!r} does not exist; point the config at an existing file')
+  check_text_file(path)
   words = []
   with open(path, encoding='utf-8') as f:
-    for line in f:
-      tokens = line.split()
-      if tokens:
-        words.extend(tokens)
-        words.append(EOS)
+    try:
+      for line in f:
+        tokens = line.split()
+        if tokens:
+          words.extend(tokens)
+          words.append(EOS)
+    except UnicodeDecodeError as e:
+      raise DataError(f'corpus file {path!r} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start} '
+                      'of a block); convert it, e.g. iconv -f latin1 -t utf-8') from None
   if not words:
     raise DataError(f'corpus file {path!r} holds no tokens; give a non-empty text file')
   return words
+
+
+def check_text_file(path: str) -> None:
+  if os.path.isdir(path):
+    raise DataError(f'corpus file {path!r} is a folder; give a text file')
+  if not os.path.isfile(path):
+    raise DataError(f'corpus file {path!r} does not exist; point the config at an existing file')
 
 
 def text_corpus(files: dict[str, str], max_rare_count: int = 0, vocab_scope: str = 'train') -> Corpus:

@@ -299,6 +299,10 @@ def main(argv):
   from absl import flags  # pylint: disable=g-import-not-at-top
   cli = flags.FLAGS
   try:
+    if cli.output and workdir_lib.as_path(cli.output).is_dir():
+      raise UserError(f'--output={cli.output!r} is a folder; give the path of a file to write')
+    if cli.order < 1:
+      raise UserError(f'--order={cli.order} is invalid; use an n-gram order >= 1')
     corpus = data_lib.load_corpus(cli.config.data)
     result = evaluate(corpus, cli.order, cli.smoothing)
   except UserError as e:

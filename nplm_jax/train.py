@@ -184,7 +184,10 @@ def _start(config, workdir: workdir_lib.Workdir, lock: workdir_lib.Lock) -> Run:
   try:
     workdir.prepare()
     if distributed.is_leader():
-      lock.acquire()
+      stale = lock.acquire()
+      if stale is not None:
+        metrics_lib.warn(f'took over the lock of process {stale.get("pid")} on {stale.get("host")}, which no '
+                         'longer runs')
     check_resumable(workdir, config)
     run = Run(config, workdir)
     check_corpus(workdir, run.corpus)
@@ -212,22 +215,28 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir_path: str,
   workdir = workdir_lib.Workdir(workdir_path)
   lock = workdir_lib.Lock(workdir)
   run = distributed.agree_on_errors(lambda: _start(config, workdir, lock))
-  checkpoints, writer = None, None
   try:
-    # Only now, every process having read the old ones and found nothing wrong.
-    workdir.write_json('config.json', json.loads(config.to_json_best_effort()))
-    if workdir.read_json('corpus.json') is None:
-      workdir.write_json('corpus.json', run.corpus.description())
-    checkpoints = ckpt_lib.Checkpoints(workdir)
+    return _train_and_report(run, config, workdir, extra_results, started)
+  finally:
+    lock.release()
+
+
+def _train_and_report(run: Run, config, workdir: workdir_lib.Workdir, extra_results, started: float) -> dict:
+  checkpoints, writer = ckpt_lib.Checkpoints(workdir), None
+  try:
     with jax.set_mesh(run.mesh):
-      checkpoints.reconcile()
-      state, run_state = _initial_state(run, checkpoints)
+      state, run_state = distributed.agree_on_errors(lambda: _initial_state(run, checkpoints))
+      checkpoints.reconcile(int(state.step))
       finished = workdir.read_json('results.json')
       if _nothing_to_train(run, state, run_state) and finished is not None:
         metrics_lib.log(f'{workdir} finished at step {int(state.step)}'
                         f'{f" ({run_state.stop_reason})" if run_state.stopped_early else ""}; nothing to train '
                         f'(results: {workdir.file("results.json")})')
         return finished
+      # Only now, every process having read the old ones and found nothing wrong.
+      workdir.write_json('config.json', json.loads(config.to_json_best_effort()))
+      if workdir.read_json('corpus.json') is None:
+        workdir.write_json('corpus.json', run.corpus.description())
       earlier_seconds = run_state.wall_seconds  # spent by the processes before this one
       writer = metrics_lib.MetricWriter(workdir, resumed_step=int(state.step))
       with Preemption() as preemption:
@@ -236,12 +245,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir_path: str,
       params = run.restore_best_params(checkpoints, run_state.best_step) if has_best else state.params
       nll = {split: run.evaluate(params, split) for split in ('valid', 'test')}
   finally:  # a preempted or failed run's saves complete before it exits
-    if checkpoints is not None:
-      checkpoints.wait()
-      checkpoints.close()
+    checkpoints.wait()
+    checkpoints.close()
     if writer is not None:
       writer.close()
-    lock.release()
   results = {
       'corpus': config.data.corpus,
       'vocab_size': run.corpus.vocab_size,

@@ -90,7 +90,8 @@ class Lock:
     self.path = workdir.file('lock')
     self._held = False
 
-  def acquire(self) -> None:
+  def acquire(self) -> dict | None:
+    """Takes the lock; returns the holder of a stale lock it took over (None if there was none)."""
     me = {'host': socket.gethostname(), 'pid': os.getpid(), 'since': time.strftime('%Y-%m-%d %H:%M:%S')}
     holder = self._holder()
     if holder is not None:
@@ -102,6 +103,7 @@ class Lock:
     if not _create_exclusively(self.path, json.dumps(me)):
       raise UserError(f'{str(self.path.parent)!r} was just taken by another training; use another --workdir')
     self._held = True
+    return holder
 
   def release(self) -> None:
     if self._held:

@@ -9,11 +9,11 @@ import subprocess
 import sys
 
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 from etils import epath
 
 from nplm_jax import metrics
+from tests import checkpoint_reader
 from tests import corpora
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,17 +41,6 @@ def job(processes: int, workdir, files, mesh, *extra, module=None, config='exper
   return proc
 
 
-def params(workdir):
-  """The newest checkpoint's parameters, on this process's one device (it was saved from 4)."""
-  import jax  # pylint: disable=g-import-not-at-top
-  manager = ocp.CheckpointManager(os.path.join(workdir, 'checkpoints'), item_handlers={
-      'state': ocp.StandardCheckpointHandler(), 'meta': ocp.JsonCheckpointHandler()})
-  step = manager.latest_step()
-  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-  target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
-                        manager.item_metadata(step)['state'])
-  restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))
-  return {k: np.asarray(v) for k, v in restored.state['params'].items()}
 
 
 def results(workdir):
@@ -68,7 +57,7 @@ def assert_same_run(a, b, rtol=1e-5):
   ra, rb = results(a), results(b)
   for key in ('valid_ppl', 'test_ppl'):
     assert ra[key] == pytest.approx(rb[key], rel=rtol), key
-  pa, pb = params(a), params(b)
+  pa, pb = checkpoint_reader.latest_params(a), checkpoint_reader.latest_params(b)
   for k in pa:
     np.testing.assert_allclose(pa[k], pb[k], rtol=rtol, atol=1e-7, err_msg=k)
 

@@ -8,13 +8,13 @@ import sys
 import time
 
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
 from nplm_jax import data
 from nplm_jax import train
 from nplm_jax import workdir as workdir_lib
 from nplm_jax.errors import UserError
+from tests import checkpoint_reader
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -49,10 +49,6 @@ def test_sampled_training_learns_and_evaluates_exactly(tiny_files, tiny_config, 
   assert results['config']['loss']['name'] == loss
 
 
-def final_params(workdir):
-  manager = ocp.CheckpointManager(os.path.join(workdir, 'checkpoints'))
-  restored = manager.restore(manager.latest_step(), args=ocp.args.Composite(state=ocp.args.StandardRestore()))
-  return restored.state['params']
 
 
 @pytest.mark.parametrize('anneal,dropout', [(False, False), (True, False), (False, True)],
@@ -72,7 +68,7 @@ def test_resume_equals_uninterrupted(tiny_config, tmp_path, anneal, dropout):
   interrupted.train.max_steps = 32 if anneal else 22  # stops between evaluations (after an anneal)
   train.train_and_evaluate(interrupted, parts)
   resumed = train.train_and_evaluate(tiny_config, parts)
-  a, b = final_params(whole), final_params(parts)
+  a, b = checkpoint_reader.latest_params(whole), checkpoint_reader.latest_params(parts)
   assert a.keys() == b.keys()
   for k in a:
     np.testing.assert_array_equal(a[k], b[k])
@@ -245,6 +241,6 @@ def test_chunked_training_step_equals_the_unchunked_one(tiny_config, tmp_path):
   tiny_config.train.chunk_size = 8
   chunked = train.train_and_evaluate(tiny_config, str(tmp_path / 'chunked'))
   assert chunked['valid_ppl'] == pytest.approx(whole['valid_ppl'], rel=1e-5)
-  a, b = final_params(str(tmp_path / 'whole')), final_params(str(tmp_path / 'chunked'))
+  a, b = checkpoint_reader.latest_params(str(tmp_path / 'whole')), checkpoint_reader.latest_params(str(tmp_path / 'chunked'))
   for k in a:
     np.testing.assert_allclose(a[k], b[k], rtol=1e-4, atol=1e-6)

@@ -1,0 +1,146 @@
+"""Bad input across every entry point: one line on stderr starting 'error:', a non-zero exit, no
+traceback, existing workdirs byte-identical, and no empty workdir left behind."""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests import corpora
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def checksums(folder) -> dict:
+  out = {}
+  for root, _, names in os.walk(folder):
+    for name in names:
+      with open(os.path.join(root, name), 'rb') as f:
+        out[os.path.relpath(os.path.join(root, name), folder)] = hashlib.sha256(f.read()).hexdigest()
+  return out
+
+
+@pytest.fixture(scope='module')
+def world(tmp_path_factory):
+  """A finished tiny workdir, a corpus, a finished sweep root and broken files to feed the commands."""
+  base = tmp_path_factory.mktemp('bad_input')
+  files = corpora.write_markov_corpus(str(base))
+  data = [f'--config.data.{s}_file={files[s]}' for s in ('train', 'valid', 'test')]
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  done = subprocess.run([sys.executable, '-m', 'nplm_jax.main', '--config=experiments/text.py:tiny',
+                         f'--workdir={base / "finished"}', *data, '--config.train.max_steps=20'],
+                        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr
+  sweep_root = base / 'sweep'
+  (sweep_root / 'h1').mkdir(parents=True)  # the point of --grid=model.h=1, with a garbled results.json
+  (sweep_root / 'h1' / 'results.json').write_text('{"valid_ppl": ')
+  (base / 'broken.py').write_text('def get_config(:\n')
+  (base / 'latin1.txt').write_bytes('caf\xe9 cr\xe8me\n'.encode('latin-1'))
+  return dict(base=base, files=files, data=data, finished=base / 'finished', sweep=sweep_root,
+              broken=base / 'broken.py', latin1=base / 'latin1.txt')
+
+
+def main_args(w, *extra, workdir=None):
+  return ['nplm_jax.main', '--config=experiments/text.py:tiny', f'--workdir={workdir or w["base"] / "new"}',
+          *w['data'], *extra]
+
+
+# (id, module and arguments from the world, substring of the one error line, environment)
+CASES = [
+    ('log_every_0', lambda w: main_args(w, '--config.train.log_every=0'), 'train.log_every=0'),
+    ('seed_negative', lambda w: main_args(w, '--config.seed=-1'), 'seed=-1'),
+    ('learning_rate_negative', lambda w: main_args(w, '--config.optimizer.learning_rate=-1'),
+     'optimizer.learning_rate=-1'),
+    ('brown_train_tokens_negative', lambda w: ['nplm_jax.main', '--config=experiments/brown.py',
+                                               f'--workdir={w["base"] / "new"}', '--config.data.train_tokens=-5'],
+     'data.train_tokens=-5'),
+    ('binary_corpus', lambda w: ['nplm_jax.main', '--config=experiments/text.py:tiny', f'--workdir={w["base"] / "new"}',
+                                 *(f'--config.data.{s}_file=/bin/ls' for s in ('train', 'valid', 'test'))],
+     "'/bin/ls' is not UTF-8 text"),
+    ('latin1_corpus', lambda w: main_args(w, f'--config.data.train_file={w["latin1"]}'), 'is not UTF-8 text'),
+    ('folder_as_corpus', lambda w: main_args(w, f'--config.data.train_file={w["base"]}'), 'is a folder'),
+    ('missing_corpus', lambda w: main_args(w, f'--config.data.train_file={w["base"] / "nope.txt"}'), 'does not exist'),
+    ('cpu_devices_0', lambda w: main_args(w, '--config.mesh.cpu_devices=0'), 'mesh.cpu_devices=0'),
+    ('cpu_devices_negative', lambda w: main_args(w, '--config.mesh.cpu_devices=-5'), 'mesh.cpu_devices=-5'),
+    ('patience_negative', lambda w: main_args(w, '--config.train.patience=-1'), 'train.patience=-1'),
+    ('max_rare_count_negative', lambda w: main_args(w, '--config.data.max_rare_count=-1'), 'data.max_rare_count=-1'),
+    ('ptb_variant', lambda w: ['nplm_jax.main', '--config=experiments/ptb.py:mlp1', f'--workdir={w["base"] / "new"}'],
+     "unknown PTB variant 'mlp1'"),
+    ('mix_order_0', lambda w: main_args(w, '--config.mix.ngram_order=0'), 'mix.ngram_order=0'),
+    ('mix_smoothing', lambda w: main_args(w, '--config.mix.smoothing=foo'), "mix.smoothing='foo'"),
+    ('mix_weight_2', lambda w: main_args(w, '--config.mix.weight=2.0'), 'mix.weight=2.0'),
+    ('misspelt_section', lambda w: main_args(w, '--config.modle.n=3'), '--config.modle.n is not a config key'),
+    ('misspelt_key', lambda w: main_args(w, '--config.model.hh=3'), '--config.model.hh is not a config key'),
+    ('not_an_int', lambda w: main_args(w, '--config.train.batch_size=abc'), 'train.batch_size'),
+    ('n_1', lambda w: main_args(w, '--config.model.n=1'), 'model.n=1'),
+    ('batch_0', lambda w: main_args(w, '--config.train.batch_size=0'), 'train.batch_size=0'),
+    ('chunk_not_dividing', lambda w: main_args(w, '--config.train.chunk_size=5'), 'train.chunk_size=5'),
+    ('unknown_optimizer', lambda w: main_args(w, '--config.optimizer.name=lion'), "optimizer.name='lion'"),
+    ('dropout_1', lambda w: main_args(w, '--config.model.feature_dropout=1.0'), 'model.feature_dropout=1.0'),
+    ('epochs_0', lambda w: main_args(w, '--config.train.num_epochs=0'), 'train.num_epochs=0'),
+    ('mesh_does_not_fit', lambda w: main_args(w, '--config.mesh.cpu_devices=2', '--config.mesh.data=3',
+                                              '--config.mesh.model=1'), 'does not fit 2 devices'),
+    ('unknown_brown_variant', lambda w: ['nplm_jax.main', '--config=experiments/brown.py:mlp11',
+                                         f'--workdir={w["base"] / "new"}'], "unknown Brown variant 'mlp11'"),
+    ('missing_config_file', lambda w: ['nplm_jax.main', '--config=experiments/nope.py', f'--workdir={w["base"] / "new"}'],
+     'nope.py'),
+    ('config_syntax_error', lambda w: ['nplm_jax.main', f'--config={w["broken"]}', f'--workdir={w["base"] / "new"}'],
+     'syntax error at line 1'),
+    ('no_brown_data', lambda w: ['nplm_jax.main', '--config=experiments/brown.py', f'--workdir={w["base"] / "new"}'],
+     'Brown corpus was not found', {'NLTK_DATA': '/nonexistent'}),
+    ('no_ptb_folder', lambda w: ['nplm_jax.main', '--config=experiments/ptb.py', f'--workdir={w["base"] / "new"}',
+                                 '--config.data.path=/nonexistent'], "data.path='/nonexistent' is not a folder"),
+    ('resume_other_model', lambda w: main_args(w, '--config.model.h=17', workdir=w['finished']),
+     'different config.model.h'),
+    ('resume_other_batch', lambda w: main_args(w, '--config.train.batch_size=16', workdir=w['finished']),
+     'different config.train.batch_size'),
+    ('workdir_is_a_file', lambda w: main_args(w, workdir=w['latin1'] / 'run'), 'cannot be written'),
+    ('ngram_output_folder', lambda w: ['nplm_jax.ngram', '--config=experiments/text.py:tiny', *w['data'],
+                                       f'--output={w["base"]}'], 'is a folder'),
+    ('ngram_order_0', lambda w: ['nplm_jax.ngram', '--config=experiments/text.py:tiny', *w['data'], '--order=0'],
+     '--order=0'),
+    ('ngram_bad_smoothing', lambda w: ['nplm_jax.ngram', '--config=experiments/text.py:tiny', *w['data'],
+                                       '--smoothing=witten_bell'], 'smoothing'),
+    ('mix_weight_flag', lambda w: ['nplm_jax.mix', f'--workdir={w["finished"]}', '--weight=2'], '--weight=2'),
+    ('mix_order_flag', lambda w: ['nplm_jax.mix', f'--workdir={w["finished"]}', '--order=0'], '--order=0'),
+    ('mix_no_workdir', lambda w: ['nplm_jax.mix', f'--workdir={w["base"] / "nothing"}'], 'holds no config.json'),
+    ('sweep_collect_new_root', lambda w: ['launch.sweep', '--config=experiments/brown.py', '--sweep=table1',
+                                          f'--root={w["base"] / "nothing"}', '--collect_only'], 'holds no sweep yet'),
+    ('sweep_garbled_results', lambda w: ['launch.sweep', '--config=experiments/text.py:tiny', '--grid=model.h=1',
+                                         f'--root={w["sweep"]}', '--collect_only', '--only=h1'], None),
+    ('sweep_unknown_name', lambda w: ['launch.sweep', '--config=experiments/brown.py', '--sweep=table9',
+                                      f'--root={w["base"] / "nothing"}'], "unknown Brown sweep 'table9'"),
+    ('sweep_syntax_error', lambda w: ['launch.sweep', f'--config={w["broken"]}', '--sweep=x',
+                                      f'--root={w["base"] / "nothing"}'], 'syntax error'),
+    ('sweep_bad_grid', lambda w: ['launch.sweep', '--config=experiments/brown.py:mlp1', '--grid=model.h',
+                                  f'--root={w["base"] / "nothing"}'], '--grid part'),
+    ('table1_missing_root', lambda w: ['launch.table1', f'--root={w["base"] / "nothing"}'], 'does not exist'),
+]
+
+
+def test_the_matrix_is_large():
+  assert len(CASES) >= 30
+
+
+@pytest.mark.parametrize('case', CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_and_touches_nothing(world, case):
+  name, build, expected = case[:3]
+  env = dict(os.environ, JAX_PLATFORMS='cpu', **(case[3] if len(case) > 3 else {}))
+  args = build(world)
+  before = checksums(world['base'])
+  proc = subprocess.run([sys.executable, '-m', *map(str, args)], cwd=REPO, env=env, capture_output=True, text=True,
+                        timeout=300)
+  lines = proc.stderr.strip().splitlines()
+  assert proc.returncode != 0, f'{name}: exit 0\n{proc.stdout}\n{proc.stderr}'
+  assert 'Traceback' not in proc.stderr + proc.stdout, proc.stderr
+  assert len(lines) == 1 and lines[0].startswith('error: '), proc.stderr
+  if expected is not None:
+    assert expected in lines[0], lines[0]
+  else:  # the garbled results.json of the sweep point is named
+    assert 'results.json' in lines[0] and 'cannot be read' in lines[0], lines[0]
+  assert checksums(world['base']) == before  # existing workdirs and files byte-identical
+  assert not os.path.exists(world['base'] / 'new') and not os.path.exists(world['base'] / 'nothing')

@@ -1,0 +1,353 @@
+"""What a run survives: divergence, preemption, kills at any moment, damaged checkpoints, a second
+training on its workdir, and resumes that would change its trajectory."""
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from nplm_jax import train
+from nplm_jax.errors import UserError
+from tests import checkpoint_reader
+from tests import corpora
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def checksums(folder) -> dict:
+  """Every file under `folder` and the hash of its bytes."""
+  out = {}
+  for root, _, names in os.walk(folder):
+    for name in names:
+      path = os.path.join(root, name)
+      with open(path, 'rb') as f:
+        out[os.path.relpath(path, folder)] = hashlib.sha256(f.read()).hexdigest()
+  return out
+
+
+
+
+def read_results(workdir) -> dict:
+  with open(os.path.join(workdir, 'results.json'), encoding='utf-8') as f:
+    return json.load(f)
+
+
+def assert_same_outcome(workdir, reference):
+  a, b = read_results(workdir), read_results(reference)
+  for key in ('valid_ppl', 'test_ppl', 'step', 'steps_trained', 'history', 'stopped_early'):
+    assert a[key] == b[key], key
+  pa, pb = checkpoint_reader.latest_params(workdir), checkpoint_reader.latest_params(reference)
+  for k in pb:
+    np.testing.assert_array_equal(pa[k], pb[k], err_msg=k)
+  steps = lambda w: [json.loads(line)['step'] for line in open(os.path.join(w, 'metrics.jsonl'), encoding='utf-8')]
+  assert steps(workdir) == steps(reference)  # each step logged once, whatever the interruptions
+
+
+# ---------------------------------------------------------------------------------- divergence
+
+def test_divergence_stops_at_the_first_nonfinite_loss_and_keeps_nothing_nonfinite(tiny_config, tmp_path):
+  tiny_config.optimizer.update(name='paper_sgd', learning_rate=1e9)
+  tiny_config.train.update(max_steps=400, eval_every=100, checkpoint_every=20, log_every=500)
+  with pytest.raises(train.TrainingDiverged, match=r'not finite from step \d+ on') as e:
+    train.train_and_evaluate(tiny_config, str(tmp_path))
+  first_bad = int(str(e.value).split('from step ')[1].split(' ')[0])
+  assert first_bad <= 20 and '\n' not in str(e.value)
+  assert not (tmp_path / 'results.json').exists()
+  manager = ocp.CheckpointManager(str(tmp_path / 'checkpoints'))
+  assert manager.all_steps() == []  # no evaluation was finite: every checkpoint after step 0 dropped
+  with pytest.raises(train.TrainingDiverged):  # a re-run does not resume a diverged state
+    train.train_and_evaluate(tiny_config, str(tmp_path))
+
+
+def test_a_validation_perplexity_that_overflows_is_divergence(tiny_config, tmp_path, monkeypatch):
+  tiny_config.train.update(max_steps=30, eval_every=10)
+  calls = []
+
+  def overflowing(steps, params, stream, split, batch_size):
+    calls.append(split)
+    return np.full(stream.num_examples(split), 10.0 if len(calls) == 1 else 800.0)
+  monkeypatch.setattr(train, 'split_nll', overflowing)
+  with pytest.raises(train.TrainingDiverged, match='validation perplexity overflows at step 20'):
+    train.train_and_evaluate(tiny_config, str(tmp_path))
+  manager = ocp.CheckpointManager(str(tmp_path / 'checkpoints'))
+  assert manager.all_steps() == [10]  # the last finite evaluation's state is kept
+  assert train.perplexity(np.full(3, 800.0)) == float('inf')
+
+
+# ------------------------------------------------------------------------------ resume guard
+
+@pytest.fixture
+def finished(tiny_config, tmp_path):
+  tiny_config.train.update(max_steps=30, eval_every=15)
+  workdir = tmp_path / 'run'
+  train.train_and_evaluate(tiny_config, str(workdir))
+  return tiny_config, workdir
+
+
+@pytest.mark.parametrize('change,match', [
+    (lambda c: c.train.update(batch_size=16), 'different config.train.batch_size'),
+    (lambda c: c.update(seed=3), 'different config.seed'),
+    (lambda c: c.model.update(m=9), 'different config.model.m'),
+])
+def test_resume_refuses_a_change_of_trajectory(finished, change, match):
+  config, workdir = finished
+  before = checksums(workdir)
+  change(config)
+  with pytest.raises(UserError, match=match):
+    train.train_and_evaluate(config, str(workdir))
+  assert checksums(workdir) == before
+
+
+@pytest.mark.parametrize('edit', ['shuffle_lines', 'new_word'])
+def test_resume_refuses_another_corpus_at_the_same_path(finished, edit):
+  config, workdir = finished
+  before = checksums(workdir)
+  path = config.data.train_file
+  with open(path, encoding='utf-8') as f:
+    lines = f.readlines()
+  original = ''.join(lines)
+  try:
+    with open(path, 'w', encoding='utf-8') as f:
+      f.write(''.join(reversed(lines)) if edit == 'shuffle_lines' else original + 'zebra ' * 5 + '\n')
+    with pytest.raises(UserError, match='another corpus'):
+      train.train_and_evaluate(config, str(workdir))
+  finally:
+    with open(path, 'w', encoding='utf-8') as f:
+      f.write(original)
+  assert checksums(workdir) == before
+
+
+def test_resuming_a_finished_run_says_so_unless_asked_for_more(finished, capsys):
+  config, workdir = finished
+  stamp = checksums(workdir / 'checkpoints')
+  again = train.train_and_evaluate(config, str(workdir))
+  assert 'nothing to train' in capsys.readouterr().out
+  assert again == read_results(workdir) and checksums(workdir / 'checkpoints') == stamp
+  config.train.max_steps = 45  # more training asked for
+  more = train.train_and_evaluate(config, str(workdir))
+  assert more['steps_trained'] == 45
+
+
+# -------------------------------------------------------------------- preemption and kills
+
+def cli(workdir, files, *extra, env=None, **popen):
+  args = [sys.executable, '-m', 'nplm_jax.main', '--config=experiments/text.py:tiny', f'--workdir={workdir}',
+          *(f'--config.data.{s}_file={files[s]}' for s in ('train', 'valid', 'test')), *extra]
+  environment = dict(os.environ, JAX_PLATFORMS='cpu', **(env or {}))
+  return subprocess.Popen(args, cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, **popen)
+
+
+LONG = ('--config.train.max_steps=600', '--config.train.eval_every=100', '--config.train.log_every=20',
+        '--config.model.h=64', '--config.model.m=32')
+
+
+@pytest.fixture(scope='module')
+def long_reference(tmp_path_factory):
+  """An uninterrupted run of the LONG setting (a few seconds of training)."""
+  folder = tmp_path_factory.mktemp('reference')
+  files = corpora.write_markov_corpus(str(folder))
+  proc = cli(folder / 'run', files, *LONG)
+  out, err = proc.communicate(timeout=600)
+  assert proc.returncode == 0, out + err
+  return files, folder / 'run'
+
+
+@pytest.mark.parametrize('signum,code', [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=['SIGTERM', 'SIGINT'])
+def test_a_signal_saves_the_step_in_progress_and_the_run_resumes_exactly(long_reference, tmp_path, signum, code):
+  files, reference = long_reference
+  proc = cli(tmp_path / 'run', files, *LONG)
+  for line in proc.stdout:  # wait until it trains
+    if 'step 40/' in line:
+      break
+  proc.send_signal(signum)
+  out, err = proc.communicate(timeout=120)
+  assert proc.returncode == code, err
+  lines = err.strip().splitlines()
+  assert len(lines) == 1 and f'stopped by {signal.Signals(signum).name} at step' in lines[0], err
+  stopped_at = int(lines[0].split('at step ')[1].split(';')[0])
+  assert 40 <= stopped_at < 600 and stopped_at in ocp.CheckpointManager(str(tmp_path / 'run' / 'checkpoints')).all_steps()
+  rest = cli(tmp_path / 'run', files, *LONG)
+  out, err = rest.communicate(timeout=600)
+  assert rest.returncode == 0 and f'resumed from step {stopped_at}' in out, err
+  assert_same_outcome(tmp_path / 'run', reference)
+
+
+def test_kills_at_any_moment_resume_to_the_uninterrupted_result(long_reference, tmp_path):
+  """SIGKILL inside each save (fault injection) and at timed moments; the run always ends equal."""
+  files, reference = long_reference
+  workdir = tmp_path / 'run'
+  crashes = [('best_writing', 100), ('best_committed', 200), ('latest_writing', 300), ('best_writing', 400),
+             ('latest_writing', 500), ('best_committed', 600)]
+  killed = 0
+  for point, step in crashes:
+    proc = cli(workdir, files, *LONG, env={'NPLM_CRASH_AT': f'{point}:{step}'})
+    out, err = proc.communicate(timeout=600)
+    killed += proc.returncode == -signal.SIGKILL
+  assert killed == len(crashes)
+  for delay in (1.0, 2.5, 3.5, 4.5, 5.5, 6.5, 8.0, 10.0):  # start-up, compilation, steps, evaluations
+    shutil.rmtree(workdir, ignore_errors=True) if delay == 1.0 else None
+    proc = cli(workdir, files, *LONG)
+    time.sleep(delay)
+    if proc.poll() is None:
+      proc.kill()
+      killed += 1
+    proc.communicate(timeout=120)
+  proc = cli(workdir, files, *LONG)
+  out, err = proc.communicate(timeout=600)
+  assert proc.returncode == 0, err
+  assert killed >= len(crashes) + 4
+  assert_same_outcome(workdir, reference)
+  print(f'{killed} kills')
+
+
+# ------------------------------------------------------------------------ damaged checkpoints
+
+def _corrupt(kind: str, step_dir: str) -> None:
+  data_files = [os.path.join(r, n) for r, _, names in os.walk(os.path.join(step_dir, 'state', 'd')) for n in names]
+  if kind == 'garbled_data':
+    for path in data_files:
+      with open(path, 'r+b') as f:
+        f.write(b'garbage!' * 8)
+  elif kind == 'truncated_data':
+    for path in data_files:
+      with open(path, 'r+b') as f:
+        f.truncate(10)
+  elif kind == 'garbled_manifest':
+    with open(os.path.join(step_dir, 'state', 'manifest.ocdbt'), 'wb') as f:
+      f.write(b'xx')
+  elif kind == 'deleted_METADATA':
+    os.remove(os.path.join(step_dir, 'state', '_METADATA'))
+  elif kind == 'emptied_state':
+    shutil.rmtree(os.path.join(step_dir, 'state'))
+    os.mkdir(os.path.join(step_dir, 'state'))
+  elif kind == 'empty_step_folder':
+    shutil.rmtree(step_dir)
+    os.mkdir(step_dir)
+  elif kind == 'garbled_run_state':
+    with open(os.path.join(step_dir, 'meta', 'metadata'), 'w', encoding='utf-8') as f:
+      f.write('{not json')
+
+
+CORRUPTIONS = ['garbled_data', 'truncated_data', 'garbled_manifest', 'deleted_METADATA', 'emptied_state',
+               'empty_step_folder', 'garbled_run_state']
+
+
+@pytest.fixture(scope='module')
+def two_checkpoints(tmp_path_factory):
+  """A run saved at steps 20 and 40, and the same run of 60 steps without interruption."""
+  folder = tmp_path_factory.mktemp('damage')
+  files = corpora.write_markov_corpus(str(folder))
+  config = corpora.tiny_config(files, max_steps=40, eval_every=20)
+  train.train_and_evaluate(config, str(folder / 'base'))
+  config.train.max_steps = 60
+  train.train_and_evaluate(config, str(folder / 'reference'))
+  return config, folder
+
+
+@pytest.mark.parametrize('kind', CORRUPTIONS)
+def test_an_unreadable_newest_checkpoint_is_set_aside_and_the_run_resumes_from_an_older_one(
+    two_checkpoints, tmp_path, capsys, kind):
+  config, folder = two_checkpoints
+  workdir = tmp_path / 'run'
+  shutil.copytree(folder / 'base', workdir)
+  _corrupt(kind, str(workdir / 'checkpoints' / '40'))
+  train.train_and_evaluate(config, str(workdir))
+  err = capsys.readouterr().err
+  assert 'warning: checkpoint step 40 cannot be read' in err and 'resuming from step 20' in err, err
+  aside = [n for n in os.listdir(workdir / 'checkpoints') if n.startswith('40.unreadable')]
+  assert len(aside) == 1  # set aside, not deleted
+  assert_same_outcome(workdir, folder / 'reference')
+
+
+def test_no_readable_checkpoint_is_one_line_and_nothing_is_deleted(two_checkpoints, tmp_path):
+  config, folder = two_checkpoints
+  workdir = tmp_path / 'run'
+  shutil.copytree(folder / 'base', workdir)
+  for step in ('20', '40'):
+    _corrupt('garbled_run_state', str(workdir / 'checkpoints' / step))
+  before = checksums(workdir)
+  with pytest.raises(UserError, match='no checkpoint in .* can be read') as e:
+    train.train_and_evaluate(config, str(workdir))
+  assert '\n' not in str(e.value) and checksums(workdir) == before
+
+
+@pytest.mark.parametrize('damage,match', [
+    (lambda w: (w / 'best' / '40' / 'default' / 'manifest.ocdbt').write_bytes(b'xx'), 'best parameters .* cannot be read'),
+    (lambda w: (w / 'config.json').write_text('{garbled'), 'config.json.*cannot be read'),
+])
+def test_a_damaged_best_or_config_is_one_line(two_checkpoints, tmp_path, damage, match):
+  config, folder = two_checkpoints
+  workdir = tmp_path / 'run'
+  shutil.copytree(folder / 'base', workdir)
+  os.remove(workdir / 'results.json')  # so the finished run must evaluate its best parameters again
+  damage(workdir)
+  finished = config.copy_and_resolve_references()
+  finished.train.max_steps = 40
+  with pytest.raises(UserError, match=match) as e:
+    train.train_and_evaluate(finished, str(workdir))
+  assert '\n' not in str(e.value)
+
+
+def test_a_best_step_newer_than_the_latest_is_recomputed(two_checkpoints, tmp_path, capsys):
+  """A crash between the best save and the latest save of step 40 leaves best/40 beside latest 20."""
+  config, folder = two_checkpoints
+  workdir = tmp_path / 'run'
+  shutil.copytree(folder / 'base', workdir)
+  shutil.rmtree(workdir / 'checkpoints' / '40')
+  train.train_and_evaluate(config, str(workdir))
+  assert 'best step 40 is newer than the latest checkpoint (20)' in capsys.readouterr().err
+  assert_same_outcome(workdir, folder / 'reference')
+
+
+# ------------------------------------------------------------------------------------- lock
+
+def test_a_second_training_on_a_workdir_is_refused_and_a_stale_lock_taken_over(tiny_config, tmp_path, capsys):
+  tiny_config.train.update(max_steps=10, eval_every=10)
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  lock = {'host': __import__('socket').gethostname(), 'pid': os.getpid(), 'since': 'now'}  # this test: alive
+  (workdir / 'lock').write_text(json.dumps(lock))
+  with pytest.raises(UserError, match=f'in use by process {os.getpid()}') as e:
+    train.train_and_evaluate(tiny_config, str(workdir))
+  assert '\n' not in str(e.value) and json.loads((workdir / 'lock').read_text()) == lock
+  dead = subprocess.Popen([sys.executable, '-c', 'pass'])
+  dead.wait()
+  (workdir / 'lock').write_text(json.dumps(dict(lock, pid=dead.pid)))
+  train.train_and_evaluate(tiny_config, str(workdir))
+  assert f'took over the lock of process {dead.pid}' in capsys.readouterr().err
+  assert not (workdir / 'lock').exists()  # released at the end
+
+
+# -------------------------------------------------------------------------- default workdir
+
+def test_the_workdir_defaults_to_runs_name(tiny_files, tmp_path):
+  args = [sys.executable, '-m', 'nplm_jax.main', '--config=' + os.path.join(REPO, 'experiments', 'text.py:tiny'),
+          *(f'--config.data.{s}_file={tiny_files[s]}' for s in ('train', 'valid', 'test')),
+          '--config.train.max_steps=5']
+  proc = subprocess.run(args, cwd=tmp_path, env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO),
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr
+  assert 'workdir: runs/text_tiny' in proc.stdout
+  assert (tmp_path / 'runs' / 'text_tiny' / 'results.json').exists()
+  rerun = subprocess.run(args, cwd=tmp_path, env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO),
+                         capture_output=True, text=True, timeout=300)
+  assert rerun.returncode == 0 and 'nothing to train' in rerun.stdout, rerun.stderr
+
+
+def test_checkpoints_also_by_wall_time(tiny_config, tmp_path):
+  """With evaluations rare, a time limit of almost nothing saves at every log step instead."""
+  tiny_config.train.update(max_steps=23, eval_every=100, log_every=5, checkpoint_every_seconds=1e-6)
+  train.train_and_evaluate(tiny_config, str(tmp_path / 'timed'))
+  assert ocp.CheckpointManager(str(tmp_path / 'timed' / 'checkpoints')).all_steps() == [20, 23]
+  tiny_config.train.checkpoint_every_seconds = 0
+  train.train_and_evaluate(tiny_config, str(tmp_path / 'untimed'))
+  assert ocp.CheckpointManager(str(tmp_path / 'untimed' / 'checkpoints')).all_steps() == [23]
