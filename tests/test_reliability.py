@@ -181,32 +181,40 @@ def test_a_signal_saves_the_step_in_progress_and_the_run_resumes_exactly(long_re
   assert_same_outcome(tmp_path / 'run', reference)
 
 
-def test_kills_at_any_moment_resume_to_the_uninterrupted_result(long_reference, tmp_path):
-  """SIGKILL inside each save (fault injection) and at timed moments; the run always ends equal."""
+def finish_and_compare(workdir, files, reference):
+  proc = cli(workdir, files, *LONG)
+  out, err = proc.communicate(timeout=600)
+  assert proc.returncode == 0, err
+  assert_same_outcome(workdir, reference)
+
+
+def test_kills_inside_the_saves_resume_to_the_uninterrupted_result(long_reference, tmp_path):
+  """SIGKILL inside each save and between the two saves of a step (fault injection)."""
   files, reference = long_reference
-  workdir = tmp_path / 'run'
   crashes = [('best_writing', 100), ('best_committed', 200), ('latest_writing', 300), ('best_writing', 400),
              ('latest_writing', 500), ('best_committed', 600)]
-  killed = 0
   for point, step in crashes:
-    proc = cli(workdir, files, *LONG, env={'NPLM_CRASH_AT': f'{point}:{step}'})
-    out, err = proc.communicate(timeout=600)
-    killed += proc.returncode == -signal.SIGKILL
-  assert killed == len(crashes)
-  for delay in (1.0, 2.5, 3.5, 4.5, 5.5, 6.5, 8.0, 10.0):  # start-up, compilation, steps, evaluations
-    shutil.rmtree(workdir, ignore_errors=True) if delay == 1.0 else None
-    proc = cli(workdir, files, *LONG)
+    proc = cli(tmp_path / 'run', files, *LONG, env={'NPLM_CRASH_AT': f'{point}:{step}'})
+    proc.communicate(timeout=600)
+    assert proc.returncode == -signal.SIGKILL, (point, step)
+  finish_and_compare(tmp_path / 'run', files, reference)
+  print(f'{len(crashes)} kills inside saves')
+
+
+def test_kills_at_timed_moments_resume_to_the_uninterrupted_result(long_reference, tmp_path):
+  """SIGKILL during start-up, compilation, steps and evaluations."""
+  files, reference = long_reference
+  killed = 0
+  for delay in (1.0, 2.5, 3.5, 4.5, 5.5, 6.5, 8.0, 10.0):
+    proc = cli(tmp_path / 'run', files, *LONG)
     time.sleep(delay)
     if proc.poll() is None:
       proc.kill()
       killed += 1
     proc.communicate(timeout=120)
-  proc = cli(workdir, files, *LONG)
-  out, err = proc.communicate(timeout=600)
-  assert proc.returncode == 0, err
-  assert killed >= len(crashes) + 4
-  assert_same_outcome(workdir, reference)
-  print(f'{killed} kills')
+  assert killed >= 4
+  finish_and_compare(tmp_path / 'run', files, reference)
+  print(f'{killed} timed kills')
 
 
 # ------------------------------------------------------------------------ damaged checkpoints
