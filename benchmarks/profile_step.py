@@ -1,7 +1,7 @@
 """Where a training step's time goes: XLA's own per-operation times, grouped into matmuls,
 collectives and the rest.
 
-python benchmarks/profile_step.py --config=experiments/brown.py:mlp1 --batch_size=1024 [section.key=value ...]
+python benchmarks/profile_step.py --config=experiments/brown.py:mlp1 --batch_size=1024 [--config.section.key=value ...]
 
 Runs a few steps under jax.profiler, reads the trace, and prints the heaviest operations of the
 compiled step (milliseconds per step and device, with the JAX operation each came from), then one
@@ -11,7 +11,6 @@ their event covers only the launch, and their time shows up in the gap between w
 step_ms or in an operation that waits for them (a collective).
 """
 
-import argparse
 import collections
 import glob
 import gzip
@@ -22,25 +21,22 @@ import sys
 import tempfile
 import time
 
-
-def parse_args():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--config', default='experiments/brown.py:mlp1')
-  parser.add_argument('--batch_size', type=int, default=1024)
-  parser.add_argument('--vocab', type=int, default=17_905, help='|V| (Brown: 17,905); random token ids are used')
-  parser.add_argument('--steps', type=int, default=5, help='profiled steps (after one warm-up step)')
-  parser.add_argument('--top', type=int, default=12, help='operations to list')
-  parser.add_argument('--trace_dir', default='', help='keep the trace here (for TensorBoard/Perfetto)')
-  parser.add_argument('overrides', nargs='*', help='config overrides as section.key=value')
-  return parser.parse_args()
-
-
-ARGS = parse_args()
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
+from ml_collections import config_flags  # pylint: disable=g-import-not-at-top,wrong-import-position
+
 from benchmarks import common  # pylint: disable=g-import-not-at-top,wrong-import-position
-from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from nplm_jax import sharding  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+config_flags.DEFINE_config_file('config', 'experiments/brown.py:mlp1', 'Experiment config.', lock_config=True)
+flags.DEFINE_integer('batch_size', 1024, 'Batch size.')
+flags.DEFINE_integer('vocab', 17_905, '|V| (Brown: 17,905); random token ids are used.')
+flags.DEFINE_integer('steps', 5, 'Profiled steps (after one warm-up step).')
+flags.DEFINE_integer('top', 12, 'Operations to list.')
+flags.DEFINE_string('trace_dir', '', 'Keep the trace here (for TensorBoard/Perfetto).')
+ARGS = flags.FLAGS
 
 COLLECTIVES = ('all-reduce', 'all-gather', 'reduce-scatter', 'all-to-all', 'collective-permute', 'pmax', 'psum')
 
@@ -74,10 +70,11 @@ def op_times(trace_dir: str, module: str) -> collections.Counter:
   return times
 
 
-def main():
+def main(argv):
+  del argv
   import jax  # pylint: disable=g-import-not-at-top
   from nplm_jax import steps as steps_lib  # pylint: disable=g-import-not-at-top
-  config = config_lib.from_file(ARGS.config, ARGS.overrides)
+  config = ARGS.config
   config.train.batch_size = ARGS.batch_size
   sharding.configure_host_devices(config.mesh)
   mesh = sharding.make_mesh(config.mesh)
@@ -103,7 +100,7 @@ def main():
     totals[category(op, sources.get(op, ''))] += ms
   step_ms = sum(per_step.values())
   print(f'{jax.devices()[0].platform}, mesh {mesh.shape["data"]}x{mesh.shape["model"]}, batch {ARGS.batch_size}, '
-        f'|V|={ARGS.vocab}, {ARGS.config}: {wall_ms:.2f} ms a step (under the profiler), '
+        f'|V|={ARGS.vocab}, {ARGS["config"].serialize()}: {wall_ms:.2f} ms a step (under the profiler), '
         f'{step_ms:.2f} ms of them in XLA operations (per device)')
   print('operation | from | ms/step | share')
   for op, ms in sorted(per_step.items(), key=lambda kv: -kv[1])[:ARGS.top]:
@@ -117,4 +114,4 @@ def main():
 
 
 if __name__ == '__main__':
-  main()
+  app.run(main)

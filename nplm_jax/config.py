@@ -1,5 +1,9 @@
 """Defaults shared by every experiment (experiments/*.py override them per corpus and variant),
-the one check of a config's values, and the one loader of experiment files.
+the one check of a config's values, and the loader of experiment files for their sweeps.
+
+Command-line tools read a config with ml_collections' config_flags (--config=FILE:variant,
+--config.section.key=value); launch.sweep and tests load an experiment file's module with
+`load_experiment` for its get_sweep and get_config.
 
 Every hyper-parameter lives here with a comment; `validate` rejects a bad value in one line that
 names it and the fix, before any data is read or anything compiles.
@@ -210,29 +214,3 @@ def load_experiment(path: str):
   except SyntaxError as e:
     raise UserError(f'--config={path!r} has a syntax error at line {e.lineno}: {e.msg}') from None
   return module
-
-
-def from_file(config_arg: str, overrides=()) -> ml_collections.ConfigDict:
-  """The config of `path[:variant]` (as --config takes it) with 'section.key=value' overrides.
-
-  Values are parsed to the type of the key they replace, as --config.section.key=value does.
-  """
-  path, _, variant = config_arg.partition(':')
-  try:
-    config = load_experiment(path).get_config(variant)
-  except ValueError as e:
-    raise UserError(f'--config={config_arg!r}: {e}') from None
-  for item in overrides:
-    key, eq, text = item.partition('=')
-    if not eq:
-      raise UserError(f'override {item!r} is not of the form section.key=value')
-    section, _, name = key.rpartition('.')
-    target = config[section] if section else config
-    if name not in target:
-      raise UserError(f'--config.{key} is not a config key; check its spelling (keys: nplm_jax/config.py)')
-    current = target[name]
-    try:
-      target[name] = text.lower() in ('1', 'true', 'yes') if isinstance(current, bool) else type(current)(text)
-    except ValueError:
-      raise UserError(f'--config.{key}={text!r} is not a {type(current).__name__}') from None
-  return config

@@ -42,7 +42,7 @@ def test_throughput_with_sampled_softmax():
 
 def test_parallel_step_benchmark():
   rows = run('parallel_step.py', '--meshes=1x1,1x4,4x1', '--devices=4', '--batch_size=8', '--vocab=61', '--steps=2',
-             '--repeats=1', 'model.m=4', 'model.h=6')
+             '--repeats=1', '--config.model.m=4', '--config.model.h=6')
   assert [r['mesh'] for r in rows] == ['1x1', '1x4', '4x1']
   sharded = {r['mesh']: r['output_layer_mib_per_device'] for r in rows}
   assert sharded['1x4'] < sharded['1x1'] == sharded['4x1']
@@ -57,7 +57,8 @@ def test_torch_reference_and_compare():
 
 
 def test_profile_step_attributes_the_step_to_operations():
-  rows = run('profile_step.py', '--batch_size=8', '--vocab=61', '--steps=2', 'model.m=4', 'model.h=6')
+  rows = run('profile_step.py', '--batch_size=8', '--vocab=61', '--steps=2', '--config.model.m=4',
+             '--config.model.h=6')
   [row] = rows
   assert row['batch_size'] == 8 and row['step_ms'] > 0 and row['matmul_ms'] > 0
   assert abs(row['matmul_ms'] + row['collective_ms'] + row['other_ms'] - row['step_ms']) < 1e-2
