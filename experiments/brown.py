@@ -31,13 +31,40 @@ TUNED = {'optimizer.learning_rate': 4e-3, 'optimizer.weight_decay': 3e-5, 'train
          'train.anneal_threshold': 0.01, 'train.patience': 1}
 
 
+# Beyond the paper: the same model (y = b + W x + U tanh(d + H x), exact evaluation), regularised
+# and larger, from MLP9 tuned one change at a time; each mixed with the interpolated trigram too.
+REGULARISED = [
+    ('reg0_mlp9', {}),
+    ('reg1_dropout', {'model.feature_dropout': 0.1, 'model.hidden_dropout': 0.3}),
+    ('reg2_h300', {'model.h': 300}),
+    ('reg3_m100', {'model.m': 100}),
+    ('reg4_n7', {'model.n': 7}),
+]
+
+
+def regularised_changes(variant: str) -> dict:
+  """The cumulative changes of a regularised variant (reg2_h300 = reg1's changes and h=300)."""
+  names = [name for name, _ in REGULARISED]
+  changes = {}
+  for name, step in REGULARISED[:names.index(variant) + 1]:
+    changes.update(step)
+  return changes
+
+
 def get_config(variant: str = 'mlp1'):
   variant = variant or 'mlp1'
+  if variant in dict(REGULARISED):
+    config = get_config('mlp10_tuned')
+    config.name = f'brown_{variant}'
+    for key, value in regularised_changes(variant).items():
+      section, name = key.split('.')
+      config[section][name] = value
+    return config
   tuned = variant.endswith(TUNED_SUFFIX)
   row = variant[:-len(TUNED_SUFFIX)] if tuned else variant
   if row not in VARIANTS and row not in MIXTURES:
     raise ValueError(f'unknown Brown variant {variant!r}; use one of mlp1 ... mlp10, optionally with '
-                     f'{TUNED_SUFFIX} (mlp1{TUNED_SUFFIX})')
+                     f'{TUNED_SUFFIX} (mlp1{TUNED_SUFFIX}), or {", ".join(n for n, _ in REGULARISED)}')
   config = base_config()
   config.name = f'brown_{variant}'
   config.data.corpus = 'brown'
@@ -81,6 +108,8 @@ def get_sweep(name: str):
     points += [dict(name=f'mlp2_seed{s}', kind='train', config='experiments/brown.py:mlp2_tuned',
                     overrides={'seed': s}) for s in SEEDS]
     return points + NGRAM_POINTS
+  if name == 'regularised':
+    return [dict(name=n, kind='train', config=f'experiments/brown.py:{n}') for n, _ in REGULARISED]
   if name == 'ablation_h':
     return [dict(name=f'h{h}', kind='train', config='experiments/brown.py:mlp1', overrides={'model.h': h})
             for h in (0, 25, 50, 100)]
@@ -91,5 +120,5 @@ def get_sweep(name: str):
     return [dict(name='paper_sgd', kind='train', config='experiments/brown.py:mlp1'),
             dict(name='adamw', kind='train', config='experiments/brown.py:mlp1',
                  overrides={'optimizer.name': 'adamw', 'train.batch_size': 256})]
-  raise ValueError(f"unknown Brown sweep {name!r}; use 'table1', 'table1_tuned', 'ablation_h', 'ablation_n' or "
-                   "'ablation_optimizer'")
+  raise ValueError(f"unknown Brown sweep {name!r}; use 'table1', 'table1_tuned', 'regularised', 'ablation_h', "
+                   "'ablation_n' or 'ablation_optimizer'")

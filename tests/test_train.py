@@ -244,3 +244,16 @@ def test_chunked_training_step_equals_the_unchunked_one(tiny_config, tmp_path):
   a, b = checkpoint_reader.latest_params(str(tmp_path / 'whole')), checkpoint_reader.latest_params(str(tmp_path / 'chunked'))
   for k in a:
     np.testing.assert_allclose(a[k], b[k], rtol=1e-4, atol=1e-6)
+
+
+def test_regularised_variants_add_one_change_at_a_time():
+  base = load_brown_config('mlp10_tuned')
+  previous = load_brown_config('reg0_mlp9')
+  assert previous.model.to_dict() == base.model.to_dict() and previous.mix.enabled
+  for name in ('reg1_dropout', 'reg2_h300', 'reg3_m100', 'reg4_n7'):
+    config = load_brown_config(name)
+    changed = {k for k, v in config.model.items() if previous.model[k] != v}
+    assert changed and changed <= {'feature_dropout', 'hidden_dropout', 'h', 'm', 'n'}, (name, changed)
+    assert config.optimizer.to_dict() == base.optimizer.to_dict() and config.mix.enabled
+    previous = config
+  assert (previous.model.n, previous.model.m, previous.model.h) == (7, 100, 300)
