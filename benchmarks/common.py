@@ -87,6 +87,5 @@ def time_train_step(config, vocab: int, mesh, steps: int, repeats: int) -> dict:
   data, model_axis = mesh.shape['data'], mesh.shape['model']
   return {'mesh': f'{data}x{model_axis}', 'batch_size': batch_size, 'step_ms': round(1e3 * seconds, 2),
           'train_tokens_per_sec': round(batch_size / seconds, 1), **memory_mib(executable),
-          'output_layer_mib_per_device': round(sum(
-              holder[0].params[k].addressable_shards[0].data.nbytes for k in ('U', 'W', 'b')
-              if k in holder[0].params) / 2**20, 2)}
+          'output_layer_mib_per_device': round(
+              holder[0].params[model_lib.OUTPUT].addressable_shards[0].data.nbytes / 2**20, 2)}

@@ -23,6 +23,7 @@ import orbax.checkpoint as ocp
 
 from nplm_jax import distributed
 from nplm_jax import metrics
+from nplm_jax import model as model_lib
 from nplm_jax import run_state as run_state_lib
 from nplm_jax import workdir as workdir_lib
 from nplm_jax.errors import UserError
@@ -69,8 +70,11 @@ def _reason(error: Exception) -> str:
 
 class Checkpoints:
   def __init__(self, workdir: workdir_lib.Workdir, keep: int = 2):
-    self.latest = ocp.CheckpointManager(workdir.file('checkpoints'), options=_options(keep, 'latest'))
-    self.best = ocp.CheckpointManager(workdir.file('best'), options=_options(2, 'best'))
+    self.latest = ocp.CheckpointManager(
+        workdir.file('checkpoints'), options=_options(keep, 'latest'),
+        item_handlers={'state': ocp.StandardCheckpointHandler(), 'meta': ocp.JsonCheckpointHandler()})
+    self.best = ocp.CheckpointManager(workdir.file('best'), options=_options(2, 'best'),
+                                      item_handlers=ocp.StandardCheckpointHandler())
 
   def save_latest(self, step: int, state, run_state: run_state_lib.RunState) -> None:
     self.latest.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
@@ -93,6 +97,10 @@ class Checkpoints:
     steps = sorted(self.latest.all_steps(), reverse=True)
     problems = []
     for step in steps:
+      if self._separate_layout(self.latest, step, 'state'):
+        raise UserError(f'{self.latest.directory}/{step} was saved by an older nplm_jax (the output layer as U, W '
+                        'and b): resume it with that version; evaluation, mix and the tools for trained models read '
+                        'it as it is')
       try:
         restored = self.latest.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
@@ -112,13 +120,28 @@ class Checkpoints:
                       f'them, or move {folder} away to train from the start')
     return None
 
-  def restore_best(self, abstract_params, step: int):
-    """The best parameters, saved at `step`."""
+  def latest_run_state(self) -> run_state_lib.RunState | None:
+    """The RunState of the newest checkpoint whose JSON part is readable (the arrays are not read)."""
+    self.wait()
+    for step in sorted(self.latest.all_steps(), reverse=True):
+      try:
+        return run_state_lib.RunState.from_json(self.latest.restore(step, args=ocp.args.Composite(
+            meta=ocp.args.JsonRestore())).meta)
+      except Exception:  # pylint: disable=broad-except
+        continue
+    return None
+
+  def restore_best(self, abstract_params, step: int, model: model_lib.NPLM):
+    """The best parameters, saved at `step` (in the older layout too: converted)."""
     self.wait()
     if step not in self.best.all_steps():
       raise UserError(f'{self.best.directory} holds no step {step}, the best one of this run; restore it, or '
                       'move best/ and checkpoints/ away to train from the start')
     try:
+      if self._separate_layout(self.best, step):
+        separate = self.best.restore(step, args=ocp.args.StandardRestore(
+            model_lib.separate_output_layer_target(model, abstract_params)))
+        return model_lib.stack_separate_output_layer(model, separate, abstract_params[model_lib.OUTPUT].sharding)
       return self.best.restore(step, args=ocp.args.StandardRestore(abstract_params))
     except Exception as e:  # pylint: disable=broad-except
       raise UserError(f'the best parameters in {self.best.directory}/{step} cannot be read ({_reason(e)}); '
@@ -138,6 +161,17 @@ class Checkpoints:
     for s in dropped:
       self.latest.delete(s)
     return dropped
+
+  @staticmethod
+  def _separate_layout(manager, step: int, item: str | None = None) -> bool:
+    """Whether a step holds the older layout of the output layer (U, W, b); False if unreadable."""
+    try:
+      tree = manager.item_metadata(step)
+      tree = tree[item] if item else tree
+      params = tree['params'] if 'params' in tree else tree
+      return model_lib.has_separate_output_layer(set(params))
+    except Exception:  # pylint: disable=broad-except  # a damaged step: restoring it will say so
+      return False
 
   def _set_aside(self, manager, step: int) -> str:
     """Renames an unreadable step folder out of Orbax's way (it must not block saving that step again)."""

@@ -38,7 +38,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.m = 60  # word feature size
   c.model.h = 50  # hidden units; 0 = none
   c.model.direct = True  # direct connections W from the features to the output
-  c.model.vocab_pad_multiple = 8  # the vocabulary axis splits over mesh.model sizes dividing this
+  # The vocabulary is padded to a multiple of this, so it splits evenly over every mesh.model size
+  # that divides it (128: every power of two up to 128), and checkpoints move between such meshes.
+  # It wastes < 128 columns: 15 of Brown's 17,920 (0.08%), 32 of 300,032 at |V| = 300,000.
+  c.model.vocab_pad_multiple = 128
   c.model.compute_dtype = 'float32'  # output-layer matmuls: 'float32' | 'bfloat16' (GPU/TPU); f32 softmax
   c.model.unigram_bias_init = True  # b starts at the log unigram distribution of train
   c.model.feature_dropout = 0.0  # training only: dropout on x = [C(w_{t-1}), ...] (before H and W)

@@ -1,13 +1,15 @@
 """The model of Bengio et al. (2003): y = b + W x + U tanh(d + H x), P(w_t | context) = softmax(y).
 
-x = [C(w_{t-1}), ..., C(w_{t-n+1})]. The module only creates parameters and computes features;
-the output layer (U, W, b) is applied block by block by `vocab_softmax`, so the [batch, |V|]
+x = [C(w_{t-1}), ..., C(w_{t-n+1})]. The output layer is one parameter, `output` = [U; W; b]
+([h + (n-1)m + 1, |V|]): with features f = [tanh(d + H x), x, 1] the logits are one matmul
+f @ output, with no per-step copy to stack U, W and b. The module creates the parameters and
+computes the features; `vocab_softmax` applies the output layer block by block, so the [batch, |V|]
 logits never need to exist on one device. Calling the module gives the dense logits, the plain
 reference for tests and small vocabularies.
 
-The output parameters span a padded vocabulary (a multiple of `vocab_pad_multiple`, so the
-vocabulary axis splits evenly over devices); padded columns start at zero, are masked to -inf
-logits and so never receive probability or gradient.
+The output layer spans a padded vocabulary (a multiple of `vocab_pad_multiple`, so the vocabulary
+axis splits evenly over devices). Padded columns hold zero weights and a bias of PADDING_LOGIT:
+exp() gives them no probability, so they receive no gradient and keep those values.
 """
 
 import math
@@ -16,10 +18,11 @@ from typing import Optional
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-# Parameters sharded on the vocabulary axis (the last axis); the rest are replicated.
-VOCAB_SHARDED = ('U', 'W', 'b')
-NOT_DECAYED = ('b', 'd')  # the paper decays weights and C, not biases
+OUTPUT = 'output'  # the one parameter sharded on the vocabulary axis (its last); the rest are replicated
+# The bias of padded vocabulary columns: exp() of it is 0, and unlike -inf, 0 times it is 0.
+PADDING_LOGIT = -1e30
 
 
 def padded_size(vocab_size: int, multiple: int) -> int:
@@ -51,81 +54,70 @@ class NPLM(nn.Module):
   def padded_vocab_size(self) -> int:
     return padded_size(self.vocab_size, self.vocab_pad_multiple)
 
+  @property
+  def x_dim(self) -> int:
+    return self.context_size * self.embed_dim
+
+  @property
+  def feature_dim(self) -> int:
+    """K: the rows of the output layer before its bias row (h for U, (n-1)m for W)."""
+    return self.hidden_dim + (self.x_dim if self.direct else 0)
+
+  def output_rows(self) -> dict[str, slice]:
+    """Where U, W and b lie in the output layer's rows (the paper's names for its parts)."""
+    rows, start = {}, 0
+    for name, size in (('U', self.hidden_dim), ('W', self.x_dim if self.direct else 0), ('b', 1)):
+      if size:
+        rows[name] = slice(start, start + size)
+        start += size
+    return rows
+
   def setup(self):
     v, vp = self.vocab_size, self.padded_vocab_size
-    x_dim = self.context_size * self.embed_dim
     self.C = self.param('C', nn.initializers.normal(1.0 / math.sqrt(self.embed_dim)), (v, self.embed_dim))
     if self.hidden_dim:
-      self.H = self.param('H', nn.initializers.lecun_normal(), (x_dim, self.hidden_dim))
+      self.H = self.param('H', nn.initializers.lecun_normal(), (self.x_dim, self.hidden_dim))
       self.d = self.param('d', nn.initializers.zeros, (self.hidden_dim,))
-      self.U = self.param('U', nn.initializers.zeros, (self.hidden_dim, vp))
-    if self.direct:
-      self.W = self.param('W', nn.initializers.zeros, (x_dim, vp))
-    self.b = self.param('b', nn.initializers.zeros, (vp,))
+    self.output = self.param(OUTPUT, lambda key, shape: initial_output_layer(shape, v), (self.feature_dim + 1, vp))
     self.drop_features = nn.Dropout(self.feature_dropout)
     self.drop_hidden = nn.Dropout(self.hidden_dropout)
 
-  def features(self, contexts: jax.Array, deterministic: bool = True) -> dict[str, jax.Array]:
-    """The inputs of the output layer: x for W and, with a hidden layer, tanh(d + H x) for U.
+  def features(self, contexts: jax.Array, deterministic: bool = True) -> jax.Array:
+    """f = [tanh(d + H x), x] [batch, K]: the inputs of the output layer's U and W rows.
 
     deterministic=False (training) applies dropout, drawn from the 'dropout' rng, to x before
     both H and W, and to the hidden layer's output.
     """
     x = self.drop_features(self.C[contexts].reshape(contexts.shape[0], -1), deterministic=deterministic)
-    feats = {}
-    if self.direct:
-      feats['W'] = x
+    parts = []
     if self.hidden_dim:
-      feats['U'] = self.drop_hidden(jnp.tanh(self.d + x @ self.H), deterministic=deterministic)
-    return feats
-
-  def output_params(self) -> dict[str, jax.Array]:
-    return {k: getattr(self, k) for k in VOCAB_SHARDED if hasattr(self, k)}
+      parts.append(self.drop_hidden(jnp.tanh(self.d + x @ self.H), deterministic=deterministic))
+    if self.direct:
+      parts.append(x)
+    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1)
 
   def __call__(self, contexts: jax.Array) -> jax.Array:
     """Dense logits [batch, padded |V|], padding at -inf (for tests and small vocabularies)."""
-    logits = output_block_logits(self.features(contexts), self.output_params())
-    return mask_padding(logits, 0, self.vocab_size)
+    logits = dense_logits(self.features(contexts), self.output)
+    return jnp.where(jnp.arange(logits.shape[-1]) < self.vocab_size, logits, -jnp.inf)
 
 
-def stack_output_layer(feats: dict[str, jax.Array], out: dict[str, jax.Array]):
-  """([x, a], [W; U]): W x + U a as one matmul.
-
-  One [B, (n-1)m + h] x [(n-1)m + h, |V|] product instead of two: the h = 50 one alone is memory
-  bound, and their [B, |V|] sum is one more pass (the training step 1.2x faster at batch 1024).
-  """
-  names = sorted(feats)
-  if len(names) == 1:
-    return feats[names[0]], out[names[0]]
-  return (jnp.concatenate([feats[k] for k in names], axis=-1),
-          jnp.concatenate([out[k] for k in names], axis=0))
+def initial_output_layer(shape, vocab_size: int) -> jax.Array:
+  """Zeros, with the bias of padded columns at PADDING_LOGIT."""
+  out = jnp.zeros(shape, jnp.float32)
+  return out.at[-1, vocab_size:].set(PADDING_LOGIT)
 
 
-def output_block_logits(feats: dict[str, jax.Array], out: dict[str, jax.Array]) -> jax.Array:
-  """b + W x + U a for whatever block of the vocabulary `out` holds; float32 whatever the inputs."""
-  f, w = stack_output_layer(feats, out)
-  return out['b'] + jnp.matmul(f, w, preferred_element_type=jnp.float32)
+def dense_logits(f: jax.Array, output: jax.Array) -> jax.Array:
+  """b + [U; W] f for whatever block of the vocabulary `output` holds; float32 whatever the inputs."""
+  return output[-1].astype(jnp.float32) + jnp.matmul(f, output[:-1], preferred_element_type=jnp.float32)
 
 
-def cast_for_compute(model: 'NPLM', feats: dict[str, jax.Array], out: dict[str, jax.Array]):
-  """Features and output weights in the compute dtype; the bias (and so the logits) stay float32."""
-  if model.compute_dtype == 'float32':
-    return feats, out
-  dtype = jnp.dtype(model.compute_dtype)
-  return ({k: v.astype(dtype) for k, v in feats.items()},
-          {k: (v if k == 'b' else v.astype(dtype)) for k, v in out.items()})
-
-
-def mask_padding(logits: jax.Array, first_column: jax.Array | int, vocab_size: int) -> jax.Array:
-  """-inf for the columns past the real vocabulary (`first_column` = this block's offset)."""
-  columns = first_column + jnp.arange(logits.shape[-1])
-  return jnp.where(columns < vocab_size, logits, -jnp.inf)
-
-
-def split_params(params: dict[str, jax.Array]):
-  """(feature params: C, H, d) and (output params: U, W, b)."""
-  out = {k: v for k, v in params.items() if k in VOCAB_SHARDED}
-  return {k: v for k, v in params.items() if k not in VOCAB_SHARDED}, out
+def bias_row_mask(output_shape) -> np.ndarray:
+  """1 on the output layer's weight rows, 0 on its bias row: the paper decays weights, not biases."""
+  mask = np.ones((output_shape[0], 1), np.float32)
+  mask[-1] = 0.0
+  return mask
 
 
 def from_config(model_config, vocab_size: int) -> NPLM:
@@ -146,5 +138,39 @@ def init_params(model: NPLM, unigram_counts: Optional[jax.Array] = None, seed: i
   if unigram_counts is not None:
     counts = jnp.asarray(unigram_counts, jnp.float32) + 0.5  # no word at -inf
     log_p = jnp.log(counts / counts.sum())
-    params['b'] = params['b'].at[:model.vocab_size].set(log_p)
+    params[OUTPUT] = params[OUTPUT].at[-1, :model.vocab_size].set(log_p)
   return params
+
+
+# Workdirs written before the output layer was one parameter hold U, W and b separately.
+SEPARATE_OUTPUT_LAYER = ('U', 'W', 'b')
+
+
+def has_separate_output_layer(param_names) -> bool:
+  return 'b' in param_names and OUTPUT not in param_names
+
+
+def separate_output_layer_target(model: NPLM, abstract_params: dict) -> dict:
+  """The older layout's abstract parameters (U, W, b), placed like the output layer of `abstract_params`."""
+  output = abstract_params[OUTPUT]
+  bias_sharding = jax.sharding.NamedSharding(output.sharding.mesh, jax.sharding.PartitionSpec('model'))
+  target = {k: v for k, v in abstract_params.items() if k != OUTPUT}
+  for name, rows in model.output_rows().items():
+    if name == 'b':
+      target['b'] = jax.ShapeDtypeStruct(output.shape[-1:], output.dtype, sharding=bias_sharding)
+    else:
+      target[name] = jax.ShapeDtypeStruct((rows.stop - rows.start, output.shape[-1]), output.dtype,
+                                          sharding=output.sharding)
+  return target
+
+
+def stack_separate_output_layer(model: NPLM, params: dict, output_sharding) -> dict:
+  """Parameters of the older layout in this one: output = [U; W; b], the padded bias at PADDING_LOGIT."""
+  def stack(parts):
+    b = parts['b']
+    b = jnp.where(jnp.arange(b.shape[-1]) < model.vocab_size, b, PADDING_LOGIT)
+    return jnp.concatenate([parts[k] for k in ('U', 'W') if k in parts] + [b[None, :]], axis=0)
+  separate = {k: params[k] for k in SEPARATE_OUTPUT_LAYER if k in params}
+  stacked = {k: v for k, v in params.items() if k not in SEPARATE_OUTPUT_LAYER}
+  stacked[OUTPUT] = jax.jit(stack, out_shardings=output_sharding)(separate)
+  return stacked

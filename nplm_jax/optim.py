@@ -2,16 +2,39 @@
 
 'paper_sgd' is the paper's per-example SGD expressed on mean-loss minibatch gradients: the paper
 adds lr_t * grad for every example, so a batch of B examples moves B times as far per step, and
-t counts examples: lr_t = B * lr_0 / (1 + r * B * step). Weight decay is on C, H, U, W, not b, d.
+t counts examples: lr_t = B * lr_0 / (1 + r * B * step).
+
+`optimizer.weight_decay` is on C, H and the output layer's U and W rows, never on the biases b
+and d, and means what each optimiser's literature means by it:
+- paper_sgd: the paper's L2 penalty, weight_decay * theta added to each example's gradient (so the
+  step shrinks theta by lr_t * weight_decay per example);
+- adamw: decoupled decay (Loshchilov & Hutter), theta shrinks by learning_rate * weight_decay per
+  step whatever the gradients; typical values are 1e-2 to 1e-1.
 """
 
+import jax
+import jax.numpy as jnp
 import optax
 
 from nplm_jax import model as model_lib
 
 
-def decay_mask(params):
-  return {k: k not in model_lib.NOT_DECAYED for k in params}
+def decay_weights_not_biases(weight_decay: float) -> optax.GradientTransformation:
+  """updates + weight_decay * params on C, H and the output layer's weight rows; d and the output
+  layer's bias row are left alone (optax's own masks select whole parameters, not rows)."""
+  def factor(path, param):
+    name = path[-1].key
+    if name == 'd':
+      return 0.0
+    if name == model_lib.OUTPUT:
+      return jnp.asarray(model_lib.bias_row_mask(param.shape))
+    return 1.0
+
+  def update(updates, state, params):
+    factors = jax.tree_util.tree_map_with_path(factor, params)
+    return jax.tree.map(lambda u, p, f: u + weight_decay * f * p, updates, params, factors), state
+
+  return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
 def paper_schedule(learning_rate: float, decay_rate: float, batch_size: int) -> optax.Schedule:
@@ -24,11 +47,13 @@ def make_optimizer(opt_config, batch_size: int) -> optax.GradientTransformation:
   name = opt_config.name
   if name == 'paper_sgd':
     return optax.chain(
-        optax.add_decayed_weights(opt_config.weight_decay, mask=decay_mask),
+        decay_weights_not_biases(opt_config.weight_decay),
         optax.sgd(paper_schedule(opt_config.learning_rate, opt_config.decay_rate, batch_size)))
-  if name == 'adamw':
-    return optax.adamw(opt_config.learning_rate, b1=opt_config.b1, b2=opt_config.b2,
-                       weight_decay=opt_config.weight_decay, mask=decay_mask)
+  if name == 'adamw':  # optax.adamw, with the decay by rows
+    return optax.chain(
+        optax.scale_by_adam(b1=opt_config.b1, b2=opt_config.b2),
+        decay_weights_not_biases(opt_config.weight_decay),
+        optax.scale_by_learning_rate(opt_config.learning_rate))
   raise ValueError(f'optimizer {name!r} has no implementation (config.validate lists the names)')
 
 

@@ -1,8 +1,8 @@
 """The device mesh ('data', 'model') and where each array lives on it.
 
-Batches split on 'data' (data parallelism). U, W, b split their vocabulary axis on 'model' (the
-paper's parameter parallelism); C, H, d are small and replicated. Optimiser state follows the
-parameter it belongs to.
+Batches split on 'data' (data parallelism). The output layer [U; W; b] splits its vocabulary axis
+on 'model' (the paper's parameter parallelism); C, H, d are small and replicated. Optimiser state
+follows the parameter it belongs to.
 """
 
 import os
@@ -88,12 +88,7 @@ def check_divisibility(mesh: Mesh, batch_size: int, eval_batch_size: int, padded
 def spec_for(path) -> P:
   """The partition spec of a parameter, or of optimiser state that mirrors one, by its name."""
   names = [getattr(k, 'key', getattr(k, 'name', None)) for k in path]
-  name = next((n for n in reversed(names) if n in model_lib.VOCAB_SHARDED or n in ('C', 'H', 'd')), None)
-  if name == 'b':
-    return P('model')
-  if name in ('U', 'W'):
-    return P(None, 'model')
-  return P()
+  return P(None, 'model') if model_lib.OUTPUT in names else P()
 
 
 def tree_shardings(mesh: Mesh, abstract_tree):

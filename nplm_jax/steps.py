@@ -30,20 +30,17 @@ class TrainState:
   opt_state: Any
 
 
-def output_layer_inputs(model: model_lib.NPLM, params, contexts, dropout_key=None):
-  """(features, output-layer parameters), both in the model's compute dtype.
-
-  With a dropout key (training) the model's dropout applies to the features; without, none does.
-  """
-  feats = model.apply({'params': params}, contexts, dropout_key is None, method=model_lib.NPLM.features,
-                      rngs=None if dropout_key is None else {'dropout': dropout_key})
-  return model_lib.cast_for_compute(model, feats, model_lib.split_params(params)[1])
+def features(model: model_lib.NPLM, params, contexts, dropout_key=None):
+  """The output layer's inputs f [batch, K]. With a dropout key (training) the model's dropout
+  applies to them; without, none does."""
+  return model.apply({'params': params}, contexts, dropout_key is None, method=model_lib.NPLM.features,
+                     rngs=None if dropout_key is None else {'dropout': dropout_key})
 
 
 def token_nll(model: model_lib.NPLM, mesh: Mesh, params, contexts, targets):
   """-log P(target | context) per example, with the vocabulary-parallel softmax."""
-  feats, out = output_layer_inputs(model, params, contexts)
-  return vocab_softmax.token_nll(feats, out, targets, mesh=mesh, vocab_size=model.vocab_size)
+  return vocab_softmax.token_nll(features(model, params, contexts), params[model_lib.OUTPUT], targets, mesh=mesh,
+                                 compute_dtype=model.compute_dtype)
 
 
 def dropout_key(seed: int, step):
@@ -104,9 +101,9 @@ def train_step(state: TrainState, contexts, targets, lr_scale=1.0, first_nonfini
   """
   def loss_fn(params):
     key = dropout_key(seed, state.step) if model.has_dropout else None
-    feats, out = output_layer_inputs(model, params, contexts, key)
+    feats, out = features(model, params, contexts, key), params[model_lib.OUTPUT]
     if loss is None:
-      per_example = lambda ft: vocab_softmax.token_nll(ft[0], out, ft[1], mesh=mesh, vocab_size=model.vocab_size)
+      per_example = lambda ft: vocab_softmax.token_nll(ft[0], out, ft[1], mesh=mesh, compute_dtype=model.compute_dtype)
     else:
       samples = draw_noise(loss, state.step)  # shared by the whole batch
       per_example = lambda ft: vocab_softmax.sampled_token_loss(ft[0], out, ft[1], samples, loss.log_noise,
@@ -124,8 +121,8 @@ def train_step(state: TrainState, contexts, targets, lr_scale=1.0, first_nonfini
 
 
 def eval_step(params, contexts, targets, *, model, mesh, chunk_size=0):
-  feats, out = output_layer_inputs(model, params, contexts)
-  return chunked_map(lambda ft: vocab_softmax.token_nll(ft[0], out, ft[1], mesh=mesh, vocab_size=model.vocab_size),
+  feats, out = features(model, params, contexts), params[model_lib.OUTPUT]
+  return chunked_map(lambda ft: vocab_softmax.token_nll(ft[0], out, ft[1], mesh=mesh, compute_dtype=model.compute_dtype),
                      (feats, targets), chunk_size)
 
 

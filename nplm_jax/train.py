@@ -53,10 +53,19 @@ class Preempted(Exception):
 
 
 def check_resumable(workdir: workdir_lib.Workdir, config) -> None:
-  """A workdir may only be resumed by the run that made it; other runs get their own."""
+  """A workdir may only be resumed by the run that made it; other runs get their own.
+
+  Its vocabulary padding is kept whatever the config says now: the checkpoints' shapes depend on
+  it and no result does (older workdirs were padded to a multiple of 8).
+  """
   saved = workdir.read_json('config.json')
   if saved is None:
     return
+  saved_padding = _at(saved, 'model.vocab_pad_multiple')
+  if saved_padding is not None and saved_padding != config.model.vocab_pad_multiple:
+    metrics_lib.log(f'keeping the vocabulary padding of {workdir} (a multiple of {saved_padding}, '
+                    'the shape of its checkpoints)')
+    config.model.vocab_pad_multiple = saved_padding
   current = json.loads(config.to_json_best_effort())
   for key in RESUME_KEYS:
     changed = _changed_keys(_at(saved, key), _at(current, key), key)
@@ -162,7 +171,7 @@ class Run:
   def restore_best_params(self, checkpoints: ckpt_lib.Checkpoints, step: int):
     """The best parameters (saved at `step`), laid out for this run's mesh."""
     return checkpoints.restore_best(ckpt_lib.abstract_with_shardings(
-        self.steps.abstract_params, self.steps.param_shardings), step)
+        self.steps.abstract_params, self.steps.param_shardings), step, self.model)
 
   def evaluate(self, params, split: str) -> np.ndarray:
     return split_nll(self.steps, params, self.stream, split, self.config.train.eval_batch_size)
@@ -285,9 +294,8 @@ def load_config(workdir_path: str) -> ml_collections.ConfigDict:
 
 def best_params(run: Run, checkpoints: ckpt_lib.Checkpoints):
   """The best parameters of a workdir's run, from the best step its newest readable checkpoint names."""
-  restored = checkpoints.restore_latest(ckpt_lib.abstract_with_shardings(run.steps.abstract_state,
-                                                                         run.steps.state_shardings))
-  step = restored[1].best_step if restored is not None else None
+  run_state = checkpoints.latest_run_state()
+  step = run_state.best_step if run_state is not None else None
   if step is None:
     raise UserError(f'{str(run.workdir)!r} holds no best checkpoint yet; train it until its first evaluation')
   return run.restore_best_params(checkpoints, step)

@@ -1,7 +1,7 @@
 """The paper's parameter-parallel softmax: the output layer split by vocabulary blocks.
 
-Each 'model' shard holds a block of columns of U, W and b and computes only its block of the
-logits. In the forward pass shards exchange per-example scalars alone: the maximum (pmax), the sum
+Each 'model' shard holds a block of columns of the output layer [U; W; b] and computes only its
+block of the logits. In the forward pass shards exchange per-example scalars alone: the maximum (pmax), the sum
 of exponentials (psum), and the target's logit, which only its owner contributes (masked psum);
 the backward pass sums the shards' [batch, K] feature gradients. The [batch, |V|] logits are
 never gathered. On a (1, 1) mesh this is the ordinary log-softmax.
@@ -12,12 +12,6 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from nplm_jax import model as model_lib
-
-
-# The bias of padded vocabulary columns: exp() of it is 0, and unlike -inf it keeps a block made
-# only of padding finite (its max takes no part in anything).
-PADDING_LOGIT = -1e30
 
 
 def _block_forward(f, w, b, targets):
@@ -55,12 +49,6 @@ def _block_backward(f, w, b, z, log_z, targets, g):
   return df.astype(f.dtype), dw.astype(w.dtype), db
 
 
-def padded_bias(b, vocab_size):
-  """b in float32, with the padded columns at PADDING_LOGIT: exp() gives them no probability and
-  no pass over the [B, |V|] logits masks them."""
-  return jnp.where(jnp.arange(b.shape[-1]) < vocab_size, b.astype(jnp.float32), PADDING_LOGIT)
-
-
 def _vocab_parallel_nll(f, w, b, targets, *, mesh):
   """-log P(target) for features f [B, K], output weights w [K, |V|] and a float32 bias b [|V|]
   (None when it is folded into f and w).
@@ -93,21 +81,23 @@ def _vocab_parallel_nll(f, w, b, targets, *, mesh):
   return nll(f, w, b, targets)
 
 
-def _block_specs(feats, out):
-  """Features split on the batch ('data'); U, W, b on the vocabulary ('model')."""
-  return ({k: P('data', None) for k in feats}, {k: (P('model') if k == 'b' else P(None, 'model')) for k in out})
+def with_bias_column(f):
+  """[f, 1]: multiplied by the output layer [U; W; b] it gives the logits, bias included."""
+  return jnp.concatenate([f, jnp.ones((f.shape[0], 1), f.dtype)], axis=-1)
 
 
-def token_nll(feats, out, targets, *, mesh, vocab_size):
-  """-log P(target | context) per example, batch sharded on 'data', vocabulary on 'model'."""
-  f, w = model_lib.stack_output_layer(feats, out)
-  b = padded_bias(out['b'], vocab_size)
-  if w.dtype == jnp.float32:
-    # Folded, f = [x, a, 1] and w = [W; U; b]: the bias costs no pass over the [B, |V|] logits
-    # (a separate add made the float32 step 10-17% slower on CPU). bfloat16 cannot hold the bias.
-    f = jnp.concatenate([f, jnp.ones((f.shape[0], 1), f.dtype)], axis=-1)
-    w, b = jnp.concatenate([w, b[None, :]], axis=0), None
-  return _vocab_parallel_nll(f, w, b, targets, mesh=mesh)
+def token_nll(f, output, targets, *, mesh, compute_dtype='float32'):
+  """-log P(target | context) per example, batch sharded on 'data', vocabulary on 'model'.
+
+  f [B, K] are the features, output [K + 1, |V|] the output layer [U; W; b]. In float32 the bias
+  is folded into the matmul, [f, 1] @ output: no pass of its own over the [B, |V|] logits (a
+  separate add made the float32 step 10-17% slower on CPU) and no copy of the output layer. In
+  bfloat16 the weight rows are cast (a pass that cast needs anyway) and the bias stays float32.
+  """
+  if compute_dtype == 'float32':
+    return _vocab_parallel_nll(with_bias_column(f), output, None, targets, mesh=mesh)
+  dtype = jnp.dtype(compute_dtype)
+  return _vocab_parallel_nll(f.astype(dtype), output[:-1].astype(dtype), output[-1], targets, mesh=mesh)
 
 
 def dense_token_nll(logits, targets):
@@ -121,20 +111,18 @@ def _owned_columns(ids, first, block):
   return (local >= 0) & (local < block), jnp.clip(local, 0, block - 1)
 
 
-def _block_sampled_logits(feats, out, targets, samples):
+def _block_sampled_logits(f, output, targets, samples):
   """Logits of each example's target [B] and of the shared noise samples [B, k], from all shards.
 
-  Each shard scores only the columns it owns; a psum of per-example scalars combines them.
+  f = [features, 1]; each shard scores only the columns it owns; a psum of per-example scalars
+  combines them.
   """
-  block = out['b'].shape[-1]
+  block = output.shape[-1]
   first = lax.axis_index('model') * block
   t_owned, t_idx = _owned_columns(targets, first, block)
   s_owned, s_idx = _owned_columns(samples, first, block)
-  target_logit = out['b'][t_idx]
-  sample_logits = jnp.broadcast_to(out['b'][s_idx], (targets.shape[0], samples.shape[0]))
-  for name, f in feats.items():
-    target_logit = target_logit + jnp.einsum('bk,kb->b', f, out[name][:, t_idx], preferred_element_type=jnp.float32)
-    sample_logits = sample_logits + jnp.matmul(f, out[name][:, s_idx], preferred_element_type=jnp.float32)
+  target_logit = jnp.einsum('bk,kb->b', f, output[:, t_idx], preferred_element_type=jnp.float32)
+  sample_logits = jnp.matmul(f, output[:, s_idx], preferred_element_type=jnp.float32)
   target_logit = lax.psum(jnp.where(t_owned, target_logit, 0.0), 'model')
   sample_logits = lax.psum(jnp.where(s_owned[None, :], sample_logits, 0.0), 'model')
   return target_logit, sample_logits
@@ -160,13 +148,13 @@ def sampled_loss_from_logits(kind, target_logit, sample_logits, targets, samples
   raise ValueError(f'unknown sampled loss {kind!r}')
 
 
-def sampled_token_loss(feats, out, targets, samples, log_q, *, mesh, kind):
+def sampled_token_loss(f, output, targets, samples, log_q, *, mesh, kind):
   """A sampled training loss per example, batch on 'data', vocabulary on 'model'.
 
   Costs O(B k) output-layer work instead of O(B |V|); `samples` [k] are shared by the batch.
   """
-  feat_specs, out_specs = _block_specs(feats, out)
   logits = jax.shard_map(_block_sampled_logits, mesh=mesh,
-                         in_specs=(feat_specs, out_specs, P('data'), P()), out_specs=(P('data'), P('data', None)))
-  target_logit, sample_logits = logits(feats, out, targets, samples)
+                         in_specs=(P('data', None), P(None, 'model'), P('data'), P()),
+                         out_specs=(P('data'), P('data', None)))
+  target_logit, sample_logits = logits(with_bias_column(f), output, targets, samples)
   return sampled_loss_from_logits(kind, target_logit, sample_logits, targets, samples, log_q)

@@ -38,8 +38,10 @@ def random_params(model, seed=0):
   params = model_lib.init_params(model)
   keys = jax.random.split(jax.random.PRNGKey(seed), len(params))
   out = {k: 0.3 * jax.random.normal(key, v.shape) for key, (k, v) in zip(keys, sorted(params.items()))}
-  # the padded columns hold zeros, as after init, so they can be checked to stay zero
-  return {k: (v.at[..., model.vocab_size:].set(0) if k in model_lib.VOCAB_SHARDED else v) for k, v in out.items()}
+  # the padded columns hold what init gives them (zero weights, PADDING_LOGIT bias), to check they keep it
+  out[model_lib.OUTPUT] = out[model_lib.OUTPUT].at[:, model.vocab_size:].set(
+      params[model_lib.OUTPUT][:, model.vocab_size:])
+  return out
 
 
 def batch(seed, size=BATCH):
@@ -103,8 +105,9 @@ def test_sharded_training_matches_dense(shape, chunk, dense_reference):
     assert rel_err(grads[k], g) <= 1e-5, (k, rel_err(grads[k], g))
   for k, p in dense_reference['params'].items():
     assert rel_err(state.params[k], p) <= 1e-5, (k, rel_err(state.params[k], p))
-    if k in model_lib.VOCAB_SHARDED:  # padded columns got no gradient (nor decay of a nonzero value)
-      np.testing.assert_array_equal(np.asarray(state.params[k])[..., VOCAB:], 0)
+    if k == model_lib.OUTPUT:  # padded columns got no gradient and kept their initial values
+      np.testing.assert_array_equal(np.asarray(state.params[k])[:, VOCAB:],
+                                    np.asarray(model_lib.init_params(model)[k])[:, VOCAB:])
 
 
 @pytest.mark.parametrize('shape', [(1, 8), (2, 4)], ids=lambda s: f'mesh{s[0]}x{s[1]}')
@@ -116,25 +119,25 @@ def test_vocab_parallel_softmax_equals_dense(shape, vocab):
   targets = targets % vocab
   targets[:3] = [0, vocab - 1, vocab // 2]  # first, last and a middle shard own a target
   feats = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
-  _, out = model_lib.split_params(params)
-  logits = model_lib.mask_padding(model_lib.output_block_logits(feats, out), 0, vocab)
+  out = params[model_lib.OUTPUT]
+  masked = lambda lg: jnp.where(jnp.arange(lg.shape[-1]) < vocab, lg, -jnp.inf)
+  logits = masked(model_lib.dense_logits(feats, out))
 
   def sharded(f, o):
-    return jnp.sum(vocab_softmax.token_nll(f, o, targets, mesh=mesh, vocab_size=vocab) * jnp.arange(1.0, BATCH + 1))
+    return jnp.sum(vocab_softmax.token_nll(f, o, targets, mesh=mesh) * jnp.arange(1.0, BATCH + 1))
 
   def dense(f, o):
-    lg = model_lib.mask_padding(model_lib.output_block_logits(f, o), 0, vocab)
-    return jnp.sum(vocab_softmax.dense_token_nll(lg, targets) * jnp.arange(1.0, BATCH + 1))
+    return jnp.sum(vocab_softmax.dense_token_nll(masked(model_lib.dense_logits(f, o)), targets) *
+                   jnp.arange(1.0, BATCH + 1))
 
   with jax.set_mesh(mesh):
-    nll = jax.jit(lambda f, o: vocab_softmax.token_nll(f, o, targets, mesh=mesh, vocab_size=vocab))(feats, out)
+    nll = jax.jit(lambda f, o: vocab_softmax.token_nll(f, o, targets, mesh=mesh))(feats, out)
     g_sharded = jax.jit(jax.grad(sharded, argnums=(0, 1)))(feats, out)
   np.testing.assert_allclose(np.asarray(nll), np.asarray(vocab_softmax.dense_token_nll(logits, targets)), rtol=1e-5)
   g_dense = jax.grad(dense, argnums=(0, 1))(feats, out)
   for a, b in zip(jax.tree.leaves(g_sharded), jax.tree.leaves(g_dense)):
     assert rel_err(a, b) <= 1e-5
-  for k, g in g_sharded[1].items():  # no gradient reaches a padded column
-    np.testing.assert_array_equal(np.asarray(g)[..., vocab:], 0)
+  np.testing.assert_array_equal(np.asarray(g_sharded[1])[:, vocab:], 0)  # no gradient reaches a padded column
 
 
 def all_gather_shapes(hlo_text: str) -> list[list[int]]:
@@ -170,7 +173,7 @@ def test_output_layer_bytes_split_over_the_model_axis():
   compiled = steps_lib.compile_steps(model, optimizer(), mesh)
   with jax.set_mesh(mesh):
     state = compiled.init()
-  for name in model_lib.VOCAB_SHARDED:
+  for name in (model_lib.OUTPUT,):
     array = state.params[name]
     per_device = {}
     for shard in array.addressable_shards:
@@ -220,13 +223,13 @@ def test_sampled_losses_match_dense(shape, kind):
   samples = samples.at[0].set(targets[0])  # an accidental hit
   log_q = jnp.log(jnp.full((VOCAB,), 1.0 / VOCAB))
   feats = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
-  _, out = model_lib.split_params(params)
+  out = params[model_lib.OUTPUT]
 
   def sharded(f, o):
     return jnp.mean(vocab_softmax.sampled_token_loss(f, o, targets, samples, log_q, mesh=mesh, kind=kind))
 
   def dense(f, o):
-    logits = model_lib.output_block_logits(f, o)
+    logits = model_lib.dense_logits(f, o)
     return jnp.mean(vocab_softmax.sampled_loss_from_logits(
         kind, jnp.take_along_axis(logits, targets[:, None], axis=1)[:, 0], logits[:, samples], targets, samples, log_q))
 

@@ -11,10 +11,22 @@ from tests import numpy_reference
 
 
 def random_params(model, seed=0):
-  """The model's parameter tree with every entry random (init zeros U, W, b)."""
+  """The model's parameter tree with every entry random (init zeros the output layer), the padded
+  columns' bias at PADDING_LOGIT as the model keeps it."""
   params = model_lib.init_params(model)
   keys = jax.random.split(jax.random.PRNGKey(seed), len(params))
-  return {k: 0.5 * jax.random.normal(key, v.shape) for key, (k, v) in zip(keys, sorted(params.items()))}
+  out = {k: 0.5 * jax.random.normal(key, v.shape) for key, (k, v) in zip(keys, sorted(params.items()))}
+  out[model_lib.OUTPUT] = out[model_lib.OUTPUT].at[-1, model.vocab_size:].set(model_lib.PADDING_LOGIT)
+  return out
+
+
+def separate(model, params) -> dict:
+  """The paper's U, W, b out of the output layer's rows (for the NumPy reference)."""
+  out = {k: np.asarray(v) for k, v in params.items() if k != model_lib.OUTPUT}
+  for name, rows in model.output_rows().items():
+    out[name] = np.asarray(params[model_lib.OUTPUT])[rows]
+  out['b'] = out['b'][0]
+  return out
 
 
 @pytest.mark.parametrize('h,direct', [(12, True), (12, False), (0, True)])
@@ -23,7 +35,7 @@ def test_logits_match_numpy_equation(h, direct):
   params = random_params(model)
   contexts = np.random.default_rng(1).integers(0, 37, size=(16, 3)).astype(np.int32)
   logits = model.apply({'params': params}, contexts)
-  expected = numpy_reference.logits(jax.tree.map(np.asarray, params), contexts)
+  expected = numpy_reference.logits(separate(model, params), contexts)
   np.testing.assert_allclose(np.asarray(logits), expected, rtol=1e-5, atol=1e-5)
 
 
@@ -35,7 +47,7 @@ def test_padding_columns_are_minus_infinity_and_real_ones_match():
   contexts = np.random.default_rng(2).integers(0, 37, size=(8, 2)).astype(np.int32)
   logits = np.asarray(padded.apply({'params': params}, contexts))
   assert np.all(np.isneginf(logits[:, 37:]))
-  trimmed = {k: (v[..., :37] if k in model_lib.VOCAB_SHARDED else v) for k, v in params.items()}
+  trimmed = {k: (v[..., :37] if k == model_lib.OUTPUT else v) for k, v in params.items()}
   np.testing.assert_allclose(logits[:, :37], np.asarray(unpadded.apply({'params': trimmed}, contexts)), rtol=1e-6)
 
 
@@ -52,10 +64,11 @@ def test_parameter_count_formula(n, m, h, direct):
 def test_unigram_bias_init_is_log_unigram():
   model = model_lib.NPLM(vocab_size=4, context_size=1, embed_dim=2, hidden_dim=0, direct=True, vocab_pad_multiple=8)
   counts = np.array([10, 0, 5, 85])
-  b = np.asarray(model_lib.init_params(model, counts)['b'])
+  output = np.asarray(model_lib.init_params(model, counts)[model_lib.OUTPUT])
   p = (counts + 0.5) / (counts + 0.5).sum()
-  np.testing.assert_allclose(b[:4], np.log(p), rtol=1e-6)
-  np.testing.assert_array_equal(b[4:], 0)
+  np.testing.assert_allclose(output[-1, :4], np.log(p), rtol=1e-6)
+  np.testing.assert_array_equal(output[-1, 4:], np.float32(model_lib.PADDING_LOGIT))  # padded: no probability
+  np.testing.assert_array_equal(output[:-1], 0)
 
 
 def test_single_device_vocab_softmax_equals_dense_log_softmax():
@@ -65,11 +78,10 @@ def test_single_device_vocab_softmax_equals_dense_log_softmax():
   targets = np.random.default_rng(4).integers(0, 50, size=(12,)).astype(np.int32)
   mesh = jax.make_mesh((1, 1), ('data', 'model'), axis_types=(jax.sharding.AxisType.Auto,) * 2)
   feats = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
-  _, out = model_lib.split_params(params)
-  sharded = vocab_softmax.token_nll(feats, out, jnp.asarray(targets), mesh=mesh, vocab_size=50)
+  sharded = vocab_softmax.token_nll(feats, params[model_lib.OUTPUT], jnp.asarray(targets), mesh=mesh)
   dense = vocab_softmax.dense_token_nll(model.apply({'params': params}, contexts), targets)
   np.testing.assert_allclose(np.asarray(sharded), np.asarray(dense), rtol=1e-5)
-  expected = numpy_reference.token_nll(jax.tree.map(np.asarray, params), contexts, targets, vocab_size=50)
+  expected = numpy_reference.token_nll(separate(model, params), contexts, targets, vocab_size=50)
   np.testing.assert_allclose(np.asarray(sharded), expected, rtol=1e-5)
 
 
@@ -106,18 +118,18 @@ def test_bfloat16_keeps_the_bias_and_its_gradient_in_float32():
                            vocab_pad_multiple=8)
   model16 = model32.clone(compute_dtype='bfloat16')
   params = random_params(model32)
-  params['b'] = -10.0 + 0.3 * params['b']
+  params[model_lib.OUTPUT] = params[model_lib.OUTPUT].at[-1, :50].set(-10.0 + 0.3 * params[model_lib.OUTPUT][-1, :50])
   contexts = np.random.default_rng(3).integers(0, 50, size=(8, 2)).astype(np.int32)
   targets = np.arange(8, dtype=np.int32) * 5
 
   nll = lambda model, p: steps.token_nll(model, mesh, p, contexts, targets)
-  moved = dict(params, b=params['b'].at[targets].add(0.02))
+  moved = dict(params, output=params[model_lib.OUTPUT].at[-1, targets].add(0.02))
   with jax.set_mesh(mesh):
     shift = lambda model: np.asarray(jax.jit(lambda p, q: nll(model, q) - nll(model, p))(params, moved))
     float32_shift = shift(model32)
-    assert np.all(float32_shift < -0.01)  # about -0.02: each example's normaliser moves a little too
+    assert np.all(float32_shift < -0.005)  # about -0.02: each example's normaliser moves a little too
     np.testing.assert_allclose(shift(model16), float32_shift, atol=1e-3)
-    grad = lambda model: jax.jit(jax.grad(lambda p: jnp.sum(nll(model, p))))(params)['b']
+    grad = lambda model: jax.jit(jax.grad(lambda p: jnp.sum(nll(model, p))))(params)[model_lib.OUTPUT][-1]
     g16, g32 = grad(model16), grad(model32)
   assert g16.dtype == jnp.float32
   np.testing.assert_allclose(np.asarray(g16), np.asarray(g32), atol=2e-2)
@@ -130,10 +142,45 @@ def test_dropout_only_while_training():
   contexts = np.zeros((64, 2), np.int32)
   plain = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
   again = model.apply({'params': params}, contexts, True, method=model_lib.NPLM.features)
-  np.testing.assert_array_equal(plain['W'], again['W'])  # evaluation: no dropout
+  np.testing.assert_array_equal(plain, again)  # evaluation: no dropout
   dropped = model.apply({'params': params}, contexts, False, method=model_lib.NPLM.features,
                         rngs={'dropout': jax.random.PRNGKey(1)})
-  x, kept = np.asarray(plain['W']), np.asarray(dropped['W']) != 0
+  hidden, x = slice(0, 40), slice(40, None)  # f = [tanh(d + H x), x]
+  plain_x, dropped_x = np.asarray(plain[:, x]), np.asarray(dropped[:, x])
+  kept = dropped_x != 0
   assert 0.4 < kept.mean() < 0.6  # about half the features kept ...
-  np.testing.assert_allclose(np.asarray(dropped['W'])[kept], 2 * x[kept], rtol=1e-6)  # ... and scaled by 1/(1-p)
-  assert 0.65 < (np.asarray(dropped['U']) != 0).mean() < 0.85
+  np.testing.assert_allclose(dropped_x[kept], 2 * plain_x[kept], rtol=1e-6)  # ... and scaled by 1/(1-p)
+  assert 0.65 < (np.asarray(dropped[:, hidden]) != 0).mean() < 0.85
+
+
+def test_weight_decay_spares_the_bias_row_and_d():
+  from nplm_jax import optim  # pylint: disable=g-import-not-at-top
+  model = model_lib.NPLM(vocab_size=10, context_size=2, embed_dim=3, hidden_dim=4, direct=True)
+  params = random_params(model)
+  zeros = jax.tree.map(jnp.zeros_like, params)
+  updates, _ = optim.decay_weights_not_biases(0.1).update(zeros, optax_empty(), params)
+  np.testing.assert_allclose(updates['C'], 0.1 * params['C'], rtol=1e-6)
+  np.testing.assert_allclose(updates[model_lib.OUTPUT][:-1], 0.1 * params[model_lib.OUTPUT][:-1], rtol=1e-6)
+  np.testing.assert_array_equal(updates[model_lib.OUTPUT][-1], 0)
+  np.testing.assert_array_equal(updates['d'], 0)
+
+
+def optax_empty():
+  import optax  # pylint: disable=g-import-not-at-top
+  return optax.EmptyState()
+
+
+def test_the_older_separate_layout_stacks_into_the_output_layer():
+  model = model_lib.NPLM(vocab_size=13, context_size=2, embed_dim=3, hidden_dim=4, direct=True, vocab_pad_multiple=8)
+  params = random_params(model)
+  old = separate(model, params)
+  old['b'] = np.where(np.arange(16) < 13, old['b'], 0.0)  # the older layout kept zeros in padded columns
+  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  stacked = model_lib.stack_separate_output_layer(model, old, device)
+  np.testing.assert_array_equal(stacked[model_lib.OUTPUT], params[model_lib.OUTPUT])
+  mesh = jax.make_mesh((1, 1), ('data', 'model'), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  spec = lambda k: jax.sharding.PartitionSpec(None, 'model') if k == model_lib.OUTPUT else jax.sharding.PartitionSpec()
+  abstract = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=jax.sharding.NamedSharding(mesh, spec(k)))
+              for k, v in params.items()}
+  target = model_lib.separate_output_layer_target(model, abstract)
+  assert {k: v.shape for k, v in target.items() if k in 'UWb'} == {'U': (4, 16), 'W': (6, 16), 'b': (16,)}

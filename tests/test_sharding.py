@@ -48,9 +48,8 @@ def test_bad_mesh_shape_is_a_one_line_error(data, model, devices):
 def test_specs_follow_parameter_names_in_params_and_optimizer_state():
   key = jax.tree_util.DictKey
   attr = jax.tree_util.GetAttrKey
-  assert sharding.spec_for((attr('params'), key('U'))) == P(None, 'model')
-  assert sharding.spec_for((attr('params'), key('b'))) == P('model')
-  assert sharding.spec_for((attr('opt_state'), attr('mu'), key('W'))) == P(None, 'model')
+  assert sharding.spec_for((attr('params'), key('output'))) == P(None, 'model')
+  assert sharding.spec_for((attr('opt_state'), attr('mu'), key('output'))) == P(None, 'model')
   assert sharding.spec_for((attr('params'), key('C'))) == P()
   assert sharding.spec_for((attr('step'),)) == P()
 
