@@ -109,7 +109,10 @@ def get_sweep(name: str):
                     overrides={'seed': s}) for s in SEEDS]
     return points + NGRAM_POINTS
   if name == 'regularised':
-    return [dict(name=n, kind='train', config=f'experiments/brown.py:{n}') for n, _ in REGULARISED]
+    # The family one change at a time, and its best member (reg4_n7) over two more seeds.
+    points = [dict(name=n, kind='train', config=f'experiments/brown.py:{n}') for n, _ in REGULARISED]
+    return points + [dict(name=f'reg4_n7_seed{s}', kind='train', config='experiments/brown.py:reg4_n7',
+                          overrides={'seed': s}) for s in SEEDS]
   if name == 'ablation_h':
     return [dict(name=f'h{h}', kind='train', config='experiments/brown.py:mlp1', overrides={'model.h': h})
             for h in (0, 25, 50, 100)]

@@ -50,11 +50,16 @@ def our_numbers(root: str, row: str):
   if not r:
     return None
   epochs = f'{r.get("epochs", 0):.1f} epochs' if 'epochs' in r else ''
+  annealed = load(root, f'mlp{odd + 1}_annealed')  # the table1 sweep's run resumed with annealing
   if k % 2:
-    return r['valid_ppl'], r['test_ppl'], epochs
+    note = f'{epochs}; annealed at the end: {annealed["valid_ppl"]:.1f} / {annealed["test_ppl"]:.1f}' if annealed else epochs
+    return r['valid_ppl'], r['test_ppl'], note
   if 'mix_valid_ppl' not in r:
     return None
-  return r['mix_valid_ppl'], r['mix_test_ppl'], f'fitted weight {r["mix_fitted_weight"]:.2f}: test {r["mix_fitted_test_ppl"]:.1f}'
+  note = f'fitted weight {r["mix_fitted_weight"]:.2f}: test {r["mix_fitted_test_ppl"]:.1f}'
+  if annealed and 'mix_valid_ppl' in annealed:
+    note += f'; annealed at the end: {annealed["mix_valid_ppl"]:.1f} / {annealed["mix_test_ppl"]:.1f}'
+  return r['mix_valid_ppl'], r['mix_test_ppl'], note
 
 
 def render(root: str) -> str:

@@ -76,6 +76,13 @@ def test_table1_puts_our_numbers_beside_the_papers(tmp_path):
       {'mix_valid_ppl': 290.0, 'mix_test_ppl': 280.0, 'mix_fitted_weight': 0.5, 'mix_fitted_test_ppl': 279.0}))
   rows = {line.split(' | ')[0].strip('| '): line for line in table1.render(str(tmp_path)).splitlines()}
   assert '| 310.0 | 300.0 |' in rows['MLP9'] and '| 290.0 | 280.0 |' in rows['MLP10']
+  # the table1 sweep's annealed-at-the-end run appears beside its row
+  (tmp_path / 'mlp2_annealed').mkdir()
+  (tmp_path / 'mlp2_annealed' / 'results.json').write_text(json.dumps(
+      {'valid_ppl': 295.0, 'test_ppl': 285.0, 'mix_valid_ppl': 279.0, 'mix_test_ppl': 269.0}))
+  rows = {line.split(' | ')[0].strip('| '): line for line in table1.render(str(tmp_path)).splitlines()}
+  assert '12.0 epochs; annealed at the end: 295.0 / 285.0 |' in rows['MLP1']
+  assert 'test 268.0; annealed at the end: 279.0 / 269.0 |' in rows['MLP2']
 
 
 def test_start_from_continues_a_copy_of_a_finished_point_and_seeds_are_summarised(tiny_files, tmp_path, capsys):
