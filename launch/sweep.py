@@ -247,6 +247,18 @@ def write_tables(rows: list[dict], root: str) -> None:
   workdir_lib.write_text_atomically(root.file('seeds.json'), json.dumps(groups, indent=2) + '\n')
 
 
+def write_curves(rows: list[dict], root: str) -> None:
+  """ROOT/curves.png: the validation curves of every training point with results, overlaid."""
+  from nplm_jax import plot  # pylint: disable=g-import-not-at-top  # matplotlib only when there is a plot
+  names = [r['name'] for r in rows if r['kind'] == 'train']
+  if not names:
+    return
+  curves = [plot.run_curve(str(workdir_lib.as_path(root) / name)) for name in names]
+  for curve, name in zip(curves, names):
+    curve['label'] = name
+  plot.plot_curves(curves, [], str(workdir_lib.as_path(root) / 'curves.png'))
+
+
 def parse_set(items: list[str]) -> dict:
   out = {}
   for item in items:
@@ -289,6 +301,7 @@ def main(argv=None) -> int:
     outcomes = [] if args.collect_only else run_sweep(to_run, args.root, args.parallel, common)
     rows = collect(points, args.root)
     write_tables(rows, args.root)
+    write_curves(rows, args.root)
   except (SweepError, UserError, ValueError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 2

@@ -29,11 +29,11 @@ from nplm_jax import workdir as workdir_lib
 from nplm_jax.errors import UserError
 
 
-def _options(max_to_keep: int, name: str) -> ocp.CheckpointManagerOptions:
+def _options(max_to_keep: int, name: str, create: bool = True) -> ocp.CheckpointManagerOptions:
   # Orbax names the barriers of a save by its step: the two managers save the same step one
   # after the other, so in a multi-process job each needs barriers of its own.
   return ocp.CheckpointManagerOptions(
-      max_to_keep=max_to_keep, create=True,
+      max_to_keep=max_to_keep, create=create,
       multiprocessing_options=ocp.options.MultiprocessingOptions(barrier_sync_key_prefix=name))
 
 
@@ -69,11 +69,12 @@ def _reason(error: Exception) -> str:
 
 
 class Checkpoints:
-  def __init__(self, workdir: workdir_lib.Workdir, keep: int = 2):
+  def __init__(self, workdir: workdir_lib.Workdir, keep: int = 2, read_only: bool = False):
+    """read_only: for tools that only read a workdir; folders it lacks are not created."""
     self.latest = ocp.CheckpointManager(
-        workdir.file('checkpoints'), options=_options(keep, 'latest'),
+        workdir.file('checkpoints'), options=_options(keep, 'latest', create=not read_only),
         item_handlers={'state': ocp.StandardCheckpointHandler(), 'meta': ocp.JsonCheckpointHandler()})
-    self.best = ocp.CheckpointManager(workdir.file('best'), options=_options(2, 'best'),
+    self.best = ocp.CheckpointManager(workdir.file('best'), options=_options(2, 'best', create=not read_only),
                                       item_handlers=ocp.StandardCheckpointHandler())
 
   def save_latest(self, step: int, state, run_state: run_state_lib.RunState) -> None:

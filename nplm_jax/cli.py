@@ -1,5 +1,6 @@
 """Command-line parsing shared by the entry points: bad flags become one line, not a traceback."""
 
+import argparse
 import re
 import sys
 
@@ -55,3 +56,11 @@ def exit_with_error(error: Exception, config=None) -> None:
   if not every_process or distributed.declared_process_id(config) == 0:
     print(f'error: {error}', file=sys.stderr, flush=True)
   sys.exit(1)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+  """argparse for the trained-model tools, whose --verbosity is theirs, not absl's: a bad command
+  line is one 'error:' line, like every other entry point's."""
+
+  def error(self, message):
+    sys.exit(f'error: {message} (see --help)')

@@ -125,9 +125,28 @@ def split_nll(steps: steps_lib.CompiledSteps, params, stream: data_lib.TokenStre
   device computes; only a few [batch, |V| / model] logit blocks exist at a time per device.
   """
   rows = sharding.process_rows(steps.mesh, batch_size)
+  batches = ((*stream.examples(split, positions[rows]), w) for positions, w in stream.eval_positions(split, batch_size))
+  return batched_nll(steps, params, batches, batch_size)
+
+
+def examples_nll(steps: steps_lib.CompiledSteps, params, contexts: np.ndarray, targets: np.ndarray,
+                 batch_size: int) -> np.ndarray:
+  """-log P(target | context) of any examples (contexts [N, n-1], targets [N]), batched like a split."""
+  rows = sharding.process_rows(steps.mesh, batch_size)
+  n = len(targets)
+
+  def batches():
+    for begin in range(0, n, batch_size):
+      positions = np.minimum(np.arange(begin, begin + batch_size), n - 1)[rows]
+      yield contexts[positions], targets[positions], (np.arange(begin, begin + batch_size) < n).astype(np.float32)
+  return batched_nll(steps, params, batches(), batch_size) if n else np.zeros(0)
+
+
+def batched_nll(steps: steps_lib.CompiledSteps, params, batches, batch_size: int) -> np.ndarray:
+  """Runs the eval step over (this process's contexts, targets, weights of the global batch) and
+  keeps the per-token NLLs of weight 1, in order."""
   pending, weights, in_flight = [], [], steps_lib.BoundedDispatch()
-  for positions, w in stream.eval_positions(split, batch_size):
-    contexts, targets = stream.examples(split, positions[rows])
+  for contexts, targets, w in batches:
     pending.append(in_flight.push(steps.eval(params, steps_lib.put_process_rows(steps.mesh, contexts, batch_size),
                                              steps_lib.put_process_rows(steps.mesh, targets, batch_size))))
     weights.append(w)
@@ -296,6 +315,9 @@ def best_params(run: Run, checkpoints: ckpt_lib.Checkpoints):
   """The best parameters of a workdir's run, from the best step its newest readable checkpoint names."""
   run_state = checkpoints.latest_run_state()
   step = run_state.best_step if run_state is not None else None
+  if step is None:  # a finished workdir kept without its checkpoints/: results.json names the best step
+    results = run.workdir.read_json('results.json') if run.workdir.file('results.json').exists() else None
+    step = results.get('step') if results else None
   if step is None:
     raise UserError(f'{str(run.workdir)!r} holds no best checkpoint yet; train it until its first evaluation')
   return run.restore_best_params(checkpoints, step)
@@ -455,6 +477,7 @@ def _train_loop(run: Run, state, run_state: run_state_lib.RunState, checkpoints,
       every = config.train.checkpoint_every_seconds
       save_now = save_now or _agreed(bool(every) and time.time() - last_save >= every)
     if eval_now:
+      run_state.wall_seconds = wall_before + (time.time() - segment_start)  # for the evaluation's record
       state = _evaluate_and_track(run, state, run_state, step, checkpoints, writer)
       progress.skip_time()
     if save_now or run_state.stopped_early or preempted:
@@ -484,7 +507,7 @@ def _evaluate_and_track(run: Run, state, run_state: run_state_lib.RunState, step
   improved = run_state.record_evaluation(step, epoch, valid_ppl)
   if improved:
     checkpoints.save_best(step, state.params)
-  writer.write(step, {'valid_ppl': valid_ppl})
+  writer.write(step, {'valid_ppl': valid_ppl, 'wall_seconds': run_state.wall_seconds})
   metrics_lib.log(f'eval step {step} epoch {epoch:.2f}: valid ppl {valid_ppl:.2f} '
                   f'(best {run_state.best_valid_ppl:.2f} at step {run_state.best_step})')
   stalled = previous_best is not None and valid_ppl > previous_best * (1.0 - train_config.anneal_threshold)

@@ -40,8 +40,18 @@ def world(tmp_path_factory):
   (sweep_root / 'h1' / 'results.json').write_text('{"valid_ppl": ')
   (base / 'broken.py').write_text('def get_config(:\n')
   (base / 'latin1.txt').write_bytes('caf\xe9 cr\xe8me\n'.encode('latin-1'))
+  (base / 'empty.txt').write_text('\n \n')
+  (base / 'unfinished').mkdir()  # a training that has not evaluated yet: its config, no best/
+  (base / 'unfinished' / 'config.json').write_text((base / 'finished' / 'config.json').read_text())
   return dict(base=base, files=files, data=data, finished=base / 'finished', sweep=sweep_root,
-              broken=base / 'broken.py', latin1=base / 'latin1.txt')
+              broken=base / 'broken.py', latin1=base / 'latin1.txt', empty=base / 'empty.txt',
+              unfinished=base / 'unfinished')
+
+
+def tool_args(module, w, *extra, workdir=None, text=None):
+  """A trained-model tool on the finished workdir (score and the others), with the given flags."""
+  args = [f'nplm_jax.{module}', *extra, f'--workdir={workdir or w["finished"]}']
+  return args + [f'--text={text or w["files"]["test"]}'] if module == 'score' else args
 
 
 def main_args(w, *extra, workdir=None):
@@ -119,6 +129,40 @@ CASES = [
     ('sweep_bad_grid', lambda w: ['launch.sweep', '--config=experiments/brown.py:mlp1', '--grid=model.h',
                                   f'--root={w["base"] / "nothing"}'], '--grid part'),
     ('table1_missing_root', lambda w: ['launch.table1', f'--root={w["base"] / "nothing"}'], 'does not exist'),
+    # the tools for trained models
+    ('score_missing_workdir', lambda w: tool_args('score', w, workdir=w['base'] / 'nothing'), 'does not exist'),
+    ('score_no_best_checkpoint', lambda w: tool_args('score', w, workdir=w['unfinished']),
+     'holds no best checkpoint yet'),
+    ('score_not_a_workdir', lambda w: tool_args('score', w, workdir=w['sweep']), 'holds no config.json'),
+    ('score_empty_text', lambda w: tool_args('score', w, text=w['empty']), 'is empty'),
+    ('score_latin1_text', lambda w: tool_args('score', w, text=w['latin1']), 'is not UTF-8 text'),
+    ('score_missing_text', lambda w: tool_args('score', w, text=w['base'] / 'nope.txt'), 'does not exist'),
+    ('score_folder_as_text', lambda w: tool_args('score', w, text=w['base']), 'is a folder'),
+    ('score_bad_verbosity', lambda w: tool_args('score', w, '--verbosity=all'), "invalid choice: 'all'"),
+    ('score_bad_log_base', lambda w: tool_args('score', w, '--log_base=3'), "invalid choice: '3'"),
+    ('score_no_text_flag', lambda w: ['nplm_jax.score', f'--workdir={w["finished"]}'], '--text'),
+    ('sample_negative_temperature', lambda w: tool_args('sample', w, '--temperature=-1'), '--temperature=-1.0'),
+    ('sample_top_p_0', lambda w: tool_args('sample', w, '--top_p=0'), '--top_p=0.0'),
+    ('sample_no_tokens', lambda w: tool_args('sample', w, '--num_tokens=0'), '--num_tokens=0'),
+    ('sample_not_a_number', lambda w: tool_args('sample', w, '--num_samples=two'), "invalid int value: 'two'"),
+    ('sample_no_best_checkpoint', lambda w: tool_args('sample', w, workdir=w['unfinished']),
+     'holds no best checkpoint yet'),
+    ('embeddings_unknown_word', lambda w: tool_args('embeddings', w, 'neighbours', '--words=w1,zzz'),
+     "'zzz' is not in the vocabulary"),
+    ('embeddings_analogy_two_words', lambda w: tool_args('embeddings', w, 'analogy', '--words=w1,w2'),
+     'analogy takes three words'),
+    ('embeddings_no_words', lambda w: tool_args('embeddings', w, 'neighbours'), 'needs --words'),
+    ('embeddings_topn_0', lambda w: tool_args('embeddings', w, 'neighbours', '--words=w1', '--topn=0'), '--topn=0'),
+    ('embeddings_export_no_output', lambda w: tool_args('embeddings', w, 'export'), 'needs --output'),
+    ('embeddings_export_to_folder', lambda w: tool_args('embeddings', w, 'export', f'--output={w["base"]}'),
+     'is a folder'),
+    ('embeddings_unknown_command', lambda w: tool_args('embeddings', w, 'nearest'), "invalid choice: 'nearest'"),
+    ('plot_not_png', lambda w: tool_args('plot', w, 'curves', f'--output={w["base"] / "nothing" / "c.jpg"}'),
+     'does not end in .png'),
+    ('plot_no_evaluation', lambda w: tool_args('plot', w, 'curves', f'--output={w["base"] / "nothing" / "c.png"}',
+                                               workdir=w['unfinished']), 'has no evaluation yet'),
+    ('plot_bad_ngram', lambda w: tool_args('plot', w, 'curves', '--ngram=KN=abc',
+                                           f'--output={w["base"] / "nothing" / "c.png"}'), "'abc' is not a perplexity"),
 ]
 
 

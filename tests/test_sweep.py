@@ -25,6 +25,8 @@ def test_grid_runs_resumes_and_tabulates(tiny_files, tmp_path, capsys):
   assert all(float(r['valid_ppl']) > 1 for r in rows)
   markdown = open(os.path.join(root, 'results.md'), encoding='utf-8').read()
   assert markdown.startswith('| name |') and '| h8 |' in markdown
+  with open(os.path.join(root, 'curves.png'), 'rb') as f:  # the points' validation curves, overlaid
+    assert f.read(8) == b'\x89PNG\r\n\x1a\n'
   stamp = os.path.getmtime(os.path.join(root, 'h0', 'results.json'))
   assert sweep.main(tiny_grid_args(tiny_files, root)) == 0  # re-run: nothing retrained
   assert capsys.readouterr().out.count('skipped (finished before)') == 2

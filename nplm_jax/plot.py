@@ -1,0 +1,169 @@
+"""Plots of runs and of what they learned, written as PNG (matplotlib, no display needed).
+
+python -m nplm_jax.plot curves --workdir=runs/a [--workdir=runs/b ...] --output=curves.png \
+    [--ngram=runs/table1/kneser_ney_5 | --ngram='KN5=347.4']
+python -m nplm_jax.plot embeddings --workdir=runs/a --top=300 --output=map.png
+
+curves: validation perplexity by epoch and by training wall time, one line per workdir (finished
+or running), each n-gram baseline a horizontal line (an n-gram workdir or results.json, or
+LABEL=PERPLEXITY). Workdirs written before evaluations recorded their wall time get it estimated
+from the run's total at a uniform rate (the legend says so). embeddings: the `top` most frequent
+training words' feature vectors C, projected on their first two principal components, labelled.
+"""
+
+import json
+import sys
+
+import matplotlib
+matplotlib.use('Agg')  # files only, also where there is no display
+import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
+import numpy as np  # pylint: disable=wrong-import-position
+
+from nplm_jax import cli as cli_lib  # pylint: disable=wrong-import-position
+from nplm_jax import metrics  # pylint: disable=wrong-import-position
+from nplm_jax import workdir as workdir_lib  # pylint: disable=wrong-import-position
+from nplm_jax.errors import UserError  # pylint: disable=wrong-import-position
+
+
+def run_curve(path: str) -> dict:
+  """{'label', 'epoch', 'wall', 'valid_ppl', 'wall_estimated'} of a workdir's evaluations."""
+  workdir = workdir_lib.Workdir(path)
+  if not workdir.path.exists():
+    raise UserError(f'--workdir={path!r} does not exist; give the folder of a training')
+  config = workdir.read_json('config.json')
+  if config is None:
+    raise UserError(f'--workdir={path!r} holds no config.json; give the folder of a training')
+  records = metrics.read_jsonl(workdir.file('metrics.jsonl')) if workdir.file('metrics.jsonl').exists() else []
+  evals = {r['step']: r for r in records if 'valid_ppl' in r}
+  results = workdir.read_json('results.json') if workdir.file('results.json').exists() else None
+  if results and results.get('history'):
+    history = results['history']
+  else:  # a running training: its evaluations so far
+    corpus = workdir.read_json('corpus.json') or {}
+    per_epoch = max(corpus.get('train_tokens', 0) / config['train']['batch_size'], 1)
+    history = [{'step': s, 'epoch': s / per_epoch, 'valid_ppl': r['valid_ppl']} for s, r in sorted(evals.items())]
+  if not history:
+    raise UserError(f'--workdir={path!r} has no evaluation yet; plot it after its first one')
+  steps = [h['step'] for h in history]
+  wall = [evals.get(s, {}).get('wall_seconds') for s in steps]
+  estimated = any(w is None for w in wall)
+  if estimated:  # older workdirs: spread the run's total wall time evenly over its steps
+    total, trained = (results or {}).get('wall_seconds'), (results or {}).get('steps_trained') or max(steps)
+    wall = [total * s / trained if total else np.nan for s in steps]
+  return {'label': config.get('name') or path.rstrip('/').split('/')[-1], 'epoch': [h['epoch'] for h in history],
+          'wall': wall, 'valid_ppl': [h['valid_ppl'] for h in history], 'wall_estimated': estimated}
+
+
+def ngram_line(spec: str) -> tuple[str, float]:
+  """'LABEL=PPL', or an n-gram workdir / results.json (its valid_ppl)."""
+  label, eq, value = spec.partition('=')
+  if eq:
+    try:
+      return label, float(value)
+    except ValueError:
+      raise UserError(f'--ngram={spec!r}: {value!r} is not a perplexity; use LABEL=NUMBER or an n-gram '
+                      'results.json') from None
+  path = workdir_lib.as_path(spec)
+  if path.is_dir():
+    path = path / 'results.json'
+  if not path.exists():
+    raise UserError(f'--ngram={spec!r} is neither LABEL=PERPLEXITY nor an n-gram workdir or results.json')
+  try:
+    results = json.loads(path.read_text())
+    return results.get('model') or path.parent.name, float(results['valid_ppl'])
+  except (ValueError, KeyError):
+    raise UserError(f'--ngram={spec!r}: {path} holds no valid_ppl; give an n-gram results.json') from None
+
+
+def plot_curves(curves: list[dict], ngrams: list[tuple[str, float]], output: str) -> str:
+  fig, (by_epoch, by_time) = plt.subplots(1, 2, figsize=(12, 4.5))
+  for c in curves:
+    label = c['label'] + (' (wall time estimated)' if c['wall_estimated'] else '')
+    by_epoch.plot(c['epoch'], c['valid_ppl'], marker='.', label=c['label'])
+    by_time.plot(np.asarray(c['wall'], float) / 60, c['valid_ppl'], marker='.', label=label)
+  for label, ppl in ngrams:
+    for ax in (by_epoch, by_time):
+      ax.axhline(ppl, linestyle='--', color='grey', linewidth=1)
+      ax.annotate(f'{label} {ppl:.1f}', (1, ppl), xycoords=('axes fraction', 'data'), ha='right', va='bottom',
+                  fontsize=8, color='grey')
+  lowest = min([min(c['valid_ppl']) for c in curves] + [p for _, p in ngrams])
+  highest = max(max(c['valid_ppl']) for c in curves)
+  for ax, xlabel in ((by_epoch, 'epoch'), (by_time, 'training wall time (minutes)')):
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel('validation perplexity')
+    ax.set_yscale('log')
+    ax.set_ylim(lowest * 0.95, min(highest, lowest * 3) * 1.05)
+    ax.grid(True, which='both', alpha=0.3)
+    ax.legend(fontsize=8)
+  fig.tight_layout()
+  return _save(fig, output)
+
+
+def plot_embeddings(words: list[str], vectors: np.ndarray, output: str, title: str) -> str:
+  centred = vectors - vectors.mean(axis=0)
+  _, singular, vt = np.linalg.svd(centred, full_matrices=False)
+  xy = centred @ vt[:2].T
+  explained = singular[:2] ** 2 / np.sum(singular ** 2)
+  fig, ax = plt.subplots(figsize=(14, 12))
+  ax.scatter(xy[:, 0], xy[:, 1], s=4, color='tab:blue')
+  for word, (x, y) in zip(words, xy):
+    ax.annotate(word, (x, y), fontsize=7, alpha=0.8)
+  ax.set_xlabel(f'first principal component ({100 * explained[0]:.1f}% of the variance)')
+  ax.set_ylabel(f'second principal component ({100 * explained[1]:.1f}%)')
+  ax.set_title(title)
+  fig.tight_layout()
+  return _save(fig, output)
+
+
+def _save(fig, output: str) -> str:
+  path = workdir_lib.as_path(output)
+  if path.is_dir():
+    raise UserError(f'--output={output!r} is a folder; give the path of the PNG file to write')
+  path.parent.mkdir(parents=True, exist_ok=True)
+  with path.open('wb') as f:
+    fig.savefig(f, format='png', dpi=110)
+  plt.close(fig)
+  return str(path)
+
+
+def parse_args(argv=None):
+  parser = cli_lib.ArgumentParser(prog='python -m nplm_jax.plot', description=__doc__.splitlines()[0])
+  parser.add_argument('command', choices=['curves', 'embeddings'])
+  parser.add_argument('--workdir', action='append', default=[], help='a training workdir (curves: repeat to overlay)')
+  parser.add_argument('--output', required=True, help='the PNG file to write')
+  parser.add_argument('--ngram', action='append', default=[],
+                      help='curves: a baseline, LABEL=PERPLEXITY or an n-gram workdir / results.json (repeatable)')
+  parser.add_argument('--top', type=int, default=300, help='embeddings: how many of the most frequent words')
+  return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+  args = parse_args(argv)
+  try:
+    if not args.workdir:
+      raise UserError('--workdir is required; give the folder of a training (curves: one or more)')
+    if not args.output.lower().endswith('.png'):
+      raise UserError(f'--output={args.output!r} does not end in .png; plots are written as PNG')
+    if args.command == 'curves':
+      written = plot_curves([run_curve(w) for w in args.workdir], [ngram_line(s) for s in args.ngram], args.output)
+    else:
+      if len(args.workdir) > 1:
+        raise UserError('embeddings plots one workdir; give --workdir once')
+      if args.top < 2:
+        raise UserError(f'--top={args.top} is invalid; plot at least 2 words')
+      from nplm_jax import trained as trained_lib  # pylint: disable=g-import-not-at-top  # JAX only here
+      model = trained_lib.TrainedModel.load(args.workdir[0])
+      counts = model.run.corpus.unigram_counts('train')
+      skip = {model.rare_id, model.boundary_id}
+      top = [int(i) for i in np.argsort(-counts, kind='stable') if int(i) not in skip][:args.top]
+      written = plot_embeddings([model.vocab[i] for i in top], model.embeddings[top], args.output,
+                                f'{model.config.name}: the {len(top)} most frequent words, C projected by PCA')
+  except UserError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 1
+  print(f'wrote {written}')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,127 @@
+"""Text drawn from a trained model, word by word.
+
+python -m nplm_jax.sample --workdir=runs/brown_mlp1_tuned --prompt="The jury said" --num_tokens=50 \
+    [--temperature=1.0] [--top_k=0] [--top_p=1.0] [--num_samples=1] [--seed=0] [--allow_unk]
+
+Each next word is drawn from P(w | the n-1 words before it), reshaped as fairseq and Flax's lm1b
+do: divided by the temperature in log space (0 = always the most probable word), cut to the
+top_k most probable words (0 = all) and to the smallest set whose probability reaches top_p
+(1 = all). The rare-word and boundary symbols are never drawn unless --allow_unk. A prompt is
+tokenised as the corpus was; its words outside the vocabulary are read as the rare-word symbol.
+The samples are drawn together, one batched step per word, and are a function of --seed alone.
+"""
+
+import sys
+
+import numpy as np
+
+from nplm_jax import cli as cli_lib
+from nplm_jax import data as data_lib
+from nplm_jax import trained as trained_lib
+from nplm_jax.errors import UserError
+
+
+def shape_distribution(log_probs: np.ndarray, temperature: float, top_k: int, top_p: float) -> np.ndarray:
+  """Probabilities [batch, |V|] to draw from, after temperature, top-k and top-p; rows sum to 1.
+
+  Words already at probability 0 (-inf) stay there. Temperature 0 puts all mass on the argmax.
+  """
+  log_probs = np.asarray(log_probs, np.float64)
+  if temperature == 0:
+    out = np.zeros_like(log_probs)
+    out[np.arange(len(log_probs)), np.argmax(log_probs, axis=-1)] = 1.0
+    return out
+  scaled = log_probs / temperature
+  order = np.argsort(-scaled, axis=-1, kind='stable')
+  ranked = np.take_along_axis(scaled, order, axis=-1)
+  probs = np.exp(ranked - ranked[:, :1])
+  probs /= probs.sum(axis=-1, keepdims=True)
+  keep = np.ones_like(probs, bool)
+  if top_k > 0:
+    keep[:, top_k:] = False
+  if top_p < 1.0:  # the smallest prefix whose mass reaches top_p: keep a word if the mass before it is < top_p
+    before = np.cumsum(probs, axis=-1) - probs
+    keep &= before < top_p
+  probs = np.where(keep, probs, 0.0)
+  probs /= probs.sum(axis=-1, keepdims=True)
+  out = np.zeros_like(probs)
+  np.put_along_axis(out, order, probs, axis=-1)
+  return out
+
+
+def draw(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+  """One word per row, by inverting each row's CDF at a uniform draw."""
+  cdf = np.cumsum(probs, axis=-1)
+  u = rng.random(len(probs)) * cdf[:, -1]
+  return np.minimum((cdf <= u[:, None]).sum(axis=-1), probs.shape[-1] - 1)
+
+
+def check_settings(num_tokens: int, temperature: float, top_k: int, top_p: float, num_samples: int, seed: int):
+  if num_tokens < 1:
+    raise UserError(f'--num_tokens={num_tokens} is invalid; draw at least 1 word')
+  if temperature < 0:
+    raise UserError(f'--temperature={temperature} is invalid; use 0 (most probable word) or more')
+  if top_k < 0:
+    raise UserError(f'--top_k={top_k} is invalid; use 0 (all words) or a positive count')
+  if not 0 < top_p <= 1:
+    raise UserError(f'--top_p={top_p} is invalid; use a probability mass in (0, 1]')
+  if num_samples < 1:
+    raise UserError(f'--num_samples={num_samples} is invalid; draw at least 1 sample')
+  if seed < 0:
+    raise UserError(f'--seed={seed} is invalid; use a seed >= 0')
+
+
+def sample(model: trained_lib.TrainedModel, prompt: str, num_tokens: int, temperature: float = 1.0, top_k: int = 0,
+           top_p: float = 1.0, num_samples: int = 1, seed: int = 0, allow_unk: bool = False) -> list[list[str]]:
+  """`num_samples` continuations of `prompt`, `num_tokens` words each."""
+  check_settings(num_tokens, temperature, top_k, top_p, num_samples, seed)
+  prompt_ids, _ = model.to_ids([w for w in prompt.split()])
+  history = np.concatenate([np.full(model.context_size, model.boundary_id, np.int32), prompt_ids])
+  histories = np.tile(history, (num_samples, 1))
+  banned = [] if allow_unk else sorted({i for i in (model.rare_id, model.boundary_id,
+                                                    model.word_ids.get(data_lib.EOS)) if i is not None})
+  if len(banned) >= len(model.vocab):
+    raise UserError('the vocabulary holds only the rare-word and boundary symbols; use --allow_unk')
+  rng = np.random.default_rng(seed)
+  drawn = []
+  for _ in range(num_tokens):
+    contexts = histories[:, ::-1][:, :model.context_size]  # most recent word first
+    log_probs = model.next_word_log_probs(contexts)
+    log_probs[:, banned] = -np.inf
+    words = draw(shape_distribution(log_probs, temperature, top_k, top_p), rng)
+    drawn.append(words)
+    histories = np.concatenate([histories, words[:, None].astype(np.int32)], axis=1)
+  return [[model.vocab[i] for i in row] for row in np.stack(drawn, axis=1)]
+
+
+def parse_args(argv=None):
+  parser = cli_lib.ArgumentParser(prog='python -m nplm_jax.sample', description=__doc__.splitlines()[0])
+  parser.add_argument('--workdir', required=True, help='a training workdir with a best checkpoint')
+  parser.add_argument('--prompt', default='', help='the words to continue (default: none, the start of a text)')
+  parser.add_argument('--num_tokens', type=int, default=50, help='words to draw per sample')
+  parser.add_argument('--temperature', type=float, default=1.0, help='0 = the most probable word each time')
+  parser.add_argument('--top_k', type=int, default=0, help='draw from the k most probable words (0 = all)')
+  parser.add_argument('--top_p', type=float, default=1.0, help='draw from the smallest set of this mass (1 = all)')
+  parser.add_argument('--num_samples', type=int, default=1, help='samples, one a line')
+  parser.add_argument('--seed', type=int, default=0, help='the same seed gives the same samples')
+  parser.add_argument('--allow_unk', action='store_true', help='let the rare-word and boundary symbols be drawn')
+  return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+  args = parse_args(argv)
+  try:
+    check_settings(args.num_tokens, args.temperature, args.top_k, args.top_p, args.num_samples, args.seed)
+    model = trained_lib.TrainedModel.load(args.workdir)
+    samples = sample(model, args.prompt, args.num_tokens, args.temperature, args.top_k, args.top_p,
+                     args.num_samples, args.seed, args.allow_unk)
+  except UserError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 1
+  for words in samples:
+    print(' '.join(([args.prompt.strip()] if args.prompt.strip() else []) + words))
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

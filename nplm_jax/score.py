@@ -1,0 +1,141 @@
+"""Log-probabilities of text under a trained model, as KenLM's `query` gives them.
+
+python -m nplm_jax.score --workdir=runs/brown_mlp1_tuned --text=FILE [--verbosity=word|line|summary]
+    [--log_base=e|2|10] [--independent_lines] [--format=text|json] [--mix]
+
+FILE ('-' = stdin) is tokenised as the workdir's corpus was (whitespace; `<eos>` after every line
+for text and PTB corpora); a word outside the vocabulary is scored as the rare-word symbol and
+counted as OOV. By default the text is one stream, as the corpus was evaluated: each token's
+context is the tokens before it, across lines, and the first tokens' context is boundary symbols.
+--independent_lines scores every line from boundary symbols (for rescoring sentences or n-best
+lists). Perplexity including OOVs is exp(-mean log P) over every token; excluding OOVs, over the
+others only (KenLM's definitions). --mix scores with the workdir's network + n-gram mixture
+(config.mix: the n-gram's order, smoothing and the network's weight).
+"""
+
+import json
+import math
+import sys
+
+import numpy as np
+
+from nplm_jax import cli as cli_lib
+from nplm_jax import ngram
+from nplm_jax import text_input
+from nplm_jax import trained as trained_lib
+from nplm_jax.errors import UserError
+
+LOG_BASES = {'e': math.e, '2': 2.0, '10': 10.0}
+
+
+def mixed_nll(model: trained_lib.TrainedModel, scored: list[trained_lib.Scored]) -> list[np.ndarray]:
+  """-log of the mixture weight * P_network + (1 - weight) * P_ngram per token (config.mix)."""
+  mix = model.config.mix
+  ngram_model = ngram.build(model.run.corpus, mix.ngram_order, mix.smoothing)
+  out = []
+  for s in scored:
+    history = [model.boundary_id] * (mix.ngram_order - 1) + [int(i) for i in s.ids]
+    p_ngram = np.array([ngram_model.distribution(history[t:t + mix.ngram_order - 1])[s.ids[t]]
+                        for t in range(len(s.ids))])
+    out.append(-np.log(ngram.mixture_probs(np.exp(-s.nll), p_ngram, mix.weight)))
+  return out
+
+
+def summary(nll: np.ndarray, oov: np.ndarray, log_base: str) -> dict:
+  """KenLM's summary: tokens, OOVs, total log-probability, perplexity with and without OOVs."""
+  kept = nll[~oov]
+  return {'tokens': int(len(nll)), 'oov': int(oov.sum()),
+          'log_prob': float(-nll.sum() / math.log(LOG_BASES[log_base])),
+          'perplexity': math.exp(float(nll.mean())) if len(nll) else math.nan,
+          'perplexity_excluding_oov': math.exp(float(kept.mean())) if len(kept) else math.nan,
+          'log_base': log_base}
+
+
+def score_text(model: trained_lib.TrainedModel, lines: list[str], independent_lines: bool,
+               use_mix: bool = False) -> list[trained_lib.Scored]:
+  """One Scored per input line (empty lines give empty results)."""
+  tokens = [model.line_tokens(line) for line in lines]
+  if independent_lines:
+    scored = model.score(tokens)
+  else:  # one stream, cut back into lines
+    whole = model.score([[w for t in tokens for w in t]])[0]
+    scored, start = [], 0
+    for t in tokens:
+      end = start + len(t)
+      scored.append(trained_lib.Scored(t, whole.ids[start:end], whole.oov[start:end], whole.nll[start:end]))
+      start = end
+  if use_mix:
+    if independent_lines:
+      nlls = mixed_nll(model, scored)
+    else:
+      joined = trained_lib.Scored([], np.concatenate([s.ids for s in scored]), None, np.concatenate([s.nll for s in scored]))
+      whole_nll, start, nlls = mixed_nll(model, [joined])[0], 0, []
+      for s in scored:
+        nlls.append(whole_nll[start:start + len(s.ids)])
+        start += len(s.ids)
+    scored = [trained_lib.Scored(s.words, s.ids, s.oov, n) for s, n in zip(scored, nlls)]
+  return scored
+
+
+def report(scored: list[trained_lib.Scored], verbosity: str, log_base: str, output_format: str, out=sys.stdout):
+  scale = 1.0 / math.log(LOG_BASES[log_base])
+  name = 'ln' if log_base == 'e' else f'log{log_base}'
+  for number, s in enumerate(scored, start=1):
+    if verbosity == 'word':
+      for word, i, oov, nll in zip(s.words, s.ids, s.oov, s.nll):
+        if output_format == 'json':
+          print(json.dumps({'line': number, 'word': word, 'id': int(i), f'{name}_prob': -nll * scale,
+                            'oov': bool(oov)}), file=out)
+        else:
+          mark = '\tOOV' if oov else ''
+          print(f'{word}\t{int(i)}\t{-nll * scale:.4f}{mark}', file=out)
+    if verbosity in ('word', 'line') and (s.words or verbosity == 'line'):
+      line = summary(s.nll, s.oov, log_base)
+      if output_format == 'json':
+        print(json.dumps({'line': number, 'tokens': line['tokens'], 'oov': line['oov'],
+                          f'{name}_prob': line['log_prob']}), file=out)
+      else:
+        print(f'line {number}: {name} P = {line["log_prob"]:.4f}, tokens {line["tokens"]}, OOV {line["oov"]}',
+              file=out)
+  nll = np.concatenate([s.nll for s in scored])
+  oov = np.concatenate([s.oov for s in scored])
+  total = summary(nll, oov, log_base)
+  if output_format == 'json':
+    print(json.dumps(total), file=out)
+  else:
+    print(f'tokens {total["tokens"]}, OOV {total["oov"]}, {name} P = {total["log_prob"]:.4f}, perplexity '
+          f'{total["perplexity"]:.2f}, perplexity excluding OOVs {total["perplexity_excluding_oov"]:.2f}', file=out)
+  return total
+
+
+def parse_args(argv=None):
+  parser = cli_lib.ArgumentParser(prog='python -m nplm_jax.score', description=__doc__.splitlines()[0])
+  parser.add_argument('--workdir', required=True, help='a training workdir with a best checkpoint (finished or running)')
+  parser.add_argument('--text', required=True, help="the text to score, one sentence or paragraph a line; '-' = stdin")
+  parser.add_argument('--verbosity', default='summary', choices=['word', 'line', 'summary'],
+                      help='what to print besides the summary')
+  parser.add_argument('--log_base', default='10', choices=list(LOG_BASES), help='base of the printed log-probabilities')
+  parser.add_argument('--independent_lines', action='store_true',
+                      help='score each line from boundary symbols instead of as one stream')
+  parser.add_argument('--format', default='text', choices=['text', 'json'], help='plain text, or one JSON object a line')
+  parser.add_argument('--mix', action='store_true', help="score with the network mixed with the workdir's n-gram")
+  return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+  args = parse_args(argv)
+  try:
+    lines = text_input.read_lines(args.text, '--text')
+    model = trained_lib.TrainedModel.load(args.workdir)
+    scored = score_text(model, lines, args.independent_lines, args.mix)
+    if not sum(len(s.ids) for s in scored):
+      raise UserError(f'--text={args.text!r} holds no tokens; give non-empty text')
+  except UserError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 1
+  report(scored, args.verbosity, args.log_base, args.format)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,227 @@
+"""The tools for a trained model (score, sample, embeddings, plot), each checked against an
+independent computation on a tiny trained workdir."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from nplm_jax import embeddings
+from nplm_jax import sample as sample_lib
+from nplm_jax import score as score_lib
+from nplm_jax import train
+from nplm_jax import trained as trained_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope='module')
+def workdir(tmp_path_factory):
+  """A tiny text-corpus model, trained for a few hundred steps, with its trigram mixture."""
+  from tests import corpora  # pylint: disable=g-import-not-at-top
+  base = tmp_path_factory.mktemp('trained')
+  files = corpora.write_markov_corpus(str(base))
+  with open(files['valid'], 'a', encoding='utf-8') as f:
+    f.write('w1 w2 never_in_train\n')  # so the vocabulary has <unk>, as Brown's and PTB's do
+  path = base / 'run'
+  proc = subprocess.run(
+      [sys.executable, '-m', 'nplm_jax.main', '--config=experiments/text.py:tiny', f'--workdir={path}',
+       *(f'--config.data.{s}_file={files[s]}' for s in ('train', 'valid', 'test')), '--config.train.num_epochs=4',
+       '--config.mix.enabled=True', '--config.mesh.cpu_devices=2'],
+      cwd=REPO, env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr
+  return dict(path=str(path), files=files, base=base)
+
+
+@pytest.fixture(scope='module')
+def model(workdir):
+  return trained_lib.TrainedModel.load(workdir['path'])
+
+
+def tool(module, *args, stdin=None):
+  proc = subprocess.run([sys.executable, '-m', module, *map(str, args)], cwd=REPO, input=stdin,
+                        env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr
+  return proc.stdout
+
+
+def read_text(path):
+  with open(path, encoding='utf-8') as f:
+    return f.read().splitlines()
+
+
+# ------------------------------------------------------------------------------------------ score
+
+def test_scoring_the_test_file_as_a_stream_gives_the_evaluation(workdir, model):
+  lines = read_text(workdir['files']['test'])
+  scored = score_lib.score_text(model, lines, independent_lines=False)
+  nll = np.concatenate([s.nll for s in scored])
+  evaluated = train.evaluate_workdir(workdir['path'], splits=('test',))['test']
+  n = model.context_size  # only the first n-1 tokens' contexts differ (boundary symbols vs the end of valid)
+  np.testing.assert_allclose(nll[n:], evaluated[n:], rtol=1e-5)
+  results = json.load(open(os.path.join(workdir['path'], 'results.json'), encoding='utf-8'))
+  assert math.exp(nll.mean()) == pytest.approx(results['test_ppl'], rel=1e-3)
+
+
+def test_independent_lines_are_each_scored_from_boundary_symbols(model, workdir):
+  lines = read_text(workdir['files']['valid'])[:5]
+  together = score_lib.score_text(model, lines, independent_lines=True)
+  for line, s in zip(lines, together):
+    alone = score_lib.score_text(model, [line], independent_lines=False)[0]
+    np.testing.assert_allclose(s.nll, alone.nll, rtol=1e-6)
+    assert s.words[-1] == '<eos>'  # text corpora end every line with <eos>
+
+
+def test_summary_counts_oovs_as_kenlm_does(model):
+  known = model.vocab[5]
+  scored = score_lib.score_text(model, [f'{known} zzz_unknown {known}', 'qqq'], independent_lines=False)
+  nll = np.concatenate([s.nll for s in scored])
+  oov = np.concatenate([s.oov for s in scored])
+  assert oov.tolist() == [False, True, False, False, True, False]  # <eos> after each line
+  total = score_lib.summary(nll, oov, '10')
+  assert total['tokens'] == 6 and total['oov'] == 2
+  assert total['perplexity'] == pytest.approx(math.exp(nll.mean()))
+  assert total['perplexity_excluding_oov'] == pytest.approx(math.exp(nll[~oov].mean()))
+  assert total['log_prob'] == pytest.approx(-nll.sum() / math.log(10))
+
+
+def test_score_command_word_line_and_json_output(workdir):
+  text = 'w1 w2 w3\nw4 nope w5\n'
+  words = tool('nplm_jax.score', f'--workdir={workdir["path"]}', '--text=-', '--verbosity=word', '--log_base=2',
+               stdin=text).splitlines()
+  assert [w.split('\t')[0] for w in words[:4]] == ['w1', 'w2', 'w3', '<eos>']  # word, id, log2 P
+  assert words[4].startswith('line 1: log2 P = ') and words[5].startswith('w4\t')
+  assert words[6].startswith('nope\t') and words[6].endswith('\tOOV') and words[9].startswith('line 2: ')
+  assert words[-1].startswith('tokens 8, OOV 1, log2 P = ')
+  records = [json.loads(line) for line in tool('nplm_jax.score', f'--workdir={workdir["path"]}', '--text=-',
+                                                '--verbosity=line', '--format=json', stdin=text).splitlines()]
+  assert [r['tokens'] for r in records[:2]] == [4, 4]
+  summary = records[-1]
+  assert {'tokens', 'oov', 'perplexity', 'perplexity_excluding_oov', 'log_base'} <= set(summary)
+  assert summary['log_base'] == '10' and summary['tokens'] == 8 and summary['oov'] == 1
+  assert sum(r['log10_prob'] for r in records[:2]) == pytest.approx(summary['log_prob'], rel=1e-6)
+
+
+def test_score_with_the_mixture_matches_the_training_mixture(workdir):
+  out = json.loads(tool('nplm_jax.score', f'--workdir={workdir["path"]}', f'--text={workdir["files"]["test"]}',
+                        '--mix', '--format=json'))
+  results = json.load(open(os.path.join(workdir['path'], 'results.json'), encoding='utf-8'))
+  assert out['perplexity'] == pytest.approx(results['mix_test_ppl'], rel=1e-2)
+  assert out['perplexity'] < results['test_ppl'] * 1.2  # mixed, not the n-gram alone
+
+
+# ----------------------------------------------------------------------------------------- sample
+
+def test_temperature_zero_and_top_k_one_follow_the_argmax(model):
+  greedy = sample_lib.sample(model, 'w1 w2', 6, temperature=0.0)[0]
+  history = [model.word_ids['w1'], model.word_ids['w2']]
+  for word in greedy:  # the argmax chain, computed step by step from the model's distribution
+    context = np.array([history[::-1][:model.context_size]])
+    log_probs = model.next_word_log_probs(context)[0]
+    log_probs[[model.boundary_id]] = -np.inf
+    assert word == model.vocab[int(np.argmax(log_probs))]
+    history.append(model.word_ids[word])
+  assert sample_lib.sample(model, 'w1 w2', 6, top_k=1, seed=3)[0] == greedy
+
+
+def test_draws_match_the_models_probabilities(model):
+  context = np.array([[model.word_ids['w3'], model.word_ids['w7']]])
+  probs = np.exp(model.next_word_log_probs(context))[0]
+  n = 20_000
+  drawn = sample_lib.draw(sample_lib.shape_distribution(np.log(np.tile(probs, (n, 1))), 1.0, 0, 1.0),
+                          np.random.default_rng(0))
+  empirical = np.bincount(drawn, minlength=len(probs)) / n
+  tv = 0.5 * np.abs(empirical - probs).sum()
+  # E|p_hat - p| <= sqrt(p (1 - p) / n) per word, so E[TV] <= bound; allow 2x for the one draw tested
+  bound = 0.5 * np.sum(np.sqrt(probs * (1 - probs) / n))
+  assert tv < 2 * bound, (tv, bound)
+
+
+def test_top_k_and_top_p_keep_the_most_probable_words():
+  log_probs = np.log(np.array([[0.5, 0.3, 0.15, 0.05]]))
+  np.testing.assert_allclose(sample_lib.shape_distribution(log_probs, 1.0, 2, 1.0), [[0.625, 0.375, 0, 0]])
+  np.testing.assert_allclose(sample_lib.shape_distribution(log_probs, 1.0, 0, 0.79), [[0.625, 0.375, 0, 0]])
+  np.testing.assert_allclose(sample_lib.shape_distribution(log_probs, 1.0, 0, 0.81), [[0.5, 0.3, 0.15, 0]] /
+                             np.float64(0.95))
+  sharp = sample_lib.shape_distribution(log_probs, 0.5, 0, 1.0)[0]
+  np.testing.assert_allclose(sharp, np.array([0.25, 0.09, 0.0225, 0.0025]) / 0.365)
+
+
+def test_samples_are_a_function_of_the_seed_and_avoid_the_symbols(model):
+  a = sample_lib.sample(model, '', 40, num_samples=3, seed=7)
+  assert a == sample_lib.sample(model, '', 40, num_samples=3, seed=7)
+  assert a != sample_lib.sample(model, '', 40, num_samples=3, seed=8)
+  assert all('<eos>' not in s and '<unk>' not in s for s in a)
+  free = sample_lib.sample(model, '', 200, num_samples=4, seed=1, allow_unk=True)
+  assert any('<eos>' in s for s in free)  # a line ends every 9-16 words in this corpus
+
+
+def test_sample_command_prints_one_sample_a_line(workdir):
+  out = tool('nplm_jax.sample', f'--workdir={workdir["path"]}', '--prompt=w1 w2', '--num_tokens=5',
+             '--num_samples=3', '--seed=0').splitlines()
+  assert len(out) == 3 and all(line.startswith('w1 w2 ') and len(line.split()) == 7 for line in out)
+
+
+# ------------------------------------------------------------------------------------- embeddings
+
+def test_neighbours_are_the_highest_cosines(model):
+  c = model.embeddings.astype(np.float64)
+  found = embeddings.neighbours(model, ['w3'], 5)['w3']
+  i = model.word_ids['w3']
+  cosines = [(float(c[i] @ c[j] / np.linalg.norm(c[i]) / np.linalg.norm(c[j])), model.vocab[j])
+             for j in range(len(c)) if j != i]
+  expected = sorted(cosines, reverse=True)[:5]
+  assert [w for w, _ in found] == [w for _, w in expected]
+  np.testing.assert_allclose([s for _, s in found], [s for s, _ in expected], rtol=1e-5)
+
+
+def test_analogy_leaves_out_its_words(model):
+  found = embeddings.analogy(model, ['w1', 'w2', 'w3'], 10)
+  assert len(found) == 10 and not {'w1', 'w2', 'w3'} & {w for w, _ in found}
+
+
+def test_word2vec_and_projector_exports(workdir, model, tmp_path):
+  tool('nplm_jax.embeddings', 'export', f'--workdir={workdir["path"]}', '--format=word2vec',
+       f'--output={tmp_path / "vectors.txt"}')
+  lines = read_text(tmp_path / 'vectors.txt')
+  v, d = map(int, lines[0].split())
+  assert (v, d) == model.embeddings.shape
+  vectors = {parts[0]: np.array(parts[1:], float) for parts in (line.split(' ') for line in lines[1:])}
+  assert list(vectors) == list(model.vocab) and all(len(x) == d for x in vectors.values())
+  np.testing.assert_allclose(vectors['w3'], model.embeddings[model.word_ids['w3']], rtol=1e-5, atol=1e-6)
+  out = tool('nplm_jax.embeddings', 'export', f'--workdir={workdir["path"]}', '--format=projector',
+             f'--output={tmp_path / "projector"}')
+  assert 'tensorboard --logdir=' in out
+  tensors = read_text(tmp_path / 'projector' / 'tensors.tsv')
+  metadata = read_text(tmp_path / 'projector' / 'metadata.tsv')
+  assert len(tensors) == v and len(metadata) == v + 1 and metadata[0] == 'word\ttrain_count'
+  config = (tmp_path / 'projector' / 'projector_config.pbtxt').read_text()
+  assert 'tensor_path: "tensors.tsv"' in config and 'metadata_path: "metadata.tsv"' in config
+
+
+def test_neighbours_command(workdir):
+  out = tool('nplm_jax.embeddings', 'neighbours', f'--workdir={workdir["path"]}', '--words=w1,w2', '--topn=3')
+  lines = out.splitlines()
+  assert lines[0].startswith('w1: ') and lines[1].startswith('w2: ') and lines[0].count(',') == 2
+
+
+# ------------------------------------------------------------------------------------------- plot
+
+def test_plots_are_png(workdir, tmp_path):
+  tool('nplm_jax.plot', 'curves', f'--workdir={workdir["path"]}', f'--workdir={workdir["path"]}',
+       '--ngram=trigram=30', f'--output={tmp_path / "curves.png"}')
+  tool('nplm_jax.plot', 'embeddings', f'--workdir={workdir["path"]}', '--top=40', f'--output={tmp_path / "map.png"}')
+  for name in ('curves.png', 'map.png'):
+    data = (tmp_path / name).read_bytes()
+    assert data[:8] == b'\x89PNG\r\n\x1a\n' and len(data) > 10_000
+
+
+def test_curves_have_each_evaluations_wall_time(workdir):
+  from nplm_jax import plot  # pylint: disable=g-import-not-at-top
+  curve = plot.run_curve(workdir['path'])
+  assert not curve['wall_estimated'] and len(curve['wall']) == len(curve['valid_ppl']) >= 4
+  assert all(b > a for a, b in zip(curve['wall'], curve['wall'][1:]))
