@@ -8,6 +8,7 @@ change the trajectory (refused), and divergence (stopped at the first non-finite
 non-finite is saved or reported).
 """
 
+import dataclasses
 import json
 import math
 import os
@@ -160,6 +161,10 @@ def perplexity(nll: np.ndarray) -> float:
   return math.exp(mean) if mean <= MAX_MEAN_NLL else math.inf
 
 
+# Written by nplm_jax.extend: {'words': [...]} appended to the corpus's vocabulary, in id order.
+ADDED_WORDS_FILE = 'added_words.json'
+
+
 class Run:
   """One training run's pieces, built from a config: mesh, corpus, model, compiled steps."""
 
@@ -168,6 +173,9 @@ class Run:
     self.config, self.workdir = config, workdir
     self.mesh = sharding.make_mesh(config.mesh, devices)
     self.corpus = data_lib.load_corpus(config.data)
+    added = workdir.read_json(ADDED_WORDS_FILE)  # a workdir made by nplm_jax.extend: words appended to V
+    if added:
+      self.corpus = dataclasses.replace(self.corpus, vocab=self.corpus.vocab + tuple(added['words']))
     metrics_lib.log(f'corpus {config.data.corpus}: {self.corpus.summary()}')
     self.model = model_lib.from_config(config.model, self.corpus.vocab_size)
     sharding.check_divisibility(self.mesh, config.train.batch_size, config.train.eval_batch_size,
@@ -217,6 +225,9 @@ def _start(config, workdir: workdir_lib.Workdir, lock: workdir_lib.Lock) -> Run:
         metrics_lib.warn(f'took over the lock of process {stale.get("pid")} on {stale.get("host")}, which no '
                          'longer runs')
     check_resumable(workdir, config)
+    if workdir.file(ADDED_WORDS_FILE).exists():
+      raise UserError(f'{str(workdir)!r} was made by nplm_jax.extend (its vocabulary outgrew its corpus): score, '
+                      'sample and embeddings read it; train in another --workdir')
     run = Run(config, workdir)
     check_corpus(workdir, run.corpus)
     return run
@@ -311,16 +322,20 @@ def load_config(workdir_path: str) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(saved)
 
 
-def best_params(run: Run, checkpoints: ckpt_lib.Checkpoints):
-  """The best parameters of a workdir's run, from the best step its newest readable checkpoint names."""
+def best_step(run: Run, checkpoints: ckpt_lib.Checkpoints) -> int:
+  """The step of a workdir's best parameters, as its newest readable checkpoint names it."""
   run_state = checkpoints.latest_run_state()
   step = run_state.best_step if run_state is not None else None
   if step is None:  # a finished workdir kept without its checkpoints/: results.json names the best step
-    results = run.workdir.read_json('results.json') if run.workdir.file('results.json').exists() else None
-    step = results.get('step') if results else None
+    step = (run.workdir.read_json('results.json') or {}).get('step')
   if step is None:
     raise UserError(f'{str(run.workdir)!r} holds no best checkpoint yet; train it until its first evaluation')
-  return run.restore_best_params(checkpoints, step)
+  return step
+
+
+def best_params(run: Run, checkpoints: ckpt_lib.Checkpoints):
+  """The best parameters of a workdir's run, laid out for the run's mesh."""
+  return run.restore_best_params(checkpoints, best_step(run, checkpoints))
 
 
 def evaluate_workdir(workdir_path: str, splits=('valid', 'test'), mesh=None, devices=None) -> dict:

@@ -41,6 +41,7 @@ class TrainedModel:
   config: ml_collections.ConfigDict
   run: train.Run
   params: dict
+  step: int  # the training step of the best parameters
 
   @classmethod
   def load(cls, workdir_path: str) -> 'TrainedModel':
@@ -58,11 +59,12 @@ class TrainedModel:
       run = train.Run(config, workdir)
     checkpoints = ckpt_lib.Checkpoints(workdir, read_only=True)
     try:
+      step = train.best_step(run, checkpoints)
       with jax.set_mesh(run.mesh):
-        params = train.best_params(run, checkpoints)
+        params = run.restore_best_params(checkpoints, step)
     finally:
       checkpoints.close()
-    return cls(config, run, params)
+    return cls(config, run, params, step)
 
   # ------------------------------------------------------------------------- vocabulary and text
 
@@ -141,22 +143,41 @@ class TrainedModel:
 
   # ------------------------------------------------------------------------ next-word distribution
 
+  def _jit(self, fn):
+    """fn(params, contexts) jitted with the parameters as trained and everything else replicated."""
+    replicated = sharding.replicated(self.run.mesh)
+    return jax.jit(fn, in_shardings=(self.run.steps.param_shardings, replicated), out_shardings=replicated)
+
   @functools.cached_property
   def _log_probs_fn(self):
-    model, mesh = self.run.model, self.run.mesh
-
-    def log_probs(params, contexts):
-      logits = model_lib.dense_logits(steps_lib.features(model, params, contexts), params[model_lib.OUTPUT])
-      logits = jnp.where(jnp.arange(logits.shape[-1]) < model.vocab_size, logits, -jnp.inf)
-      return jax.nn.log_softmax(logits, axis=-1)[:, :model.vocab_size]
-
-    return jax.jit(log_probs, in_shardings=(self.run.steps.param_shardings, sharding.replicated(mesh)),
-                   out_shardings=sharding.replicated(mesh))
+    return self._jit(functools.partial(next_word_log_probs, self.run.model))
 
   def next_word_log_probs(self, contexts: np.ndarray) -> np.ndarray:
     """log P(w | context) for every word of the vocabulary: [batch, |V|], float64, exactly normalised."""
     with jax.set_mesh(self.run.mesh):
       return np.asarray(self._log_probs_fn(self.params, np.asarray(contexts, np.int32)), np.float64)
+
+  @functools.cached_property
+  def _expected_rows_fn(self):
+    model = self.run.model
+
+    def expected(params, contexts):
+      p = jnp.exp(next_word_log_probs(model, params, contexts))
+      return p @ params['C'], p @ params[model_lib.OUTPUT][:, :model.vocab_size].T
+    return self._jit(expected)
+
+  def expected_rows(self, contexts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The paper's vector for an unknown word in each context: sum_i C(i) P(i | context) [N, m], and the
+    same average of the output layer's columns [N, K + 1] (its U, W and b for word i), in fixed-size batches."""
+    batch, n = self.config.train.eval_batch_size, len(contexts)
+    features, columns = [], []
+    with jax.set_mesh(self.run.mesh):
+      for begin in range(0, n, batch):
+        chunk = np.asarray(contexts[np.minimum(np.arange(begin, begin + batch), n - 1)], np.int32)
+        f, c = self._expected_rows_fn(self.params, chunk)
+        features.append(np.asarray(f)[:min(batch, n - begin)])
+        columns.append(np.asarray(c)[:min(batch, n - begin)])
+    return np.concatenate(features), np.concatenate(columns)
 
   # ------------------------------------------------------------------------------ word features
 
@@ -164,3 +185,10 @@ class TrainedModel:
   def embeddings(self) -> np.ndarray:
     """C: the feature vector of every word, [|V|, m] float32."""
     return np.asarray(jax.device_get(self.params['C']), np.float32)
+
+
+def next_word_log_probs(model: model_lib.NPLM, params, contexts):
+  """[batch, |V|] exactly normalised log P(w | context) (the vocabulary's padding left out)."""
+  logits = model_lib.dense_logits(steps_lib.features(model, params, contexts), params[model_lib.OUTPUT])
+  logits = jnp.where(jnp.arange(logits.shape[-1]) < model.vocab_size, logits, -jnp.inf)
+  return jax.nn.log_softmax(logits, axis=-1)[:, :model.vocab_size]

@@ -225,3 +225,50 @@ def test_curves_have_each_evaluations_wall_time(workdir):
   curve = plot.run_curve(workdir['path'])
   assert not curve['wall_estimated'] and len(curve['wall']) == len(curve['valid_ppl']) >= 4
   assert all(b > a for a, b in zip(curve['wall'], curve['wall'][1:]))
+
+
+# ----------------------------------------------------------------------------------------- extend
+
+def test_extend_gives_new_words_the_papers_vector(workdir, model, tmp_path):
+  from nplm_jax import extend  # pylint: disable=g-import-not-at-top
+  lines = ['w1 w2 newA w3 w4', 'w5 newB w6 newA']
+  text = tmp_path / 'new.txt'
+  text.write_text('\n'.join(lines) + '\n')
+  out = tool('nplm_jax.extend', f'--workdir={workdir["path"]}', f'--text={text}', f'--output_workdir={tmp_path / "ext"}')
+  assert out.startswith('added 2 words (3 occurrences)')
+  extended = trained_lib.TrainedModel.load(str(tmp_path / 'ext'))
+  v = len(model.vocab)
+  assert extended.vocab[:v] == model.vocab and extended.vocab[v:] == ('newA', 'newB')
+  # independently: C(j) = sum_i C(i) P(i | context), averaged over j's occurrences (unknown words read as <unk>)
+  words = [w for line in lines for w in model.line_tokens(line)]
+  ids, oov = model.to_ids(words)
+  probs = np.exp(model.next_word_log_probs(model.contexts(ids)))
+  expected = probs @ model.embeddings.astype(np.float64)
+  positions = {w: [t for t, x in enumerate(words) if x == w] for w in ('newA', 'newB')}
+  for j, w in enumerate(('newA', 'newB')):
+    np.testing.assert_allclose(extended.embeddings[v + j], expected[positions[w]].mean(0), rtol=1e-4, atol=1e-6)
+  out_layer = np.asarray(extended.params['output'])
+  rare_bias = np.asarray(model.params['output'])[-1, model.rare_id]
+  np.testing.assert_allclose(out_layer[-1, v:v + 2], rare_bias - np.log(2), rtol=1e-6)
+  np.testing.assert_array_equal(out_layer[:, :v], np.asarray(model.params['output'])[:, :v])
+  scored = score_lib.score_text(extended, ['w1 newB w2'], independent_lines=False)[0]
+  assert not scored.oov.any() and np.all(np.isfinite(scored.nll))
+  assert len(embeddings.neighbours(extended, ['newB'], 3)['newB']) == 3  # the new words have neighbours
+
+
+def test_pos_agreement_counts_shared_tags(workdir, tmp_path):
+  from launch import pos_agreement  # pylint: disable=g-import-not-at-top
+  assert pos_agreement.simple_tag('NN-TL') == 'NN' and pos_agreement.simple_tag('VBD') == 'VBD'
+  assert pos_agreement.most_frequent_tags([('a', 'NN'), ('a', 'VB'), ('a', 'NN-TL')]) == {'a': 'NN'}
+  vocab_vectors = np.array([[1.0, 0.0], [0.0, 1.0]])
+  rates = pos_agreement.agreement(['x', 'y'], np.array([[2.0, 0.1], [2.0, 0.2]]), ['p', 'q'], vocab_vectors,
+                                  {'x': 'N', 'y': 'V', 'p': 'N', 'q': 'V'})
+  assert rates == {'words': 2, 'agreement': 0.5}  # both nearest p (tag N): x agrees, y does not
+  lines = ['w1 w2 newA w3 w4', 'w5 newB w6 newA']
+  text = tmp_path / 'new.txt'
+  text.write_text('\n'.join(lines) + '\n')
+  tool('nplm_jax.extend', f'--workdir={workdir["path"]}', f'--text={text}', f'--output_workdir={tmp_path / "ext"}')
+  tagged = [(f'w{i}', 'A' if i % 2 else 'B') for i in range(60)] + [('newA', 'A'), ('newB', 'B')]
+  rows = pos_agreement.measure(str(tmp_path / 'ext'), lines + read_text(workdir['files']['test']), tagged)
+  assert rows['new words vs rows of C']['words'] == 2
+  assert all(r['words'] == 0 or 0.0 <= r['agreement'] <= 1.0 for r in rows.values())  # nan: no such words
