@@ -50,7 +50,7 @@ def run_curve(path: str) -> dict:
   if estimated:  # older workdirs: spread the run's total wall time evenly over its steps
     total, trained = (results or {}).get('wall_seconds'), (results or {}).get('steps_trained') or max(steps)
     wall = [total * s / trained if total else np.nan for s in steps]
-  return {'label': config.get('name') or path.rstrip('/').split('/')[-1], 'epoch': [h['epoch'] for h in history],
+  return {'label': path.rstrip('/').split('/')[-1] or config.get('name'), 'epoch': [h['epoch'] for h in history],
           'wall': wall, 'valid_ppl': [h['valid_ppl'] for h in history], 'wall_estimated': estimated}
 
 
