@@ -183,6 +183,25 @@ def test_noise_samples_follow_the_unigram_power_distribution():
   np.testing.assert_array_equal(samples, np.asarray(steps.draw_noise(loss, step=3)))
 
 
+def test_noise_of_a_large_vocabulary_is_drawn_with_the_probabilities_its_correction_uses():
+  """Zipf over 250k words: the tail lies below a float32 CDF's rounding; the alias table's float32
+  entries still give every word its probability within 1e-4 (relative), and log_noise is exactly
+  what is drawn."""
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from nplm_jax import steps  # pylint: disable=g-import-not-at-top
+  v = 250_000
+  counts = 1e8 / np.arange(1, v + 1) ** 1.1  # Zipf-like counts, the rarest about 1
+  probs = (counts + 0.5) / np.sum(counts + 0.5)
+  cdf32 = np.cumsum(probs).astype(np.float32).astype(np.float64)
+  float32_cdf_probs = np.diff(np.concatenate([[0.0], cdf32]))
+  assert np.sum(np.abs(float32_cdf_probs / probs - 1) > 0.1) > 1000  # what an inverse float32 CDF draws
+  loss = steps.make_sampled_loss(ml_collections.ConfigDict(dict(name='nce', num_samples=10, noise_power=1.0)),
+                                 counts, seed=0)
+  drawn = steps.alias_probs(np.asarray(loss.noise_accept), np.asarray(loss.noise_alias))
+  assert np.max(np.abs(drawn / probs - 1)) < 1e-4
+  np.testing.assert_allclose(np.exp(np.asarray(loss.log_noise, np.float64)), drawn, rtol=1e-6)
+
+
 def test_keys_added_by_newer_code_do_not_block_resuming(tiny_config, tmp_path):
   saved = json.loads(tiny_config.to_json_best_effort())
   del saved['loss'], saved['model']['compute_dtype']  # as written before these keys existed
