@@ -1,16 +1,18 @@
 """Penn Treebank (Mikolov's split): python -m nplm_jax.main --config=experiments/ptb.py --workdir=runs/ptb
 
 Set --config.data.path to the folder holding ptb.{train,valid,test}.txt (default: $PTB_DIR).
+Variant 'char' (experiments/ptb.py:char) is the character-level model: the same text as
+characters ('_' for a space, <eos> per line), n = 11, results also in bits per character.
 """
 
 import os
 
-from nplm_jax.config import base_config
+from nplm_jax.config import base_config, char_level
 
 
 def get_config(arg: str = ''):
-  if arg:
-    raise ValueError(f"unknown PTB variant {arg!r}; use experiments/ptb.py with no variant")
+  if arg not in ('', 'char'):
+    raise ValueError(f"unknown PTB variant {arg!r}; use experiments/ptb.py or experiments/ptb.py:char")
   config = base_config()
   config.name = 'ptb'
   config.data.corpus = 'ptb'
@@ -18,6 +20,9 @@ def get_config(arg: str = ''):
   config.data.max_rare_count = 0  # PTB already maps rare words to <unk>
   config.data.vocab_scope = 'train'
   config.model.update(n=5, h=100, m=60, direct=True)
+  if arg == 'char':
+    config.name = 'ptb_char'
+    char_level(config)
   return config
 
 

@@ -4,9 +4,11 @@ python -m nplm_jax.main --config=experiments/text.py --workdir=runs/mytext \
   --config.data.train_file=train.txt --config.data.valid_file=valid.txt --config.data.test_file=test.txt
 
 Variant 'tiny' is a seconds-long model for smoke tests: --config=experiments/text.py:tiny
+Variant 'char' models the text as characters ('_' for a space, <eos> per line), n = 11, with
+results also in bits per character: --config=experiments/text.py:char
 """
 
-from nplm_jax.config import base_config
+from nplm_jax.config import base_config, char_level
 
 
 def get_config(arg: str = ''):
@@ -18,6 +20,8 @@ def get_config(arg: str = ''):
   if arg == 'tiny':
     config.model.update(n=3, m=8, h=16, direct=True)
     config.train.update(batch_size=32, num_epochs=2, eval_batch_size=64, log_every=20)
+  elif arg == 'char':
+    char_level(config)
   elif arg:
-    raise ValueError(f"unknown text variant {arg!r}; use '' or 'tiny'")
+    raise ValueError(f"unknown text variant {arg!r}; use '', 'tiny' or 'char'")
   return config

@@ -32,6 +32,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.valid_tokens = 200_000
   c.data.max_rare_count = 3  # words seen this often or less share the rare-word symbol
   c.data.vocab_scope = 'corpus'  # count frequencies over the 'corpus' (paper) or 'train' only
+  c.data.unit = 'word'  # text and ptb: 'word' or 'char' (characters; '_' for a space, <eos> per line)
 
   c.model = ml_collections.ConfigDict()
   c.model.n = 5  # order: n-1 context words
@@ -101,6 +102,23 @@ def base_config() -> ml_collections.ConfigDict:
   return c
 
 
+# The character-level variants (experiments/ptb.py:char, experiments/text.py:char): 10 characters
+# of context, AdamW, the Kneser-Ney n-gram of the same order for the mixture.
+CHAR_MODEL = dict(n=11, m=32, h=512, direct=True)
+CHAR_TRAINING = {'optimizer.name': 'adamw', 'train.batch_size': 512, 'train.num_epochs': 10, 'train.patience': 2}
+
+
+def char_level(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """A text or PTB config made character-level."""
+  config.data.unit = 'char'
+  config.model.update(CHAR_MODEL)
+  for key, value in CHAR_TRAINING.items():
+    section, name = key.split('.')
+    config[section][name] = value
+  config.mix.update(ngram_order=config.model.n, smoothing='kneser_ney')
+  return config
+
+
 # (key, kind, lowest, highest or None, why): kind 'int' or 'float'; lowest/highest inclusive unless
 # noted by an exclusive marker below.
 _RANGES = [
@@ -128,6 +146,7 @@ _RANGES = [
 _CHOICES = [
     ('data.corpus', ('brown', 'ptb', 'text')),
     ('data.vocab_scope', ('corpus', 'train')),
+    ('data.unit', ('word', 'char')),
     ('model.compute_dtype', ('float32', 'bfloat16')),
     ('optimizer.name', ('paper_sgd', 'adamw')),
     ('loss.name', ('softmax', 'sampled_softmax', 'nce')),
@@ -167,6 +186,9 @@ def validate(config) -> None:
 def _validate_relations(config) -> None:
   """Checks that involve more than one value."""
   train, model = config.train, config.model
+  if config.data.get('unit', 'word') == 'char' and config.data.corpus == 'brown':
+    raise UserError("data.unit='char' is for text and ptb corpora (Brown comes as words); use data.corpus=text "
+                    "or ptb, or data.unit='word'")
   for name in ('learning_rate',):
     value = config.optimizer[name]
     if not _number_ok(value, 'float') or value <= 0:

@@ -130,17 +130,28 @@ def _scope_words(scope: str, corpus_words: Sequence[str], train_words: Sequence[
   raise DataError(f"data.vocab_scope={scope!r} is unknown; use 'corpus' or 'train'")
 
 
-def read_lines_with_eos(path: str) -> list[str]:
-  """Whitespace tokens of a text file, with an end-of-line token after every non-empty line."""
+SPACE = '_'  # a space, as a character-level token (Mikolov's character-level PTB writes it so)
+
+
+def line_tokens(line: str, unit: str = 'word') -> list[str]:
+  """A line's tokens: its whitespace-separated words, or (unit 'char') its characters with single
+  spaces as SPACE; an end-of-line token after a non-empty line. Training, scoring and the n-gram
+  models all tokenise through here."""
+  words = line.split()
+  if not words:
+    return []
+  tokens = words if unit == 'word' else list(SPACE.join(words))
+  return tokens + [EOS]
+
+
+def read_lines_with_eos(path: str, unit: str = 'word') -> list[str]:
+  """The tokens of a text file (line_tokens of each line)."""
   check_text_file(path)
   words = []
   with open(path, encoding='utf-8') as f:
     try:
       for line in f:
-        tokens = line.split()
-        if tokens:
-          words.extend(tokens)
-          words.append(EOS)
+        words.extend(line_tokens(line, unit))
     except UnicodeDecodeError as e:
       raise DataError(f'corpus file {path!r} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start} '
                       'of a block); convert it, e.g. iconv -f latin1 -t utf-8') from None
@@ -156,14 +167,14 @@ def check_text_file(path: str) -> None:
     raise DataError(f'corpus file {path!r} does not exist; point the config at an existing file')
 
 
-def text_corpus(files: dict[str, str], max_rare_count: int = 0, vocab_scope: str = 'train') -> Corpus:
+def text_corpus(files: dict[str, str], max_rare_count: int = 0, vocab_scope: str = 'train', unit: str = 'word') -> Corpus:
   """A whitespace-tokenised corpus, one sentence or paragraph a line (PTB's format).
 
   With `max_rare_count` = 0 every counted word is kept (PTB already maps rare words to `<unk>`,
   which is then an ordinary word). The rare-word symbol joins the vocabulary only when some
   token falls outside it.
   """
-  split_words = {s: read_lines_with_eos(files[s]) for s in SPLITS}
+  split_words = {s: read_lines_with_eos(files[s], unit) for s in SPLITS}
   all_words = [w for s in SPLITS for w in split_words[s]]
   vocab = build_vocab(_scope_words(vocab_scope, all_words, split_words['train']), max_rare_count,
                       first=(EOS,))
@@ -174,11 +185,11 @@ def text_corpus(files: dict[str, str], max_rare_count: int = 0, vocab_scope: str
   return Corpus(vocab, ids, boundary_id=vocab.index(EOS))
 
 
-def ptb_corpus(path: str) -> Corpus:
+def ptb_corpus(path: str, unit: str = 'word') -> Corpus:
   if not path or not os.path.isdir(path):
     raise DataError(f'data.path={path!r} is not a folder; set --config.data.path to the folder '
                     'holding ptb.train.txt, ptb.valid.txt and ptb.test.txt')
-  return text_corpus({s: os.path.join(path, f'ptb.{s}.txt') for s in SPLITS})
+  return text_corpus({s: os.path.join(path, f'ptb.{s}.txt') for s in SPLITS}, unit=unit)
 
 
 def load_corpus(data_config) -> Corpus:
@@ -188,13 +199,13 @@ def load_corpus(data_config) -> Corpus:
     return brown_corpus(data_config.train_tokens, data_config.valid_tokens,
                         data_config.max_rare_count, data_config.vocab_scope)
   if name == 'ptb':
-    return ptb_corpus(data_config.path)
+    return ptb_corpus(data_config.path, data_config.get('unit', 'word'))
   if name == 'text':
     files = {s: data_config.get(f'{s}_file') for s in SPLITS}
     missing = [f'data.{s}_file' for s, f in files.items() if not f]
     if missing:
       raise DataError(f'{", ".join(missing)} not set; give --config.data.train_file=... etc.')
-    return text_corpus(files, data_config.max_rare_count, data_config.vocab_scope)
+    return text_corpus(files, data_config.max_rare_count, data_config.vocab_scope, data_config.get('unit', 'word'))
   raise DataError(f"data.corpus={name!r} is unknown; use 'brown', 'ptb' or 'text'")
 
 

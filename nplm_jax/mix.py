@@ -5,6 +5,7 @@ python -m nplm_jax.mix --workdir=runs/brown_mlp1   (writes WORKDIR/mix_results.j
 """
 
 import json
+import math
 import sys
 
 import numpy as np
@@ -30,6 +31,7 @@ def mixture_results(corpus: data_lib.Corpus, network_nll: dict, mix_config) -> d
     out[f'ngram_{s}_ppl'] = ngram.perplexity(p_ngram[s])
     out[f'mix_{s}_ppl'] = ngram.perplexity(ngram.mixture_probs(p_net[s], p_ngram[s], mix_config.weight))
     out[f'mix_fitted_{s}_ppl'] = ngram.perplexity(ngram.mixture_probs(p_net[s], p_ngram[s], fitted))
+    out[f'mix_{s}_bits'] = math.log2(out[f'mix_{s}_ppl'])  # bits per token: per character at data.unit='char'
   return out
 
 

@@ -308,6 +308,8 @@ def main(argv):
   except UserError as e:
     sys.exit(f'error: {e}')
   result['corpus'] = cli.config.data.corpus
+  if cli.config.data.get('unit', 'word') == 'char':
+    result.update(valid_bpc=math.log2(result['valid_ppl']), test_bpc=math.log2(result['test_ppl']))
   line = json.dumps(result)
   print(line, flush=True)
   if cli.output:

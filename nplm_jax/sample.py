@@ -75,7 +75,7 @@ def sample(model: trained_lib.TrainedModel, prompt: str, num_tokens: int, temper
            top_p: float = 1.0, num_samples: int = 1, seed: int = 0, allow_unk: bool = False) -> list[list[str]]:
   """`num_samples` continuations of `prompt`, `num_tokens` words each."""
   check_settings(num_tokens, temperature, top_k, top_p, num_samples, seed)
-  prompt_ids, _ = model.to_ids([w for w in prompt.split()])
+  prompt_ids, _ = model.to_ids(model.prompt_tokens(prompt))
   history = np.concatenate([np.full(model.context_size, model.boundary_id, np.int32), prompt_ids])
   histories = np.tile(history, (num_samples, 1))
   banned = [] if allow_unk else sorted({i for i in (model.rare_id, model.boundary_id,
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
     print(f'error: {e}', file=sys.stderr)
     return 1
   for words in samples:
-    print(' '.join(([args.prompt.strip()] if args.prompt.strip() else []) + words))
+    print(model.join(model.prompt_tokens(args.prompt) + words))
   return 0
 
 

@@ -307,10 +307,13 @@ def _train_and_report(run: Run, config, workdir: workdir_lib.Workdir, extra_resu
       'history': run_state.history,
       'config': json.loads(config.to_json_best_effort()),
   }
+  if config.data.get('unit', 'word') == 'char':  # character-level results are read in bits per character
+    results.update(valid_bpc=math.log2(results['valid_ppl']), test_bpc=math.log2(results['test_ppl']))
   if extra_results is not None and distributed.is_leader():  # host work, for the writer alone
     results.update(extra_results(run.corpus, nll))
   workdir.write_json('results.json', results)
-  metrics_lib.log(f'done: valid ppl {results["valid_ppl"]:.2f}, test ppl {results["test_ppl"]:.2f} '
+  bpc = f' ({results["valid_bpc"]:.3f} / {results["test_bpc"]:.3f} bits per character)' if 'test_bpc' in results else ''
+  metrics_lib.log(f'done: valid ppl {results["valid_ppl"]:.2f}, test ppl {results["test_ppl"]:.2f}{bpc} '
                   f'(best step {results["step"]}, {results["wall_seconds"]:.0f} s)')
   return results
 

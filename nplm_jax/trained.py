@@ -88,15 +88,27 @@ class TrainedModel:
   def rare_id(self) -> int | None:
     return self.word_ids.get(data_lib.RARE)
 
-  @property
-  def lines_end_with_eos(self) -> bool:
-    """Text and PTB corpora end every line with <eos>; Brown is a plain word stream."""
-    return self.config.data.corpus in ('text', 'ptb')
-
   def line_tokens(self, line: str) -> list[str]:
-    """A line's tokens as the corpus reader made them (whitespace split, <eos> after a non-empty line)."""
-    words = line.split()
-    return words + [data_lib.EOS] if words and self.lines_end_with_eos else words
+    """A line's tokens as the corpus reader made them: Brown is a plain word stream; text and PTB
+    corpora end every line with <eos> and may be character-level (data.unit)."""
+    if self.config.data.corpus == 'brown':
+      return line.split()
+    return data_lib.line_tokens(line, self.config.data.get('unit', 'word'))
+
+  @property
+  def char_level(self) -> bool:
+    return self.config.data.get('unit', 'word') == 'char'
+
+  def prompt_tokens(self, prompt: str) -> list[str]:
+    """A prompt's tokens: as a line of the corpus, without the end-of-line token."""
+    tokens = self.line_tokens(prompt)
+    return tokens[:-1] if tokens and tokens[-1] == data_lib.EOS else tokens
+
+  def join(self, tokens: list[str]) -> str:
+    """Tokens back to text: words with spaces between; characters together, SPACE as a space."""
+    if self.char_level:
+      return ''.join(' ' if t == data_lib.SPACE else t for t in tokens)
+    return ' '.join(tokens)
 
   def to_ids(self, words: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """(ids, oov): words outside the vocabulary become the rare-word symbol and are marked."""
