@@ -23,8 +23,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.seed = 0  # the initialisation, the data order, dropout masks and noise samples
 
   c.data = ml_collections.ConfigDict()
-  c.data.corpus = 'brown'  # 'brown' | 'ptb' | 'text'
-  c.data.path = ''  # ptb: folder with ptb.{train,valid,test}.txt
+  c.data.corpus = 'brown'  # 'brown' | 'ptb' | 'text' | 'prepared' (python -m nplm_jax.prepare)
+  c.data.path = ''  # ptb: folder with ptb.{train,valid,test}.txt; prepared: the folder nplm_jax.prepare wrote
   c.data.train_file = ''  # text: one sentence or paragraph a line
   c.data.valid_file = ''
   c.data.test_file = ''
@@ -144,7 +144,7 @@ _RANGES = [
     ('mix.weight', 'float', 0.0, 1.0, "the network's weight in the mixture"),
 ]
 _CHOICES = [
-    ('data.corpus', ('brown', 'ptb', 'text')),
+    ('data.corpus', ('brown', 'ptb', 'text', 'prepared')),
     ('data.vocab_scope', ('corpus', 'train')),
     ('data.unit', ('word', 'char')),
     ('model.compute_dtype', ('float32', 'bfloat16')),

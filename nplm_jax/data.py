@@ -25,6 +25,9 @@ EOS = '<eos>'
 SPLITS = ('train', 'valid', 'test')
 
 
+HASH_CHUNK = 1 << 24  # tokens
+
+
 class DataError(UserError):
   """A corpus cannot be read; the message says what is wrong and how to fix it."""
 
@@ -33,7 +36,7 @@ class DataError(UserError):
 class Corpus:
   """Integer token ids for the three splits over one vocabulary."""
   vocab: tuple[str, ...]
-  splits: dict[str, np.ndarray]  # split name -> int32 ids
+  splits: dict[str, np.ndarray]  # split name -> ids (int32, or uint32 memory-mapped from a prepared corpus)
   boundary_id: int  # fills the context before the first token of the stream
 
   @property
@@ -54,10 +57,13 @@ class Corpus:
     return np.bincount(self.splits[split], minlength=self.vocab_size)
 
   def fingerprint(self) -> str:
-    """A hash of the vocabulary and every split's token ids: equal iff the model sees the same data."""
+    """A hash of the vocabulary and every split's token ids: equal iff the model sees the same data
+    (the same for a corpus read directly and its prepared, memory-mapped copy)."""
     digest = hashlib.sha256('\n'.join(self.vocab).encode('utf-8'))
     for s in SPLITS:
-      digest.update(np.ascontiguousarray(self.splits[s], np.int32).tobytes())
+      ids = self.splits[s]
+      for begin in range(0, len(ids), HASH_CHUNK):  # in pieces: a memory-mapped split is never copied whole
+        digest.update(np.ascontiguousarray(ids[begin:begin + HASH_CHUNK], np.int32).tobytes())
     return digest.hexdigest()
 
   def description(self) -> dict:
@@ -77,7 +83,11 @@ def build_vocab(counted: Sequence[str], max_rare_count: int, first: Sequence[str
 
   Frequent words come by decreasing count (ties by first appearance), so ids are deterministic.
   """
-  counts = collections.Counter(counted)
+  return vocab_from_counts(collections.Counter(counted), max_rare_count, first)
+
+
+def vocab_from_counts(counts: collections.Counter, max_rare_count: int, first: Sequence[str] = (RARE,)) -> tuple[str, ...]:
+  """build_vocab from counts made in order of first appearance (Counter.update line by line)."""
   frequent = [w for w, c in counts.most_common() if c > max_rare_count and w not in first]
   return (*first, *frequent)
 
@@ -206,7 +216,47 @@ def load_corpus(data_config) -> Corpus:
     if missing:
       raise DataError(f'{", ".join(missing)} not set; give --config.data.train_file=... etc.')
     return text_corpus(files, data_config.max_rare_count, data_config.vocab_scope, data_config.get('unit', 'word'))
-  raise DataError(f"data.corpus={name!r} is unknown; use 'brown', 'ptb' or 'text'")
+  if name == 'prepared':
+    return prepared_corpus(data_config.path)
+  raise DataError(f"data.corpus={name!r} is unknown; use 'brown', 'ptb', 'text' or 'prepared'")
+
+
+# A prepared corpus (python -m nplm_jax.prepare): DIR/vocab.txt, DIR/{train,valid,test}.npy, DIR/meta.json.
+PREPARED_META = 'meta.json'
+
+
+def prepared_corpus(path: str) -> Corpus:
+  """A corpus written by nplm_jax.prepare, its token ids memory-mapped (read as they are used)."""
+  import json  # pylint: disable=g-import-not-at-top
+  meta_path = os.path.join(path or '', PREPARED_META)
+  if not path or not os.path.isfile(meta_path):
+    raise DataError(f'data.path={path!r} holds no prepared corpus ({PREPARED_META}); make one with python -m '
+                    'nplm_jax.prepare --config=CONFIG --output=DIR')
+  try:
+    with open(meta_path, encoding='utf-8') as f:
+      meta = json.load(f)
+    with open(os.path.join(path, 'vocab.txt'), encoding='utf-8') as f:
+      vocab = tuple(line.rstrip('\n').split('\t')[0] for line in f)
+    splits = {s: np.load(os.path.join(path, f'{s}.npy'), mmap_mode='r') for s in SPLITS}
+  except (OSError, ValueError, KeyError) as e:
+    raise DataError(f'the prepared corpus in {path!r} cannot be read ({e}); prepare it again') from None
+  if len(vocab) != meta['vocab_size'] or any(len(splits[s]) != meta[f'{s}_tokens'] for s in SPLITS):
+    raise DataError(f'the prepared corpus in {path!r} is incomplete (sizes differ from {PREPARED_META}); prepare it again')
+  return Corpus(vocab, splits, boundary_id=meta['boundary_id'])
+
+
+def prepared_source(path: str) -> dict:
+  """The data config a prepared corpus was made from (its meta.json 'source')."""
+  import json  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(path, PREPARED_META), encoding='utf-8') as f:
+    return json.load(f)['source']
+
+
+def text_unit(data_config) -> str | None:
+  """How a line of text becomes tokens for this corpus: None for Brown (a plain word stream),
+  else the unit ('word' or 'char') of line_tokens, which ends a line with <eos>."""
+  source = prepared_source(data_config.path) if data_config.corpus == 'prepared' else data_config
+  return None if source['corpus'] == 'brown' else source.get('unit', 'word')
 
 
 class TokenStream:
@@ -215,7 +265,8 @@ class TokenStream:
   def __init__(self, corpus: Corpus, context_size: int):
     self.context_size = context_size
     pad = np.full(context_size, corpus.boundary_id, np.int32)
-    self._stream = np.concatenate([pad] + [corpus.splits[s] for s in SPLITS])
+    # int32 whatever the splits' type (memory-mapped uint32 included): 4 bytes a token
+    self._stream = np.concatenate([pad] + [corpus.splits[s] for s in SPLITS], dtype=np.int32, casting='unsafe')
     self._start = {}
     offset = context_size
     for s in SPLITS:
@@ -235,7 +286,8 @@ class TokenStream:
   def train_order(self, seed: int, epoch: int) -> np.ndarray:
     """A permutation of the training positions that depends only on (seed, epoch)."""
     rng = np.random.default_rng([seed, epoch])
-    return rng.permutation(self._size['train']).astype(np.int64)
+    # uint32 (half of int64's memory); numpy draws the same permutation for either type
+    return rng.permutation(np.arange(self._size['train'], dtype=np.uint32))
 
   def eval_positions(self, split: str, batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Fixed-size batches of positions covering every token once, with weights: 0 on the last

@@ -308,7 +308,7 @@ def main(argv):
   except UserError as e:
     sys.exit(f'error: {e}')
   result['corpus'] = cli.config.data.corpus
-  if cli.config.data.get('unit', 'word') == 'char':
+  if data_lib.text_unit(cli.config.data) == 'char':
     result.update(valid_bpc=math.log2(result['valid_ppl']), test_bpc=math.log2(result['test_ppl']))
   line = json.dumps(result)
   print(line, flush=True)

@@ -307,7 +307,7 @@ def _train_and_report(run: Run, config, workdir: workdir_lib.Workdir, extra_resu
       'history': run_state.history,
       'config': json.loads(config.to_json_best_effort()),
   }
-  if config.data.get('unit', 'word') == 'char':  # character-level results are read in bits per character
+  if data_lib.text_unit(config.data) == 'char':  # character-level results are read in bits per character
     results.update(valid_bpc=math.log2(results['valid_ppl']), test_bpc=math.log2(results['test_ppl']))
   if extra_results is not None and distributed.is_leader():  # host work, for the writer alone
     results.update(extra_results(run.corpus, nll))

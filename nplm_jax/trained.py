@@ -91,13 +91,16 @@ class TrainedModel:
   def line_tokens(self, line: str) -> list[str]:
     """A line's tokens as the corpus reader made them: Brown is a plain word stream; text and PTB
     corpora end every line with <eos> and may be character-level (data.unit)."""
-    if self.config.data.corpus == 'brown':
-      return line.split()
-    return data_lib.line_tokens(line, self.config.data.get('unit', 'word'))
+    unit = self.text_unit
+    return line.split() if unit is None else data_lib.line_tokens(line, unit)
+
+  @functools.cached_property
+  def text_unit(self) -> str | None:
+    return data_lib.text_unit(self.config.data)
 
   @property
   def char_level(self) -> bool:
-    return self.config.data.get('unit', 'word') == 'char'
+    return self.text_unit == 'char'
 
   def prompt_tokens(self, prompt: str) -> list[str]:
     """A prompt's tokens: as a line of the corpus, without the end-of-line token."""

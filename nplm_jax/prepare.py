@@ -1,0 +1,152 @@
+"""A corpus prepared once: vocabulary and token ids on disk, memory-mapped by every later run.
+
+python -m nplm_jax.prepare --config=experiments/ptb.py --output=runs/ptb_prepared
+python -m nplm_jax.main --config=experiments/prepared.py --config.data.path=runs/ptb_prepared
+
+Text and PTB corpora are read streaming, line by line, twice (once to count words, once to
+write ids), so no split is ever held as Python strings; Brown (1.2M words through NLTK) is read
+as it always is. Written: DIR/vocab.txt (a word and its count in train a line, in id order),
+DIR/{train,valid,test}.npy (uint32 token ids, memory-mappable) and DIR/meta.json (the source data
+config, the rare-word rule, the boundary symbol, the sizes). The vocabulary, ids and so every
+result are those of the corpus read directly (tested); training, evaluation, ngram, mix and the
+tools read it with --config.data.corpus=prepared --config.data.path=DIR.
+"""
+
+import collections
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+from nplm_jax import data as data_lib
+from nplm_jax import metrics
+from nplm_jax.errors import UserError
+
+WRITE_CHUNK = 1 << 20  # tokens buffered before they go to the memory-mapped file
+
+
+def split_files(data_config) -> dict[str, str]:
+  if data_config.corpus == 'ptb':
+    if not data_config.path or not os.path.isdir(data_config.path):
+      raise data_lib.DataError(f'data.path={data_config.path!r} is not a folder; set --config.data.path to the folder '
+                               'holding ptb.train.txt, ptb.valid.txt and ptb.test.txt')
+    return {s: os.path.join(data_config.path, f'ptb.{s}.txt') for s in data_lib.SPLITS}
+  files = {s: data_config.get(f'{s}_file') for s in data_lib.SPLITS}
+  missing = [f'data.{s}_file' for s, f in files.items() if not f]
+  if missing:
+    raise data_lib.DataError(f'{", ".join(missing)} not set; give --config.data.train_file=... etc.')
+  return files
+
+
+def stream_lines(path: str):
+  data_lib.check_text_file(path)
+  with open(path, encoding='utf-8') as f:
+    try:
+      yield from f
+    except UnicodeDecodeError as e:
+      raise data_lib.DataError(f'corpus file {path!r} is not UTF-8 text (byte 0x{e.object[e.start]:02x}); convert it, '
+                               'e.g. iconv -f latin1 -t utf-8') from None
+
+
+def count_tokens(path: str, unit: str) -> tuple[collections.Counter, int]:
+  """Word counts in order of first appearance, and the number of tokens."""
+  counts, total = collections.Counter(), 0
+  for line in stream_lines(path):
+    tokens = data_lib.line_tokens(line, unit)
+    counts.update(tokens)
+    total += len(tokens)
+  if not total:
+    raise data_lib.DataError(f'corpus file {path!r} holds no tokens; give a non-empty text file')
+  return counts, total
+
+
+def write_ids(path: str, unit: str, index: dict[str, int], rare_id: int, out: np.ndarray) -> None:
+  """The ids of a file's tokens into `out` (a memory-mapped array of exactly their number)."""
+  buffer, at = [], 0
+  for line in stream_lines(path):
+    buffer.extend(index.get(w, rare_id) for w in data_lib.line_tokens(line, unit))
+    if len(buffer) >= WRITE_CHUNK:
+      out[at:at + len(buffer)] = buffer
+      at, buffer = at + len(buffer), []
+  out[at:at + len(buffer)] = buffer
+
+
+def text_vocab(data_config, files: dict[str, str], unit: str):
+  """(vocab, token counts per split, train counts): data.text_corpus's rule, from streamed counts."""
+  counts, sizes = {}, {}
+  for s in data_lib.SPLITS:
+    metrics.log(f'counting {files[s]}')
+    counts[s], sizes[s] = count_tokens(files[s], unit)
+  scope = counts['train'] if data_config.vocab_scope == 'train' else counts['train'] + counts['valid'] + counts['test']
+  vocab = data_lib.vocab_from_counts(scope, data_config.max_rare_count, first=(data_lib.EOS,))
+  known = set(vocab)
+  if data_lib.RARE not in known and any(w not in known for s in data_lib.SPLITS for w in counts[s]):
+    vocab = (data_lib.RARE, *vocab)
+  return vocab, sizes, counts['train']
+
+
+def prepare(data_config, output: str) -> dict:
+  """Writes the prepared corpus to `output` and returns its meta.json."""
+  if data_config.corpus == 'prepared':
+    raise UserError('--config is already a prepared corpus; give the config of the corpus to prepare')
+  if os.path.isfile(output):
+    raise UserError(f'--output={output!r} is a file; give a folder to write the prepared corpus to')
+  if os.path.isdir(output) and os.listdir(output):
+    raise UserError(f'--output={output!r} is not empty; give a new folder')
+  started = time.time()
+  unit = data_config.get('unit', 'word')
+  if data_config.corpus == 'brown':
+    corpus = data_lib.load_corpus(data_config)
+    vocab, sizes = corpus.vocab, {s: corpus.num_tokens(s) for s in data_lib.SPLITS}
+    train_counts = dict(zip(vocab, corpus.unigram_counts('train').tolist()))
+  else:
+    files = split_files(data_config)
+    vocab, sizes, train_counts = text_vocab(data_config, files, unit)
+  os.makedirs(output, exist_ok=True)
+  index = {w: i for i, w in enumerate(vocab)}
+  rare_id = index.get(data_lib.RARE, -1)
+  for s in data_lib.SPLITS:
+    ids = np.lib.format.open_memmap(os.path.join(output, f'{s}.npy'), mode='w+', dtype=np.uint32, shape=(sizes[s],))
+    if data_config.corpus == 'brown':
+      ids[:] = corpus.splits[s]
+    else:
+      metrics.log(f'writing the ids of {files[s]}')
+      write_ids(files[s], unit, index, rare_id, ids)
+    ids.flush()
+    del ids
+  with open(os.path.join(output, 'vocab.txt'), 'w', encoding='utf-8') as f:
+    f.writelines(f'{w}\t{train_counts.get(w, 0)}\n' for w in vocab)
+  boundary = index[data_lib.EOS] if data_lib.EOS in index and data_config.corpus != 'brown' else 0
+  meta = {'source': data_config.to_dict(), 'vocab_size': len(vocab), 'boundary_id': boundary,
+          'rare_word': data_lib.RARE if rare_id >= 0 else None, 'max_rare_count': data_config.max_rare_count,
+          'vocab_scope': data_config.vocab_scope, **{f'{s}_tokens': sizes[s] for s in data_lib.SPLITS},
+          'seconds': round(time.time() - started, 1)}
+  with open(os.path.join(output, data_lib.PREPARED_META), 'w', encoding='utf-8') as f:
+    json.dump(meta, f, indent=2)
+  return meta
+
+
+def main(argv):
+  del argv
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  cli = flags.FLAGS
+  try:
+    meta = prepare(cli.config.data, cli.output)
+  except UserError as e:
+    sys.exit(f'error: {e}')
+  metrics.log(f'prepared {cli.output}: |V|={meta["vocab_size"]:,}, train {meta["train_tokens"]:,}, valid '
+              f'{meta["valid_tokens"]:,}, test {meta["test_tokens"]:,} tokens in {meta["seconds"]} s; train from it with '
+              f'--config=experiments/prepared.py --config.data.path={cli.output}')
+
+
+if __name__ == '__main__':
+  from absl import app, flags  # pylint: disable=g-import-not-at-top
+  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+  from nplm_jax import cli as cli_lib  # pylint: disable=g-import-not-at-top
+  config_flags.DEFINE_config_file('config', None, 'The corpus config to prepare (its data section is used).',
+                                  lock_config=True)
+  flags.DEFINE_string('output', None, 'The folder to write the prepared corpus to (new or empty).')
+  flags.mark_flags_as_required(['config', 'output'])
+  app.run(main, flags_parser=cli_lib.parse_flags)

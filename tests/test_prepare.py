@@ -1,0 +1,73 @@
+"""Prepared corpora (nplm_jax.prepare): the same vocabulary, token ids and results as the corpus
+read directly, read back memory-mapped."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from nplm_jax import config as config_lib
+from nplm_jax import data
+from nplm_jax import ngram
+from nplm_jax import prepare
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def same_corpus(direct, prepared):
+  assert prepared.vocab == direct.vocab and prepared.boundary_id == direct.boundary_id
+  for s in data.SPLITS:
+    assert isinstance(prepared.splits[s], np.memmap) and prepared.splits[s].dtype == np.uint32
+    np.testing.assert_array_equal(prepared.splits[s], direct.splits[s])
+  assert prepared.fingerprint() == direct.fingerprint()
+
+
+def test_brown_prepared_is_brown(nltk_data, tmp_path):
+  del nltk_data
+  config = config_lib.load_experiment('experiments/brown.py').get_config('mlp1')
+  meta = prepare.prepare(config.data, str(tmp_path / 'brown'))
+  assert (meta['vocab_size'], meta['train_tokens'], meta['test_tokens']) == (17_905, 800_000, 161_192)
+  direct, prepared = data.load_corpus(config.data), data.prepared_corpus(str(tmp_path / 'brown'))
+  same_corpus(direct, prepared)
+  assert ngram.evaluate(prepared, 3, 'interpolated')['test_ppl'] == pytest.approx(
+      ngram.evaluate(direct, 3, 'interpolated')['test_ppl'], rel=1e-12)
+
+
+@pytest.mark.parametrize('variant', ['', 'char'])
+def test_ptb_prepared_is_ptb(ptb_dir, tmp_path, variant):
+  config = config_lib.load_experiment('experiments/ptb.py').get_config(variant)
+  config.data.path = ptb_dir
+  prepare.prepare(config.data, str(tmp_path / 'ptb'))
+  same_corpus(data.load_corpus(config.data), data.prepared_corpus(str(tmp_path / 'ptb')))
+  vocab = (tmp_path / 'ptb' / 'vocab.txt').read_text().splitlines()
+  assert vocab[0].split('\t')[0] == '<eos>' and all(len(line.split('\t')) == 2 for line in vocab)
+
+
+def test_training_from_a_prepared_corpus_gives_the_same_results(tiny_files, tmp_path):
+  files = [f'--config.data.{s}_file={tiny_files[s]}' for s in data.SPLITS]
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  run = lambda *args: subprocess.run([sys.executable, '-m', *args], cwd=REPO, env=env, capture_output=True, text=True,
+                                     timeout=300)
+  proc = run('nplm_jax.prepare', '--config=experiments/text.py:tiny', *files, f'--output={tmp_path / "prepared"}')
+  assert proc.returncode == 0, proc.stderr
+  common = ['--config.model.n=3', '--config.model.m=8', '--config.model.h=16', '--config.train.batch_size=32',
+            '--config.train.eval_batch_size=64', '--config.train.max_steps=40', '--config.data.max_rare_count=0']
+  direct = run('nplm_jax.main', '--config=experiments/text.py:tiny', *files, f'--workdir={tmp_path / "direct"}',
+               '--config.train.max_steps=40')
+  assert direct.returncode == 0, direct.stderr
+  from_prepared = run('nplm_jax.main', '--config=experiments/prepared.py', f'--config.data.path={tmp_path / "prepared"}',
+                      f'--workdir={tmp_path / "from_prepared"}', *common)
+  assert from_prepared.returncode == 0, from_prepared.stderr
+  a, b = (json.loads((tmp_path / w / 'results.json').read_text()) for w in ('direct', 'from_prepared'))
+  assert (a['valid_ppl'], a['test_ppl']) == (b['valid_ppl'], b['test_ppl'])
+  ngram_out = run('nplm_jax.ngram', '--config=experiments/prepared.py', f'--config.data.path={tmp_path / "prepared"}',
+                  '--order=3')
+  assert ngram_out.returncode == 0, ngram_out.stderr
+
+
+def test_a_missing_prepared_corpus_is_one_line(tmp_path):
+  with pytest.raises(data.DataError, match='holds no prepared corpus'):
+    data.prepared_corpus(str(tmp_path))
