@@ -84,6 +84,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.mix.ngram_order = 3
   c.mix.smoothing = 'interpolated'  # 'interpolated' (the paper's) | 'kneser_ney'
   c.mix.weight = 0.5  # the network's weight; a weight fitted on validation is reported too
+  c.mix.max_memory_gb = 16.0  # the n-gram's estimated peak memory above this stops the run at start-up
 
   c.mesh = ml_collections.ConfigDict()
   # -1 fills one axis from the device count; both -1: all devices on 'model' on CPU, on 'data' on
@@ -142,6 +143,7 @@ _RANGES = [
     ('train.checkpoint_every_seconds', 'float', 0.0, None, 'use 0 to save at evaluations only'),
     ('mix.ngram_order', 'int', 1, None, 'the n-gram order of the mixed-in model'),
     ('mix.weight', 'float', 0.0, 1.0, "the network's weight in the mixture"),
+    ('mix.max_memory_gb', 'float', 0.0, None, "the n-gram's memory allowance in GiB"),
 ]
 _CHOICES = [
     ('data.corpus', ('brown', 'ptb', 'text', 'prepared')),

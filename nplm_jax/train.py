@@ -26,6 +26,7 @@ from nplm_jax import data as data_lib
 from nplm_jax import distributed
 from nplm_jax import metrics as metrics_lib
 from nplm_jax import model as model_lib
+from nplm_jax import ngram
 from nplm_jax import optim
 from nplm_jax import run_state as run_state_lib
 from nplm_jax import sharding
@@ -230,6 +231,9 @@ def _start(config, workdir: workdir_lib.Workdir, lock: workdir_lib.Lock) -> Run:
                       'sample and embeddings read it; train in another --workdir')
     run = Run(config, workdir)
     check_corpus(workdir, run.corpus)
+    if config.mix.enabled:  # the mixture's n-gram is estimated after training: refuse now if it cannot be
+      ngram.check_memory(run.corpus, config.mix.ngram_order, config.mix.get('max_memory_gb', ngram.DEFAULT_MAX_MEMORY_GB),
+                         flag='config.mix.max_memory_gb')
     return run
   except BaseException:
     lock.release()
