@@ -276,7 +276,7 @@ def check_memory(corpus: data_lib.Corpus, order: int, max_memory_gb: float = DEF
   tokens = sum(corpus.num_tokens(s) for s in data_lib.SPLITS)
   need = memory_estimate(tokens, order) / 2**30
   if need > max_memory_gb:
-    raise UserError(f'an {order}-gram model of {tokens:,} tokens needs about {need:.1f} GiB, over the '
+    raise UserError(f'the order-{order} n-gram model of {tokens:,} tokens needs about {need:.1f} GiB, over the '
                     f'{max_memory_gb:g} GiB allowed ({flag}); use a lower order, a smaller corpus, or allow more')
 
 

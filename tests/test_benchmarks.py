@@ -72,3 +72,15 @@ def test_multiprocess_step_compares_one_process_with_two():
   assert all(r['train_tokens_per_sec'] > 0 and r['temp_mib'] > 0 for r in rows)
   # the same mesh holds the same output-layer block per device, whatever the number of processes
   assert rows[0]['output_layer_mib_per_device'] == rows[1]['output_layer_mib_per_device']
+
+
+def test_scale_prepares_starts_and_bounds_the_ngram(tmp_path):
+  rows = run('scale.py', '--train_tokens=200000', '--eval_tokens=20000', f'--folder={tmp_path}', '--batch_size=64',
+             '--max_memory_gb=0.01')
+  stages = {r['stage']: r for r in rows}
+  prepared = stages['prepare']
+  assert prepared['train_tokens'] == 210_000 and 500 < prepared['vocab_size'] < 20_000  # 200k words + <eos> a line
+  startup = stages['training start-up (to the end of step 1)']
+  assert startup['vocab_size'] == prepared['vocab_size'] and startup['startup_seconds'] > 0
+  ngram_row = stages['Kneser-Ney 5-gram']
+  assert ngram_row['outcome'].startswith('error: the order-5 n-gram model of') and 'GiB allowed' in ngram_row['outcome']
