@@ -103,8 +103,9 @@ def chunked_map(per_example, inputs, chunk_size: int):
   """per_example(inputs) [batch] for a pytree of [batch, ...] inputs, `chunk_size` examples at a time.
 
   Evaluation then holds one [chunk, |V|] block of logits at a time, and on a CPU that block stays
-  in cache (faster at batch >= 1024). Training saves every chunk's logits for the backward pass
-  anyway, and its fused step runs fastest unchunked (benchmarks/throughput.py). Chunk i takes
+  in cache (faster at batch >= 1024). Training chunked recomputes each chunk's logits in the
+  backward pass (one more matmul), so it too holds one chunk's block at a time: chunk_size bounds
+  the step's temporary memory by chunk x |V| / model; unchunked it runs fastest. Chunk i takes
   examples i, i + n, i + 2n, ... so each chunk keeps the batch's 'data' sharding; the result
   comes back in the batch's order.
   """
@@ -129,8 +130,9 @@ def train_step(state: TrainState, contexts, targets, lr_scale=1.0, first_nonfini
   def loss_fn(params):
     key = dropout_key(seed, state.step) if model.has_dropout else None
     feats, out = features(model, params, contexts, key), params[model_lib.OUTPUT]
-    if loss is None:
-      per_example = lambda ft: vocab_softmax.token_nll(ft[0], out, ft[1], mesh=mesh, compute_dtype=model.compute_dtype)
+    if loss is None:  # chunked: the logits are recomputed chunk by chunk in the backward pass, not kept for all
+      per_example = lambda ft: vocab_softmax.token_nll(ft[0], out, ft[1], mesh=mesh, compute_dtype=model.compute_dtype,
+                                                       recompute=bool(chunk_size))
     else:
       samples = draw_noise(loss, state.step)  # shared by the whole batch
       per_example = lambda ft: vocab_softmax.sampled_token_loss(ft[0], out, ft[1], samples, loss.log_noise,

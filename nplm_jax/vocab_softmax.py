@@ -49,7 +49,12 @@ def _block_backward(f, w, b, z, log_z, targets, g):
   return df.astype(f.dtype), dw.astype(w.dtype), db
 
 
-def _vocab_parallel_nll(f, w, b, targets, *, mesh):
+def _block_backward_recomputed(f, w, b, log_z, targets, g):
+  """_block_backward with the logits block recomputed (f w) instead of saved."""
+  return _block_backward(f, w, b, jnp.matmul(f, w, preferred_element_type=jnp.float32), log_z, targets, g)
+
+
+def _vocab_parallel_nll(f, w, b, targets, *, mesh, recompute=False):
   """-log P(target) for features f [B, K], output weights w [K, |V|] and a float32 bias b [|V|]
   (None when it is folded into f and w).
 
@@ -57,14 +62,18 @@ def _vocab_parallel_nll(f, w, b, targets, *, mesh):
   target's scatter, the sum for the bias); here the gradient of the logits is one fused pass over
   the saved raw logits, followed by the two matmuls. With bfloat16 f and w the matmuls run in
   bfloat16 (float32 accumulation); the bias, the softmax and the bias gradient stay float32.
+  recompute: save only f, log Z and the targets, and recompute the logits block in the backward
+  pass (one more matmul): a step over chunks then holds one chunk's [chunk, |V| / model] logits at
+  a time instead of every chunk's.
   """
   forward = jax.shard_map(_block_forward, mesh=mesh,
                           in_specs=(P('data', None), P(None, 'model'), P('model'), P('data')),
                           out_specs=(P('data'), P('data', 'model'), P('data')))
-  backward = jax.shard_map(_block_backward, mesh=mesh,
-                           in_specs=(P('data', None), P(None, 'model'), P('model'), P('data', 'model'), P('data'),
-                                     P('data'), P('data')),
-                           out_specs=(P('data', None), P(None, 'model'), P('model')))
+  gradients = (P('data', None), P(None, 'model'), P('model'))
+  backward = jax.shard_map(_block_backward, mesh=mesh, out_specs=gradients, in_specs=(
+      P('data', None), P(None, 'model'), P('model'), P('data', 'model'), P('data'), P('data'), P('data')))
+  backward_recomputed = jax.shard_map(_block_backward_recomputed, mesh=mesh, out_specs=gradients, in_specs=(
+      P('data', None), P(None, 'model'), P('model'), P('data'), P('data'), P('data')))
 
   @jax.custom_vjp
   def nll(f, w, b, targets):
@@ -72,10 +81,13 @@ def _vocab_parallel_nll(f, w, b, targets, *, mesh):
 
   def nll_fwd(f, w, b, targets):
     value, z, log_z = forward(f, w, b, targets)
-    return value, (f, w, b, z, log_z, targets)
+    return value, (f, w, b, None if recompute else z, log_z, targets)
 
   def nll_bwd(residuals, g):
-    return (*backward(*residuals, g), None)
+    f, w, b, z, log_z, targets = residuals
+    if z is None:
+      return (*backward_recomputed(f, w, b, log_z, targets, g), None)
+    return (*backward(f, w, b, z, log_z, targets, g), None)
 
   nll.defvjp(nll_fwd, nll_bwd)
   return nll(f, w, b, targets)
@@ -86,18 +98,20 @@ def with_bias_column(f):
   return jnp.concatenate([f, jnp.ones((f.shape[0], 1), f.dtype)], axis=-1)
 
 
-def token_nll(f, output, targets, *, mesh, compute_dtype='float32'):
+def token_nll(f, output, targets, *, mesh, compute_dtype='float32', recompute=False):
   """-log P(target | context) per example, batch sharded on 'data', vocabulary on 'model'.
 
   f [B, K] are the features, output [K + 1, |V|] the output layer [U; W; b]. In float32 the bias
   is folded into the matmul, [f, 1] @ output: no pass of its own over the [B, |V|] logits (a
   separate add made the float32 step 10-17% slower on CPU) and no copy of the output layer. In
   bfloat16 the weight rows are cast (a pass that cast needs anyway) and the bias stays float32.
+  recompute: the backward pass recomputes the logits instead of keeping them (_vocab_parallel_nll).
   """
   if compute_dtype == 'float32':
-    return _vocab_parallel_nll(with_bias_column(f), output, None, targets, mesh=mesh)
+    return _vocab_parallel_nll(with_bias_column(f), output, None, targets, mesh=mesh, recompute=recompute)
   dtype = jnp.dtype(compute_dtype)
-  return _vocab_parallel_nll(f.astype(dtype), output[:-1].astype(dtype), output[-1], targets, mesh=mesh)
+  return _vocab_parallel_nll(f.astype(dtype), output[:-1].astype(dtype), output[-1], targets, mesh=mesh,
+                             recompute=recompute)
 
 
 def dense_token_nll(logits, targets):

@@ -184,3 +184,27 @@ def test_the_older_separate_layout_stacks_into_the_output_layer():
               for k, v in params.items()}
   target = model_lib.separate_output_layer_target(model, abstract)
   assert {k: v.shape for k, v in target.items() if k in 'UWb'} == {'U': (4, 16), 'W': (6, 16), 'b': (16,)}
+
+
+def test_chunked_training_holds_one_chunk_of_logits():
+  """With train.chunk_size the backward pass recomputes each chunk's logits: the step's temporary
+  memory follows the chunk, not the batch (compiled memory analysis, 1 device)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax import optim, sharding, steps  # pylint: disable=g-import-not-at-top
+  config = config_lib.base_config()
+  vocab, batch = 50_000, 4096
+  model = model_lib.from_config(config.model, vocab)
+  mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
+  temp = {}
+  for chunk in (0, 128):
+    compiled = steps.compile_steps(model, optim.make_optimizer(config.optimizer, batch), mesh, chunk_size=chunk)
+    with jax.set_mesh(mesh):
+      state = jax.eval_shape(compiled.init)
+      contexts = jax.ShapeDtypeStruct((batch, model.context_size), jax.numpy.int32)
+      targets = jax.ShapeDtypeStruct((batch,), jax.numpy.int32)
+      temp[chunk] = compiled.train.lower(state, contexts, targets).compile().memory_analysis().temp_size_in_bytes
+  logits_block = batch * vocab * 4
+  assert temp[0] >= logits_block  # unchunked: the whole batch's logits are kept for the backward pass
+  # chunked: one chunk's logits (128 x |V|) and the output layer's gradient, whatever the batch
+  assert temp[128] < temp[0] / 3 and temp[128] < logits_block / 3, temp
