@@ -206,6 +206,7 @@ def test_bad_input_is_one_line_and_touches_nothing(world, case):
   assert proc.returncode != 0, f'{name}: exit 0\n{proc.stdout}\n{proc.stderr}'
   assert 'Traceback' not in proc.stderr + proc.stdout, proc.stderr
   assert len(lines) == 1 and lines[0].startswith('error: '), proc.stderr
+  print(f'{name}: {lines[0]}')  # the matrix with its messages: pytest -rP tests/test_bad_input.py
   if expected is not None:
     assert expected in lines[0], lines[0]
   else:  # the garbled results.json of the sweep point is named

@@ -84,3 +84,10 @@ def test_scale_prepares_starts_and_bounds_the_ngram(tmp_path):
   assert startup['vocab_size'] == prepared['vocab_size'] and startup['startup_seconds'] > 0
   ngram_row = stages['Kneser-Ney 5-gram']
   assert ngram_row['outcome'].startswith('error: the order-5 n-gram model of') and 'GiB allowed' in ngram_row['outcome']
+
+
+def test_input_pipeline_compares_feeds(tiny_files):
+  rows = run('input_pipeline.py', '--config=experiments/text.py:tiny', *(f'--config.data.{s}_file={tiny_files[s]}'
+             for s in ('train', 'valid', 'test')), '--batch_size=16', '--steps=3', '--rounds=1')
+  assert [r['feed'] for r in rows] == ['fixed batch', 'real data, gathered in the loop', 'real data, grain threads']
+  assert rows[0]['ratio_to_fixed'] == 1.0 and all(r['tokens_per_sec'] > 0 for r in rows)
