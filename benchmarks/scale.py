@@ -2,13 +2,14 @@
 
 python benchmarks/scale.py --train_tokens=100000000 --folder=runs/scale
 
-Writes a corpus from a seed (Zipf-distributed words, exponent 1.25, which leaves |V| of about
+Writes a corpus from a seed (Zipf-distributed words, exponent 1.3, which leaves |V| of about
 250k after the rare-word rule at 100M tokens, like WikiText-103's 267k; 20 words a line; valid and
 test of 200k tokens), then measures, each in a fresh process:
 - prepare: `python -m nplm_jax.prepare` wall time and peak RSS;
 - start-up: from process start to the end of the first training step from the prepared corpus
-  (corpus memory-mapped, model built, step compiled), and the host RSS then, beside the bytes of
-  the parameters and optimiser state;
+  (corpus memory-mapped, model built, step compiled, in chunks of --chunk_size), and the host RSS
+  after the set-up (corpus, token stream, epoch permutation) and after the step, beside the bytes
+  of the parameters and optimiser state (on a CPU the devices' memory is the host's);
 - the Kneser-Ney 5-gram: its memory estimate, and whether it estimates within --max_memory_gb
   or stops at once with one line (and how long that took).
 Prints a table and one JSON line per measurement.
@@ -28,7 +29,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 WORDS_PER_LINE = 20
-ZIPF_EXPONENT = 1.25
+ZIPF_EXPONENT = 1.3
 WORD_TYPES = 5_000_000  # draws above this wrap around, so the tail stays spread over many types
 
 
@@ -73,7 +74,12 @@ def timed(module: str, args: list[str], env=None) -> tuple[subprocess.CompletedP
   return proc, seconds, (peaks[-1] / 1024.0 if peaks else float('nan'))
 
 
-def startup_worker(prepared: str, batch_size: int) -> None:
+def rss_mib() -> float:
+  with open('/proc/self/status', encoding='utf-8') as f:
+    return next(int(line.split()[1]) for line in f if line.startswith('VmRSS')) / 1024.0
+
+
+def startup_worker(prepared: str, batch_size: int, chunk_size: int) -> None:
   """In a fresh process: the first training step from the prepared corpus; prints one JSON line."""
   start = time.time()
   from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
@@ -81,11 +87,15 @@ def startup_worker(prepared: str, batch_size: int) -> None:
   config = config_lib.load_experiment('experiments/prepared.py').get_config('')
   config.data.path = prepared
   config.train.batch_size = batch_size
+  config.train.chunk_size = chunk_size
   sharding.configure_host_devices(config.mesh)
   import jax  # pylint: disable=g-import-not-at-top
   from nplm_jax import train  # pylint: disable=g-import-not-at-top
   from nplm_jax import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  baseline = rss_mib()  # Python, JAX and the code
   run = train.Run(config, workdir_lib.Workdir(os.path.join(prepared, 'unused_workdir')))
+  run.train_batch(0)  # the epoch's permutation
+  setup = rss_mib()
   with jax.set_mesh(run.mesh):
     state = run.steps.init()
     state, metrics = run.steps.train(state, *run.train_batch(0))
@@ -93,8 +103,9 @@ def startup_worker(prepared: str, batch_size: int) -> None:
   state_bytes = sum(x.nbytes for x in jax.tree.leaves(state))
   rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
   print('ROW ' + json.dumps({'startup_seconds': round(time.time() - start, 1), 'peak_rss_mib': round(rss),
-                             'state_mib': round(state_bytes / 2**20), 'vocab_size': run.corpus.vocab_size,
-                             'rss_beyond_state_mib': round(rss - state_bytes / 2**20)}), flush=True)
+                             'data_setup_rss_mib': round(setup - baseline), 'state_mib': round(state_bytes / 2**20),
+                             'rss_beyond_state_mib': round(rss - state_bytes / 2**20),
+                             'vocab_size': run.corpus.vocab_size, 'chunk_size': chunk_size}), flush=True)
 
 
 def main(argv=None) -> int:
@@ -104,11 +115,12 @@ def main(argv=None) -> int:
   parser.add_argument('--folder', default='runs/scale', help='where the corpus and the prepared copy go')
   parser.add_argument('--seed', type=int, default=0)
   parser.add_argument('--batch_size', type=int, default=1024)
+  parser.add_argument('--chunk_size', type=int, default=128, help='train.chunk_size of the start-up step')
   parser.add_argument('--max_memory_gb', type=float, default=16.0, help="the n-gram's memory allowance")
   parser.add_argument('--startup_worker', default='', help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.startup_worker:
-    startup_worker(args.startup_worker, args.batch_size)
+    startup_worker(args.startup_worker, args.batch_size, args.chunk_size)
     return 0
   rows = []
   start = time.time()
@@ -125,7 +137,8 @@ def main(argv=None) -> int:
     meta = json.load(f)
   rows.append({'stage': 'prepare', 'seconds': round(seconds, 1), 'peak_rss_mib': round(rss),
                'vocab_size': meta['vocab_size'], 'train_tokens': meta['train_tokens']})
-  proc, seconds, _ = timed('benchmarks.scale', [f'--startup_worker={prepared}', f'--batch_size={args.batch_size}'])
+  proc, seconds, _ = timed('benchmarks.scale', [f'--startup_worker={prepared}', f'--batch_size={args.batch_size}',
+                                                f'--chunk_size={args.chunk_size}'])
   found = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith('ROW ')]
   rows.append({'stage': 'training start-up (to the end of step 1)', **found[0]})
   proc, seconds, rss = timed('nplm_jax.ngram', ['--config=experiments/prepared.py', f'--config.data.path={prepared}',

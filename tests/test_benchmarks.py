@@ -76,6 +76,7 @@ def test_multiprocess_step_compares_one_process_with_two():
 
 def test_scale_prepares_starts_and_bounds_the_ngram(tmp_path):
   rows = run('scale.py', '--train_tokens=200000', '--eval_tokens=20000', f'--folder={tmp_path}', '--batch_size=64',
+             '--chunk_size=16',
              '--max_memory_gb=0.01')
   stages = {r['stage']: r for r in rows}
   prepared = stages['prepare']
