@@ -2,9 +2,7 @@
 traceback, existing workdirs byte-identical, and no empty workdir left behind."""
 
 import hashlib
-import json
 import os
-import shutil
 import subprocess
 import sys
 

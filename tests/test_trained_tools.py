@@ -230,7 +230,6 @@ def test_curves_have_each_evaluations_wall_time(workdir):
 # ----------------------------------------------------------------------------------------- extend
 
 def test_extend_gives_new_words_the_papers_vector(workdir, model, tmp_path):
-  from nplm_jax import extend  # pylint: disable=g-import-not-at-top
   lines = ['w1 w2 newA w3 w4', 'w5 newB w6 newA']
   text = tmp_path / 'new.txt'
   text.write_text('\n'.join(lines) + '\n')
