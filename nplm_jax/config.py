@@ -67,6 +67,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.max_steps = -1  # > 0 overrides num_epochs
   c.train.eval_every = -1  # steps; -1 = once an epoch
   c.train.chunk_size = 0  # > 0: steps process batches in chunks (bounds memory; on CPU speeds evaluation at >= 1024)
+  # 0: each batch is gathered in the training loop (fastest on a few cores: benchmarks/input_pipeline.py);
+  # > 0: grain threads read the next batches ahead (hosts with cores to spare). Same batches either way.
+  c.train.input_threads = 0
   c.train.eval_batch_size = 256  # on CPU the [batch, |V|] block then stays in cache: 2x faster than 1024
   c.train.patience = 3  # evaluations without improvement before stopping; 0 = never stop early
   # Learning-rate annealing: when validation perplexity improves by less than anneal_threshold
@@ -139,6 +142,7 @@ _RANGES = [
     ('train.num_epochs', 'int', 1, None, 'train at least one epoch'),
     ('train.patience', 'int', 0, None, 'use 0 to never stop early'),
     ('train.max_anneals', 'int', 0, None, 'use 0 for no learning-rate cuts'),
+    ('train.input_threads', 'int', 0, None, 'use 0 to gather batches in the training loop'),
     ('train.log_every', 'int', 1, None, 'log every that many steps'),
     ('train.checkpoint_every_seconds', 'float', 0.0, None, 'use 0 to save at evaluations only'),
     ('mix.ngram_order', 'int', 1, None, 'the n-gram order of the mixed-in model'),

@@ -204,6 +204,24 @@ class Run:
   def evaluate(self, params, split: str) -> np.ndarray:
     return split_nll(self.steps, params, self.stream, split, self.config.train.eval_batch_size)
 
+  def batch_reader(self, start_step: int):
+    """step -> the step's batch on the mesh, for steps start_step, start_step + 1, ... in order: gathered
+    when asked (train.input_threads = 0), or read ahead by grain threads; the same batches either way."""
+    threads = self.config.train.get('input_threads', 0)
+    if not threads:
+      return self.train_batch
+    from nplm_jax import input_pipeline  # pylint: disable=g-import-not-at-top  # grain only when asked for
+    b = self.config.train.batch_size
+    source = input_pipeline.StepBatches(self.stream, self.config.seed, b, self.plan['steps_per_epoch'],
+                                        self.plan['total'], self.rows)
+    batches = input_pipeline.train_batches(source, start_step, num_threads=threads)
+
+    def read(step: int):
+      del step  # the iterator is at it
+      contexts, targets = next(batches)
+      return steps_lib.put_process_rows(self.mesh, contexts, b), steps_lib.put_process_rows(self.mesh, targets, b)
+    return read
+
   def train_batch(self, step: int):
     """The batch of a global step: epoch-wise permutations that depend only on (seed, epoch)."""
     epoch, index = divmod(step, self.plan['steps_per_epoch'])
@@ -476,8 +494,9 @@ def _train_loop(run: Run, state, run_state: run_state_lib.RunState, checkpoints,
   progress = metrics_lib.Progress(step, plan['total'], config.train.batch_size)
   in_flight = steps_lib.BoundedDispatch()
   first_nonfinite = steps_lib.NO_NONFINITE_STEP
+  next_batch = run.batch_reader(step)
   while step < plan['total'] and not run_state.stopped_early:
-    state, metrics = run.steps.train(state, *run.train_batch(step), run_state.lr_scale, first_nonfinite)
+    state, metrics = run.steps.train(state, *next_batch(step), run_state.lr_scale, first_nonfinite)
     first_nonfinite = metrics['first_nonfinite']  # stays on the device: read only below
     in_flight.push(metrics)  # not the state: it is donated to the next step
     step += 1
