@@ -42,9 +42,6 @@ def main(argv):
 
   run = train.Run(config, workdir_lib.Workdir(tempfile.mkdtemp()))
   b, mesh = config.train.batch_size, run.mesh
-  put = lambda batch: tuple(steps_lib.put_process_rows(mesh, x, b) for x in batch)
-  source = input_pipeline.StepBatches(run.stream, config.seed, b, run.plan['steps_per_epoch'], run.plan['total'],
-                                      run.rows)
   with jax.set_mesh(mesh):
     state = run.steps.init()
     fixed = run.train_batch(0)
@@ -69,8 +66,8 @@ def main(argv):
       counter = iter(range(step, step + FLAGS.steps))
       rates['real data, gathered in the loop'].append(stretch(lambda: run.train_batch(next(counter))))
       step += FLAGS.steps
-      batches = input_pipeline.train_batches(source, step, num_threads=FLAGS.threads)
-      rates['real data, grain threads'].append(stretch(lambda: put(next(batches))))
+      batches = input_pipeline.train_batches(run.step_batches, step, num_threads=FLAGS.threads)
+      rates['real data, grain threads'].append(stretch(lambda: run.on_mesh(*next(batches))))
       step += FLAGS.steps
   base = statistics.median(rates['fixed batch'])
   print(f'{config.name}, batch {b}, mesh {dict(mesh.shape)}, {FLAGS.steps} steps x {FLAGS.rounds} rounds')

@@ -25,6 +25,7 @@ from nplm_jax import data as data_lib
 from nplm_jax import embeddings
 from nplm_jax import text_input
 from nplm_jax import train
+from nplm_jax import trained as trained_lib
 from nplm_jax import workdir as workdir_lib
 from nplm_jax.errors import UserError
 
@@ -64,17 +65,13 @@ def expected_vectors(model, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
   """(ids, vectors): every in-vocabulary word of the text (not the rare-word symbol) and its
   sum_i C(i) P(i | context) averaged over its occurrences."""
   ids, oov = model.to_ids([w for line in lines for w in model.line_tokens(line)])
-  features, _ = model.expected_rows(model.contexts(ids))
-  which = ids[~oov]
-  counts = np.bincount(which, minlength=len(model.vocab))
-  sums = np.stack([np.bincount(which, weights=features[~oov][:, d], minlength=len(model.vocab))
-                   for d in range(features.shape[1])], axis=1)
+  features, _ = model.expected_rows(model.contexts(ids)[~oov], with_columns=False)
+  means, counts = trained_lib.group_means(features.astype(np.float64), ids[~oov], len(model.vocab))
   present = np.flatnonzero((counts > 0) & (np.arange(len(model.vocab)) != model.rare_id))
-  return present, sums[present] / counts[present, None], counts[present]
+  return present, means[present], counts[present]
 
 
 def measure(workdir_path: str, lines: list[str], tagged_words=None, rare_max_count: int = 10, seed: int = 0) -> dict:
-  from nplm_jax import trained as trained_lib  # pylint: disable=g-import-not-at-top
   workdir = workdir_lib.Workdir(workdir_path)
   added = workdir.read_json(train.ADDED_WORDS_FILE)
   if not added:

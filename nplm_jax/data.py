@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import io
 import os
+import threading
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -178,28 +179,50 @@ def check_text_file(path: str) -> None:
 
 
 def text_corpus(files: dict[str, str], max_rare_count: int = 0, vocab_scope: str = 'train', unit: str = 'word') -> Corpus:
-  """A whitespace-tokenised corpus, one sentence or paragraph a line (PTB's format).
-
-  With `max_rare_count` = 0 every counted word is kept (PTB already maps rare words to `<unk>`,
-  which is then an ordinary word). The rare-word symbol joins the vocabulary only when some
-  token falls outside it.
-  """
+  """A whitespace-tokenised corpus, one sentence or paragraph a line (PTB's format)."""
   split_words = {s: read_lines_with_eos(files[s], unit) for s in SPLITS}
-  all_words = [w for s in SPLITS for w in split_words[s]]
-  vocab = build_vocab(_scope_words(vocab_scope, all_words, split_words['train']), max_rare_count,
-                      first=(EOS,))
-  known = set(vocab)
-  if RARE not in known and any(w not in known for w in all_words):
-    vocab = (RARE, *vocab)
+  vocab = text_vocab({s: collections.Counter(split_words[s]) for s in SPLITS}, max_rare_count, vocab_scope)
   ids = {s: to_ids(split_words[s], vocab) for s in SPLITS}
   return Corpus(vocab, ids, boundary_id=vocab.index(EOS))
 
 
-def ptb_corpus(path: str, unit: str = 'word') -> Corpus:
+def text_vocab(counts: dict[str, collections.Counter], max_rare_count: int, vocab_scope: str) -> tuple[str, ...]:
+  """The vocabulary of a text corpus from each split's word counts (in order of first appearance):
+  <eos>, then the words of the scope seen more than `max_rare_count` times. With `max_rare_count`
+  = 0 every counted word is kept (PTB already maps rare words to `<unk>`, which is then an
+  ordinary word). The rare-word symbol joins the vocabulary only when some token falls outside it.
+  """
+  if vocab_scope == 'corpus':
+    counted = counts['train'] + counts['valid'] + counts['test']  # keeps the order of first appearance
+  else:
+    counted = _scope_words(vocab_scope, None, counts['train'])  # 'train', or one line of error
+  vocab = vocab_from_counts(counted, max_rare_count, first=(EOS,))
+  known = set(vocab)
+  if RARE not in known and any(w not in known for s in SPLITS for w in counts[s]):
+    vocab = (RARE, *vocab)
+  return vocab
+
+
+def ptb_files(path: str) -> dict[str, str]:
   if not path or not os.path.isdir(path):
     raise DataError(f'data.path={path!r} is not a folder; set --config.data.path to the folder '
                     'holding ptb.train.txt, ptb.valid.txt and ptb.test.txt')
-  return text_corpus({s: os.path.join(path, f'ptb.{s}.txt') for s in SPLITS}, unit=unit)
+  return {s: os.path.join(path, f'ptb.{s}.txt') for s in SPLITS}
+
+
+def ptb_corpus(path: str, unit: str = 'word') -> Corpus:
+  return text_corpus(ptb_files(path), unit=unit)
+
+
+def split_files(data_config) -> dict[str, str]:
+  """The text files of a ptb or text config's three splits (one line of error when they are not given)."""
+  if data_config.corpus == 'ptb':
+    return ptb_files(data_config.path)
+  files = {s: data_config.get(f'{s}_file') for s in SPLITS}
+  missing = [f'data.{s}_file' for s, f in files.items() if not f]
+  if missing:
+    raise DataError(f'{", ".join(missing)} not set; give --config.data.train_file=... etc.')
+  return files
 
 
 def load_corpus(data_config) -> Corpus:
@@ -211,11 +234,8 @@ def load_corpus(data_config) -> Corpus:
   if name == 'ptb':
     return ptb_corpus(data_config.path, data_config.get('unit', 'word'))
   if name == 'text':
-    files = {s: data_config.get(f'{s}_file') for s in SPLITS}
-    missing = [f'data.{s}_file' for s, f in files.items() if not f]
-    if missing:
-      raise DataError(f'{", ".join(missing)} not set; give --config.data.train_file=... etc.')
-    return text_corpus(files, data_config.max_rare_count, data_config.vocab_scope, data_config.get('unit', 'word'))
+    return text_corpus(split_files(data_config), data_config.max_rare_count, data_config.vocab_scope,
+                       data_config.get('unit', 'word'))
   if name == 'prepared':
     return prepared_corpus(data_config.path)
   raise DataError(f"data.corpus={name!r} is unknown; use 'brown', 'ptb', 'text' or 'prepared'")
@@ -280,8 +300,7 @@ class TokenStream:
   def examples(self, split: str, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Contexts [B, n-1] (most recent word first: w_{t-1}, ..., w_{t-n+1}) and targets [B]."""
     t = self._start[split] + positions
-    offsets = np.arange(1, self.context_size + 1)
-    return self._stream[t[:, None] - offsets[None, :]], self._stream[t]
+    return context_windows(self._stream, t, self.context_size), self._stream[t]
 
   def train_order(self, seed: int, epoch: int) -> np.ndarray:
     """A permutation of the training positions that depends only on (seed, epoch)."""
@@ -290,9 +309,46 @@ class TokenStream:
     return rng.permutation(np.arange(self._size['train'], dtype=np.uint32))
 
   def eval_positions(self, split: str, batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Fixed-size batches of positions covering every token once, with weights: 0 on the last
-    batch's padding (which repeats the split's last position)."""
-    n = self._size[split]
-    for begin in range(0, n, batch_size):
-      positions = np.arange(begin, begin + batch_size)
-      yield np.minimum(positions, n - 1), (positions < n).astype(np.float32)
+    """Fixed-size batches of positions covering every token of a split once (padded_positions)."""
+    return padded_positions(self._size[split], batch_size)
+
+
+def context_windows(tokens: np.ndarray, t: np.ndarray, context_size: int) -> np.ndarray:
+  """The n-1 tokens before each position t of `tokens` [B, n-1], most recent first (t >= n-1)."""
+  offsets = np.arange(1, context_size + 1)
+  return tokens[t[:, None] - offsets[None, :]]
+
+
+def padded_positions(n: int, batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+  """Fixed-size batches of positions 0..n-1, each once, with weights: 0 on the last batch's
+  padding (which repeats the last position), so every batch compiles to one shape."""
+  for begin in range(0, n, batch_size):
+    positions = np.arange(begin, begin + batch_size)
+    yield np.minimum(positions, n - 1), (positions < n).astype(np.float32)
+
+
+class StepBatches:
+  """The training batch of every global step: a pure function of (seed, step). Step s of epoch e
+  takes positions [i b, (i + 1) b) of the epoch's permutation (TokenStream.train_order), of which
+  this process reads only `rows`. Indexable (the training loop, and grain's read-ahead threads)."""
+
+  def __init__(self, stream: TokenStream, seed: int, batch_size: int, steps_per_epoch: int,
+               total_steps: int, rows: np.ndarray):
+    self.stream, self.seed, self.batch_size = stream, seed, batch_size
+    self.steps_per_epoch, self.total_steps, self.rows = steps_per_epoch, total_steps, rows
+    self._orders, self._lock = {}, threading.Lock()
+
+  def __len__(self) -> int:
+    return self.total_steps
+
+  def _order(self, epoch: int) -> np.ndarray:
+    with self._lock:  # one permutation per epoch, made once, whichever thread asks first
+      if epoch not in self._orders:
+        self._orders = {e: o for e, o in self._orders.items() if e >= epoch - 1}  # keep at most two
+        self._orders[epoch] = self.stream.train_order(self.seed, epoch)
+      return self._orders[epoch]
+
+  def __getitem__(self, step: int) -> tuple[np.ndarray, np.ndarray]:
+    epoch, index = divmod(int(step), self.steps_per_epoch)
+    b = self.batch_size
+    return self.stream.examples('train', self._order(epoch)[index * b:(index + 1) * b][self.rows])

@@ -46,10 +46,9 @@ def unknown_word_rows(model: trained_lib.TrainedModel, lines: list[str]):
   new_words = list(dict.fromkeys(occurrences))  # first-appearance order
   index = {w: i for i, w in enumerate(new_words)}
   which = np.array([index[w] for w in occurrences])
-  counts = np.bincount(which, minlength=len(new_words))
-  mean = lambda rows: np.stack([np.bincount(which, weights=rows[:, d], minlength=len(new_words))
-                                for d in range(rows.shape[1])], axis=1) / counts[:, None]
-  return new_words, counts, mean(features.astype(np.float64)), mean(columns.astype(np.float64))
+  new_c, counts = trained_lib.group_means(features.astype(np.float64), which, len(new_words))
+  new_columns, _ = trained_lib.group_means(columns.astype(np.float64), which, len(new_words))
+  return new_words, counts, new_c, new_columns
 
 
 def new_output_columns(model: trained_lib.TrainedModel, expected_columns: np.ndarray) -> np.ndarray:

@@ -27,19 +27,6 @@ from nplm_jax.errors import UserError
 WRITE_CHUNK = 1 << 20  # tokens buffered before they go to the memory-mapped file
 
 
-def split_files(data_config) -> dict[str, str]:
-  if data_config.corpus == 'ptb':
-    if not data_config.path or not os.path.isdir(data_config.path):
-      raise data_lib.DataError(f'data.path={data_config.path!r} is not a folder; set --config.data.path to the folder '
-                               'holding ptb.train.txt, ptb.valid.txt and ptb.test.txt')
-    return {s: os.path.join(data_config.path, f'ptb.{s}.txt') for s in data_lib.SPLITS}
-  files = {s: data_config.get(f'{s}_file') for s in data_lib.SPLITS}
-  missing = [f'data.{s}_file' for s, f in files.items() if not f]
-  if missing:
-    raise data_lib.DataError(f'{", ".join(missing)} not set; give --config.data.train_file=... etc.')
-  return files
-
-
 def stream_lines(path: str):
   data_lib.check_text_file(path)
   with open(path, encoding='utf-8') as f:
@@ -74,17 +61,12 @@ def write_ids(path: str, unit: str, index: dict[str, int], rare_id: int, out: np
 
 
 def text_vocab(data_config, files: dict[str, str], unit: str):
-  """(vocab, token counts per split, train counts): data.text_corpus's rule, from streamed counts."""
+  """(vocab, token counts per split, train counts): data.text_vocab from streamed counts."""
   counts, sizes = {}, {}
   for s in data_lib.SPLITS:
     metrics.log(f'counting {files[s]}')
     counts[s], sizes[s] = count_tokens(files[s], unit)
-  scope = counts['train'] if data_config.vocab_scope == 'train' else counts['train'] + counts['valid'] + counts['test']
-  vocab = data_lib.vocab_from_counts(scope, data_config.max_rare_count, first=(data_lib.EOS,))
-  known = set(vocab)
-  if data_lib.RARE not in known and any(w not in known for s in data_lib.SPLITS for w in counts[s]):
-    vocab = (data_lib.RARE, *vocab)
-  return vocab, sizes, counts['train']
+  return data_lib.text_vocab(counts, data_config.max_rare_count, data_config.vocab_scope), sizes, counts['train']
 
 
 def prepare(data_config, output: str) -> dict:
@@ -102,7 +84,7 @@ def prepare(data_config, output: str) -> dict:
     vocab, sizes = corpus.vocab, {s: corpus.num_tokens(s) for s in data_lib.SPLITS}
     train_counts = dict(zip(vocab, corpus.unigram_counts('train').tolist()))
   else:
-    files = split_files(data_config)
+    files = data_lib.split_files(data_config)
     vocab, sizes, train_counts = text_vocab(data_config, files, unit)
   os.makedirs(output, exist_ok=True)
   index = {w: i for i, w in enumerate(vocab)}

@@ -13,6 +13,7 @@ others only (KenLM's definitions). --mix scores with the workdir's network + n-g
 (config.mix: the n-gram's order, smoothing and the network's weight).
 """
 
+import dataclasses
 import json
 import math
 import sys
@@ -28,17 +29,13 @@ from nplm_jax.errors import UserError
 LOG_BASES = {'e': math.e, '2': 2.0, '10': 10.0}
 
 
-def mixed_nll(model: trained_lib.TrainedModel, scored: list[trained_lib.Scored]) -> list[np.ndarray]:
-  """-log of the mixture weight * P_network + (1 - weight) * P_ngram per token (config.mix)."""
+def mixed_nll(model: trained_lib.TrainedModel, ngram_model, ids: np.ndarray, nll: np.ndarray) -> np.ndarray:
+  """-log of weight * P_network + (1 - weight) * P_ngram per token of a sequence that starts after
+  boundary symbols (config.mix: the n-gram model's order, the network's weight)."""
   mix = model.config.mix
-  ngram_model = ngram.build(model.run.corpus, mix.ngram_order, mix.smoothing)
-  out = []
-  for s in scored:
-    history = [model.boundary_id] * (mix.ngram_order - 1) + [int(i) for i in s.ids]
-    p_ngram = np.array([ngram_model.distribution(history[t:t + mix.ngram_order - 1])[s.ids[t]]
-                        for t in range(len(s.ids))])
-    out.append(-np.log(ngram.mixture_probs(np.exp(-s.nll), p_ngram, mix.weight)))
-  return out
+  history = [model.boundary_id] * (mix.ngram_order - 1) + [int(i) for i in ids]
+  p_ngram = np.array([ngram_model.distribution(history[t:t + mix.ngram_order - 1])[ids[t]] for t in range(len(ids))])
+  return -np.log(ngram.mixture_probs(np.exp(-nll), p_ngram, mix.weight))
 
 
 def summary(nll: np.ndarray, oov: np.ndarray, log_base: str) -> dict:
@@ -53,28 +50,19 @@ def summary(nll: np.ndarray, oov: np.ndarray, log_base: str) -> dict:
 
 def score_text(model: trained_lib.TrainedModel, lines: list[str], independent_lines: bool,
                use_mix: bool = False) -> list[trained_lib.Scored]:
-  """One Scored per input line (empty lines give empty results)."""
+  """One Scored per input line (empty lines give empty results): each line from boundary symbols,
+  or the lines as one stream, scored whole and cut back into lines."""
   tokens = [model.line_tokens(line) for line in lines]
-  if independent_lines:
-    scored = model.score(tokens)
-  else:  # one stream, cut back into lines
-    whole = model.score([[w for t in tokens for w in t]])[0]
-    scored, start = [], 0
-    for t in tokens:
-      end = start + len(t)
-      scored.append(trained_lib.Scored(t, whole.ids[start:end], whole.oov[start:end], whole.nll[start:end]))
-      start = end
+  scored = model.score(tokens if independent_lines else [[w for t in tokens for w in t]])
   if use_mix:
-    if independent_lines:
-      nlls = mixed_nll(model, scored)
-    else:
-      joined = trained_lib.Scored([], np.concatenate([s.ids for s in scored]), None, np.concatenate([s.nll for s in scored]))
-      whole_nll, start, nlls = mixed_nll(model, [joined])[0], 0, []
-      for s in scored:
-        nlls.append(whole_nll[start:start + len(s.ids)])
-        start += len(s.ids)
-    scored = [trained_lib.Scored(s.words, s.ids, s.oov, n) for s, n in zip(scored, nlls)]
-  return scored
+    mix = model.config.mix
+    ngram_model = ngram.build(model.run.corpus, mix.ngram_order, mix.smoothing,
+                              mix.get('max_memory_gb', ngram.DEFAULT_MAX_MEMORY_GB))
+    scored = [dataclasses.replace(s, nll=mixed_nll(model, ngram_model, s.ids, s.nll)) for s in scored]
+  if independent_lines:
+    return scored
+  whole, cuts = scored[0], np.cumsum([0] + [len(t) for t in tokens])
+  return [trained_lib.Scored(t, whole.ids[a:b], whole.oov[a:b], whole.nll[a:b]) for t, a, b in zip(tokens, cuts, cuts[1:])]
 
 
 def report(scored: list[trained_lib.Scored], verbosity: str, log_base: str, output_format: str, out=sys.stdout):

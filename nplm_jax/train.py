@@ -134,14 +134,11 @@ def split_nll(steps: steps_lib.CompiledSteps, params, stream: data_lib.TokenStre
 def examples_nll(steps: steps_lib.CompiledSteps, params, contexts: np.ndarray, targets: np.ndarray,
                  batch_size: int) -> np.ndarray:
   """-log P(target | context) of any examples (contexts [N, n-1], targets [N]), batched like a split."""
+  if not len(targets):
+    return np.zeros(0)
   rows = sharding.process_rows(steps.mesh, batch_size)
-  n = len(targets)
-
-  def batches():
-    for begin in range(0, n, batch_size):
-      positions = np.minimum(np.arange(begin, begin + batch_size), n - 1)[rows]
-      yield contexts[positions], targets[positions], (np.arange(begin, begin + batch_size) < n).astype(np.float32)
-  return batched_nll(steps, params, batches(), batch_size) if n else np.zeros(0)
+  batches = ((contexts[p[rows]], targets[p[rows]], w) for p, w in data_lib.padded_positions(len(targets), batch_size))
+  return batched_nll(steps, params, batches, batch_size)
 
 
 def batched_nll(steps: steps_lib.CompiledSteps, params, batches, batch_size: int) -> np.ndarray:
@@ -184,7 +181,8 @@ class Run:
     self.stream = data_lib.TokenStream(self.corpus, config.model.n - 1)
     self.plan = steps_plan(config, self.stream.num_examples('train'))
     self.rows = sharding.process_rows(self.mesh, config.train.batch_size)  # of each batch, this process's
-    self._order, self._order_epoch = None, None  # the current epoch's permutation, made once
+    self.step_batches = data_lib.StepBatches(self.stream, config.seed, config.train.batch_size,
+                                             self.plan['steps_per_epoch'], self.plan['total'], self.rows)
     counts = self.corpus.unigram_counts('train') if config.model.unigram_bias_init else None
     self.optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size)
     sampled = steps_lib.make_sampled_loss(config.loss, self.corpus.unigram_counts('train'), config.seed)
@@ -211,24 +209,16 @@ class Run:
     if not threads:
       return self.train_batch
     from nplm_jax import input_pipeline  # pylint: disable=g-import-not-at-top  # grain only when asked for
-    b = self.config.train.batch_size
-    source = input_pipeline.StepBatches(self.stream, self.config.seed, b, self.plan['steps_per_epoch'],
-                                        self.plan['total'], self.rows)
-    batches = input_pipeline.train_batches(source, start_step, num_threads=threads)
-
-    def read(step: int):
-      del step  # the iterator is at it
-      contexts, targets = next(batches)
-      return steps_lib.put_process_rows(self.mesh, contexts, b), steps_lib.put_process_rows(self.mesh, targets, b)
-    return read
+    batches = input_pipeline.train_batches(self.step_batches, start_step, num_threads=threads)
+    return lambda step: self.on_mesh(*next(batches))  # the iterator is at `step`
 
   def train_batch(self, step: int):
-    """The batch of a global step: epoch-wise permutations that depend only on (seed, epoch)."""
-    epoch, index = divmod(step, self.plan['steps_per_epoch'])
-    if self._order_epoch != epoch:
-      self._order, self._order_epoch = self.stream.train_order(self.config.seed, epoch), epoch
+    """The batch of a global step (data.StepBatches: a function of (seed, step) only), on the mesh."""
+    return self.on_mesh(*self.step_batches[step])
+
+  def on_mesh(self, contexts, targets):
+    """This process's rows of a training batch, as the global batch on the mesh."""
     b = self.config.train.batch_size
-    contexts, targets = self.stream.examples('train', self._order[index * b:(index + 1) * b][self.rows])
     return steps_lib.put_process_rows(self.mesh, contexts, b), steps_lib.put_process_rows(self.mesh, targets, b)
 
 

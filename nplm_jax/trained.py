@@ -21,7 +21,6 @@ from nplm_jax import checkpoint as ckpt_lib
 from nplm_jax import data as data_lib
 from nplm_jax import model as model_lib
 from nplm_jax import sharding
-from nplm_jax import steps as steps_lib
 from nplm_jax import train
 from nplm_jax import workdir as workdir_lib
 from nplm_jax.errors import UserError
@@ -138,9 +137,7 @@ class TrainedModel:
     """The context [N, n-1] of every token of a sequence that starts after n-1 boundary symbols
     (most recent word first, as data.TokenStream)."""
     padded = np.concatenate([np.full(self.context_size, self.boundary_id, np.int32), ids])
-    offsets = np.arange(1, self.context_size + 1)
-    positions = np.arange(len(ids)) + self.context_size
-    return padded[positions[:, None] - offsets[None, :]]
+    return data_lib.context_windows(padded, np.arange(len(ids)) + self.context_size, self.context_size)
 
   def score(self, sequences: list[list[str]]) -> list[Scored]:
     """Each sequence scored on its own from boundary symbols, all in one batched pass."""
@@ -173,26 +170,28 @@ class TrainedModel:
       return np.asarray(self._log_probs_fn(self.params, np.asarray(contexts, np.int32)), np.float64)
 
   @functools.cached_property
-  def _expected_rows_fn(self):
+  def _expected_fns(self) -> dict:
     model = self.run.model
 
-    def expected(params, contexts):
+    def expected(params, contexts, with_columns):
       p = jnp.exp(next_word_log_probs(model, params, contexts))
-      return p @ params['C'], p @ params[model_lib.OUTPUT][:, :model.vocab_size].T
-    return self._jit(expected)
+      return p @ params['C'], (p @ params[model_lib.OUTPUT][:, :model.vocab_size].T if with_columns else None)
+    return {flag: self._jit(functools.partial(expected, with_columns=flag)) for flag in (False, True)}
 
-  def expected_rows(self, contexts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The paper's vector for an unknown word in each context: sum_i C(i) P(i | context) [N, m], and the
-    same average of the output layer's columns [N, K + 1] (its U, W and b for word i), in fixed-size batches."""
+  def expected_rows(self, contexts: np.ndarray, with_columns: bool = True):
+    """The paper's vector for an unknown word in each context: sum_i C(i) P(i | context) [N, m], and
+    (with_columns) the same average of the output layer's columns [N, K + 1] (its U, W and b for
+    word i), else None; in fixed-size batches."""
     batch, n = self.config.train.eval_batch_size, len(contexts)
-    features, columns = [], []
+    fn, features, columns = self._expected_fns[with_columns], [], []
     with jax.set_mesh(self.run.mesh):
-      for begin in range(0, n, batch):
-        chunk = np.asarray(contexts[np.minimum(np.arange(begin, begin + batch), n - 1)], np.int32)
-        f, c = self._expected_rows_fn(self.params, chunk)
-        features.append(np.asarray(f)[:min(batch, n - begin)])
-        columns.append(np.asarray(c)[:min(batch, n - begin)])
-    return np.concatenate(features), np.concatenate(columns)
+      for positions, weights in data_lib.padded_positions(n, batch):
+        f, c = fn(self.params, np.asarray(contexts[positions], np.int32))
+        kept = int(weights.sum())
+        features.append(np.asarray(f)[:kept])
+        if with_columns:
+          columns.append(np.asarray(c)[:kept])
+    return np.concatenate(features), (np.concatenate(columns) if with_columns else None)
 
   # ------------------------------------------------------------------------------ word features
 
@@ -204,6 +203,13 @@ class TrainedModel:
 
 def next_word_log_probs(model: model_lib.NPLM, params, contexts):
   """[batch, |V|] exactly normalised log P(w | context) (the vocabulary's padding left out)."""
-  logits = model_lib.dense_logits(steps_lib.features(model, params, contexts), params[model_lib.OUTPUT])
-  logits = jnp.where(jnp.arange(logits.shape[-1]) < model.vocab_size, logits, -jnp.inf)
+  logits = model.apply({'params': params}, contexts)  # dense, padding at -inf
   return jax.nn.log_softmax(logits, axis=-1)[:, :model.vocab_size]
+
+
+def group_means(rows: np.ndarray, groups: np.ndarray, num_groups: int) -> tuple[np.ndarray, np.ndarray]:
+  """(mean row of each group [num_groups, d] in float64 (0 for an empty group), rows per group)."""
+  sums = np.zeros((num_groups, rows.shape[1]))
+  np.add.at(sums, groups, rows)
+  counts = np.bincount(groups, minlength=num_groups)
+  return sums / np.maximum(counts, 1)[:, None], counts

@@ -11,7 +11,7 @@ def test_grain_batches_are_the_steps_batches_in_order_from_any_step():
   corpus = data.Corpus(tuple(f'w{i}' for i in range(50)), {'train': ids, 'valid': ids[:100], 'test': ids[:100]}, 0)
   stream = data.TokenStream(corpus, 3)
   rows = np.arange(8, 16)  # the second of two processes' rows of a batch of 16
-  source = input_pipeline.StepBatches(stream, seed=3, batch_size=16, steps_per_epoch=5_000 // 16, total_steps=900,
+  source = data.StepBatches(stream, seed=3, batch_size=16, steps_per_epoch=5_000 // 16, total_steps=900,
                                       rows=rows)
   for start in (0, 290, 700):  # resuming at any step, epochs crossed (312 steps an epoch)
     batches = input_pipeline.train_batches(source, start, num_threads=3, prefetch=4)
