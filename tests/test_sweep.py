@@ -137,3 +137,25 @@ def test_sweep_files_in_a_bucket(tmp_path, monkeypatch):
     sweep.write_tables(rows, 'gs://b/sweep')
     assert '| base |' in (root / 'results.md').read_text()
   assert not (tmp_path / 'gs:').exists()
+
+
+SWEEPS = {'brown.py': ('table1', 'table1_tuned', 'regularised', 'time_to_quality', 'ablation_h', 'ablation_n',
+                       'ablation_optimizer'),
+          'ptb.py': ('ngrams', 'table', 'regularised', 'annealed')}
+
+
+@pytest.mark.parametrize('experiment,name', [(e, n) for e, names in SWEEPS.items() for n in names])
+def test_every_named_sweep_point_is_a_valid_config(experiment, name):
+  from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  points = config_lib.load_experiment(os.path.join('experiments', experiment)).get_sweep(name)
+  names = [p['name'] for p in points]
+  assert len(set(names)) == len(names), f'{name}: point names repeat'
+  for point in filter(lambda p: p['kind'] == 'train', points):
+    path, _, variant = point['config'].partition(':')
+    config = config_lib.load_experiment(path).get_config(variant)
+    for key, value in point.get('overrides', {}).items():
+      section, _, field = key.rpartition('.')
+      target = config[section] if section else config
+      assert field in target, f'{name}/{point["name"]}: {key} is not a config key'
+      target[field] = value
+    config_lib.validate(config)
