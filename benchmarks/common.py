@@ -54,7 +54,8 @@ def build_train_step(config, vocab: int, mesh):
   model = model_lib.from_config(config.model, vocab)
   optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size)
   sampled = steps_lib.make_sampled_loss(config.loss, np.ones(vocab), config.seed)  # uniform noise: random data
-  compiled = steps_lib.compile_steps(model, optimizer, mesh, loss=sampled, chunk_size=config.train.chunk_size)
+  compiled = steps_lib.compile_steps(model, optimizer, mesh, loss=sampled, chunk_size=config.train.chunk_size,
+                                      vocab_block=config.train.vocab_block)
   with jax.set_mesh(mesh):
     state = compiled.init()
   return model, compiled, state

@@ -67,6 +67,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.max_steps = -1  # > 0 overrides num_epochs
   c.train.eval_every = -1  # steps; -1 = once an epoch
   c.train.chunk_size = 0  # > 0: steps process batches in chunks (bounds memory; on CPU speeds evaluation at >= 1024)
+  # > 0: the softmax goes over each shard's vocabulary this many columns at a time (online log-sum-exp,
+  # logits recomputed in the backward pass): bounds the step's logits by batch x vocab_block and keeps
+  # them in cache on a CPU. 0: all of a shard's columns at once. -1: 4096 for shards of 32,768 columns
+  # or more, else 0 (measured: vocab_softmax.STREAM_FROM_COLUMNS).
+  c.train.vocab_block = -1
   # 0: each batch is gathered in the training loop (fastest on a few cores: benchmarks/input_pipeline.py);
   # > 0: grain threads read the next batches ahead (hosts with cores to spare). Same batches either way.
   c.train.input_threads = 0
@@ -143,6 +148,7 @@ _RANGES = [
     ('train.patience', 'int', 0, None, 'use 0 to never stop early'),
     ('train.max_anneals', 'int', 0, None, 'use 0 for no learning-rate cuts'),
     ('train.input_threads', 'int', 0, None, 'use 0 to gather batches in the training loop'),
+    ('train.vocab_block', 'int', -1, None, "use -1 for the automatic choice, 0 for all of a shard's columns at once"),
     ('train.log_every', 'int', 1, None, 'log every that many steps'),
     ('train.checkpoint_every_seconds', 'float', 0.0, None, 'use 0 to save at evaluations only'),
     ('mix.ngram_order', 'int', 1, None, 'the n-gram order of the mixed-in model'),

@@ -121,7 +121,7 @@ NO_NONFINITE_STEP = np.int32(-1)
 
 
 def train_step(state: TrainState, contexts, targets, lr_scale=1.0, first_nonfinite=NO_NONFINITE_STEP, *, model,
-               mesh, optimizer, loss=None, chunk_size=0, seed=0):
+               mesh, optimizer, loss=None, chunk_size=0, seed=0, vocab_block=-1):
   """One optimiser step on the mean loss of a batch: the exact softmax, or `loss` (sampled).
 
   metrics['first_nonfinite'] carries the first step whose loss was not finite (-1: none yet) from
@@ -132,7 +132,7 @@ def train_step(state: TrainState, contexts, targets, lr_scale=1.0, first_nonfini
     feats, out = features(model, params, contexts, key), params[model_lib.OUTPUT]
     if loss is None:  # chunked: the logits are recomputed chunk by chunk in the backward pass, not kept for all
       per_example = lambda ft: vocab_softmax.token_nll(ft[0], out, ft[1], mesh=mesh, compute_dtype=model.compute_dtype,
-                                                       recompute=bool(chunk_size))
+                                                       recompute=bool(chunk_size), vocab_block=vocab_block)
     else:
       samples = draw_noise(loss, state.step)  # shared by the whole batch
       per_example = lambda ft: vocab_softmax.sampled_token_loss(ft[0], out, ft[1], samples, loss.log_noise,
@@ -149,10 +149,10 @@ def train_step(state: TrainState, contexts, targets, lr_scale=1.0, first_nonfini
                                                                      'first_nonfinite': first_nonfinite}
 
 
-def eval_step(params, contexts, targets, *, model, mesh, chunk_size=0):
+def eval_step(params, contexts, targets, *, model, mesh, chunk_size=0, vocab_block=-1):
   feats, out = features(model, params, contexts), params[model_lib.OUTPUT]
-  return chunked_map(lambda ft: vocab_softmax.token_nll(ft[0], out, ft[1], mesh=mesh, compute_dtype=model.compute_dtype),
-                     (feats, targets), chunk_size)
+  return chunked_map(lambda ft: vocab_softmax.token_nll(ft[0], out, ft[1], mesh=mesh, compute_dtype=model.compute_dtype,
+                                                        vocab_block=vocab_block), (feats, targets), chunk_size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,7 +176,7 @@ class CompiledSteps:
 
 def compile_steps(model: model_lib.NPLM, optimizer: optax.GradientTransformation, mesh: Mesh,
                   unigram_counts=None, loss: SampledLoss | None = None, chunk_size: int = 0,
-                  seed: int = 0) -> CompiledSteps:
+                  seed: int = 0, vocab_block: int = -1) -> CompiledSteps:
   """Jitted init/train/eval with explicit shardings; parameters are born sharded, drawn from `seed`."""
   def init_state():
     params = model_lib.init_params(model, unigram_counts, seed)
@@ -187,7 +187,7 @@ def compile_steps(model: model_lib.NPLM, optimizer: optax.GradientTransformation
   ctx_sh, tgt_sh = sharding.batch_sharding(mesh, 2), sharding.batch_sharding(mesh, 1)
   jitted_train = jax.jit(
       functools.partial(train_step, model=model, mesh=mesh, optimizer=optimizer, loss=loss, chunk_size=chunk_size,
-                        seed=seed),
+                        seed=seed, vocab_block=vocab_block),
       in_shardings=(state_sh, ctx_sh, tgt_sh, sharding.replicated(mesh), sharding.replicated(mesh)),
       out_shardings=(state_sh, sharding.replicated(mesh)), donate_argnums=0)
 
@@ -197,7 +197,8 @@ def compile_steps(model: model_lib.NPLM, optimizer: optax.GradientTransformation
       state, contexts, targets, np.float32(lr_scale), NO_NONFINITE_STEP)  # for memory_analysis() in benchmarks
 
   # Per-token NLLs come back replicated (B scalars) so every host of a multi-host job can read them.
-  evaluate = jax.jit(lambda p, c, t: eval_step(p, c, t, model=model, mesh=mesh, chunk_size=chunk_size),
+  evaluate = jax.jit(lambda p, c, t: eval_step(p, c, t, model=model, mesh=mesh, chunk_size=chunk_size,
+                                                vocab_block=vocab_block),
                      in_shardings=(state_sh.params, ctx_sh, tgt_sh), out_shardings=sharding.replicated(mesh))
   from_params = jax.jit(
       lambda p: TrainState(step=jnp.zeros((), jnp.int32), params=p, opt_state=optimizer.init(p)),

@@ -187,7 +187,8 @@ class Run:
     self.optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size)
     sampled = steps_lib.make_sampled_loss(config.loss, self.corpus.unigram_counts('train'), config.seed)
     self.steps = steps_lib.compile_steps(self.model, self.optimizer, self.mesh, counts, sampled,
-                                         config.train.chunk_size, seed=config.seed)
+                                         config.train.chunk_size, seed=config.seed,
+                                         vocab_block=config.train.get('vocab_block', -1))
     self.num_parameters = model_lib.num_parameters(self.corpus.vocab_size, config.model.n, config.model.m,
                                                    config.model.h, config.model.direct)
     metrics_lib.log(f'model: {self.num_parameters:,} parameters (|V| padded to '

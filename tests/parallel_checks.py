@@ -80,11 +80,15 @@ def dense_reference():
   return {'losses': losses, 'grads': grads_first, 'params': params}
 
 
-@pytest.mark.parametrize('shape,chunk', [(s, 0) for s in MESHES] + [((1, 1), 4), ((2, 4), 8)],
-                         ids=lambda x: f'mesh{x[0]}x{x[1]}' if isinstance(x, tuple) else f'chunk{x}')
-def test_sharded_training_matches_dense(shape, chunk, dense_reference):
+# (mesh, chunk_size, vocab_block): vocab_block streams each shard's columns in sub-blocks, with a
+# shorter last one (64 columns on (1,1): 24, 24, 16; 16 a shard on (2,4): 6, 6, 4; 8 on (1,8): 3, 3, 2).
+CASES = [(s, 0, 0) for s in MESHES] + [((1, 1), 4, 0), ((2, 4), 8, 0), ((1, 1), 0, 24), ((2, 4), 8, 6), ((1, 8), 0, 3)]
+
+
+@pytest.mark.parametrize('shape,chunk,vocab_block', CASES, ids=[f'mesh{s[0]}x{s[1]}-chunk{c}-vb{v}' for s, c, v in CASES])
+def test_sharded_training_matches_dense(shape, chunk, vocab_block, dense_reference):
   model, mesh = small_model(), mesh_of(shape)
-  compiled = steps_lib.compile_steps(model, optimizer(), mesh, chunk_size=chunk)
+  compiled = steps_lib.compile_steps(model, optimizer(), mesh, chunk_size=chunk, vocab_block=vocab_block)
   params = jax.device_put(random_params(model), compiled.param_shardings)
   with jax.set_mesh(mesh):
     grad_fn = jax.jit(jax.grad(lambda p, c, t: jnp.mean(steps_lib.token_nll(model, mesh, p, c, t))),

@@ -100,6 +100,37 @@ def test_bfloat16_compute_stays_close_to_float32():
   assert not np.array_equal(np.asarray(bf16), np.asarray(f32))  # the option really changes the compute
 
 
+@pytest.mark.parametrize('compute_dtype', ['float32', 'bfloat16'])
+def test_streaming_the_vocabulary_gives_the_same_nll_and_gradients(compute_dtype):
+  """vocab_block: sub-blocks of 24 columns (24, 24, 8 of 56) with an online log-sum-exp give the
+  NLL and every gradient of the all-at-once softmax, in float32 and with bfloat16 matmuls."""
+  model = model_lib.NPLM(vocab_size=50, context_size=2, embed_dim=8, hidden_dim=16, direct=True, vocab_pad_multiple=8,
+                         compute_dtype=compute_dtype)
+  params = random_params(model)
+  contexts = np.random.default_rng(5).integers(0, 50, size=(32, 2)).astype(np.int32)
+  targets = np.random.default_rng(6).integers(0, 50, size=(32,)).astype(np.int32)
+  targets[:3] = [0, 49, 30]  # in the first, the last and the short sub-block
+  mesh = jax.make_mesh((1, 1), ('data', 'model'), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+  def loss(p, vocab_block):
+    feats = model.apply({'params': p}, contexts, method=model_lib.NPLM.features)
+    return vocab_softmax.token_nll(feats, p[model_lib.OUTPUT], jnp.asarray(targets), mesh=mesh,
+                                   compute_dtype=compute_dtype, vocab_block=vocab_block)
+
+  with jax.set_mesh(mesh):
+    at_once, streamed = (jax.jit(lambda p, b=b: loss(p, b))(params) for b in (0, 24))
+    grads = [jax.jit(jax.grad(lambda p, b=b: jnp.sum(loss(p, b))))(params) for b in (0, 24)]
+  np.testing.assert_allclose(np.asarray(streamed), np.asarray(at_once), rtol=1e-5)
+  for name in grads[0]:
+    np.testing.assert_allclose(np.asarray(grads[1][name]), np.asarray(grads[0][name]), rtol=1e-4, atol=1e-6)
+
+
+def test_the_automatic_vocab_block_streams_only_large_shards():
+  assert vocab_softmax.streamed_vocab_block(-1, 8_960) == 0  # Brown on 2 devices: all at once (faster)
+  assert vocab_softmax.streamed_vocab_block(-1, 50_000) == vocab_softmax.AUTO_VOCAB_BLOCK
+  assert vocab_softmax.streamed_vocab_block(0, 150_000) == 0 and vocab_softmax.streamed_vocab_block(512, 8_960) == 512
+
+
 def test_seed_draws_the_initialisation():
   model = model_lib.NPLM(vocab_size=11, context_size=2, embed_dim=3, hidden_dim=4, direct=True)
   default, zero, one = (model_lib.init_params(model), model_lib.init_params(model, seed=0),
@@ -186,9 +217,10 @@ def test_the_older_separate_layout_stacks_into_the_output_layer():
   assert {k: v.shape for k, v in target.items() if k in 'UWb'} == {'U': (4, 16), 'W': (6, 16), 'b': (16,)}
 
 
-def test_chunked_training_holds_one_chunk_of_logits():
+def test_chunked_or_streamed_training_holds_a_block_of_logits():
   """With train.chunk_size the backward pass recomputes each chunk's logits: the step's temporary
-  memory follows the chunk, not the batch (compiled memory analysis, 1 device)."""
+  memory follows the chunk, not the batch; with train.vocab_block (automatic at this |V|) it
+  follows [batch, vocab_block] (compiled memory analysis, 1 device)."""
   import jax  # pylint: disable=g-import-not-at-top
   from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
   from nplm_jax import optim, sharding, steps  # pylint: disable=g-import-not-at-top
@@ -197,14 +229,18 @@ def test_chunked_training_holds_one_chunk_of_logits():
   model = model_lib.from_config(config.model, vocab)
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
   temp = {}
-  for chunk in (0, 128):
-    compiled = steps.compile_steps(model, optim.make_optimizer(config.optimizer, batch), mesh, chunk_size=chunk)
+  for chunk, vocab_block in ((0, 0), (128, 0), (0, -1)):
+    compiled = steps.compile_steps(model, optim.make_optimizer(config.optimizer, batch), mesh, chunk_size=chunk,
+                                   vocab_block=vocab_block)
     with jax.set_mesh(mesh):
       state = jax.eval_shape(compiled.init)
       contexts = jax.ShapeDtypeStruct((batch, model.context_size), jax.numpy.int32)
       targets = jax.ShapeDtypeStruct((batch,), jax.numpy.int32)
-      temp[chunk] = compiled.train.lower(state, contexts, targets).compile().memory_analysis().temp_size_in_bytes
+      temp[chunk, vocab_block] = compiled.train.lower(state, contexts, targets).compile().memory_analysis(
+      ).temp_size_in_bytes
   logits_block = batch * vocab * 4
-  assert temp[0] >= logits_block  # unchunked: the whole batch's logits are kept for the backward pass
-  # chunked: one chunk's logits (128 x |V|) and the output layer's gradient, whatever the batch
-  assert temp[128] < temp[0] / 3 and temp[128] < logits_block / 3, temp
+  assert temp[0, 0] >= logits_block  # all at once: the whole batch's logits are kept for the backward pass
+  # chunked: one chunk's logits (128 x |V|) and the output layer's gradient, whatever the batch;
+  # streamed: [4096, 4096] logits at a time and the gradient
+  for key in ((128, 0), (0, -1)):
+    assert temp[key] < temp[0, 0] / 3 and temp[key] < logits_block / 3, temp
