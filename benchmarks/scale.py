@@ -7,7 +7,7 @@ Writes a corpus from a seed (Zipf-distributed words, exponent 1.3, which leaves 
 test of 200k tokens), then measures, each in a fresh process:
 - prepare: `python -m nplm_jax.prepare` wall time and peak RSS;
 - start-up: from process start to the end of the first training step from the prepared corpus
-  (corpus memory-mapped, model built, step compiled, in chunks of --chunk_size), and the host RSS
+  (corpus memory-mapped, model built, step compiled; --chunk_size > 0 in chunks), and the host RSS
   after the set-up (corpus, token stream, epoch permutation) and after the step, beside the bytes
   of the parameters and optimiser state (on a CPU the devices' memory is the host's);
 - the Kneser-Ney 5-gram: its memory estimate, and whether it estimates within --max_memory_gb
@@ -74,9 +74,10 @@ def timed(module: str, args: list[str], env=None) -> tuple[subprocess.CompletedP
   return proc, seconds, (peaks[-1] / 1024.0 if peaks else float('nan'))
 
 
-def rss_mib() -> float:
+def rss_mib(field: str = 'VmRSS') -> float:
+  """This process's resident memory now (VmRSS), or one of its parts (RssAnon, RssFile), in MiB."""
   with open('/proc/self/status', encoding='utf-8') as f:
-    return next(int(line.split()[1]) for line in f if line.startswith('VmRSS')) / 1024.0
+    return next(int(line.split()[1]) for line in f if line.startswith(field + ':')) / 1024.0
 
 
 def startup_worker(prepared: str, batch_size: int, chunk_size: int) -> None:
@@ -103,7 +104,8 @@ def startup_worker(prepared: str, batch_size: int, chunk_size: int) -> None:
   state_bytes = sum(x.nbytes for x in jax.tree.leaves(state))
   rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
   print('ROW ' + json.dumps({'startup_seconds': round(time.time() - start, 1), 'peak_rss_mib': round(rss),
-                             'data_setup_rss_mib': round(setup - baseline), 'state_mib': round(state_bytes / 2**20),
+                             'python_jax_rss_mib': round(baseline), 'data_setup_rss_mib': round(setup - baseline),
+                             'file_backed_rss_mib': round(rss_mib('RssFile')), 'state_mib': round(state_bytes / 2**20),
                              'rss_beyond_state_mib': round(rss - state_bytes / 2**20),
                              'vocab_size': run.corpus.vocab_size, 'chunk_size': chunk_size}), flush=True)
 
@@ -115,7 +117,8 @@ def main(argv=None) -> int:
   parser.add_argument('--folder', default='runs/scale', help='where the corpus and the prepared copy go')
   parser.add_argument('--seed', type=int, default=0)
   parser.add_argument('--batch_size', type=int, default=1024)
-  parser.add_argument('--chunk_size', type=int, default=128, help='train.chunk_size of the start-up step')
+  parser.add_argument('--chunk_size', type=int, default=0,
+                      help='train.chunk_size of the start-up step (0: none; the vocabulary streams in blocks)')
   parser.add_argument('--max_memory_gb', type=float, default=16.0, help="the n-gram's memory allowance")
   parser.add_argument('--startup_worker', default='', help=argparse.SUPPRESS)
   args = parser.parse_args(argv)

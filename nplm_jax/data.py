@@ -26,7 +26,12 @@ EOS = '<eos>'
 SPLITS = ('train', 'valid', 'test')
 
 
-HASH_CHUNK = 1 << 24  # tokens
+PIECE_TOKENS = 1 << 22  # whole-split passes go a piece at a time: a memory-mapped split is never copied whole
+
+
+def _pieces(ids: np.ndarray):
+  for begin in range(0, len(ids), PIECE_TOKENS):
+    yield ids[begin:begin + PIECE_TOKENS]
 
 
 class DataError(UserError):
@@ -39,6 +44,10 @@ class Corpus:
   vocab: tuple[str, ...]
   splits: dict[str, np.ndarray]  # split name -> ids (int32, or uint32 memory-mapped from a prepared corpus)
   boundary_id: int  # fills the context before the first token of the stream
+  # A prepared corpus's stored train counts and fingerprint (nplm_jax.prepare computed them from
+  # these ids), so that start-up need not read a memory-mapped split whole; None: computed.
+  stored_train_counts: np.ndarray | None = None
+  stored_fingerprint: str | None = None
 
   @property
   def vocab_size(self) -> int:
@@ -51,20 +60,28 @@ class Corpus:
     """Fraction of a split's tokens that are the rare-word / unknown symbol."""
     if RARE not in self.vocab:
       return 0.0
-    ids = self.splits[split]
-    return float(np.mean(ids == self.vocab.index(RARE))) if ids.size else 0.0
+    rare, ids = self.vocab.index(RARE), self.splits[split]
+    if split == 'train' and self.stored_train_counts is not None:
+      return float(self.stored_train_counts[rare]) / ids.size if ids.size else 0.0
+    return sum(int(np.count_nonzero(piece == rare)) for piece in _pieces(ids)) / ids.size if ids.size else 0.0
 
   def unigram_counts(self, split: str = 'train') -> np.ndarray:
-    return np.bincount(self.splits[split], minlength=self.vocab_size)
+    if split == 'train' and self.stored_train_counts is not None:
+      return self.stored_train_counts.copy()
+    counts = np.zeros(self.vocab_size, np.int64)
+    for piece in _pieces(self.splits[split]):  # bincount copies its input as int64: a piece at a time
+      counts += np.bincount(piece, minlength=self.vocab_size)
+    return counts
 
   def fingerprint(self) -> str:
     """A hash of the vocabulary and every split's token ids: equal iff the model sees the same data
     (the same for a corpus read directly and its prepared, memory-mapped copy)."""
+    if self.stored_fingerprint:
+      return self.stored_fingerprint
     digest = hashlib.sha256('\n'.join(self.vocab).encode('utf-8'))
     for s in SPLITS:
-      ids = self.splits[s]
-      for begin in range(0, len(ids), HASH_CHUNK):  # in pieces: a memory-mapped split is never copied whole
-        digest.update(np.ascontiguousarray(ids[begin:begin + HASH_CHUNK], np.int32).tobytes())
+      for piece in _pieces(self.splits[s]):
+        digest.update(np.ascontiguousarray(piece, np.int32).tobytes())
     return digest.hexdigest()
 
   def description(self) -> dict:
@@ -256,13 +273,17 @@ def prepared_corpus(path: str) -> Corpus:
     with open(meta_path, encoding='utf-8') as f:
       meta = json.load(f)
     with open(os.path.join(path, 'vocab.txt'), encoding='utf-8') as f:
-      vocab = tuple(line.rstrip('\n').split('\t')[0] for line in f)
+      rows = [line.rstrip('\n').split('\t') for line in f]
+    vocab = tuple(row[0] for row in rows)
     splits = {s: np.load(os.path.join(path, f'{s}.npy'), mmap_mode='r') for s in SPLITS}
-  except (OSError, ValueError, KeyError) as e:
+    # Folders prepared before meta.json held a fingerprint counted words, not ids: counted again here.
+    stored = meta.get('fingerprint')
+    counts = np.array([int(row[1]) for row in rows], np.int64) if stored else None
+  except (OSError, ValueError, KeyError, IndexError) as e:
     raise DataError(f'the prepared corpus in {path!r} cannot be read ({e}); prepare it again') from None
   if len(vocab) != meta['vocab_size'] or any(len(splits[s]) != meta[f'{s}_tokens'] for s in SPLITS):
     raise DataError(f'the prepared corpus in {path!r} is incomplete (sizes differ from {PREPARED_META}); prepare it again')
-  return Corpus(vocab, splits, boundary_id=meta['boundary_id'])
+  return Corpus(vocab, splits, boundary_id=meta['boundary_id'], stored_train_counts=counts, stored_fingerprint=stored)
 
 
 def prepared_source(path: str) -> dict:
@@ -284,23 +305,26 @@ class TokenStream:
 
   def __init__(self, corpus: Corpus, context_size: int):
     self.context_size = context_size
-    pad = np.full(context_size, corpus.boundary_id, np.int32)
-    # int32 whatever the splits' type (memory-mapped uint32 included): 4 bytes a token
-    self._stream = np.concatenate([pad] + [corpus.splits[s] for s in SPLITS], dtype=np.int32, casting='unsafe')
-    self._start = {}
-    offset = context_size
+    # Each split is read where it lies (memory-mapped ids stay on disk, no int32 copy of the corpus);
+    # the context_size tokens before its start (the boundary symbol before train) are kept apart.
+    self._splits = {s: corpus.splits[s] for s in SPLITS}
+    self._before = {}
+    tail = np.full(context_size, corpus.boundary_id, np.int32)
     for s in SPLITS:
-      self._start[s] = offset
-      offset += corpus.num_tokens(s)
+      self._before[s] = tail
+      tail = np.concatenate([tail, np.asarray(self._splits[s][-context_size:], np.int32)])[-context_size:]
     self._size = {s: corpus.num_tokens(s) for s in SPLITS}
 
   def num_examples(self, split: str) -> int:
     return self._size[split]
 
   def examples(self, split: str, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Contexts [B, n-1] (most recent word first: w_{t-1}, ..., w_{t-n+1}) and targets [B]."""
-    t = self._start[split] + positions
-    return context_windows(self._stream, t, self.context_size), self._stream[t]
+    """Contexts [B, n-1] (most recent word first: w_{t-1}, ..., w_{t-n+1}) and targets [B], int32."""
+    tokens, before = self._splits[split], self._before[split]
+    t = np.asarray(positions, np.int64)
+    where = t[:, None] - np.arange(1, self.context_size + 1)[None, :]  # < 0: before the split
+    contexts = np.where(where >= 0, tokens[np.maximum(where, 0)], before[np.minimum(where, -1) + self.context_size])
+    return contexts.astype(np.int32, copy=False), np.asarray(tokens[t], np.int32)
 
   def train_order(self, seed: int, epoch: int) -> np.ndarray:
     """A permutation of the training positions that depends only on (seed, epoch)."""

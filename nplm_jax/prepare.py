@@ -5,9 +5,10 @@ python -m nplm_jax.main --config=experiments/prepared.py --config.data.path=runs
 
 Text and PTB corpora are read streaming, line by line, twice (once to count words, once to
 write ids), so no split is ever held as Python strings; Brown (1.2M words through NLTK) is read
-as it always is. Written: DIR/vocab.txt (a word and its count in train a line, in id order),
-DIR/{train,valid,test}.npy (uint32 token ids, memory-mappable) and DIR/meta.json (the source data
-config, the rare-word rule, the boundary symbol, the sizes). The vocabulary, ids and so every
+as it always is. Written: DIR/vocab.txt (a word and its count among the train ids a line, in id
+order), DIR/{train,valid,test}.npy (uint32 token ids, memory-mappable) and DIR/meta.json (the
+source data config, the rare-word rule, the boundary symbol, the sizes, the corpus fingerprint):
+with the counts and the fingerprint stored, a training starts without reading the ids whole. The vocabulary, ids and so every
 result are those of the corpus read directly (tested); training, evaluation, ngram, mix and the
 tools read it with --config.data.corpus=prepared --config.data.path=DIR.
 """
@@ -61,12 +62,12 @@ def write_ids(path: str, unit: str, index: dict[str, int], rare_id: int, out: np
 
 
 def text_vocab(data_config, files: dict[str, str], unit: str):
-  """(vocab, token counts per split, train counts): data.text_vocab from streamed counts."""
+  """(vocab, token counts per split): data.text_vocab from streamed counts."""
   counts, sizes = {}, {}
   for s in data_lib.SPLITS:
     metrics.log(f'counting {files[s]}')
     counts[s], sizes[s] = count_tokens(files[s], unit)
-  return data_lib.text_vocab(counts, data_config.max_rare_count, data_config.vocab_scope), sizes, counts['train']
+  return data_lib.text_vocab(counts, data_config.max_rare_count, data_config.vocab_scope), sizes
 
 
 def prepare(data_config, output: str) -> dict:
@@ -82,10 +83,9 @@ def prepare(data_config, output: str) -> dict:
   if data_config.corpus == 'brown':
     corpus = data_lib.load_corpus(data_config)
     vocab, sizes = corpus.vocab, {s: corpus.num_tokens(s) for s in data_lib.SPLITS}
-    train_counts = dict(zip(vocab, corpus.unigram_counts('train').tolist()))
   else:
     files = data_lib.split_files(data_config)
-    vocab, sizes, train_counts = text_vocab(data_config, files, unit)
+    vocab, sizes = text_vocab(data_config, files, unit)
   os.makedirs(output, exist_ok=True)
   index = {w: i for i, w in enumerate(vocab)}
   rare_id = index.get(data_lib.RARE, -1)
@@ -98,13 +98,16 @@ def prepare(data_config, output: str) -> dict:
       write_ids(files[s], unit, index, rare_id, ids)
     ids.flush()
     del ids
-  with open(os.path.join(output, 'vocab.txt'), 'w', encoding='utf-8') as f:
-    f.writelines(f'{w}\t{train_counts.get(w, 0)}\n' for w in vocab)
   boundary = index[data_lib.EOS] if data_lib.EOS in index and data_config.corpus != 'brown' else 0
+  written = data_lib.Corpus(vocab, {s: np.load(os.path.join(output, f'{s}.npy'), mmap_mode='r')
+                                    for s in data_lib.SPLITS}, boundary_id=boundary)
+  metrics.log('counting the train ids and the fingerprint')
+  with open(os.path.join(output, 'vocab.txt'), 'w', encoding='utf-8') as f:
+    f.writelines(f'{w}\t{c}\n' for w, c in zip(vocab, written.unigram_counts('train').tolist()))
   meta = {'source': data_config.to_dict(), 'vocab_size': len(vocab), 'boundary_id': boundary,
           'rare_word': data_lib.RARE if rare_id >= 0 else None, 'max_rare_count': data_config.max_rare_count,
           'vocab_scope': data_config.vocab_scope, **{f'{s}_tokens': sizes[s] for s in data_lib.SPLITS},
-          'seconds': round(time.time() - started, 1)}
+          'fingerprint': written.fingerprint(), 'seconds': round(time.time() - started, 1)}
   with open(os.path.join(output, data_lib.PREPARED_META), 'w', encoding='utf-8') as f:
     json.dump(meta, f, indent=2)
   return meta

@@ -23,6 +23,10 @@ def same_corpus(direct, prepared):
     assert isinstance(prepared.splits[s], np.memmap) and prepared.splits[s].dtype == np.uint32
     np.testing.assert_array_equal(prepared.splits[s], direct.splits[s])
   assert prepared.fingerprint() == direct.fingerprint()
+  # the stored train counts and fingerprint (start-up reads neither split whole) are the ids' own
+  assert prepared.stored_fingerprint and prepared.stored_train_counts is not None
+  np.testing.assert_array_equal(prepared.unigram_counts('train'), direct.unigram_counts('train'))
+  assert prepared.rare_rate('train') == pytest.approx(direct.rare_rate('train'), abs=1e-15)
 
 
 def test_brown_prepared_is_brown(nltk_data, tmp_path):
@@ -66,6 +70,22 @@ def test_training_from_a_prepared_corpus_gives_the_same_results(tiny_files, tmp_
   ngram_out = run('nplm_jax.ngram', '--config=experiments/prepared.py', f'--config.data.path={tmp_path / "prepared"}',
                   '--order=3')
   assert ngram_out.returncode == 0, ngram_out.stderr
+
+
+def test_a_folder_prepared_before_stored_counts_is_counted_at_load(tiny_files, tmp_path):
+  config = config_lib.load_experiment('experiments/text.py').get_config('tiny')
+  for s in data.SPLITS:
+    config.data[f'{s}_file'] = tiny_files[s]
+  folder = str(tmp_path / 'prepared')
+  prepare.prepare(config.data, folder)
+  fresh = data.prepared_corpus(folder)
+  meta = json.loads((tmp_path / 'prepared' / 'meta.json').read_text())
+  del meta['fingerprint']  # as written before the counts and fingerprint were stored
+  (tmp_path / 'prepared' / 'meta.json').write_text(json.dumps(meta))
+  older = data.prepared_corpus(folder)
+  assert older.stored_fingerprint is None and older.stored_train_counts is None
+  assert older.fingerprint() == fresh.fingerprint()
+  np.testing.assert_array_equal(older.unigram_counts('train'), fresh.unigram_counts('train'))
 
 
 def test_a_missing_prepared_corpus_is_one_line(tmp_path):
