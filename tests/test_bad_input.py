@@ -101,6 +101,7 @@ CASES = [
     ('n_1', lambda w: main_args(w, '--config.model.n=1'), 'model.n=1'),
     ('batch_0', lambda w: main_args(w, '--config.train.batch_size=0'), 'train.batch_size=0'),
     ('chunk_not_dividing', lambda w: main_args(w, '--config.train.chunk_size=5'), 'train.chunk_size=5'),
+    ('vocab_block_negative', lambda w: main_args(w, '--config.train.vocab_block=-2'), 'train.vocab_block=-2'),
     ('unknown_optimizer', lambda w: main_args(w, '--config.optimizer.name=lion'), "optimizer.name='lion'"),
     ('dropout_1', lambda w: main_args(w, '--config.model.feature_dropout=1.0'), 'model.feature_dropout=1.0'),
     ('epochs_0', lambda w: main_args(w, '--config.train.num_epochs=0'), 'train.num_epochs=0'),
