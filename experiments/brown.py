@@ -12,7 +12,7 @@ the mixture of a finished odd-row run needs no retraining: python -m nplm_jax.mi
 Sweeps (python -m launch.sweep --config=experiments/brown.py --sweep=NAME): see get_sweep.
 """
 
-from nplm_jax.config import base_config
+from nplm_jax.config import apply_overrides, base_config
 
 # The paper's network rows (without the trigram mixture): n, h, m, direct connections.
 VARIANTS = {
@@ -56,10 +56,7 @@ def get_config(variant: str = 'mlp1'):
   if variant in dict(REGULARISED):
     config = get_config('mlp10_tuned')
     config.name = f'brown_{variant}'
-    for key, value in regularised_changes(variant).items():
-      section, name = key.split('.')
-      config[section][name] = value
-    return config
+    return apply_overrides(config, regularised_changes(variant))
   tuned = variant.endswith(TUNED_SUFFIX)
   row = variant[:-len(TUNED_SUFFIX)] if tuned else variant
   if row not in VARIANTS and row not in MIXTURES:
@@ -71,9 +68,7 @@ def get_config(variant: str = 'mlp1'):
   config.model.update(VARIANTS[MIXTURES.get(row, row)])
   config.mix.enabled = row in MIXTURES
   if tuned:
-    for key, value in TUNED.items():
-      section, name = key.split('.')
-      config[section][name] = value
+    apply_overrides(config, TUNED)
   return config
 
 

@@ -117,13 +117,19 @@ CHAR_MODEL = dict(n=11, m=32, h=512, direct=True)
 CHAR_TRAINING = {'optimizer.name': 'adamw', 'train.batch_size': 512, 'train.num_epochs': 10, 'train.patience': 2}
 
 
+def apply_overrides(config: ml_collections.ConfigDict, overrides: dict) -> ml_collections.ConfigDict:
+  """Sets dotted keys, {'train.batch_size': 512, 'seed': 1}, as --config.KEY=VALUE would."""
+  for key, value in overrides.items():
+    section, _, name = key.rpartition('.')
+    (config[section] if section else config)[name] = value
+  return config
+
+
 def char_level(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """A text or PTB config made character-level."""
   config.data.unit = 'char'
   config.model.update(CHAR_MODEL)
-  for key, value in CHAR_TRAINING.items():
-    section, name = key.split('.')
-    config[section][name] = value
+  apply_overrides(config, CHAR_TRAINING)
   config.mix.update(ngram_order=config.model.n, smoothing='kneser_ney')
   return config
 

@@ -60,10 +60,8 @@ class Corpus:
     """Fraction of a split's tokens that are the rare-word / unknown symbol."""
     if RARE not in self.vocab:
       return 0.0
-    rare, ids = self.vocab.index(RARE), self.splits[split]
-    if split == 'train' and self.stored_train_counts is not None:
-      return float(self.stored_train_counts[rare]) / ids.size if ids.size else 0.0
-    return sum(int(np.count_nonzero(piece == rare)) for piece in _pieces(ids)) / ids.size if ids.size else 0.0
+    size = self.num_tokens(split)
+    return float(self.unigram_counts(split)[self.vocab.index(RARE)]) / size if size else 0.0
 
   def unigram_counts(self, split: str = 'train') -> np.ndarray:
     if split == 'train' and self.stored_train_counts is not None:

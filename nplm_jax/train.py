@@ -183,10 +183,11 @@ class Run:
     self.rows = sharding.process_rows(self.mesh, config.train.batch_size)  # of each batch, this process's
     self.step_batches = data_lib.StepBatches(self.stream, config.seed, config.train.batch_size,
                                              self.plan['steps_per_epoch'], self.plan['total'], self.rows)
-    counts = self.corpus.unigram_counts('train') if config.model.unigram_bias_init else None
+    train_counts = self.corpus.unigram_counts('train')  # a pass over train unless stored (prepared corpora)
     self.optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size)
-    sampled = steps_lib.make_sampled_loss(config.loss, self.corpus.unigram_counts('train'), config.seed)
-    self.steps = steps_lib.compile_steps(self.model, self.optimizer, self.mesh, counts, sampled,
+    sampled = steps_lib.make_sampled_loss(config.loss, train_counts, config.seed)
+    bias_counts = train_counts if config.model.unigram_bias_init else None
+    self.steps = steps_lib.compile_steps(self.model, self.optimizer, self.mesh, bias_counts, sampled,
                                          config.train.chunk_size, seed=config.seed,
                                          vocab_block=config.train.get('vocab_block', -1))
     self.num_parameters = model_lib.num_parameters(self.corpus.vocab_size, config.model.n, config.model.m,

@@ -35,15 +35,19 @@ def _block_forward(f, w, b, targets):
   return log_z - target_logit, z, log_z
 
 
+def _dlogits(logits, first, log_z, targets, g):
+  """g (softmax - onehot) for a block of logits [B, size] whose first column is word `first`."""
+  columns = first + jnp.arange(logits.shape[-1])
+  return g[:, None] * (jnp.exp(logits - log_z[:, None]) - (columns[None, :] == targets[:, None]))
+
+
 def _block_backward(f, w, b, z, log_z, targets, g):
   """Gradients of sum(g * nll) from this shard's block: dlogits = g (softmax - onehot), in one pass.
 
   A separate bias gets its gradient summed from the float32 dlogits, whatever the matmuls' dtype.
   """
   block = z.shape[-1]
-  columns = lax.axis_index('model') * block + jnp.arange(block)
-  logits = z if b is None else z + b
-  dlogits = g[:, None] * (jnp.exp(logits - log_z[:, None]) - (columns[None, :] == targets[:, None]))
+  dlogits = _dlogits(z if b is None else z + b, lax.axis_index('model') * block, log_z, targets, g)
   db = None if b is None else lax.psum(jnp.sum(dlogits, axis=0), 'data')
   dlogits = dlogits.astype(f.dtype)
   df = lax.psum(jnp.matmul(dlogits, w.T, preferred_element_type=jnp.float32), 'model')
@@ -115,9 +119,7 @@ def _streamed_backward(f, w, b, log_z, targets, g, *, vocab_block):
 
   def body(start, size, carry):
     df, dw, db = carry
-    logits = _sub_block_logits(f, w, b, start, size)
-    columns = first + start + jnp.arange(size)
-    dlogits = g[:, None] * (jnp.exp(logits - log_z[:, None]) - (columns[None, :] == targets[:, None]))
+    dlogits = _dlogits(_sub_block_logits(f, w, b, start, size), first + start, log_z, targets, g)
     if db is not None:
       db = lax.dynamic_update_slice_in_dim(db, jnp.sum(dlogits, axis=0), start, axis=0)
     dlogits = dlogits.astype(f.dtype)
@@ -143,10 +145,11 @@ AUTO_VOCAB_BLOCK = 4096
 
 
 def streamed_vocab_block(vocab_block: int, shard_columns: int) -> int:
-  """The sub-block size a shard of `shard_columns` goes over its columns with (0: all at once)."""
-  if vocab_block >= 0:
-    return vocab_block
-  return AUTO_VOCAB_BLOCK if shard_columns >= STREAM_FROM_COLUMNS else 0
+  """The sub-block size a shard of `shard_columns` goes over its columns with (0: all at once,
+  also when the sub-block would hold them all)."""
+  if vocab_block < 0:
+    vocab_block = AUTO_VOCAB_BLOCK if shard_columns >= STREAM_FROM_COLUMNS else 0
+  return vocab_block if vocab_block < shard_columns else 0
 
 
 def _vocab_parallel_nll(f, w, b, targets, *, mesh, recompute=False, vocab_block=0):
@@ -166,7 +169,7 @@ def _vocab_parallel_nll(f, w, b, targets, *, mesh, recompute=False, vocab_block=
   streamed_vocab_block.
   """
   vocab_block = streamed_vocab_block(vocab_block, w.shape[-1] // mesh.shape['model'])
-  if vocab_block and vocab_block < w.shape[-1] // mesh.shape['model']:
+  if vocab_block:
     return _streamed_nll(f, w, b, targets, mesh=mesh, vocab_block=vocab_block)
   forward = jax.shard_map(_block_forward, mesh=mesh,
                           in_specs=(P('data', None), P(None, 'model'), P('model'), P('data')),
