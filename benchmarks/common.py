@@ -22,13 +22,54 @@ def random_batches(vocab: int, context: int, batch: int, count: int, seed: int =
 
 
 def train_flops_per_token(vocab: int, n: int, m: int, h: int, direct: bool) -> float:
-  """Forward + backward of the output layer: 3 matmuls of 2 |V| K FLOPs, K = h + (n-1)m."""
+  """Forward + backward of the matmuls: 3 of 2 |V| K FLOPs in the output layer (K = h + (n-1)m, or h
+  without direct connections), 3 of 2 (n-1) m h in the hidden layer."""
   k = h + ((n - 1) * m if direct else 0)
-  return 6.0 * vocab * k
+  return 6.0 * vocab * k + 6.0 * (n - 1) * m * h
 
 
 def eval_flops_per_token(vocab: int, n: int, m: int, h: int, direct: bool) -> float:
   return train_flops_per_token(vocab, n, m, h, direct) / 3.0
+
+
+def peak_matmul_tflops(dtype: str, size: int, repeats: int = 5, steps: int = 10) -> float:
+  """The rate of a large square matmul of `dtype` on the first device (float32 at 'highest'
+  precision), in TFLOP/s: the practical peak MFU is measured against, in the same run."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  keys = jax.random.split(jax.random.PRNGKey(0), 2)
+  a, b = (jax.random.normal(k, (size, size), jnp.dtype(dtype)) for k in keys)  # not zeros: they run faster
+  matmul = jax.jit(lambda x, y: jnp.matmul(x, y, precision='highest'))
+  jax.block_until_ready(matmul(a, b))
+
+  def run():
+    in_flight = steps_lib.BoundedDispatch()
+    for _ in range(steps):
+      in_flight.push(matmul(a, b))
+    in_flight.drain()
+  return 2.0 * size ** 3 * steps / timing.median_seconds(run, repeats) / 1e12
+
+
+def write_synthetic_prepared(folder: str, vocab: int, train_tokens: int, eval_tokens: int, seed: int = 0) -> str:
+  """A prepared corpus (nplm_jax.prepare's layout) of uniformly random ids over `vocab` words, for
+  timing the real training loop at any |V|; returns its folder."""
+  import os  # pylint: disable=g-import-not-at-top
+  from nplm_jax import data as data_lib  # pylint: disable=g-import-not-at-top
+  os.makedirs(folder, exist_ok=True)
+  rng = np.random.default_rng(seed)
+  sizes = {'train': train_tokens, 'valid': eval_tokens, 'test': eval_tokens}
+  splits = {s: rng.integers(0, vocab, size=n).astype(np.uint32) for s, n in sizes.items()}
+  for s, ids in splits.items():
+    np.save(os.path.join(folder, f'{s}.npy'), ids)
+  words = tuple(f'w{i}' for i in range(vocab))
+  counts = np.bincount(splits['train'], minlength=vocab)
+  with open(os.path.join(folder, 'vocab.txt'), 'w', encoding='utf-8') as f:
+    f.writelines(f'{w}\t{c}\n' for w, c in zip(words, counts.tolist()))
+  corpus = data_lib.Corpus(words, splits, boundary_id=0)
+  meta = {'source': {'corpus': 'synthetic', 'unit': 'word'}, 'vocab_size': vocab, 'boundary_id': 0,
+          **{f'{s}_tokens': n for s, n in sizes.items()}, 'fingerprint': corpus.fingerprint()}
+  with open(os.path.join(folder, data_lib.PREPARED_META), 'w', encoding='utf-8') as f:
+    json.dump(meta, f)
+  return folder
 
 
 def peak_rss_mib() -> float:
@@ -51,16 +92,15 @@ def emit(record: dict) -> None:
 
 def build_train_step(config, vocab: int, mesh):
   """(compiled steps, fresh state) for `config`'s model over a vocabulary of `vocab` words."""
-  model = model_lib.from_config(config.model, vocab)
+  model = model_lib.from_config(config.model, vocab, mesh.devices.flat[0].platform)
   optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size)
   sampled = steps_lib.make_sampled_loss(config.loss, np.ones(vocab), config.seed)  # uniform noise: random data
   compiled = steps_lib.compile_steps(model, optimizer, mesh, loss=sampled, chunk_size=config.train.chunk_size,
-                                      vocab_block=config.train.vocab_block)
+                                      vocab_block=config.train.vocab_block,
+                                      matmul_precision=config.model.matmul_precision)
   with jax.set_mesh(mesh):
     state = compiled.init()
   return model, compiled, state
-
-
 
 
 def time_train_step(config, vocab: int, mesh, steps: int, repeats: int) -> dict:
@@ -72,7 +112,7 @@ def time_train_step(config, vocab: int, mesh, steps: int, repeats: int) -> dict:
   batches = [tuple(steps_lib.put_process_rows(mesh, x[rows], batch_size) for x in b)
              for b in random_batches(vocab, model.context_size, batch_size, steps)]
   with jax.set_mesh(mesh):
-    executable = compiled.train.lower(state, *batches[0]).compile()
+    executable = compiled.lower_train(state, *batches[0]).compile()
     state, _ = compiled.train(state, *batches[0])  # warm-up
     jax.block_until_ready(state)
     holder = [state]

@@ -1,5 +1,5 @@
 """Does feeding real data slow the training step? Brown MLP1's step on a fixed batch, against real
-batches gathered in the loop (train.Run.train_batch, the default), against real batches read
+batches gathered in the loop (experiment.Experiment.train_batch, the host path), against real batches read
 ahead by grain threads (nplm_jax.input_pipeline). Rounds alternate; medians and ratios printed.
 
 python benchmarks/input_pipeline.py --config=experiments/brown.py:mlp1 --batch_size=1024 --steps=20 --rounds=3
@@ -37,10 +37,10 @@ def main(argv):
   from benchmarks import common  # pylint: disable=g-import-not-at-top
   from nplm_jax import input_pipeline  # pylint: disable=g-import-not-at-top
   from nplm_jax import steps as steps_lib  # pylint: disable=g-import-not-at-top
-  from nplm_jax import train  # pylint: disable=g-import-not-at-top
+  from nplm_jax import experiment as experiment_lib  # pylint: disable=g-import-not-at-top
   from nplm_jax import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
 
-  run = train.Run(config, workdir_lib.Workdir(tempfile.mkdtemp()))
+  run = experiment_lib.Experiment(config, workdir_lib.Workdir(tempfile.mkdtemp()))
   b, mesh = config.train.batch_size, run.mesh
   with jax.set_mesh(mesh):
     state = run.steps.init()

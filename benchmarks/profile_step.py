@@ -28,6 +28,7 @@ from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-posit
 from ml_collections import config_flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top,wrong-import-position
+from nplm_jax import backend  # pylint: disable=g-import-not-at-top,wrong-import-position
 from nplm_jax import sharding  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 config_flags.DEFINE_config_file('config', 'experiments/brown.py:mlp1', 'Experiment config.', lock_config=True)
@@ -76,14 +77,14 @@ def main(argv):
   from nplm_jax import steps as steps_lib  # pylint: disable=g-import-not-at-top
   config = ARGS.config
   config.train.batch_size = ARGS.batch_size
-  sharding.configure_host_devices(config.mesh)
+  backend.configure(config)  # before JAX starts its backends
   mesh = sharding.make_mesh(config.mesh)
   model, compiled, state = common.build_train_step(config, ARGS.vocab, mesh)
   batches = [tuple(steps_lib.put_batch(mesh, x) for x in b)
              for b in common.random_batches(ARGS.vocab, model.context_size, ARGS.batch_size, ARGS.steps)]
   trace_dir = ARGS.trace_dir or tempfile.mkdtemp(prefix='nplm_profile_')
   with jax.set_mesh(mesh):
-    hlo = compiled.train.lower(state, *batches[0]).compile().as_text()
+    hlo = compiled.lower_train(state, *batches[0]).compile().as_text()
     state, metrics = compiled.train(state, *batches[0])  # warm-up
     jax.block_until_ready(metrics)
     with jax.profiler.trace(trace_dir, create_perfetto_trace=True):

@@ -91,10 +91,10 @@ def startup_worker(prepared: str, batch_size: int, chunk_size: int) -> None:
   config.train.chunk_size = chunk_size
   sharding.configure_host_devices(config.mesh)
   import jax  # pylint: disable=g-import-not-at-top
-  from nplm_jax import train  # pylint: disable=g-import-not-at-top
+  from nplm_jax import experiment as experiment_lib  # pylint: disable=g-import-not-at-top
   from nplm_jax import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   baseline = rss_mib()  # Python, JAX and the code
-  run = train.Run(config, workdir_lib.Workdir(os.path.join(prepared, 'unused_workdir')))
+  run = experiment_lib.Experiment(config, workdir_lib.Workdir(os.path.join(prepared, 'unused_workdir')))
   run.train_batch(0)  # the epoch's permutation
   setup = rss_mib()
   with jax.set_mesh(run.mesh):

@@ -1,11 +1,17 @@
 """Training and evaluation throughput of an experiment config at several batch sizes, with the
-achieved GFLOP/s, the compiled steps' memory, the peak RSS, and the practical peak: a plain fp32
-matmul of the output layer's shape on the same backend and mesh, measured in the same run.
+achieved GFLOP/s, the compiled steps' memory, the peak RSS, and the practical peaks measured in the
+same run: a plain fp32 matmul of the output layer's shape on the same backend and mesh, and (for
+MFU) large square bf16 and f32 matmuls.
 
 python benchmarks/throughput.py --config=experiments/brown.py:mlp1 --batch_sizes=64,256,1024 [--config.model.h=100]
+python benchmarks/throughput.py --config=experiments/brown.py:reg4_n7 --batch_sizes=128 --loop
+
+--loop also runs the real training loop (train.train_and_evaluate: resident data, steps per
+dispatch, logging, a final evaluation) on a synthetic corpus of the same |V| and reports its
+tokens/s beside the step's alone (loop_train_tokens_per_sec).
 
 Prints a table and one JSON line per batch size (batch_size, train_tokens_per_sec,
-eval_tokens_per_sec, gflops, peak_gflops, ...).
+eval_tokens_per_sec, gflops, peak_gflops, mfu_bf16, mfu_f32, ...).
 """
 
 import os
@@ -17,6 +23,7 @@ from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-positio
 from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 from ml_collections import config_flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from nplm_jax import backend  # pylint: disable=g-import-not-at-top,wrong-import-position
 from nplm_jax import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
 from nplm_jax import sharding  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -25,7 +32,32 @@ flags.DEFINE_list('batch_sizes', ['64', '256', '1024'], 'Batch sizes to measure.
 flags.DEFINE_integer('vocab', 17_905, '|V| (Brown: 17,905); random token ids are used.')
 flags.DEFINE_integer('steps', 10, 'Steps per timed repeat.')
 flags.DEFINE_integer('repeats', 5, 'Timed repeats; the median is reported.')
+flags.DEFINE_bool('loop', False, 'Also time the real training loop on a synthetic corpus of the same |V|.')
+flags.DEFINE_integer('loop_steps', 3000, 'Steps of the timed loop (its first tenth, with the compile, is not counted).')
+flags.DEFINE_integer('peak_size', -1, 'Side of the square matmuls MFU is measured against (-1: 8192, 2048 on CPU).')
 FLAGS = flags.FLAGS
+
+
+def loop_tokens_per_sec(config, batch_size: int) -> float:
+  """Median tokens/s of the training loop's progress reports after its first (compile and warm-up),
+  on a synthetic prepared corpus of FLAGS.vocab words."""
+  import json  # pylint: disable=g-import-not-at-top
+  import tempfile  # pylint: disable=g-import-not-at-top
+  import statistics  # pylint: disable=g-import-not-at-top
+  from benchmarks import common  # pylint: disable=g-import-not-at-top
+  from nplm_jax import train  # pylint: disable=g-import-not-at-top
+  folder = tempfile.mkdtemp(prefix='nplm_loop_')
+  steps = FLAGS.loop_steps
+  loop_config = config.copy_and_resolve_references()
+  common.write_synthetic_prepared(f'{folder}/corpus', FLAGS.vocab, batch_size * steps + 1, batch_size * 4)
+  loop_config.data.corpus, loop_config.data.path = 'prepared', f'{folder}/corpus'
+  loop_config.mix.enabled = False
+  loop_config.train.update(batch_size=batch_size, max_steps=steps, eval_every=steps, log_every=steps // 10,
+                           patience=0, checkpoint_every_seconds=0.0)
+  train.train_and_evaluate(loop_config, f'{folder}/run')
+  with open(f'{folder}/run/metrics.jsonl', encoding='utf-8') as f:
+    rates = [r['tokens_per_sec'] for r in map(json.loads, f) if 'tokens_per_sec' in r]
+  return statistics.median(rates[1:])
 
 
 def measure(config, batch_size: int) -> dict:
@@ -46,7 +78,7 @@ def measure(config, batch_size: int) -> dict:
   m = config.model
   train_flops = common.train_flops_per_token(model.padded_vocab_size, m.n, m.m, m.h, m.direct)
   with jax.set_mesh(mesh):
-    train_exe = compiled.train.lower(state, *batches[0]).compile()
+    train_exe = compiled.lower_train(state, *batches[0]).compile()
     eval_exe = compiled.eval.lower(state.params, *batches[0]).compile()
     holder = [state]
 
@@ -80,13 +112,29 @@ def measure(config, batch_size: int) -> dict:
   peaks = []
   for fn, args in ((matmul, (a, w)), (single, (a1, w1))):  # outside set_mesh: one is single-device
     jax.block_until_ready(fn(*args))
-    seconds = timing.median_seconds(lambda: jax.block_until_ready([fn(*args) for _ in range(FLAGS.steps)]),
-                                    FLAGS.repeats) / FLAGS.steps  # all of them: they may finish out of order
+
+    def products(fn=fn, args=args):  # two [B, |V|] results alive at most (they may finish out of order)
+      in_flight = steps_lib.BoundedDispatch()
+      for _ in range(FLAGS.steps):
+        in_flight.push(fn(*args))
+      in_flight.drain()
+    seconds = timing.median_seconds(products, FLAGS.repeats) / FLAGS.steps
     peaks.append(2.0 * batch_size * k * model.padded_vocab_size / seconds / 1e9)
+  del a, w, a1, w1
   train_tps, eval_tps = batch_size / train_s, batch_size / eval_s
-  return {'batch_size': batch_size, 'train_tokens_per_sec': round(train_tps, 1),
-          'eval_tokens_per_sec': round(eval_tps, 1), 'gflops': round(train_tps * train_flops / 1e9, 2),
+  gflops = train_tps * train_flops / 1e9
+  size = FLAGS.peak_size if FLAGS.peak_size > 0 else (2048 if jax.devices()[0].platform == 'cpu' else 8192)
+  peak_tflops = {dtype: common.peak_matmul_tflops(dtype, size) for dtype in ('bfloat16', 'float32')}
+  loop = {}
+  if FLAGS.loop:
+    loop_tps = loop_tokens_per_sec(config, batch_size)
+    loop = {'loop_train_tokens_per_sec': round(loop_tps, 1), 'loop_vs_step': round(loop_tps / train_tps, 3)}
+  return {'batch_size': batch_size, 'train_tokens_per_sec': round(train_tps, 1), **loop,
+          'eval_tokens_per_sec': round(eval_tps, 1), 'gflops': round(gflops, 2),
           'eval_gflops': round(eval_tps * train_flops / 3 / 1e9, 2), 'peak_gflops': round(max(peaks), 2),
+          'mfu_bf16': round(gflops / 1e3 / peak_tflops['bfloat16'], 4),
+          'mfu_f32': round(gflops / 1e3 / peak_tflops['float32'], 4),
+          'peak_bf16_tflops': round(peak_tflops['bfloat16'], 1), 'peak_f32_tflops': round(peak_tflops['float32'], 1),
           'mesh': f'{mesh.shape["data"]}x{mesh.shape["model"]}', 'platform': jax.devices()[0].platform,
           **{f'train_{k}': v for k, v in common.memory_mib(train_exe).items()},
           'eval_temp_mib': common.memory_mib(eval_exe).get('temp_mib'), 'peak_rss_mib': round(common.peak_rss_mib(), 1)}
@@ -97,10 +145,11 @@ def main(argv):
   from benchmarks import common  # pylint: disable=g-import-not-at-top
   config = FLAGS.config
   rows = [measure(config, int(b)) for b in FLAGS.batch_sizes]
-  header = ['batch_size', 'train_tokens_per_sec', 'eval_tokens_per_sec', 'gflops', 'eval_gflops', 'peak_gflops',
-            'train_temp_mib', 'peak_rss_mib']
+  header = ['batch_size', 'train_tokens_per_sec', 'loop_train_tokens_per_sec', 'loop_vs_step', 'eval_tokens_per_sec',
+            'gflops', 'peak_gflops', 'mfu_bf16', 'mfu_f32', 'train_temp_mib', 'peak_rss_mib']
   print(f'{rows[0]["platform"]}, mesh {rows[0]["mesh"]}, |V|={FLAGS.vocab}, n={config.model.n} m={config.model.m} '
-        f'h={config.model.h} direct={config.model.direct}, loss {config.loss.name}')
+        f'h={config.model.h} direct={config.model.direct}, loss {config.loss.name}, compute_dtype {config.model.compute_dtype} '
+        f'(matmul precision {config.model.matmul_precision}), vocab_block {config.train.vocab_block}')
   print(' | '.join(header))
   for r in rows:
     print(' | '.join(str(r.get(h)) for h in header))
@@ -110,7 +159,7 @@ def main(argv):
 
 def parse_and_configure(argv):
   rest = cli.parse_flags(argv)
-  sharding.configure_host_devices(FLAGS.config.mesh)  # before JAX starts its backends
+  backend.configure(FLAGS.config)  # before JAX starts its backends
   return rest
 
 

@@ -4,15 +4,20 @@ Restoring takes an abstract target that carries the shardings of the mesh in use
 checkpoint written under one mesh (or number of processes) loads under any other. Every process
 of a multi-process job takes part in each save and restore; Orbax coordinates them.
 
-Crash consistency: a best save is committed before the latest save of the same step, so a latest
-checkpoint never names a best step that was not written; best steps newer than the latest
-checkpoint (a crash between the two saves) are dropped at start-up, and the run recomputes them.
-best/ keeps two steps, so the best step an older latest checkpoint names is still there.
+Saves are asynchronous: training goes on while they are written (the arrays are copied off the
+devices first). Crash consistency: a best save and the latest save of the same step commit in
+either order. A latest checkpoint whose own step is its best step, but whose best save never
+committed, is set aside at start-up and the run resumes from the one before it; best steps newer
+than the latest checkpoint resumed (a crash between the two commits) are dropped. Either way the
+run recomputes the lost steps exactly. best/ keeps two steps, so the best step an older latest
+checkpoint names is still there.
 
 An unreadable checkpoint step is set aside (renamed STEP.unreadable-TIME, never deleted) with a
 warning, and the run resumes from the newest readable one.
 """
 
+import contextlib
+import gc
 import os
 import signal
 import sys
@@ -40,7 +45,7 @@ def _options(max_to_keep: int, name: str, create: bool = True) -> ocp.Checkpoint
 # Fault injection for tests/test_reliability.py: NPLM_CRASH_AT=POINT:STEP kills the process with
 # SIGKILL at that point of the saves of STEP (inside a save, between the two), where a timed kill
 # would rarely land.
-CRASH_POINTS = ('best_writing', 'best_committed', 'latest_writing')
+CRASH_POINTS = ('best_writing', 'between_saves', 'latest_writing')
 
 
 def _crash_point(point: str, step: int) -> None:
@@ -48,19 +53,23 @@ def _crash_point(point: str, step: int) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _quiet_closed_event_loops() -> None:
-  """A failed Orbax restore leaves TensorStore callbacks for an asyncio loop it has closed; Python
-  then prints an 'Exception ignored' traceback for each, which tells a user nothing. Only those
-  are silenced; every other unraisable exception still reaches the hook in place."""
+@contextlib.contextmanager
+def _closed_event_loops_quiet():
+  """While restores are tried: a failed Orbax restore leaves TensorStore callbacks for an asyncio
+  loop it has closed, and Python prints an 'Exception ignored' traceback for each, which tells a user
+  nothing. Within this block (its garbage collected at the end) only those are silenced; the hook in
+  place before is restored after, and every other unraisable exception reaches it."""
   previous = sys.unraisablehook
-  if getattr(previous, 'quiets_closed_loops', False):
-    return
 
   def hook(unraisable):
     if not (isinstance(unraisable.exc_value, RuntimeError) and 'Event loop is closed' in str(unraisable.exc_value)):
       previous(unraisable)
-  hook.quiets_closed_loops = True
   sys.unraisablehook = hook
+  try:
+    yield
+  finally:
+    gc.collect()
+    sys.unraisablehook = previous
 
 
 def _reason(error: Exception) -> str:
@@ -71,6 +80,7 @@ def _reason(error: Exception) -> str:
 class Checkpoints:
   def __init__(self, workdir: workdir_lib.Workdir, keep: int = 2, read_only: bool = False):
     """read_only: for tools that only read a workdir; folders it lacks are not created."""
+    self.save_seconds = 0.0  # what the training loop spent in save calls (copies off the devices, mostly)
     self.latest = ocp.CheckpointManager(
         workdir.file('checkpoints'), options=_options(keep, 'latest', create=not read_only),
         item_handlers={'state': ocp.StandardCheckpointHandler(), 'meta': ocp.JsonCheckpointHandler()})
@@ -78,16 +88,19 @@ class Checkpoints:
                                       item_handlers=ocp.StandardCheckpointHandler())
 
   def save_latest(self, step: int, state, run_state: run_state_lib.RunState) -> None:
+    _crash_point('between_saves', step)
     self.latest.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                    meta=ocp.args.JsonSave(run_state.to_json())), force=True)
     _crash_point('latest_writing', step)
 
   def save_best(self, step: int, params) -> None:
-    """Saves and commits (the latest save of the same step follows it, see the module docstring)."""
+    """Starts saving the best parameters; it commits in the background (module docstring)."""
     self.best.save(step, args=ocp.args.StandardSave(params), force=True)
     _crash_point('best_writing', step)
-    self.best.wait_until_finished()
-    _crash_point('best_committed', step)
+
+  def _best_committed(self, step: int, run_state: run_state_lib.RunState) -> bool:
+    """False for a latest checkpoint saved with a best save of its own step that never committed."""
+    return run_state.best_step != step or step in self.best.all_steps()
 
   def restore_latest(self, abstract_state):
     """(state, RunState) of the newest readable checkpoint, or None when there is none.
@@ -95,6 +108,10 @@ class Checkpoints:
     Unreadable newer steps are set aside with a warning; when none is readable, one line says so.
     """
     self.wait()  # saves still being committed in the background are part of what to restore
+    with _closed_event_loops_quiet():
+      return self._restore_newest_readable(abstract_state)
+
+  def _restore_newest_readable(self, abstract_state):
     steps = sorted(self.latest.all_steps(), reverse=True)
     problems = []
     for step in steps:
@@ -108,7 +125,9 @@ class Checkpoints:
         state, run_state = restored.state, run_state_lib.RunState.from_json(restored.meta)
       except Exception as e:  # pylint: disable=broad-except  # any way a checkpoint can be damaged
         problems.append((step, _reason(e)))
-        _quiet_closed_event_loops()
+        continue
+      if not self._best_committed(step, run_state):
+        problems.append((step, f'its best save of step {step} did not commit'))
         continue
       for bad_step, reason in problems:
         aside = self._set_aside(self.latest, bad_step)
@@ -126,10 +145,12 @@ class Checkpoints:
     self.wait()
     for step in sorted(self.latest.all_steps(), reverse=True):
       try:
-        return run_state_lib.RunState.from_json(self.latest.restore(step, args=ocp.args.Composite(
+        run_state = run_state_lib.RunState.from_json(self.latest.restore(step, args=ocp.args.Composite(
             meta=ocp.args.JsonRestore())).meta)
       except Exception:  # pylint: disable=broad-except
         continue
+      if self._best_committed(step, run_state):
+        return run_state
     return None
 
   def restore_best(self, abstract_params, step: int, model: model_lib.NPLM):
@@ -139,11 +160,12 @@ class Checkpoints:
       raise UserError(f'{self.best.directory} holds no step {step}, the best one of this run; restore it, or '
                       'move best/ and checkpoints/ away to train from the start')
     try:
-      if self._separate_layout(self.best, step):
-        separate = self.best.restore(step, args=ocp.args.StandardRestore(
-            model_lib.separate_output_layer_target(model, abstract_params)))
-        return model_lib.stack_separate_output_layer(model, separate, abstract_params[model_lib.OUTPUT].sharding)
-      return self.best.restore(step, args=ocp.args.StandardRestore(abstract_params))
+      with _closed_event_loops_quiet():
+        if self._separate_layout(self.best, step):
+          separate = self.best.restore(step, args=ocp.args.StandardRestore(
+              model_lib.separate_output_layer_target(model, abstract_params)))
+          return model_lib.stack_separate_output_layer(model, separate, abstract_params[model_lib.OUTPUT].sharding)
+        return self.best.restore(step, args=ocp.args.StandardRestore(abstract_params))
     except Exception as e:  # pylint: disable=broad-except
       raise UserError(f'the best parameters in {self.best.directory}/{step} cannot be read ({_reason(e)}); '
                       'restore them from a copy, or move best/ and checkpoints/ away to train again') from None

@@ -11,6 +11,7 @@ names it and the fix, before any data is read or anything compiles.
 
 import importlib.util
 import os
+import re
 
 import ml_collections
 
@@ -43,7 +44,15 @@ def base_config() -> ml_collections.ConfigDict:
   # that divides it (128: every power of two up to 128), and checkpoints move between such meshes.
   # It wastes < 128 columns: 15 of Brown's 17,920 (0.08%), 32 of 300,032 at |V| = 300,000.
   c.model.vocab_pad_multiple = 128
-  c.model.compute_dtype = 'float32'  # output-layer matmuls: 'float32' | 'bfloat16' (GPU/TPU); f32 softmax
+  # 'float32' | 'bfloat16' | 'auto': the dtype of every matmul's operands (the hidden layer's and the
+  # output layer's), with float32 accumulation; parameters, optimiser state, tanh, the softmax and
+  # the loss stay float32. 'auto': bfloat16 on GPUs and TPUs, float32 on CPUs (model.AUTO_COMPUTE_DTYPE;
+  # README, "GPUs and TPUs": what it costs in perplexity and gains in speed).
+  c.model.compute_dtype = 'auto'
+  # What float32 matmuls mean: 'highest' = exact float32 on every backend (the paper's arithmetic; the
+  # results in RESULTS.md); 'default' = the backend's own (TF32 on NVIDIA GPUs, bfloat16 passes on
+  # TPUs: faster, ~1e-3 relative error a product). CPUs compute float32 either way.
+  c.model.matmul_precision = 'highest'
   c.model.unigram_bias_init = True  # b starts at the log unigram distribution of train
   c.model.feature_dropout = 0.0  # training only: dropout on x = [C(w_{t-1}), ...] (before H and W)
   c.model.hidden_dropout = 0.0  # training only: dropout on tanh(d + H x)
@@ -72,6 +81,21 @@ def base_config() -> ml_collections.ConfigDict:
   # them in cache on a CPU. 0: all of a shard's columns at once. -1: 4096 for shards of 32,768 columns
   # or more, else 0 (measured: vocab_softmax.STREAM_FROM_COLUMNS).
   c.train.vocab_block = -1
+  # Token ids on the devices ('on'), each step's batch gathered inside the jitted step from the epoch's
+  # permutation (sent once an epoch): no host work per step. 'off': gathered on the host each step.
+  # 'auto': on when the train split's ids and permutation take at most DEVICE_DATA_AUTO_MIB a device
+  # (data.device_data_fits), and no input_threads.
+  c.train.device_data = 'auto'
+  # Training steps per dispatch (a lax.scan of steps in one jitted call; needs device data). Logging,
+  # evaluation, checkpoints and signals act between dispatches, which never cross log_every,
+  # eval_every, checkpoint_every or an epoch's end. -1: 1 on CPU (the host is not the bound there),
+  # AUTO_STEPS_PER_DISPATCH on GPUs and TPUs (README, "GPUs and TPUs").
+  c.train.steps_per_dispatch = -1
+  # Deterministic GPU reductions (XLA's --xla_gpu_deterministic_ops): the same run gives the same
+  # bits, so a resumed run ends bit-equal to an uninterrupted one there too. No effect on CPU/TPU.
+  c.train.deterministic = True
+  c.train.profile_steps = ''  # 'FIRST:LAST': a jax.profiler trace of these steps in WORKDIR/profile
+  c.train.compilation_cache_dir = ''  # JAX's persistent compilation cache (a folder); '' = off
   # 0: each batch is gathered in the training loop (fastest on a few cores: benchmarks/input_pipeline.py);
   # > 0: grain threads read the next batches ahead (hosts with cores to spare). Same batches either way.
   c.train.input_threads = 0
@@ -155,6 +179,7 @@ _RANGES = [
     ('train.max_anneals', 'int', 0, None, 'use 0 for no learning-rate cuts'),
     ('train.input_threads', 'int', 0, None, 'use 0 to gather batches in the training loop'),
     ('train.vocab_block', 'int', -1, None, "use -1 for the automatic choice, 0 for all of a shard's columns at once"),
+    ('train.steps_per_dispatch', 'int', -1, None, 'use -1 for the automatic choice'),
     ('train.log_every', 'int', 1, None, 'log every that many steps'),
     ('train.checkpoint_every_seconds', 'float', 0.0, None, 'use 0 to save at evaluations only'),
     ('mix.ngram_order', 'int', 1, None, 'the n-gram order of the mixed-in model'),
@@ -165,7 +190,9 @@ _CHOICES = [
     ('data.corpus', ('brown', 'ptb', 'text', 'prepared')),
     ('data.vocab_scope', ('corpus', 'train')),
     ('data.unit', ('word', 'char')),
-    ('model.compute_dtype', ('float32', 'bfloat16')),
+    ('model.compute_dtype', ('auto', 'float32', 'bfloat16')),
+    ('model.matmul_precision', ('highest', 'default')),
+    ('train.device_data', ('auto', 'on', 'off')),
     ('optimizer.name', ('paper_sgd', 'adamw')),
     ('loss.name', ('softmax', 'sampled_softmax', 'nce')),
     ('mix.smoothing', ('interpolated', 'kneser_ney')),
@@ -240,6 +267,20 @@ def _validate_relations(config) -> None:
   cpu_devices = config.mesh.cpu_devices
   if not isinstance(cpu_devices, int) or cpu_devices == 0 or cpu_devices < -1:
     raise UserError(f'mesh.cpu_devices={cpu_devices!r} is invalid; use a positive count or -1 for one per core')
+  if train.get('steps_per_dispatch', -1) == 0:
+    raise UserError('train.steps_per_dispatch=0 is invalid; use a positive number of steps or -1 for the automatic '
+                    'choice')
+  if train.get('steps_per_dispatch', -1) > 1 and (train.get('device_data', 'auto') == 'off' or train.input_threads):
+    raise UserError(f'train.steps_per_dispatch={train.steps_per_dispatch} needs the batches gathered on the devices; '
+                    "set --config.train.device_data=auto and --config.train.input_threads=0, or steps_per_dispatch=1")
+  if train.get('device_data', 'auto') == 'on' and train.input_threads:
+    raise UserError("train.device_data='on' gathers batches on the devices, which leaves nothing for "
+                    'train.input_threads; set one of them off')
+  profile = str(train.get('profile_steps', ''))
+  span = re.fullmatch(r'(\d+):(\d+)', profile)
+  if profile and not (span and int(span[1]) <= int(span[2])):
+    raise UserError(f"train.profile_steps={profile!r} is invalid; use 'FIRST:LAST' steps, e.g. "
+                    "--config.train.profile_steps=100:110")
   for name in ('max_steps', 'eval_every', 'checkpoint_every'):
     value = train[name]
     if not isinstance(value, int) or value == 0 or value < -1:

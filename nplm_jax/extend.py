@@ -21,11 +21,11 @@ import sys
 import numpy as np
 
 from nplm_jax import checkpoint as ckpt_lib
-from nplm_jax import data as data_lib
 from nplm_jax import cli as cli_lib
+from nplm_jax import data as data_lib
+from nplm_jax import experiment as experiment_lib
 from nplm_jax import model as model_lib
 from nplm_jax import text_input
-from nplm_jax import train
 from nplm_jax import trained as trained_lib
 from nplm_jax import workdir as workdir_lib
 from nplm_jax.errors import UserError
@@ -84,7 +84,7 @@ def extend(workdir_path: str, lines: list[str], output_path: str) -> dict:
   source, step = workdir_lib.Workdir(workdir_path), model.step
   output.prepare()
   output.write_json('config.json', model.config.to_dict())
-  output.write_json(train.ADDED_WORDS_FILE, {'words': new_words, 'occurrences': counts.tolist(),
+  output.write_json(experiment_lib.ADDED_WORDS_FILE, {'words': new_words, 'occurrences': counts.tolist(),
                                              'extended_from': str(source), 'base_vocab_size': len(model.vocab)})
   written = ckpt_lib.Checkpoints(output)
   try:

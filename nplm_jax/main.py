@@ -12,7 +12,7 @@ from nplm_jax import cli
 from nplm_jax import distributed
 from nplm_jax import metrics
 from nplm_jax import mix
-from nplm_jax import sharding
+from nplm_jax import backend
 from nplm_jax import train
 from nplm_jax.errors import UserError
 
@@ -34,7 +34,7 @@ def main(argv):
   config = FLAGS.config
   workdir = FLAGS.workdir or default_workdir(config)
   try:
-    sharding.configure_host_devices(config.mesh)  # before anything starts JAX's backends
+    backend.configure(config)  # before anything starts JAX's backends
     distributed.maybe_initialize(config)
     if not FLAGS.workdir:
       metrics.log(f'workdir: {workdir} (the default for this config; --workdir=DIR chooses another)')

@@ -46,18 +46,18 @@ def main(argv):
   del argv
   from absl import flags  # pylint: disable=g-import-not-at-top
   from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
-  from nplm_jax import sharding, train  # pylint: disable=g-import-not-at-top
+  from nplm_jax import backend, evaluation  # pylint: disable=g-import-not-at-top
   cli = flags.FLAGS
   try:
-    config = train.load_config(cli.workdir)
+    config = evaluation.load_config(cli.workdir)
     config.mix.update(ngram_order=cli.order, smoothing=cli.smoothing, weight=cli.weight)
     try:
       config_lib.validate(config)
     except UserError as e:  # name the flag the user gave, not the config key it sets
       raise UserError(str(e).replace('mix.ngram_order', '--order').replace('mix.weight', '--weight')
                       .replace('--config.--', '--')) from None
-    sharding.configure_host_devices(config.mesh)
-    nll = train.evaluate_workdir(cli.workdir)
+    backend.configure(config)
+    nll = evaluation.evaluate_workdir(cli.workdir)
     results = mixture_results(data_lib.load_corpus(config.data), nll, config.mix)
   except UserError as e:
     sys.exit(f'error: {e}')

@@ -42,7 +42,7 @@ class NPLM(nn.Module):
   hidden_dim: int  # h; 0 means no hidden layer
   direct: bool  # direct connections W from x to the output
   vocab_pad_multiple: int = 1
-  compute_dtype: str = 'float32'  # of the output layer's matmuls ('bfloat16' for accelerators)
+  compute_dtype: str = 'float32'  # of every matmul's operands, float32 accumulation ('bfloat16' for accelerators)
   feature_dropout: float = 0.0  # dropout on the word features x (training only)
   hidden_dropout: float = 0.0  # dropout on the hidden layer tanh(d + H x) (training only)
 
@@ -91,7 +91,9 @@ class NPLM(nn.Module):
     x = self.drop_features(self.C[contexts].reshape(contexts.shape[0], -1), deterministic=deterministic)
     parts = []
     if self.hidden_dim:
-      parts.append(self.drop_hidden(jnp.tanh(self.d + x @ self.H), deterministic=deterministic))
+      dtype = jnp.dtype(self.compute_dtype)  # the matmul's operands; its sum and tanh stay float32
+      hidden = jnp.matmul(x.astype(dtype), self.H.astype(dtype), preferred_element_type=jnp.float32)
+      parts.append(self.drop_hidden(jnp.tanh(self.d + hidden), deterministic=deterministic))
     if self.direct:
       parts.append(x)
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1)
@@ -120,10 +122,24 @@ def bias_row_mask(output_shape) -> np.ndarray:
   return mask
 
 
-def from_config(model_config, vocab_size: int) -> NPLM:
+# model.compute_dtype = 'auto', by backend: bfloat16 on GPUs and TPUs, where it trained Brown reg4_n7
+# and the PTB table network to within 0.01% of float32's test perplexity, 1.3x faster end to end
+# and 2.3x a step at |V| 33k on an H100 (README, "GPUs and TPUs"); float32 on CPUs (no bf16 matmul units).
+AUTO_COMPUTE_DTYPE = {'cpu': 'float32', 'accelerator': 'bfloat16'}
+
+
+def compute_dtype(name: str, platform: str) -> str:
+  """model.compute_dtype with 'auto' resolved for the backend `platform` ('cpu', 'gpu', 'tpu')."""
+  if name != 'auto':
+    return name
+  return AUTO_COMPUTE_DTYPE['cpu' if platform == 'cpu' else 'accelerator']
+
+
+def from_config(model_config, vocab_size: int, platform: str = 'cpu') -> NPLM:
   return NPLM(vocab_size=vocab_size, context_size=model_config.n - 1, embed_dim=model_config.m,
               hidden_dim=model_config.h, direct=model_config.direct,
-              vocab_pad_multiple=model_config.vocab_pad_multiple, compute_dtype=model_config.compute_dtype,
+              vocab_pad_multiple=model_config.vocab_pad_multiple,
+              compute_dtype=compute_dtype(model_config.compute_dtype, platform),
               feature_dropout=model_config.get('feature_dropout', 0.0),
               hidden_dropout=model_config.get('hidden_dropout', 0.0))
 

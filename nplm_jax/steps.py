@@ -18,6 +18,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh
 
+from nplm_jax import device_data
 from nplm_jax import model as model_lib
 from nplm_jax import sharding
 from nplm_jax import vocab_softmax
@@ -155,57 +156,126 @@ def eval_step(params, contexts, targets, *, model, mesh, chunk_size=0, vocab_blo
                                                         vocab_block=vocab_block), (feats, targets), chunk_size)
 
 
+def train_dispatch(state: TrainState, ids, order, lr_scale, first_nonfinite, *, num_steps: int, steps_per_epoch: int,
+                   batch_size: int, mesh, model, **step_options):
+  """`num_steps` training steps in one call, each gathering its batch on the devices from the train
+  split's resident ids and the epoch's permutation `order` (device_data). The steps lie in one epoch.
+
+  One step is the plain step with the gather before it; more are a lax.scan of it. Returns the last
+  step's loss and the first non-finite step, as train_step does.
+  """
+  def one(carry, _):
+    state, first_nonfinite = carry
+    contexts, targets = device_data.step_batch(ids, order, state.step % steps_per_epoch, batch_size=batch_size,
+                                               context_size=model.context_size, mesh=mesh)
+    state, metrics = train_step(state, contexts, targets, lr_scale, first_nonfinite, model=model, mesh=mesh,
+                                **step_options)
+    return (state, metrics['first_nonfinite']), metrics['loss']
+
+  if num_steps == 1:
+    (state, first_nonfinite), loss = one((state, first_nonfinite), None)
+  else:
+    (state, first_nonfinite), losses = jax.lax.scan(one, (state, first_nonfinite), None, length=num_steps)
+    loss = losses[-1]
+  return state, {'loss': loss, 'first_nonfinite': first_nonfinite}
+
+
+def eval_resident(params, ids, positions, *, model, mesh, **eval_options):
+  """Per-token NLLs [G, B] of a split's batches of positions [G, B], gathered from its resident ids,
+  one batch after the other in one call (one batch's logits at a time)."""
+  def one(batch_positions):
+    batch_positions = jax.lax.with_sharding_constraint(batch_positions, sharding.batch_sharding(mesh, 1))
+    contexts, targets = device_data.windows(ids, batch_positions, model.context_size)
+    return eval_step(params, contexts, targets, model=model, mesh=mesh, **eval_options)
+  return jax.lax.map(one, positions)
+
+
+def with_matmul_precision(fn, precision: str):
+  """fn traced with float32 matmuls at `precision` ('highest': exact; 'default': the backend's own)."""
+  if precision == 'default':
+    return fn
+
+  def traced(*args, **kwargs):
+    with jax.default_matmul_precision(precision):
+      return fn(*args, **kwargs)
+  # jit names its program after the function (jit_train_step): profiles find the step by it
+  traced.__name__ = getattr(fn, '__name__', None) or getattr(getattr(fn, 'func', None), '__name__', 'step')
+  return traced
+
+
 @dataclasses.dataclass(frozen=True)
 class CompiledSteps:
-  init: Callable[[], TrainState]
-  state_from_params: Callable  # params -> a fresh TrainState around them
-  train: Callable  # (state, contexts, targets, lr_scale=1.0, first_nonfinite=-1) -> (state, metrics)
-  eval: Callable  # (params, contexts, targets) -> nll [batch]
-  state_shardings: Any
-  abstract_state: Any
+  """The jitted steps of a model on a mesh. The training parts are None when built for evaluation."""
   mesh: Mesh
+  abstract_params: Any
+  param_shardings: Any
+  eval: Callable  # (params, contexts, targets) -> nll [batch]
+  eval_resident: Callable  # (params, split ids, positions [G, B]) -> nll [G, B] (device_data)
+  init: Callable[[], TrainState] | None = None
+  state_from_params: Callable | None = None  # params -> a fresh TrainState around them
+  train: Callable | None = None  # (state, contexts, targets, lr_scale=1.0, first_nonfinite=-1) -> (state, metrics)
+  lower_train: Callable | None = None  # (state, contexts, targets) -> the lowered train step (memory_analysis)
+  dispatch: Callable | None = None  # num_steps -> jitted (state, ids, order, lr_scale, first_nonfinite)
+  state_shardings: Any = None
+  abstract_state: Any = None
 
-  @property
-  def param_shardings(self):
-    return self.state_shardings.params
 
-  @property
-  def abstract_params(self):
-    return self.abstract_state.params
-
-
-def compile_steps(model: model_lib.NPLM, optimizer: optax.GradientTransformation, mesh: Mesh,
+def compile_steps(model: model_lib.NPLM, optimizer: optax.GradientTransformation | None, mesh: Mesh,
                   unigram_counts=None, loss: SampledLoss | None = None, chunk_size: int = 0,
-                  seed: int = 0, vocab_block: int = -1) -> CompiledSteps:
-  """Jitted init/train/eval with explicit shardings; parameters are born sharded, drawn from `seed`."""
+                  seed: int = 0, vocab_block: int = -1, matmul_precision: str = 'highest',
+                  steps_per_epoch: int = 0, batch_size: int = 0) -> CompiledSteps:
+  """Jitted init/train/eval with explicit shardings; parameters are born sharded, drawn from `seed`.
+
+  optimizer None: evaluation only. steps_per_epoch and batch_size shape the resident-data dispatch.
+  """
+  # CPUs compute float32 matmuls exactly whatever the precision asked: their programs stay as they were
+  cpu = mesh.devices.flat[0].platform == 'cpu'
+  precise = functools.partial(with_matmul_precision, precision='default' if cpu else matmul_precision)
+  replicated = sharding.replicated(mesh)
+  ctx_sh, tgt_sh = sharding.batch_sharding(mesh, 2), sharding.batch_sharding(mesh, 1)
+  abstract_params = jax.eval_shape(lambda: model_lib.init_params(model, unigram_counts, seed))
+  param_sh = sharding.tree_shardings(mesh, abstract_params)
+  eval_options = dict(model=model, mesh=mesh, chunk_size=chunk_size, vocab_block=vocab_block)
+  # Per-token NLLs come back replicated (B scalars) so every host of a multi-host job can read them.
+  evaluate = jax.jit(precise(functools.partial(eval_step, **eval_options)),
+                     in_shardings=(param_sh, ctx_sh, tgt_sh), out_shardings=replicated)
+  evaluate_resident = jax.jit(precise(functools.partial(eval_resident, **eval_options)),
+                              in_shardings=(param_sh, replicated, replicated), out_shardings=replicated)
+  compiled = CompiledSteps(mesh=mesh, abstract_params=abstract_params, param_shardings=param_sh, eval=evaluate,
+                           eval_resident=evaluate_resident)
+  if optimizer is None:
+    return compiled
+
   def init_state():
     params = model_lib.init_params(model, unigram_counts, seed)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params))
 
   abstract = jax.eval_shape(init_state)
   state_sh = sharding.tree_shardings(mesh, abstract)
-  ctx_sh, tgt_sh = sharding.batch_sharding(mesh, 2), sharding.batch_sharding(mesh, 1)
+  step_options = dict(optimizer=optimizer, loss=loss, chunk_size=chunk_size, seed=seed, vocab_block=vocab_block)
   jitted_train = jax.jit(
-      functools.partial(train_step, model=model, mesh=mesh, optimizer=optimizer, loss=loss, chunk_size=chunk_size,
-                        seed=seed, vocab_block=vocab_block),
-      in_shardings=(state_sh, ctx_sh, tgt_sh, sharding.replicated(mesh), sharding.replicated(mesh)),
-      out_shardings=(state_sh, sharding.replicated(mesh)), donate_argnums=0)
+      precise(functools.partial(train_step, model=model, mesh=mesh, **step_options)),
+      in_shardings=(state_sh, ctx_sh, tgt_sh, replicated, replicated),
+      out_shardings=(state_sh, replicated), donate_argnums=0)
 
   def train(state, contexts, targets, lr_scale=1.0, first_nonfinite=NO_NONFINITE_STEP):
     return jitted_train(state, contexts, targets, np.float32(lr_scale), first_nonfinite)
-  train.lower = lambda state, contexts, targets, lr_scale=1.0: jitted_train.lower(
-      state, contexts, targets, np.float32(lr_scale), NO_NONFINITE_STEP)  # for memory_analysis() in benchmarks
 
-  # Per-token NLLs come back replicated (B scalars) so every host of a multi-host job can read them.
-  evaluate = jax.jit(lambda p, c, t: eval_step(p, c, t, model=model, mesh=mesh, chunk_size=chunk_size,
-                                                vocab_block=vocab_block),
-                     in_shardings=(state_sh.params, ctx_sh, tgt_sh), out_shardings=sharding.replicated(mesh))
+  @functools.cache
+  def dispatch(num_steps: int):
+    return jax.jit(precise(functools.partial(
+        train_dispatch, num_steps=num_steps, steps_per_epoch=steps_per_epoch, batch_size=batch_size, mesh=mesh,
+        model=model, **step_options)), in_shardings=(state_sh, replicated, replicated, replicated, replicated),
+        out_shardings=(state_sh, replicated), donate_argnums=0)
+
   from_params = jax.jit(
       lambda p: TrainState(step=jnp.zeros((), jnp.int32), params=p, opt_state=optimizer.init(p)),
       in_shardings=(state_sh.params,), out_shardings=state_sh)
-  return CompiledSteps(init=jax.jit(init_state, out_shardings=state_sh), state_from_params=from_params,
-                       train=train, eval=evaluate,
-                       state_shardings=state_sh, abstract_state=abstract, mesh=mesh)
+  return dataclasses.replace(
+      compiled, init=jax.jit(init_state, out_shardings=state_sh), state_from_params=from_params, train=train,
+      lower_train=lambda state, contexts, targets: jitted_train.lower(state, contexts, targets, np.float32(1.0),
+                                                                      NO_NONFINITE_STEP),
+      dispatch=dispatch, state_shardings=state_sh, abstract_state=abstract)
 
 
 class BoundedDispatch:

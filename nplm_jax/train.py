@@ -1,5 +1,10 @@
 """train_and_evaluate: the training loop with evaluation, early stopping, checkpoints, results.
 
+The loop dispatches steps to the devices (several a dispatch from data resident there, or one batch
+gathered on the host: experiment.Experiment decides), and acts between dispatches: logging,
+evaluation, checkpoints, signals and the non-finite check. Dispatches never cross a log, evaluation
+or checkpoint step or an epoch's end (next_boundary), so those keep their meaning.
+
 What a run survives (README, "Reliability"): a kill at any moment (re-running the command resumes
 and ends bit-equal to an uninterrupted run), SIGTERM / SIGINT (the step in progress is saved
 first), unreadable checkpoint steps (set aside; the newest readable one is resumed), a second
@@ -8,7 +13,6 @@ change the trajectory (refused), and divergence (stopped at the first non-finite
 non-finite is saved or reported).
 """
 
-import dataclasses
 import json
 import math
 import os
@@ -24,12 +28,12 @@ from nplm_jax import checkpoint as ckpt_lib
 from nplm_jax import config as config_lib
 from nplm_jax import data as data_lib
 from nplm_jax import distributed
+from nplm_jax import evaluation
+from nplm_jax import experiment as experiment_lib
 from nplm_jax import metrics as metrics_lib
-from nplm_jax import model as model_lib
 from nplm_jax import ngram
 from nplm_jax import optim
 from nplm_jax import run_state as run_state_lib
-from nplm_jax import sharding
 from nplm_jax import steps as steps_lib
 from nplm_jax import workdir as workdir_lib
 from nplm_jax.errors import UserError
@@ -37,8 +41,6 @@ from nplm_jax.errors import UserError
 # Config keys that must match for a workdir to be resumed (besides its corpus, corpus.json): they
 # change the steps already taken. Others may change (README, "Reliability").
 RESUME_KEYS = ('seed', 'data', 'model', 'optimizer', 'loss', 'train.batch_size')
-# mean NLL above which exp() overflows a float64: the run has diverged
-MAX_MEAN_NLL = 700.0
 
 
 class TrainingDiverged(UserError):
@@ -58,7 +60,8 @@ def check_resumable(workdir: workdir_lib.Workdir, config) -> None:
   """A workdir may only be resumed by the run that made it; other runs get their own.
 
   Its vocabulary padding is kept whatever the config says now: the checkpoints' shapes depend on
-  it and no result does (older workdirs were padded to a multiple of 8).
+  it and no result does (older workdirs were padded to a multiple of 8). So is the compute dtype of a
+  run saved before model.compute_dtype='auto' existed, when the config says 'auto'.
   """
   saved = workdir.read_json('config.json')
   if saved is None:
@@ -68,6 +71,9 @@ def check_resumable(workdir: workdir_lib.Workdir, config) -> None:
     metrics_lib.log(f'keeping the vocabulary padding of {workdir} (a multiple of {saved_padding}, '
                     'the shape of its checkpoints)')
     config.model.vocab_pad_multiple = saved_padding
+  saved_dtype = _at(saved, 'model.compute_dtype')
+  if config.model.compute_dtype == 'auto' and saved_dtype not in (None, 'auto'):
+    config.model.compute_dtype = saved_dtype  # a run made before 'auto' existed keeps its arithmetic
   current = json.loads(config.to_json_best_effort())
   for key in RESUME_KEYS:
     changed = _changed_keys(_at(saved, key), _at(current, key), key)
@@ -105,126 +111,7 @@ def _changed_keys(saved, current, prefix: str) -> list[str]:
   return [] if saved == current else [prefix]
 
 
-def steps_plan(config, train_examples: int) -> dict:
-  steps_per_epoch = train_examples // config.train.batch_size
-  if steps_per_epoch < 1:
-    raise UserError(f'train.batch_size={config.train.batch_size} exceeds the {train_examples} training '
-                    'tokens; lower it')
-  total = config.train.max_steps if config.train.max_steps > 0 else config.train.num_epochs * steps_per_epoch
-  eval_every = config.train.eval_every if config.train.eval_every > 0 else steps_per_epoch
-  checkpoint_every = config.train.checkpoint_every if config.train.checkpoint_every > 0 else eval_every
-  return dict(steps_per_epoch=steps_per_epoch, total=total, eval_every=eval_every,
-              checkpoint_every=checkpoint_every)
-
-
-def split_nll(steps: steps_lib.CompiledSteps, params, stream: data_lib.TokenStream, split: str,
-              batch_size: int) -> np.ndarray:
-  """Exactly normalised -log P of every token of a split, in stream order (float64).
-
-  Each process builds only the rows of each batch its devices hold; the per-token results come
-  back replicated, so every process returns the whole split's. Results stay on the device until
-  the end and dispatch runs ahead (boundedly), so the host prepares the next batch while the
-  device computes; only a few [batch, |V| / model] logit blocks exist at a time per device.
-  """
-  rows = sharding.process_rows(steps.mesh, batch_size)
-  batches = ((*stream.examples(split, positions[rows]), w) for positions, w in stream.eval_positions(split, batch_size))
-  return batched_nll(steps, params, batches, batch_size)
-
-
-def examples_nll(steps: steps_lib.CompiledSteps, params, contexts: np.ndarray, targets: np.ndarray,
-                 batch_size: int) -> np.ndarray:
-  """-log P(target | context) of any examples (contexts [N, n-1], targets [N]), batched like a split."""
-  if not len(targets):
-    return np.zeros(0)
-  rows = sharding.process_rows(steps.mesh, batch_size)
-  batches = ((contexts[p[rows]], targets[p[rows]], w) for p, w in data_lib.padded_positions(len(targets), batch_size))
-  return batched_nll(steps, params, batches, batch_size)
-
-
-def batched_nll(steps: steps_lib.CompiledSteps, params, batches, batch_size: int) -> np.ndarray:
-  """Runs the eval step over (this process's contexts, targets, weights of the global batch) and
-  keeps the per-token NLLs of weight 1, in order."""
-  pending, weights, in_flight = [], [], steps_lib.BoundedDispatch()
-  for contexts, targets, w in batches:
-    pending.append(in_flight.push(steps.eval(params, steps_lib.put_process_rows(steps.mesh, contexts, batch_size),
-                                             steps_lib.put_process_rows(steps.mesh, targets, batch_size))))
-    weights.append(w)
-  nll = np.concatenate([np.asarray(x, np.float64) for x in jax.device_get(pending)])
-  return nll[np.concatenate(weights) > 0]
-
-
-def perplexity(nll: np.ndarray) -> float:
-  """exp(mean NLL); inf when that overflows (a diverged model)."""
-  mean = float(np.mean(nll))
-  return math.exp(mean) if mean <= MAX_MEAN_NLL else math.inf
-
-
-# Written by nplm_jax.extend: {'words': [...]} appended to the corpus's vocabulary, in id order.
-ADDED_WORDS_FILE = 'added_words.json'
-
-
-class Run:
-  """One training run's pieces, built from a config: mesh, corpus, model, compiled steps."""
-
-  def __init__(self, config, workdir: workdir_lib.Workdir, devices=None):
-    config_lib.validate(config)
-    self.config, self.workdir = config, workdir
-    self.mesh = sharding.make_mesh(config.mesh, devices)
-    self.corpus = data_lib.load_corpus(config.data)
-    added = workdir.read_json(ADDED_WORDS_FILE)  # a workdir made by nplm_jax.extend: words appended to V
-    if added:
-      self.corpus = dataclasses.replace(self.corpus, vocab=self.corpus.vocab + tuple(added['words']))
-    metrics_lib.log(f'corpus {config.data.corpus}: {self.corpus.summary()}')
-    self.model = model_lib.from_config(config.model, self.corpus.vocab_size)
-    sharding.check_divisibility(self.mesh, config.train.batch_size, config.train.eval_batch_size,
-                                self.model.padded_vocab_size)
-    self.stream = data_lib.TokenStream(self.corpus, config.model.n - 1)
-    self.plan = steps_plan(config, self.stream.num_examples('train'))
-    self.rows = sharding.process_rows(self.mesh, config.train.batch_size)  # of each batch, this process's
-    self.step_batches = data_lib.StepBatches(self.stream, config.seed, config.train.batch_size,
-                                             self.plan['steps_per_epoch'], self.plan['total'], self.rows)
-    train_counts = self.corpus.unigram_counts('train')  # a pass over train unless stored (prepared corpora)
-    self.optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size)
-    sampled = steps_lib.make_sampled_loss(config.loss, train_counts, config.seed)
-    bias_counts = train_counts if config.model.unigram_bias_init else None
-    self.steps = steps_lib.compile_steps(self.model, self.optimizer, self.mesh, bias_counts, sampled,
-                                         config.train.chunk_size, seed=config.seed,
-                                         vocab_block=config.train.get('vocab_block', -1))
-    self.num_parameters = model_lib.num_parameters(self.corpus.vocab_size, config.model.n, config.model.m,
-                                                   config.model.h, config.model.direct)
-    metrics_lib.log(f'model: {self.num_parameters:,} parameters (|V| padded to '
-                    f'{self.model.padded_vocab_size}), mesh {dict(self.mesh.shape)} on '
-                    f'{jax.device_count()} {jax.devices()[0].platform} device(s)')
-
-  def restore_best_params(self, checkpoints: ckpt_lib.Checkpoints, step: int):
-    """The best parameters (saved at `step`), laid out for this run's mesh."""
-    return checkpoints.restore_best(ckpt_lib.abstract_with_shardings(
-        self.steps.abstract_params, self.steps.param_shardings), step, self.model)
-
-  def evaluate(self, params, split: str) -> np.ndarray:
-    return split_nll(self.steps, params, self.stream, split, self.config.train.eval_batch_size)
-
-  def batch_reader(self, start_step: int):
-    """step -> the step's batch on the mesh, for steps start_step, start_step + 1, ... in order: gathered
-    when asked (train.input_threads = 0), or read ahead by grain threads; the same batches either way."""
-    threads = self.config.train.get('input_threads', 0)
-    if not threads:
-      return self.train_batch
-    from nplm_jax import input_pipeline  # pylint: disable=g-import-not-at-top  # grain only when asked for
-    batches = input_pipeline.train_batches(self.step_batches, start_step, num_threads=threads)
-    return lambda step: self.on_mesh(*next(batches))  # the iterator is at `step`
-
-  def train_batch(self, step: int):
-    """The batch of a global step (data.StepBatches: a function of (seed, step) only), on the mesh."""
-    return self.on_mesh(*self.step_batches[step])
-
-  def on_mesh(self, contexts, targets):
-    """This process's rows of a training batch, as the global batch on the mesh."""
-    b = self.config.train.batch_size
-    return steps_lib.put_process_rows(self.mesh, contexts, b), steps_lib.put_process_rows(self.mesh, targets, b)
-
-
-def _start(config, workdir: workdir_lib.Workdir, lock: workdir_lib.Lock) -> Run:
+def _start(config, workdir: workdir_lib.Workdir, lock: workdir_lib.Lock) -> experiment_lib.Experiment:
   """Checks everything a run needs before any work, leaving the workdir as it was if one fails."""
   config_lib.validate(config)
   existed = workdir.path.exists()
@@ -236,10 +123,10 @@ def _start(config, workdir: workdir_lib.Workdir, lock: workdir_lib.Lock) -> Run:
         metrics_lib.warn(f'took over the lock of process {stale.get("pid")} on {stale.get("host")}, which no '
                          'longer runs')
     check_resumable(workdir, config)
-    if workdir.file(ADDED_WORDS_FILE).exists():
+    if workdir.file(experiment_lib.ADDED_WORDS_FILE).exists():
       raise UserError(f'{str(workdir)!r} was made by nplm_jax.extend (its vocabulary outgrew its corpus): score, '
                       'sample and embeddings read it; train in another --workdir')
-    run = Run(config, workdir)
+    run = experiment_lib.Experiment(config, workdir)
     check_corpus(workdir, run.corpus)
     if config.mix.enabled:  # the mixture's n-gram is estimated after training: refuse now if it cannot be
       ngram.check_memory(run.corpus, config.mix.ngram_order, config.mix.get('max_memory_gb', ngram.DEFAULT_MAX_MEMORY_GB),
@@ -274,7 +161,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir_path: str,
     lock.release()
 
 
-def _train_and_report(run: Run, config, workdir: workdir_lib.Workdir, extra_results, started: float) -> dict:
+def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_lib.Workdir, extra_results, started: float) -> dict:
   checkpoints, writer = ckpt_lib.Checkpoints(workdir), None
   try:
     with jax.set_mesh(run.mesh):
@@ -296,7 +183,7 @@ def _train_and_report(run: Run, config, workdir: workdir_lib.Workdir, extra_resu
         state = _train_loop(run, state, run_state, checkpoints, writer, preemption)
       has_best = run_state.best_step is not None
       params = run.restore_best_params(checkpoints, run_state.best_step) if has_best else state.params
-      nll = {split: run.evaluate(params, split) for split in ('valid', 'test')}
+      nll = {split: evaluation.split_nll(run, params, split) for split in ('valid', 'test')}
   finally:  # a preempted or failed run's saves complete before it exits
     checkpoints.wait()
     checkpoints.close()
@@ -309,13 +196,14 @@ def _train_and_report(run: Run, config, workdir: workdir_lib.Workdir, extra_resu
       'valid_tokens': run.corpus.num_tokens('valid'),
       'test_tokens': run.corpus.num_tokens('test'),
       'num_parameters': run.num_parameters,
-      'valid_ppl': perplexity(nll['valid']),
-      'test_ppl': perplexity(nll['test']),
+      'valid_ppl': evaluation.perplexity(nll['valid']),
+      'test_ppl': evaluation.perplexity(nll['test']),
       'step': run_state.best_step if has_best else int(state.step),
       'steps_trained': int(state.step),
       'epochs': int(state.step) / run.plan['steps_per_epoch'],
       'stopped_early': run_state.stopped_early,
       'wall_seconds': earlier_seconds + (time.time() - started),
+      'checkpoint_save_seconds': checkpoints.save_seconds,  # this process's, in the loop: saves are asynchronous
       'mesh': dict(run.mesh.shape),
       'platform': jax.devices()[0].platform,
       'history': run_state.history,
@@ -332,46 +220,7 @@ def _train_and_report(run: Run, config, workdir: workdir_lib.Workdir, extra_resu
   return results
 
 
-def load_config(workdir_path: str) -> ml_collections.ConfigDict:
-  saved = workdir_lib.Workdir(workdir_path).read_json('config.json')
-  if saved is None:
-    raise UserError(f'{workdir_path!r} holds no config.json; give the --workdir of a finished or running training')
-  return ml_collections.ConfigDict(saved)
-
-
-def best_step(run: Run, checkpoints: ckpt_lib.Checkpoints) -> int:
-  """The step of a workdir's best parameters, as its newest readable checkpoint names it."""
-  run_state = checkpoints.latest_run_state()
-  step = run_state.best_step if run_state is not None else None
-  if step is None:  # a finished workdir kept without its checkpoints/: results.json names the best step
-    step = (run.workdir.read_json('results.json') or {}).get('step')
-  if step is None:
-    raise UserError(f'{str(run.workdir)!r} holds no best checkpoint yet; train it until its first evaluation')
-  return step
-
-
-def best_params(run: Run, checkpoints: ckpt_lib.Checkpoints):
-  """The best parameters of a workdir's run, laid out for the run's mesh."""
-  return run.restore_best_params(checkpoints, best_step(run, checkpoints))
-
-
-def evaluate_workdir(workdir_path: str, splits=('valid', 'test'), mesh=None, devices=None) -> dict:
-  """Per-token NLLs of a workdir's best parameters, restored onto `mesh` (any shape) over `devices`."""
-  config = load_config(workdir_path)
-  if mesh is not None:
-    config.mesh.data, config.mesh.model = mesh
-  workdir = workdir_lib.Workdir(workdir_path)
-  run = Run(config, workdir, devices)
-  checkpoints = ckpt_lib.Checkpoints(workdir)
-  try:
-    with jax.set_mesh(run.mesh):
-      params = best_params(run, checkpoints)
-      return {split: run.evaluate(params, split) for split in splits}
-  finally:
-    checkpoints.close()
-
-
-def _initial_state(run: Run, checkpoints: ckpt_lib.Checkpoints):
+def _initial_state(run: experiment_lib.Experiment, checkpoints: ckpt_lib.Checkpoints):
   abstract = ckpt_lib.abstract_with_shardings(run.steps.abstract_state, run.steps.state_shardings)
   restored = checkpoints.restore_latest(abstract)
   if restored is None:
@@ -381,7 +230,7 @@ def _initial_state(run: Run, checkpoints: ckpt_lib.Checkpoints):
   return _reopen_if_asked(run, state, run_state, checkpoints), run_state
 
 
-def _nothing_to_train(run: Run, state, run_state: run_state_lib.RunState) -> bool:
+def _nothing_to_train(run: experiment_lib.Experiment, state, run_state: run_state_lib.RunState) -> bool:
   return run_state.stopped_early or int(state.step) >= run.plan['total']
 
 
@@ -390,7 +239,7 @@ PATIENCE_STOP = 'no improvement in {} evaluations'
 ANNEALS_STOP = 'improvement below {:.2%} after {} anneals'
 
 
-def _reopen_if_asked(run: Run, state, run_state: run_state_lib.RunState, checkpoints):
+def _reopen_if_asked(run: experiment_lib.Experiment, state, run_state: run_state_lib.RunState, checkpoints):
   """Goes on with a run that stopped early when the resumed config asks for more training.
 
   More patience (or none) reopens a run that ran out of it; annealing allowed (again) anneals at
@@ -416,7 +265,7 @@ def _reopen_if_asked(run: Run, state, run_state: run_state_lib.RunState, checkpo
 class Preemption:
   """SIGTERM and SIGINT end training with a checkpoint of the step in progress.
 
-  Alone, a signal sets a flag the loop reads between steps. In a multi-process job JAX's
+  Alone, a signal sets a flag the loop reads between dispatches. In a multi-process job JAX's
   preemption service catches SIGTERM and has every process stop at the same step
   (multihost_utils.reached_preemption_sync_point); SIGINT is passed on to it as SIGTERM.
   """
@@ -424,6 +273,7 @@ class Preemption:
   def __init__(self):
     self.signum = None
     self._previous = {}
+    self._dispatches = 0
 
   def __enter__(self) -> 'Preemption':
     many = jax.process_count() > 1
@@ -450,11 +300,14 @@ class Preemption:
     self.signum = signum
     os.kill(os.getpid(), signal.SIGTERM)
 
-  def reached(self, step: int) -> bool:
-    """Whether to save and stop after `step` (the same answer on every process)."""
+  def reached(self) -> bool:
+    """Whether to save and stop after the dispatch just made (the same answer on every process)."""
     if jax.process_count() > 1:
       from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-      if multihost_utils.reached_preemption_sync_point(step):
+      # The service agrees on the call after the latest one any process made (max + 1) and expects a
+      # call per step; counted in dispatches, which every process makes alike, none is skipped.
+      self._dispatches += 1
+      if multihost_utils.reached_preemption_sync_point(self._dispatches):
         self.signum = self.signum or signal.SIGTERM
         return True
       return False
@@ -469,7 +322,7 @@ def _agreed(flag: bool) -> bool:
   return bool(multihost_utils.broadcast_one_to_all(np.int32(flag)))
 
 
-def _diverged(run: Run, checkpoints, run_state: run_state_lib.RunState, message: str) -> TrainingDiverged:
+def _diverged(run: experiment_lib.Experiment, checkpoints, run_state: run_state_lib.RunState, message: str) -> TrainingDiverged:
   """Drops the checkpoints saved since the last finite evaluation and describes the divergence."""
   last_good = run_state.history[-1]['step'] if run_state.history else 0
   dropped = checkpoints.drop_latest_after(last_good)
@@ -478,7 +331,71 @@ def _diverged(run: Run, checkpoints, run_state: run_state_lib.RunState, message:
                           f'--workdir{kept}')
 
 
-def _train_loop(run: Run, state, run_state: run_state_lib.RunState, checkpoints, writer, preemption):
+def next_boundary(step: int, plan: dict, log_every: int, extra: tuple[int, ...] = ()) -> int:
+  """The first step after `step` at which the loop must act: a log, evaluation or checkpoint step, an
+  epoch's end (a dispatch reads one epoch's order), the last step, or one of `extra` (profiling)."""
+  periods = (log_every, plan['eval_every'], plan['checkpoint_every'], plan['steps_per_epoch'])
+  candidates = [(step // p + 1) * p for p in periods] + [s for s in extra if s > step] + [plan['total']]
+  return min(candidates)
+
+
+class _Dispatcher:
+  """Runs the next steps of training: several a call from the data on the devices, or one batch
+  gathered on the host. Each resident length is compiled once, ahead of time; the first prints its
+  memory."""
+
+  def __init__(self, run: experiment_lib.Experiment, start_step: int):
+    self.run, self._executables = run, {}
+    self._next_batch = None if run.device_data is not None else run.batch_reader(start_step)
+
+  def __call__(self, state, step: int, num_steps: int, lr_scale: float, first_nonfinite):
+    run = self.run
+    if self._next_batch is not None:
+      return run.steps.train(state, *self._next_batch(step), lr_scale, first_nonfinite)
+    order = run.device_data.train_order(step // run.plan['steps_per_epoch'])
+    args = (state, run.device_data.ids['train'], order, np.float32(lr_scale), first_nonfinite)
+    if num_steps not in self._executables:
+      self._executables[num_steps] = run.steps.dispatch(num_steps).lower(*args).compile()
+      if len(self._executables) == 1:
+        _log_memory(self._executables[num_steps], num_steps)
+    return self._executables[num_steps](*args)
+
+
+def _log_memory(executable, num_steps: int) -> None:
+  stats = executable.memory_analysis()
+  if stats is None:
+    return
+  mib = lambda x: f'{x / 2**20:,.1f} MiB'
+  metrics_lib.log(f'compiled training ({num_steps} step(s) a dispatch), per device: arguments '
+                  f'{mib(stats.argument_size_in_bytes)}, temporaries {mib(stats.temp_size_in_bytes)}')
+
+
+class _Profile:
+  """A jax.profiler trace of train.profile_steps ('FIRST:LAST') into WORKDIR/profile."""
+
+  def __init__(self, spec: str, workdir: workdir_lib.Workdir):
+    self.first, self.last = (int(x) for x in spec.split(':')) if spec else (-1, -1)
+    self.folder, self.active = str(workdir.file('profile')), False
+
+  @property
+  def boundaries(self) -> tuple[int, ...]:
+    return (self.first, self.last) if self.first >= 0 else ()
+
+  def before(self, step: int) -> None:
+    if step == self.first and not self.active and distributed.is_leader():
+      jax.profiler.start_trace(self.folder)
+      self.active = True
+
+  def after(self, step: int, state) -> None:
+    if self.active and step >= self.last:
+      jax.block_until_ready(state)
+      jax.profiler.stop_trace()
+      self.active = False
+      metrics_lib.log(f'profile of steps {self.first + 1}-{self.last} written to {self.folder}')
+
+
+def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.RunState, checkpoints, writer,
+                preemption):
   config, plan = run.config, run.plan
   step = int(state.step)
   segment_start, wall_before = time.time(), run_state.wall_seconds
@@ -486,16 +403,22 @@ def _train_loop(run: Run, state, run_state: run_state_lib.RunState, checkpoints,
   progress = metrics_lib.Progress(step, plan['total'], config.train.batch_size)
   in_flight = steps_lib.BoundedDispatch()
   first_nonfinite = steps_lib.NO_NONFINITE_STEP
-  next_batch = run.batch_reader(step)
+  dispatch = _Dispatcher(run, step)
+  profile = _Profile(config.train.get('profile_steps', ''), run.workdir)
   while step < plan['total'] and not run_state.stopped_early:
-    state, metrics = run.steps.train(state, *next_batch(step), run_state.lr_scale, first_nonfinite)
+    # Full dispatches up to the next boundary, then single steps: two programs to compile, not one a length.
+    boundary = next_boundary(step, plan, config.train.log_every, profile.boundaries)
+    num_steps = run.steps_per_dispatch if boundary - step >= run.steps_per_dispatch else 1
+    profile.before(step)
+    state, metrics = dispatch(state, step, num_steps, run_state.lr_scale, first_nonfinite)
     first_nonfinite = metrics['first_nonfinite']  # stays on the device: read only below
-    in_flight.push(metrics)  # not the state: it is donated to the next step
-    step += 1
+    in_flight.push(metrics)  # not the state: it is donated to the next dispatch
+    step += num_steps
+    profile.after(step, state)
     log_now = step % config.train.log_every == 0 or step == plan['total']
     eval_now = step % plan['eval_every'] == 0 or step == plan['total']
     save_now = step % plan['checkpoint_every'] == 0 or step == plan['total']
-    preempted = preemption.reached(step)
+    preempted = preemption.reached()
     if log_now or eval_now or save_now or preempted:  # nothing non-finite is logged, evaluated or saved
       bad_step = int(first_nonfinite)
       if bad_step >= 0:
@@ -515,7 +438,9 @@ def _train_loop(run: Run, state, run_state: run_state_lib.RunState, checkpoints,
       progress.skip_time()
     if save_now or run_state.stopped_early or preempted:
       run_state.wall_seconds = wall_before + (time.time() - segment_start)
+      saving = time.perf_counter()
       checkpoints.save_latest(step, state, run_state)
+      checkpoints.save_seconds += time.perf_counter() - saving
       last_save = time.time()
       progress.skip_time()
     if preempted:
@@ -524,7 +449,7 @@ def _train_loop(run: Run, state, run_state: run_state_lib.RunState, checkpoints,
   return state
 
 
-def _evaluate_and_track(run: Run, state, run_state: run_state_lib.RunState, step, checkpoints, writer):
+def _evaluate_and_track(run: experiment_lib.Experiment, state, run_state: run_state_lib.RunState, step, checkpoints, writer):
   """Validation perplexity, the best parameters so far, annealing, and early stopping with patience.
 
   Returns the state to go on from: the best parameters when the learning rate was just annealed
@@ -532,14 +457,16 @@ def _evaluate_and_track(run: Run, state, run_state: run_state_lib.RunState, step
   anneal ends training.
   """
   train_config = run.config.train
-  valid_ppl = perplexity(run.evaluate(state.params, 'valid'))
+  valid_ppl = evaluation.perplexity(evaluation.split_nll(run, state.params, 'valid'))
   if not math.isfinite(valid_ppl):
     raise _diverged(run, checkpoints, run_state, f'the validation perplexity overflows at step {step}')
   previous_best = run_state.best_valid_ppl
   epoch = step / run.plan['steps_per_epoch']
   improved = run_state.record_evaluation(step, epoch, valid_ppl)
   if improved:
+    saving = time.perf_counter()
     checkpoints.save_best(step, state.params)
+    checkpoints.save_seconds += time.perf_counter() - saving
   writer.write(step, {'valid_ppl': valid_ppl, 'wall_seconds': run_state.wall_seconds})
   metrics_lib.log(f'eval step {step} epoch {epoch:.2f}: valid ppl {valid_ppl:.2f} '
                   f'(best {run_state.best_valid_ppl:.2f} at step {run_state.best_step})')

@@ -7,21 +7,22 @@ the mesh the config asks for on this machine (any shape, as checkpoints move bet
 all work is batched through jitted, sharded functions, never a Python loop over the vocabulary.
 """
 
-import contextlib
 import dataclasses
 import functools
-import io
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from nplm_jax import backend
 from nplm_jax import checkpoint as ckpt_lib
 from nplm_jax import data as data_lib
+from nplm_jax import evaluation
+from nplm_jax import experiment as experiment_lib
 from nplm_jax import model as model_lib
 from nplm_jax import sharding
-from nplm_jax import train
+from nplm_jax import steps as steps_lib
 from nplm_jax import workdir as workdir_lib
 from nplm_jax.errors import UserError
 
@@ -38,7 +39,7 @@ class Scored:
 @dataclasses.dataclass
 class TrainedModel:
   config: ml_collections.ConfigDict
-  run: train.Run
+  run: experiment_lib.Experiment  # built for evaluation
   params: dict
   step: int  # the training step of the best parameters
 
@@ -49,16 +50,15 @@ class TrainedModel:
       raise UserError('--workdir is required; give the folder of a training (e.g. runs/brown_mlp1)')
     if not workdir_lib.as_path(workdir_path).exists():
       raise UserError(f'--workdir={workdir_path!r} does not exist; give the folder of a training (e.g. runs/brown_mlp1)')
-    config = train.load_config(workdir_path)
+    config = evaluation.load_config(workdir_path)
     workdir = workdir_lib.Workdir(workdir_path)
     if not workdir.file('best').exists():
       raise UserError(f'--workdir={workdir_path!r} holds no best checkpoint yet; train it until its first evaluation')
-    sharding.configure_host_devices(config.mesh)  # before anything starts JAX's backends
-    with contextlib.redirect_stdout(io.StringIO()):  # the corpus and model lines of training: not this tool's output
-      run = train.Run(config, workdir)
+    backend.configure(config)  # before anything starts JAX's backends
+    run = experiment_lib.Experiment(config, workdir, training=False)
     checkpoints = ckpt_lib.Checkpoints(workdir, read_only=True)
     try:
-      step = train.best_step(run, checkpoints)
+      step = evaluation.best_step(run, checkpoints)
       with jax.set_mesh(run.mesh):
         params = run.restore_best_params(checkpoints, step)
     finally:
@@ -146,7 +146,7 @@ class TrainedModel:
     targets = np.concatenate([ids for ids, _ in converted]) if converted else np.zeros(0, np.int32)
     contexts = np.concatenate(contexts) if contexts else np.zeros((0, self.context_size), np.int32)
     with jax.set_mesh(self.run.mesh):
-      nll = train.examples_nll(self.run.steps, self.params, contexts, targets, self.config.train.eval_batch_size)
+      nll = evaluation.examples_nll(self.run.steps, self.params, contexts, targets, self.config.train.eval_batch_size)
     out, start = [], 0
     for words, (ids, oov) in zip(sequences, converted):
       out.append(Scored(words, ids, oov, nll[start:start + len(ids)]))
@@ -158,7 +158,9 @@ class TrainedModel:
   def _jit(self, fn):
     """fn(params, contexts) jitted with the parameters as trained and everything else replicated."""
     replicated = sharding.replicated(self.run.mesh)
-    return jax.jit(fn, in_shardings=(self.run.steps.param_shardings, replicated), out_shardings=replicated)
+    precision = self.config.model.get('matmul_precision', 'highest') if self.run.platform != 'cpu' else 'default'
+    precise = steps_lib.with_matmul_precision(fn, precision)
+    return jax.jit(precise, in_shardings=(self.run.steps.param_shardings, replicated), out_shardings=replicated)
 
   @functools.cached_property
   def _log_probs_fn(self):

@@ -1,5 +1,7 @@
 """Corpus protocols: Brown as in the paper, PTB as Mikolov's split, the continuous stream."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -88,3 +90,14 @@ def test_train_order_is_a_deterministic_permutation():
   np.testing.assert_array_equal(a, b)
   np.testing.assert_array_equal(np.sort(a), np.arange(100))
   assert not np.array_equal(a, stream.train_order(0, 4))
+
+
+def test_brown_words_are_read_from_their_cache_as_nltk_gives_them(nltk_data, tmp_path, monkeypatch):
+  monkeypatch.setenv('NPLM_CACHE_DIR', str(tmp_path))
+  first = data.load_brown_words()  # through NLTK, writing the cache
+  cached = [p for p in os.listdir(tmp_path) if p.startswith('brown-')]
+  assert len(cached) == 1 and not [p for p in os.listdir(tmp_path) if '.tmp' in p]
+  (tmp_path / cached[0]).write_text('\n'.join(first[:5]), encoding='utf-8')  # a planted cache is what is read
+  assert data.load_brown_words() == first[:5]
+  (tmp_path / cached[0]).unlink()
+  assert data.load_brown_words() == first and len(first) == 1_161_192

@@ -1,5 +1,7 @@
 """The Flax model against a NumPy implementation of the paper's equation, and its parameter count."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -131,6 +133,36 @@ def test_the_automatic_vocab_block_streams_only_large_shards():
   assert vocab_softmax.streamed_vocab_block(0, 150_000) == 0 and vocab_softmax.streamed_vocab_block(512, 8_960) == 512
 
 
+def test_accelerators_stream_the_vocabulary_only_for_memory():
+  """On GPUs and TPUs all of a shard's columns at once (measured faster at every size), unless the
+  [batch, columns] float32 logits would pass ACCELERATOR_STREAM_FROM_BYTES."""
+  for platform in ('gpu', 'tpu'):
+    assert vocab_softmax.streamed_vocab_block(-1, 300_032, batch=4096, platform=platform) == 0  # 4.9 GB of logits
+    assert vocab_softmax.streamed_vocab_block(-1, 1_000_064, batch=4096, platform=platform) == (
+        vocab_softmax.AUTO_VOCAB_BLOCK)  # 16 GB
+    assert vocab_softmax.streamed_vocab_block(4096, 300_032, batch=4096, platform=platform) == 4096  # asked for
+  assert vocab_softmax.streamed_vocab_block(-1, 50_000, batch=4096, platform='cpu') == vocab_softmax.AUTO_VOCAB_BLOCK
+
+
+def test_the_automatic_compute_dtype_is_bfloat16_on_accelerators_only():
+  assert [model_lib.compute_dtype('auto', p) for p in ('cpu', 'gpu', 'tpu')] == ['float32', 'bfloat16', 'bfloat16']
+  assert model_lib.compute_dtype('float32', 'gpu') == 'float32' and model_lib.compute_dtype('bfloat16', 'cpu') == 'bfloat16'
+
+
+def test_bfloat16_runs_the_hidden_layer_matmul_in_bfloat16():
+  """The mixed-precision policy covers the hidden layer too: its matmul takes bfloat16 operands with
+  float32 accumulation, and tanh stays float32."""
+  model32 = model_lib.NPLM(vocab_size=50, context_size=3, embed_dim=8, hidden_dim=16, direct=False)
+  model16 = model32.clone(compute_dtype='bfloat16')
+  params = model_lib.init_params(model32, seed=1)
+  contexts = np.arange(30, dtype=np.int32).reshape(10, 3)
+  text = jax.jit(lambda p: model16.apply({'params': p}, contexts, method=model_lib.NPLM.features)).lower(
+      params).as_text()
+  assert re.search(r'dot_general.*bf16.*bf16.*-> tensor<10x16xf32>', text), text
+  f32, f16 = (m.apply({'params': params}, contexts, method=model_lib.NPLM.features) for m in (model32, model16))
+  assert f16.dtype == jnp.float32 and 1e-5 < float(jnp.max(jnp.abs(f16 - f32))) < 2e-2
+
+
 def test_seed_draws_the_initialisation():
   model = model_lib.NPLM(vocab_size=11, context_size=2, embed_dim=3, hidden_dim=4, direct=True)
   default, zero, one = (model_lib.init_params(model), model_lib.init_params(model, seed=0),
@@ -236,7 +268,7 @@ def test_chunked_or_streamed_training_holds_a_block_of_logits():
       state = jax.eval_shape(compiled.init)
       contexts = jax.ShapeDtypeStruct((batch, model.context_size), jax.numpy.int32)
       targets = jax.ShapeDtypeStruct((batch,), jax.numpy.int32)
-      temp[chunk, vocab_block] = compiled.train.lower(state, contexts, targets).compile().memory_analysis(
+      temp[chunk, vocab_block] = compiled.lower_train(state, contexts, targets).compile().memory_analysis(
       ).temp_size_in_bytes
   logits_block = batch * vocab * 4
   assert temp[0, 0] >= logits_block  # all at once: the whole batch's logits are kept for the backward pass

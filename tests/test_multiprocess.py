@@ -77,6 +77,21 @@ def test_two_processes_give_the_numbers_of_one(files, tmp_path, mesh):
   assert len(records) == len({json.dumps(r, sort_keys=True) for r in records}), records  # each written once
 
 
+def test_two_processes_gather_the_host_loops_batches_on_the_devices(files, tmp_path):
+  """Data on the devices of 2 processes, 5 steps a dispatch: the host-fed run's numbers, bit for bit."""
+  steps = ('--config.train.max_steps=30', '--config.train.eval_every=15')
+  host = job(2, tmp_path / 'host', files, (2, 2), *steps, '--config.train.device_data=off')
+  resident = job(2, tmp_path / 'resident', files, (2, 2), *steps, '--config.train.device_data=on',
+                 '--config.train.steps_per_dispatch=5')
+  assert host.returncode == 0, host.output
+  assert resident.returncode == 0, resident.output
+  assert losses(tmp_path / 'host') == losses(tmp_path / 'resident') and len(losses(tmp_path / 'host')) == 6
+  assert results(tmp_path / 'host')['history'] == results(tmp_path / 'resident')['history']
+  pa, pb = checkpoint_reader.latest_params(tmp_path / 'host'), checkpoint_reader.latest_params(tmp_path / 'resident')
+  for k in pa:
+    np.testing.assert_array_equal(pa[k], pb[k], err_msg=k)
+
+
 @pytest.mark.parametrize('first,then', [(2, 1), (1, 2)], ids=['2then1', '1then2'])
 def test_a_checkpoint_moves_between_process_counts(files, tmp_path, first, then):
   mesh, plan = (2, 2), ('--config.train.eval_every=10',)

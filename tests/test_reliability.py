@@ -14,6 +14,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from nplm_jax import evaluation
 from nplm_jax import train
 from nplm_jax.errors import UserError
 from tests import checkpoint_reader
@@ -71,15 +72,15 @@ def test_a_validation_perplexity_that_overflows_is_divergence(tiny_config, tmp_p
   tiny_config.train.update(max_steps=30, eval_every=10)
   calls = []
 
-  def overflowing(steps, params, stream, split, batch_size):
+  def overflowing(experiment, params, split):
     calls.append(split)
-    return np.full(stream.num_examples(split), 10.0 if len(calls) == 1 else 800.0)
-  monkeypatch.setattr(train, 'split_nll', overflowing)
+    return np.full(experiment.stream.num_examples(split), 10.0 if len(calls) == 1 else 800.0)
+  monkeypatch.setattr(evaluation, 'split_nll', overflowing)
   with pytest.raises(train.TrainingDiverged, match='validation perplexity overflows at step 20'):
     train.train_and_evaluate(tiny_config, str(tmp_path))
   manager = ocp.CheckpointManager(str(tmp_path / 'checkpoints'))
   assert manager.all_steps() == [10]  # the last finite evaluation's state is kept
-  assert train.perplexity(np.full(3, 800.0)) == float('inf')
+  assert evaluation.perplexity(np.full(3, 800.0)) == float('inf')
 
 
 # ------------------------------------------------------------------------------ resume guard
@@ -146,8 +147,9 @@ def cli(workdir, files, *extra, env=None, **popen):
                           text=True, **popen)
 
 
+# Several steps a dispatch (4), from data on the devices: kills and signals land between dispatches.
 LONG = ('--config.train.max_steps=600', '--config.train.eval_every=100', '--config.train.log_every=20',
-        '--config.model.h=64', '--config.model.m=32')
+        '--config.model.h=64', '--config.model.m=32', '--config.train.steps_per_dispatch=4')
 
 
 @pytest.fixture(scope='module')
@@ -191,8 +193,8 @@ def finish_and_compare(workdir, files, reference):
 def test_kills_inside_the_saves_resume_to_the_uninterrupted_result(long_reference, tmp_path):
   """SIGKILL inside each save and between the two saves of a step (fault injection)."""
   files, reference = long_reference
-  crashes = [('best_writing', 100), ('best_committed', 200), ('latest_writing', 300), ('best_writing', 400),
-             ('latest_writing', 500), ('best_committed', 600)]
+  crashes = [('best_writing', 100), ('between_saves', 200), ('latest_writing', 300), ('best_writing', 400),
+             ('latest_writing', 500), ('between_saves', 600)]
   for point, step in crashes:
     proc = cli(tmp_path / 'run', files, *LONG, env={'NPLM_CRASH_AT': f'{point}:{step}'})
     proc.communicate(timeout=600)

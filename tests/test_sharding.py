@@ -38,6 +38,25 @@ def test_configure_host_devices_keeps_an_explicit_count():
   assert environ['XLA_FLAGS'] == '--xla_force_host_platform_device_count=2'
 
 
+def test_backend_settings_are_made_before_the_backends_start(tmp_path):
+  from nplm_jax import backend  # pylint: disable=g-import-not-at-top
+  config, environ = base_config(), {}
+  config.mesh.cpu_devices = 2
+  backend.configure(config, environ)
+  assert environ['XLA_FLAGS'] == f'--xla_force_host_platform_device_count=2 {backend.DETERMINISTIC_GPU_FLAG}'
+  config.train.deterministic, environ = False, {}
+  backend.configure(config, environ)
+  assert 'deterministic' not in environ['XLA_FLAGS']
+  import jax  # pylint: disable=g-import-not-at-top
+  config.train.compilation_cache_dir = str(tmp_path / 'cache')
+  previous = jax.config.jax_compilation_cache_dir
+  try:
+    backend.configure(config, {})
+    assert jax.config.jax_compilation_cache_dir == str(tmp_path / 'cache')
+  finally:
+    jax.config.update('jax_compilation_cache_dir', previous)
+
+
 @pytest.mark.parametrize('data,model,devices', [(3, 2, 8), (-1, 3, 8), (0, 1, 1), (2, 2, 8)])
 def test_bad_mesh_shape_is_a_one_line_error(data, model, devices):
   with pytest.raises(UserError) as e:

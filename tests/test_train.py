@@ -76,13 +76,99 @@ def test_resume_equals_uninterrupted(tiny_config, tmp_path, anneal, dropout):
     assert json.load(f)['valid_ppl'] == resumed['valid_ppl']
 
 
+def _losses(workdir, with_steps: bool = False) -> list:
+  with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
+    return [(r['step'], r['train_loss']) if with_steps else r['train_loss'] for r in map(json.loads, f)
+            if 'train_loss' in r]
+
+
+@pytest.mark.parametrize('steps_per_dispatch', [1, 4])
+def test_data_on_the_devices_gives_the_host_loops_run_bit_for_bit(tiny_config, tmp_path, steps_per_dispatch):
+  """Batches gathered inside the jitted steps (one or several a dispatch) are the host's: the same
+  per-step losses, parameters and results, bit for bit."""
+  tiny_config.model.update(feature_dropout=0.1, hidden_dropout=0.1)
+  tiny_config.train.update(batch_size=64, max_steps=90, eval_every=35, log_every=5)  # epochs of 84 steps
+  host_config = tiny_config.copy_and_resolve_references()
+  host_config.train.device_data = 'off'
+  host = train.train_and_evaluate(host_config, str(tmp_path / 'host'))
+  tiny_config.train.update(device_data='on', steps_per_dispatch=steps_per_dispatch)
+  resident = train.train_and_evaluate(tiny_config, str(tmp_path / 'resident'))
+  assert _losses(tmp_path / 'host') == _losses(tmp_path / 'resident') and len(_losses(tmp_path / 'host')) == 18
+  for key in ('valid_ppl', 'test_ppl', 'history', 'steps_trained'):
+    assert host[key] == resident[key], key
+  a, b = checkpoint_reader.latest_params(str(tmp_path / 'host')), checkpoint_reader.latest_params(str(tmp_path / 'resident'))
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_several_steps_a_dispatch_resume_exactly(tiny_config, tmp_path):
+  """Interrupted between dispatches and resumed, several steps a dispatch (4: full ones and single
+  steps before each boundary), the run ends bit-equal to the uninterrupted one."""
+  tiny_config.train.update(max_steps=60, eval_every=25, log_every=10, steps_per_dispatch=4, device_data='on')
+  whole = train.train_and_evaluate(tiny_config, str(tmp_path / 'whole'))
+  interrupted = tiny_config.copy_and_resolve_references()
+  interrupted.train.max_steps = 37
+  train.train_and_evaluate(interrupted, str(tmp_path / 'parts'))
+  resumed = train.train_and_evaluate(tiny_config, str(tmp_path / 'parts'))
+  logged = lambda w: [x for x in _losses(w, with_steps=True) if x[0] % 10 == 0]  # the cut run logged step 37 too
+  assert resumed['valid_ppl'] == whole['valid_ppl'] and logged(tmp_path / 'parts') == logged(tmp_path / 'whole')
+  a, b = checkpoint_reader.latest_params(str(tmp_path / 'whole')), checkpoint_reader.latest_params(str(tmp_path / 'parts'))
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_dispatches_never_cross_a_boundary():
+  plan = dict(eval_every=25, checkpoint_every=50, steps_per_epoch=84, total=200)
+  assert train.next_boundary(0, plan, 10) == 10
+  assert train.next_boundary(20, plan, 10) == 25  # an evaluation before the next log
+  assert train.next_boundary(80, plan, 100) == 84  # an epoch's end: the next dispatch reads the next order
+  assert train.next_boundary(190, plan, 1000) == 200  # the last step
+  assert train.next_boundary(3, plan, 1000, extra=(7, 9)) == 7  # a profiled span
+
+
+def test_steps_per_dispatch_is_chosen_by_backend():
+  from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax import experiment  # pylint: disable=g-import-not-at-top
+  train_config = config_lib.base_config().train  # log_every 500
+  assert experiment.steps_per_dispatch(train_config, 'cpu', resident=True) == 1
+  assert experiment.steps_per_dispatch(train_config, 'gpu', resident=False) == 1  # host-fed: one a dispatch
+  assert experiment.steps_per_dispatch(train_config, 'gpu', resident=True) == 50  # divides log_every
+  train_config.log_every = 499  # prime: no useful divisor
+  assert experiment.steps_per_dispatch(train_config, 'tpu', resident=True) == experiment.AUTO_STEPS_PER_DISPATCH
+  train_config.steps_per_dispatch = 7
+  assert experiment.steps_per_dispatch(train_config, 'cpu', resident=True) == 7
+
+
+def test_device_data_is_automatic_within_a_memory_bound(tiny_files):
+  from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax import device_data  # pylint: disable=g-import-not-at-top
+  stream = data.TokenStream(data.text_corpus(tiny_files), 2)
+  train_config = config_lib.base_config().train
+  assert device_data.resident_bytes(stream) == 4 * (sum(stream.num_examples(s) + 2 for s in data.SPLITS) +
+                                                   stream.num_examples('train'))
+  assert device_data.wanted(train_config, stream, 'cpu') and device_data.wanted(train_config, stream, 'gpu')
+  train_config.input_threads = 2
+  assert not device_data.wanted(train_config, stream, 'gpu')
+  train_config.update(input_threads=0, device_data='off')
+  assert not device_data.wanted(train_config, stream, 'gpu')
+  limit = device_data.DEVICE_DATA_AUTO_MIB['cpu'] * 2**20
+  assert device_data.resident_bytes(stream) < limit  # Brown (8.8 MB) too; 100M tokens (0.9 GB) is host-fed on CPU
+
+
+def test_a_profile_of_chosen_steps_is_written(tiny_config, tmp_path):
+  tiny_config.train.update(max_steps=12, eval_every=12, profile_steps='4:6')
+  train.train_and_evaluate(tiny_config, str(tmp_path))
+  traces = [os.path.join(r, n) for r, _, names in os.walk(tmp_path / 'profile') for n in names]
+  assert any(t.endswith('.xplane.pb') for t in traces), traces
+
+
 def test_grain_threads_feed_the_same_batches_across_a_resume(tiny_config, tmp_path):
   """train.input_threads > 0 (grain read-ahead), interrupted and resumed, ends bit-equal to the in-loop gather."""
   tiny_config.train.update(max_steps=40, eval_every=15)
   whole, parts = str(tmp_path / 'whole'), str(tmp_path / 'parts')
   train.train_and_evaluate(tiny_config, whole)
   threaded = tiny_config.copy_and_resolve_references()
-  threaded.train.update(input_threads=2, max_steps=22)
+  threaded.train.update(input_threads=2, max_steps=22)  # host-fed (device_data 'auto' is off with threads)
   train.train_and_evaluate(threaded, parts)
   threaded.train.max_steps = 40
   train.train_and_evaluate(threaded, parts)

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from nplm_jax import embeddings
+from nplm_jax import evaluation
 from nplm_jax import sample as sample_lib
 from nplm_jax import score as score_lib
-from nplm_jax import train
 from nplm_jax import trained as trained_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,7 +60,7 @@ def test_scoring_the_test_file_as_a_stream_gives_the_evaluation(workdir, model):
   lines = read_text(workdir['files']['test'])
   scored = score_lib.score_text(model, lines, independent_lines=False)
   nll = np.concatenate([s.nll for s in scored])
-  evaluated = train.evaluate_workdir(workdir['path'], splits=('test',))['test']
+  evaluated = evaluation.evaluate_workdir(workdir['path'], splits=('test',))['test']
   n = model.context_size  # only the first n-1 tokens' contexts differ (boundary symbols vs the end of valid)
   np.testing.assert_allclose(nll[n:], evaluated[n:], rtol=1e-5)
   results = json.load(open(os.path.join(workdir['path'], 'results.json'), encoding='utf-8'))

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from nplm_jax import evaluation
 from nplm_jax import train
 from nplm_jax import workdir as workdir_lib
 from nplm_jax.errors import UserError
@@ -20,7 +21,7 @@ def test_a_run_lives_entirely_in_a_bucket(tiny_config, tmp_path, monkeypatch):
     first = train.train_and_evaluate(tiny_config, 'gs://runs/tiny')
     tiny_config.train.max_steps = 45
     resumed = train.train_and_evaluate(tiny_config, 'gs://runs/tiny')
-    nll = train.evaluate_workdir('gs://runs/tiny', splits=('valid',))
+    nll = evaluation.evaluate_workdir('gs://runs/tiny', splits=('valid',))
     saved = workdir_lib.Workdir('gs://runs/tiny').read_json('results.json')
   assert not (tmp_path / 'gs:').exists()
   local = bucket / 'runs' / 'tiny'
@@ -29,7 +30,7 @@ def test_a_run_lives_entirely_in_a_bucket(tiny_config, tmp_path, monkeypatch):
   assert [s for s in os.listdir(local / 'checkpoints') if s.isdigit()] and os.listdir(local / 'best')
   assert [f for f in os.listdir(local / 'tensorboard') if f.startswith('events.out.tfevents')]
   assert resumed['steps_trained'] == 45 and len(resumed['history']) == len(first['history']) + 1
-  assert saved['valid_ppl'] == resumed['valid_ppl'] == pytest.approx(train.perplexity(nll['valid']), rel=1e-6)
+  assert saved['valid_ppl'] == resumed['valid_ppl'] == pytest.approx(evaluation.perplexity(nll['valid']), rel=1e-6)
   steps = [json.loads(line)['step'] for line in (local / 'metrics.jsonl').read_text().splitlines()]
   assert steps == [10, 15, 20, 30, 30, 40, 45, 45]  # train records every 10 steps, evaluations every 15, once each
 

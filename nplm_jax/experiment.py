@@ -1,0 +1,133 @@
+"""The built experiment: a config made into a mesh, a corpus, a model and its compiled steps.
+
+Training builds it with its optimiser, batches and (by default) the data resident on the devices;
+the tools and evaluation build it for evaluation alone (no optimiser, no training batches).
+"""
+
+import dataclasses
+
+import jax
+
+from nplm_jax import checkpoint as ckpt_lib
+from nplm_jax import config as config_lib
+from nplm_jax import data as data_lib
+from nplm_jax import device_data as device_data_lib
+from nplm_jax import metrics as metrics_lib
+from nplm_jax import model as model_lib
+from nplm_jax import optim
+from nplm_jax import sharding
+from nplm_jax import steps as steps_lib
+from nplm_jax import workdir as workdir_lib
+from nplm_jax.errors import UserError
+
+# Written by nplm_jax.extend: {'words': [...]} appended to the corpus's vocabulary, in id order.
+ADDED_WORDS_FILE = 'added_words.json'
+# train.steps_per_dispatch = -1 on GPUs and TPUs: the largest divisor of train.log_every up to this
+# (README, "GPUs and TPUs": Brown reg4_n7, batch 128, on an H100: 1.3x the loop's rate of one step a dispatch).
+AUTO_STEPS_PER_DISPATCH = 64
+
+
+def steps_plan(config, train_examples: int) -> dict:
+  steps_per_epoch = train_examples // config.train.batch_size
+  if steps_per_epoch < 1:
+    raise UserError(f'train.batch_size={config.train.batch_size} exceeds the {train_examples} training '
+                    'tokens; lower it')
+  total = config.train.max_steps if config.train.max_steps > 0 else config.train.num_epochs * steps_per_epoch
+  eval_every = config.train.eval_every if config.train.eval_every > 0 else steps_per_epoch
+  checkpoint_every = config.train.checkpoint_every if config.train.checkpoint_every > 0 else eval_every
+  return dict(steps_per_epoch=steps_per_epoch, total=total, eval_every=eval_every,
+              checkpoint_every=checkpoint_every)
+
+
+def steps_per_dispatch(train_config, platform: str, resident: bool) -> int:
+  """train.steps_per_dispatch with -1 resolved: 1 on CPU or with host-fed batches; on accelerators
+  the largest divisor of log_every up to AUTO_STEPS_PER_DISPATCH, so that dispatches end exactly on
+  log steps (the loop runs the few steps left before another boundary one a dispatch: each length
+  is a program of its own to compile), or AUTO_STEPS_PER_DISPATCH when that divisor is small."""
+  requested = train_config.get('steps_per_dispatch', -1)
+  if requested > 0:
+    return requested
+  if not resident or platform == 'cpu':
+    return 1
+  divisor = max(d for d in range(1, AUTO_STEPS_PER_DISPATCH + 1) if train_config.log_every % d == 0)
+  return divisor if divisor >= AUTO_STEPS_PER_DISPATCH // 4 else AUTO_STEPS_PER_DISPATCH
+
+
+class Experiment:
+  """One run's pieces, built from a config: mesh, corpus, model, compiled steps.
+
+  training=False builds what evaluation needs (the tools): no optimiser, no training batches, no
+  resident training order, and no log lines.
+  """
+
+  def __init__(self, config, workdir: workdir_lib.Workdir, devices=None, training: bool = True):
+    config_lib.validate(config)
+    self.config, self.workdir, self.training = config, workdir, training
+    log = metrics_lib.log if training else (lambda message: None)
+    self.mesh = sharding.make_mesh(config.mesh, devices)
+    self.platform = self.mesh.devices.flat[0].platform
+    self.corpus = data_lib.load_corpus(config.data)
+    added = workdir.read_json(ADDED_WORDS_FILE)  # a workdir made by nplm_jax.extend: words appended to V
+    if added:
+      self.corpus = dataclasses.replace(self.corpus, vocab=self.corpus.vocab + tuple(added['words']))
+    log(f'corpus {config.data.corpus}: {self.corpus.summary()}')
+    self.model = model_lib.from_config(config.model, self.corpus.vocab_size, self.platform)
+    sharding.check_divisibility(self.mesh, config.train.batch_size, config.train.eval_batch_size,
+                                self.model.padded_vocab_size)
+    self.stream = data_lib.TokenStream(self.corpus, config.model.n - 1)
+    self.num_parameters = model_lib.num_parameters(self.corpus.vocab_size, config.model.n, config.model.m,
+                                                   config.model.h, config.model.direct)
+    self.resident = device_data_lib.wanted(config.train, self.stream, self.platform) if training else False
+    common = dict(chunk_size=config.train.chunk_size, seed=config.seed,
+                  vocab_block=config.train.get('vocab_block', -1),
+                  matmul_precision=config.model.get('matmul_precision', 'highest'))
+    self.device_data = None
+    if not training:
+      self.steps = steps_lib.compile_steps(self.model, None, self.mesh, **common)
+      return
+    self.plan = steps_plan(config, self.stream.num_examples('train'))
+    self.steps_per_dispatch = steps_per_dispatch(config.train, self.platform, self.resident)
+    self.rows = sharding.process_rows(self.mesh, config.train.batch_size)  # of each batch, this process's
+    self.step_batches = data_lib.StepBatches(self.stream, config.seed, config.train.batch_size,
+                                             self.plan['steps_per_epoch'], self.plan['total'], self.rows)
+    train_counts = self.corpus.unigram_counts('train')  # a pass over train unless stored (prepared corpora)
+    self.optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size)
+    sampled = steps_lib.make_sampled_loss(config.loss, train_counts, config.seed)
+    bias_counts = train_counts if config.model.unigram_bias_init else None
+    self.steps = steps_lib.compile_steps(self.model, self.optimizer, self.mesh, bias_counts, sampled,
+                                         steps_per_epoch=self.plan['steps_per_epoch'],
+                                         batch_size=config.train.batch_size, **common)
+    self.device_data = device_data_lib.ResidentData(self.stream, self.mesh, config.seed) if self.resident else None
+    feed = (f'data on the devices ({device_data_lib.resident_bytes(self.stream) / 2**20:.1f} MiB each), '
+            f'{self.steps_per_dispatch} step(s) a dispatch') if self.resident else 'batches gathered on the host'
+    log(f'model: {self.num_parameters:,} parameters (|V| padded to {self.model.padded_vocab_size}), mesh '
+        f'{dict(self.mesh.shape)} on {jax.device_count()} {self.platform} device(s), {self.model.compute_dtype} matmuls; '
+        f'{feed}')
+
+  def restore_best_params(self, checkpoints: ckpt_lib.Checkpoints, step: int):
+    """The best parameters (saved at `step`), laid out for this run's mesh."""
+    return checkpoints.restore_best(ckpt_lib.abstract_with_shardings(
+        self.steps.abstract_params, self.steps.param_shardings), step, self.model)
+
+  def batch_reader(self, start_step: int):
+    """step -> the step's batch on the mesh, for steps start_step, start_step + 1, ... in order: gathered
+    when asked (train.input_threads = 0), or read ahead by grain threads; the same batches either way."""
+    threads = self.config.train.get('input_threads', 0)
+    if not threads:
+      return self.train_batch
+    from nplm_jax import input_pipeline  # pylint: disable=g-import-not-at-top  # grain only when asked for
+    batches = input_pipeline.train_batches(self.step_batches, start_step, num_threads=threads)
+    return lambda step: self.on_mesh(*next(batches))  # the iterator is at `step`
+
+  def train_batch(self, step: int):
+    """The batch of a global step (data.StepBatches: a function of (seed, step) only), on the mesh."""
+    return self.on_mesh(*self.step_batches[step])
+
+  def on_mesh(self, contexts, targets):
+    """This process's rows of a training batch, as the global batch on the mesh."""
+    b = self.config.train.batch_size
+    return steps_lib.put_process_rows(self.mesh, contexts, b), steps_lib.put_process_rows(self.mesh, targets, b)
+
+  def resident_ids(self, split: str):
+    """A split's ids on the devices, when they are there (evaluation reads them), else None."""
+    return None if self.device_data is None else self.device_data.ids[split]
