@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The GPU figures of README "GPUs and TPUs", on one GPU: bash benchmarks/gpu_figures.sh PART OUT_DIR
+#   loop: the step alone against the training loop (benchmarks/throughput.py --loop) for Brown reg4_n7
+#          and a research-size config, float32 'highest' / TF32 / bfloat16, deterministic ops on/off;
+#   softmax: the vocab_block rule at |V| 33k-300k, the previous loop (BASELINE=folder of an older
+#          checkout, optional) on the same synthetic corpora, and the GPU smoke tests;
+#   train: brown.py:reg4_n7 alone (end to end), then reg4_n7 in bfloat16 and the PTB table network
+#          in float32 and bfloat16 side by side;
+#   train2: brown.py:reg4_n7 alone (end to end, the Brown words cached), then in bfloat16, then the
+#          research-size loop without deterministic reductions (their cost).
+# Needs NLTK_DATA and PTB_DIR for `train`. Each result is one JSON line in OUT_DIR/*.jsonl.
+set -u
+part=$1 out=$2
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1
+# the research-size config of the issue: PTB's table network shape at a WikiText-2-sized vocabulary
+RESEARCH="--config=experiments/ptb.py --config.model.n=8 --config.model.m=200 --config.model.h=1000
+  --config.model.feature_dropout=0.3 --config.model.hidden_dropout=0.5 --config.optimizer.name=adamw --vocab=33278"
+REG4="--config=experiments/brown.py:reg4_n7 --vocab=17905"
+
+bench() {  # NAME ARGS...: one throughput.py run, its JSON lines tagged with NAME
+  local name=$1; shift
+  echo "== $name: $*"
+  timeout 240 python benchmarks/throughput.py --steps=20 --repeats=5 "$@" >/tmp/$name.out 2>&1
+  cat /tmp/$name.out >>"$out/log.txt"
+  grep '^{' /tmp/$name.out | sed "s/^{/{\"name\": \"$name\", /" >>"$out/bench.jsonl"
+  grep -v '^[0-9][0-9]:' /tmp/$name.out | tail -3
+}
+
+old_loop() {  # NAME BATCH VOCAB CONFIG_ARGS...: the older checkout's training loop on a synthetic corpus
+  local name=$1 batch=$2 vocab=$3; shift 3
+  local corpus=/tmp/synthetic_$vocab
+  python -c "from benchmarks import common; common.write_synthetic_prepared('$corpus', $vocab, $batch * 3000 + 1, $batch * 4)"
+  (cd "$BASELINE" && JAX_DEFAULT_MATMUL_PRECISION=highest timeout 240 python -m nplm_jax.main "$@" \
+    --config.data.corpus=prepared --config.data.path=$corpus --config.train.batch_size=$batch \
+    --config.train.max_steps=3000 --config.train.eval_every=3000 --config.train.log_every=300 \
+    --config.train.patience=0 --config.mix.enabled=False --workdir=/tmp/old_$name) >>"$out/log.txt" 2>&1
+  python - "$name" /tmp/old_$name/metrics.jsonl >>"$out/bench.jsonl" <<'EOF'
+import json, statistics, sys
+rates = [r['tokens_per_sec'] for r in map(json.loads, open(sys.argv[2])) if 'tokens_per_sec' in r]
+print(json.dumps({'name': sys.argv[1], 'old_loop_train_tokens_per_sec': statistics.median(rates[1:])}))
+EOF
+  tail -1 "$out/bench.jsonl"
+}
+
+if [ "$part" = loop ]; then
+  nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv
+  bench reg4_f32 $REG4 --batch_sizes=128 --loop --loop_steps=6000
+  bench reg4_f32_dispatch1 $REG4 --batch_sizes=128 --loop --loop_steps=6000 --config.train.steps_per_dispatch=1
+  bench reg4_f32_nondeterministic $REG4 --batch_sizes=128 --loop --loop_steps=6000 --config.train.deterministic=False
+  bench research_f32 $RESEARCH --batch_sizes=256 --loop
+  bench research_tf32 $RESEARCH --batch_sizes=256 --loop --config.model.matmul_precision=default
+  bench research_bf16 $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16
+elif [ "$part" = softmax ]; then
+  bench research_f32_streamed $RESEARCH --batch_sizes=256 --config.train.vocab_block=4096
+  for v in 100000 300000; do
+    for vb in 0 4096; do
+      bench v${v}_bf16_vb$vb --config=experiments/brown.py:mlp1 --vocab=$v --batch_sizes=4096 --steps=10 \
+        --config.model.compute_dtype=bfloat16 --config.train.vocab_block=$vb
+    done
+  done
+  if [ -n "${BASELINE:-}" ]; then
+    old_loop old_reg4 128 17905 --config=experiments/brown.py:reg4_n7
+    old_loop old_research 256 33278 --config=experiments/ptb.py --config.model.n=8 --config.model.m=200 \
+      --config.model.h=1000 --config.model.feature_dropout=0.3 --config.model.hidden_dropout=0.5 \
+      --config.optimizer.name=adamw
+  fi
+  timeout 200 python -m pytest -q tests/test_gpu.py 2>&1 | tail -5 | tee -a "$out/log.txt"
+elif [ "$part" = train2 ]; then
+  export XLA_PYTHON_CLIENT_PREALLOCATE=false
+  python -c "from nplm_jax import data; data.load_brown_words()"  # the words' cache, as after a first run
+  for dtype in float32 bfloat16; do
+    start=$(date +%s.%N)
+    python -m nplm_jax.main --config=experiments/brown.py:reg4_n7 --config.model.compute_dtype=$dtype \
+      --workdir=/tmp/train/reg4_$dtype >/tmp/reg4_$dtype.log 2>&1
+    end=$(date +%s.%N)
+    python -c "import json; r = json.load(open('/tmp/train/reg4_$dtype/results.json')); r.pop('config'); \
+r.update(name='reg4_$dtype', end_to_end_seconds=$end - $start); print(json.dumps(r))" >>"$out/train.jsonl"
+    tail -2 /tmp/reg4_$dtype.log
+  done
+  bench research_f32_nondeterministic $RESEARCH --batch_sizes=256 --loop --config.train.deterministic=False
+  bench research_bf16_nondeterministic $RESEARCH --batch_sizes=256 --loop --config.train.deterministic=False \
+    --config.model.compute_dtype=bfloat16
+  cat /tmp/reg4_*.log >>"$out/log.txt"
+elif [ "$part" = train ]; then
+  start=$(date +%s.%N)
+  python -m nplm_jax.main --config=experiments/brown.py:reg4_n7 --workdir=/tmp/train/reg4_f32 >/tmp/reg4_f32.log 2>&1
+  end=$(date +%s.%N)
+  python -c "import json; r = json.load(open('/tmp/train/reg4_f32/results.json')); r.pop('config'); \
+r.update(name='reg4_f32', end_to_end_seconds=$end - $start); print(json.dumps(r))" >>"$out/train.jsonl"
+  tail -2 /tmp/reg4_f32.log
+  ptb="--config=experiments/ptb.py --sweep=table --only=nplm_kn5_mix"
+  python -m nplm_jax.main --config=experiments/brown.py:reg4_n7 --config.model.compute_dtype=bfloat16 \
+    --workdir=/tmp/train/reg4_bf16 >/tmp/reg4_bf16.log 2>&1 &
+  python -m launch.sweep $ptb --root=/tmp/train/ptb_f32 >/tmp/ptb_f32.log 2>&1 &
+  python -m launch.sweep $ptb --root=/tmp/train/ptb_bf16 --set=model.compute_dtype=bfloat16 >/tmp/ptb_bf16.log 2>&1 &
+  wait
+  for run in /tmp/train/reg4_bf16 /tmp/train/ptb_f32/nplm_kn5_mix /tmp/train/ptb_bf16/nplm_kn5_mix; do
+    python -c "import json, sys; r = json.load(open('$run/results.json')); r.pop('config'); r['name'] = '$run'; \
+print(json.dumps(r))" >>"$out/train.jsonl"
+  done
+  cat /tmp/*.log >"$out/log.txt"
+  cut -c1-400 "$out/train.jsonl"
+fi
