@@ -10,6 +10,7 @@ names it and the fix, before any data is read or anything compiles.
 """
 
 import importlib.util
+import math
 import os
 import re
 
@@ -211,8 +212,25 @@ def _number_ok(value, kind: str) -> bool:
   return isinstance(value, int) if kind == 'int' else isinstance(value, (int, float))
 
 
+def _float_leaves(config, prefix: str = ''):
+  """(dotted key, value) of every float in a config, sections included."""
+  for name, value in config.items():
+    key = f'{prefix}{name}'
+    if isinstance(value, (ml_collections.ConfigDict, dict)):
+      yield from _float_leaves(value, f'{key}.')
+    elif isinstance(value, float):
+      yield key, value
+
+
 def validate(config) -> None:
-  """Rejects a bad hyper-parameter in one line naming it and the fix, before any work."""
+  """Rejects a bad hyper-parameter in one line naming it and the fix, before any work.
+
+  Every float must be finite (no key gives NaN or infinity a meaning): a range check alone lets NaN
+  through, since every comparison with it is false.
+  """
+  for key, value in _float_leaves(config):
+    if not math.isfinite(value):
+      raise UserError(f'{key}={value!r} is not a finite number; set --config.{key}=<a finite value>')
   for key, kind, lowest, highest, why in _RANGES:
     value = _get(config, key)
     if value is None:
@@ -252,6 +270,11 @@ def _validate_relations(config) -> None:
     rate = model.get(name, 0.0)
     if not _number_ok(rate, 'float') or not 0.0 <= rate < 1.0:
       raise UserError(f'model.{name}={rate!r} must be in [0, 1) (0 = none); e.g. --config.model.{name}=0.2')
+  for name in ('b1', 'b2'):  # Adam's moment decay rates: 1 would never update a moment from its start
+    value = config.optimizer.get(name, 0.9)
+    if not _number_ok(value, 'float') or not 0.0 <= value < 1.0:
+      raise UserError(f'optimizer.{name}={value!r} must be in [0, 1) (an exponential decay rate); e.g. '
+                      f'--config.optimizer.{name}=0.9')
   if config.loss.name != 'softmax' and config.loss.num_samples < 1:
     raise UserError(f'loss.num_samples={config.loss.num_samples} is invalid; use at least 1 noise sample')
   if not 0.0 <= train.anneal_factor < 1.0:

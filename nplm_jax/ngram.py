@@ -273,6 +273,8 @@ def memory_estimate(num_tokens: int, order: int) -> int:
 def check_memory(corpus: data_lib.Corpus, order: int, max_memory_gb: float = DEFAULT_MAX_MEMORY_GB,
                  flag: str = '--max_memory_gb') -> None:
   """One line, before any work, when the model would not fit in `max_memory_gb` GiB."""
+  if not (math.isfinite(max_memory_gb) and max_memory_gb >= 0):  # NaN would turn the guard off
+    raise UserError(f'{flag}={max_memory_gb} is invalid; give the GiB the n-gram model may use, a finite number >= 0')
   tokens = sum(corpus.num_tokens(s) for s in data_lib.SPLITS)
   need = memory_estimate(tokens, order) / 2**30
   if need > max_memory_gb:

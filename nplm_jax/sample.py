@@ -11,6 +11,7 @@ tokenised as the corpus was; its words outside the vocabulary are read as the ra
 The samples are drawn together, one batched step per word, and are a function of --seed alone.
 """
 
+import math
 import sys
 
 import numpy as np
@@ -59,8 +60,8 @@ def draw(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 def check_settings(num_tokens: int, temperature: float, top_k: int, top_p: float, num_samples: int, seed: int):
   if num_tokens < 1:
     raise UserError(f'--num_tokens={num_tokens} is invalid; draw at least 1 word')
-  if temperature < 0:
-    raise UserError(f'--temperature={temperature} is invalid; use 0 (most probable word) or more')
+  if not (math.isfinite(temperature) and temperature >= 0):  # NaN passes every comparison's negation
+    raise UserError(f'--temperature={temperature} is invalid; use 0 (most probable word) or a finite number above')
   if top_k < 0:
     raise UserError(f'--top_k={top_k} is invalid; use 0 (all words) or a positive count')
   if not 0 < top_p <= 1:
