@@ -1,9 +1,11 @@
 """Pure train and eval steps, and their jitted, sharded forms.
 
 `train_step(state, contexts, targets, lr_scale) -> (state, metrics)` and `eval_step(params,
-contexts, targets) -> per-token NLL` are plain functions of arrays; `compile_steps` jits them once
-with explicit in/out shardings and a donated train state. `lr_scale` multiplies the optimiser's
-step (learning-rate annealing) without recompiling or changing the saved state.
+contexts, targets) -> per-token NLL` are plain functions of arrays; `train_dispatch` runs several
+train steps in one call, each gathering its batch from token ids on the devices (device_data), and
+`eval_resident` a split's batches likewise. `compile_steps` jits them once with explicit in/out
+shardings and a donated train state. `lr_scale` multiplies the optimiser's step (learning-rate
+annealing) without recompiling or changing the saved state.
 """
 
 import collections

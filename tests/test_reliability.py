@@ -207,7 +207,9 @@ def test_kills_at_timed_moments_resume_to_the_uninterrupted_result(long_referenc
   """SIGKILL during start-up, compilation, steps and evaluations."""
   files, reference = long_reference
   killed = 0
-  for delay in (1.0, 2.5, 3.5, 4.5, 5.5, 6.5, 8.0, 10.0):
+  # A run here takes ~4.5 s to start and compile, then ~1 s to train its 600 steps (4 a dispatch): the
+  # early delays kill it in start-up and compilation, the later ones in its steps (or find it finished).
+  for delay in (1.0, 2.5, 3.5, 4.0, 4.4, 4.8, 5.2, 5.6):
     proc = cli(tmp_path / 'run', files, *LONG)
     time.sleep(delay)
     if proc.poll() is None:
