@@ -12,8 +12,11 @@ than the latest checkpoint resumed (a crash between the two commits) are dropped
 run recomputes the lost steps exactly. best/ keeps two steps, so the best step an older latest
 checkpoint names is still there.
 
-An unreadable checkpoint step is set aside (renamed STEP.unreadable-TIME, never deleted) with a
-warning, and the run resumes from the newest readable one.
+Integrity: every step records a checksum of each of its arrays (integrity.checksums, in Orbax's
+per-step custom metadata), checked on every restore. An unreadable checkpoint step, or one whose
+arrays no longer match their checksums, is set aside (renamed STEP.unreadable-TIME, never deleted)
+with a warning, and the run resumes from the newest good one; best parameters that do not match
+are one line of error. Steps saved before checksums were kept are read as they are (noted once).
 """
 
 import contextlib
@@ -27,11 +30,15 @@ import jax
 import orbax.checkpoint as ocp
 
 from nplm_jax import distributed
+from nplm_jax import integrity
 from nplm_jax import metrics
 from nplm_jax import model as model_lib
 from nplm_jax import run_state as run_state_lib
 from nplm_jax import workdir as workdir_lib
 from nplm_jax.errors import UserError
+
+
+CHECKSUMS = 'checksums'  # each step's custom metadata: integrity.checksums of its arrays
 
 
 def _options(max_to_keep: int, name: str, create: bool = True) -> ocp.CheckpointManagerOptions:
@@ -81,6 +88,7 @@ class Checkpoints:
   def __init__(self, workdir: workdir_lib.Workdir, keep: int = 2, read_only: bool = False):
     """read_only: for tools that only read a workdir; folders it lacks are not created."""
     self.save_seconds = 0.0  # what the training loop spent in save calls (copies off the devices, mostly)
+    self._noted_unverified = False
     self.latest = ocp.CheckpointManager(
         workdir.file('checkpoints'), options=_options(keep, 'latest', create=not read_only),
         item_handlers={'state': ocp.StandardCheckpointHandler(), 'meta': ocp.JsonCheckpointHandler()})
@@ -90,13 +98,29 @@ class Checkpoints:
   def save_latest(self, step: int, state, run_state: run_state_lib.RunState) -> None:
     _crash_point('between_saves', step)
     self.latest.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                   meta=ocp.args.JsonSave(run_state.to_json())), force=True)
+                                                   meta=ocp.args.JsonSave(run_state.to_json())),
+                     custom_metadata={CHECKSUMS: integrity.checksums(state)}, force=True)
     _crash_point('latest_writing', step)
 
   def save_best(self, step: int, params) -> None:
     """Starts saving the best parameters; it commits in the background (module docstring)."""
-    self.best.save(step, args=ocp.args.StandardSave(params), force=True)
+    self.best.save(step, args=ocp.args.StandardSave(params), custom_metadata={CHECKSUMS: integrity.checksums(params)},
+                   force=True)
     _crash_point('best_writing', step)
+
+  def _changed_arrays(self, manager, step: int, tree) -> list[str]:
+    """The arrays of a restored step that differ from the checksums saved with it ([] when they
+    match, or for a step saved before checksums were kept: noted once)."""
+    try:
+      expected = (manager.metadata(step).custom_metadata or {}).get(CHECKSUMS)
+    except Exception:  # pylint: disable=broad-except  # unreadable metadata: the restore itself would have failed
+      expected = None
+    if expected is None:
+      if not self._noted_unverified:
+        metrics.log(f'{manager.directory}/{step} was saved without checksums (by an older nplm_jax): read as it is')
+        self._noted_unverified = True
+      return []
+    return integrity.mismatches(tree, expected)
 
   def _best_committed(self, step: int, run_state: run_state_lib.RunState) -> bool:
     """False for a latest checkpoint saved with a best save of its own step that never committed."""
@@ -128,6 +152,10 @@ class Checkpoints:
         continue
       if not self._best_committed(step, run_state):
         problems.append((step, f'its best save of step {step} did not commit'))
+        continue
+      changed = self._changed_arrays(self.latest, step, state)
+      if changed:
+        problems.append((step, f'{changed[0]} differs from its checksum: the files changed after they were saved'))
         continue
       for bad_step, reason in problems:
         aside = self._set_aside(self.latest, bad_step)
@@ -165,10 +193,16 @@ class Checkpoints:
           separate = self.best.restore(step, args=ocp.args.StandardRestore(
               model_lib.separate_output_layer_target(model, abstract_params)))
           return model_lib.stack_separate_output_layer(model, separate, abstract_params[model_lib.OUTPUT].sharding)
-        return self.best.restore(step, args=ocp.args.StandardRestore(abstract_params))
+        params = self.best.restore(step, args=ocp.args.StandardRestore(abstract_params))
     except Exception as e:  # pylint: disable=broad-except
       raise UserError(f'the best parameters in {self.best.directory}/{step} cannot be read ({_reason(e)}); '
                       'restore them from a copy, or move best/ and checkpoints/ away to train again') from None
+    changed = self._changed_arrays(self.best, step, params)
+    if changed:
+      raise UserError(f'the best parameters in {self.best.directory}/{step} differ from their checksums ({changed[0]}: '
+                      'the files changed after they were saved); restore them from a copy, or move best/ and '
+                      'checkpoints/ away to train again')
+    return params
 
   def reconcile(self, resumed_step: int) -> None:
     """Drops best steps newer than the step the run resumes from: a crash came between the two saves

@@ -162,6 +162,18 @@ def test_bfloat16_streamed_gradient_is_summed_over_data_in_float32():
   assert rel_err(grads[8], grads[0]) < 3e-4, rel_err(grads[8], grads[0])
 
 
+def test_checksums_do_not_depend_on_the_mesh():
+  """A checkpoint's checksums (nplm_jax.integrity) are the same whatever mesh holds the arrays."""
+  from nplm_jax import integrity  # pylint: disable=g-import-not-at-top
+  params = random_params(small_model(vocab_size=64), seed=2)
+  found = set()
+  for shape in MESHES:
+    mesh = mesh_of(shape)
+    placed = jax.device_put(params, sharding.tree_shardings(mesh, params))
+    found.add(tuple(sorted(integrity.checksums(placed).items())))
+  assert len(found) == 1
+
+
 def all_gather_shapes(hlo_text: str) -> list[list[int]]:
   """Result shapes of every all-gather in an HLO module's text."""
   shapes = []
