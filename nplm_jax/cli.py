@@ -18,9 +18,11 @@ def flag_error_line(error: Exception, argv: list[str]) -> str:
   config file, or a missing flag."""
   config_arg = next((a for a in argv if a.startswith('--config=')), '--config')
   if isinstance(error, (AttributeError, KeyError)):
-    lines = str(error.args[0] if error.args else error).splitlines() or ['']
+    text = str(error.args[0] if error.args else error)
+    text = text.replace('\\n', '\n').replace("\\'", "'")  # a leaf key's message arrives escaped (repr'd twice)
+    lines = text.splitlines() or ['']
     key = lines[0].strip('"\'\\ ')
-    hint = next((line.strip() for line in lines[1:] if 'Did you mean' in line), '')
+    hint = next((line.strip().rstrip("'") for line in lines[1:] if 'Did you mean' in line), '')
     bad = [a.split('=')[0] for a in argv if a.startswith('--config.') and re.search(rf'\.{re.escape(key)}\b', a)]
     where = bad[0] if bad else key
     suggestion = f' ({hint[0].lower()}{hint[1:]})' if hint else ''

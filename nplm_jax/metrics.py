@@ -55,10 +55,10 @@ def _summary_writer(logdir: epath.Path):
 class MetricWriter:
   """TensorBoard scalars and WORKDIR/metrics.jsonl, one JSON object per write.
 
-  metrics.jsonl is the run's history: resumed from step S, it keeps the records up to S and
-  continues from there, so an interrupted and resumed run logs each step once. The file is
-  rewritten whole at each write (object stores cannot append; it stays small: one line per
-  log_every steps).
+  metrics.jsonl is the run's history: resumed from step S, it keeps the records up to S (rewritten
+  once, atomically, at start) and continues from there, so an interrupted and resumed run logs each
+  step once. A local file is appended to, a line a write (a crash can tear only the last line, which
+  read_jsonl drops); on object stores, which cannot append, it is rewritten whole at each write.
   """
 
   def __init__(self, workdir: workdir_lib.Workdir, resumed_step: int = 0):
@@ -67,6 +67,8 @@ class MetricWriter:
       return
     self._path = workdir.file('metrics.jsonl')
     self._records = [r for r in read_jsonl(self._path) if r.get('step', 0) <= resumed_step]
+    self._appendable = '://' not in str(self._path)
+    workdir_lib.write_text_atomically(self._path, ''.join(json.dumps(r) + '\n' for r in self._records))
     self._tb = _summary_writer(workdir.file('tensorboard'))
 
   def write(self, step: int, metrics: dict) -> None:
@@ -74,7 +76,12 @@ class MetricWriter:
       return
     for k, v in metrics.items():
       self._tb.add_scalar(k, v, step)
-    self._records.append({'step': step, **metrics})
+    record = {'step': step, **metrics}
+    if self._appendable:
+      with open(self._path, 'a', encoding='utf-8') as f:
+        f.write(json.dumps(record) + '\n')
+      return
+    self._records.append(record)
     workdir_lib.write_text_atomically(self._path, ''.join(json.dumps(r) + '\n' for r in self._records))
 
   def close(self) -> None:

@@ -102,6 +102,8 @@ CASES = [
     ('batch_0', lambda w: main_args(w, '--config.train.batch_size=0'), 'train.batch_size=0'),
     ('chunk_not_dividing', lambda w: main_args(w, '--config.train.chunk_size=5'), 'train.chunk_size=5'),
     ('vocab_block_negative', lambda w: main_args(w, '--config.train.vocab_block=-2'), 'train.vocab_block=-2'),
+    ('misspelt_leaf_key', lambda w: main_args(w, '--config.train.max_step=3'),
+     '--config.train.max_step is not a config key (did you mean "max_steps" instead of "max_step"?);'),
     ('steps_per_dispatch_0', lambda w: main_args(w, '--config.train.steps_per_dispatch=0'), 'steps_per_dispatch=0'),
     ('steps_per_dispatch_host_fed', lambda w: main_args(w, '--config.train.steps_per_dispatch=4',
                                                         '--config.train.device_data=off'), 'needs the batches gathered'),

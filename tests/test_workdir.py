@@ -52,3 +52,16 @@ def test_local_workdirs_are_absolute(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   assert str(workdir_lib.as_path('runs/x')) == str(tmp_path / 'runs' / 'x')
   assert str(workdir_lib.as_path('gs://bucket/x')) == 'gs://bucket/x'
+
+
+def test_local_metrics_are_appended_not_rewritten(tmp_path):
+  from nplm_jax import metrics  # pylint: disable=g-import-not-at-top
+  workdir = workdir_lib.Workdir(tmp_path)
+  (tmp_path / 'metrics.jsonl').write_text('{"step": 5, "a": 1}\n{"step": 9, "a": 2}\n')
+  writer = metrics.MetricWriter(workdir, resumed_step=5)  # a run resumed from step 5: step 9 is dropped
+  inode = os.stat(tmp_path / 'metrics.jsonl').st_ino
+  writer.write(6, {'a': 3})
+  writer.write(7, {'a': 4})
+  writer.close()
+  assert os.stat(tmp_path / 'metrics.jsonl').st_ino == inode  # the same file, appended to
+  assert [r['step'] for r in metrics.read_jsonl(workdir.file('metrics.jsonl'))] == [5, 6, 7]
