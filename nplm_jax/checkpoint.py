@@ -9,8 +9,8 @@ devices first). Crash consistency: a best save and the latest save of the same s
 either order. A latest checkpoint whose own step is its best step, but whose best save never
 committed, is set aside at start-up and the run resumes from the one before it; best steps newer
 than the latest checkpoint resumed (a crash between the two commits) are dropped. Either way the
-run recomputes the lost steps exactly. best/ keeps two steps, so the best step an older latest
-checkpoint names is still there.
+run recomputes the lost steps exactly. best/ keeps every step that a latest checkpoint names, and
+the newest (_prune_best), so the best step of whichever latest checkpoint a run resumes from is there.
 
 Integrity: every step records a checksum of each of its arrays (integrity.checksums, in Orbax's
 per-step custom metadata), checked on every restore. An unreadable checkpoint step, or one whose
@@ -41,7 +41,7 @@ from nplm_jax.errors import UserError
 CHECKSUMS = 'checksums'  # each step's custom metadata: integrity.checksums of its arrays
 
 
-def _options(max_to_keep: int, name: str, create: bool = True) -> ocp.CheckpointManagerOptions:
+def _options(max_to_keep: int | None, name: str, create: bool = True) -> ocp.CheckpointManagerOptions:
   # Orbax names the barriers of a save by its step: the two managers save the same step one
   # after the other, so in a multi-process job each needs barriers of its own.
   return ocp.CheckpointManagerOptions(
@@ -92,7 +92,8 @@ class Checkpoints:
     self.latest = ocp.CheckpointManager(
         workdir.file('checkpoints'), options=_options(keep, 'latest', create=not read_only),
         item_handlers={'state': ocp.StandardCheckpointHandler(), 'meta': ocp.JsonCheckpointHandler()})
-    self.best = ocp.CheckpointManager(workdir.file('best'), options=_options(2, 'best', create=not read_only),
+    # best/ is pruned here, not by a count: it keeps every step a latest checkpoint names (_prune_best)
+    self.best = ocp.CheckpointManager(workdir.file('best'), options=_options(None, 'best', create=not read_only),
                                       item_handlers=ocp.StandardCheckpointHandler())
 
   def save_latest(self, step: int, state, run_state: run_state_lib.RunState) -> None:
@@ -101,6 +102,32 @@ class Checkpoints:
                                                    meta=ocp.args.JsonSave(run_state.to_json())),
                      custom_metadata={CHECKSUMS: integrity.checksums(state)}, force=True)
     _crash_point('latest_writing', step)
+    self._prune_best(step, run_state.best_step)
+
+  def _prune_best(self, saving: int, best_step: int | None) -> None:
+    """Deletes the best steps that neither a committed latest checkpoint nor the one being saved names,
+    except the newest: whatever latest checkpoint a crash leaves, its best step is still there (with
+    train.checkpoint_every > eval_every several best saves come between two latest ones). A latest
+    checkpoint whose record cannot be read keeps every best step."""
+    named = {best_step}
+    for step in self.latest.all_steps():
+      if step == saving:
+        continue  # in flight: its record is run_state, above
+      recorded = self._run_state_at(step)
+      if recorded is None:
+        return
+      named.add(recorded.best_step)
+    steps = self.best.all_steps()
+    for step in steps:
+      if step not in named and step != max(steps):
+        self.best.delete(step)
+
+  def _run_state_at(self, step: int) -> run_state_lib.RunState | None:
+    try:
+      return run_state_lib.RunState.from_json(self.latest.restore(step, args=ocp.args.Composite(
+          meta=ocp.args.JsonRestore())).meta)
+    except Exception:  # pylint: disable=broad-except  # a damaged step: its arrays' restore says how
+      return None
 
   def save_best(self, step: int, params) -> None:
     """Starts saving the best parameters; it commits in the background (module docstring)."""
@@ -172,12 +199,8 @@ class Checkpoints:
     """The RunState of the newest checkpoint whose JSON part is readable (the arrays are not read)."""
     self.wait()
     for step in sorted(self.latest.all_steps(), reverse=True):
-      try:
-        run_state = run_state_lib.RunState.from_json(self.latest.restore(step, args=ocp.args.Composite(
-            meta=ocp.args.JsonRestore())).meta)
-      except Exception:  # pylint: disable=broad-except
-        continue
-      if self._best_committed(step, run_state):
+      run_state = self._run_state_at(step)
+      if run_state is not None and self._best_committed(step, run_state):
         return run_state
     return None
 

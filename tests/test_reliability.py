@@ -203,6 +203,31 @@ def test_kills_inside_the_saves_resume_to_the_uninterrupted_result(long_referenc
   print(f'{len(crashes)} kills inside saves')
 
 
+def test_best_saves_between_checkpoints_keep_the_step_a_checkpoint_names(tmp_path):
+  """train.checkpoint_every > eval_every: best saves at 20 and 25 come after the latest checkpoint of
+  15, which names best step 15. Killed inside the best save of 30, the run resumes from 15 (its best
+  step still there) and ends as the uninterrupted one."""
+  files = corpora.write_markov_corpus(str(tmp_path))
+  every = ('--config.train.max_steps=30', '--config.train.eval_every=5', '--config.train.checkpoint_every=15',
+           '--config.train.log_every=5')
+  reference = cli(tmp_path / 'reference', files, *every)
+  assert reference.wait(timeout=600) == 0, reference.communicate()[1]
+  crashed = cli(tmp_path / 'run', files, *every, env={'NPLM_CRASH_AT': 'best_writing:30'})
+  crashed.communicate(timeout=600)
+  assert crashed.returncode == -signal.SIGKILL
+  assert sorted(os.listdir(tmp_path / 'run' / 'checkpoints')) == ['15']
+  assert '15' in os.listdir(tmp_path / 'run' / 'best')  # with 20 and 25, though no checkpoint names those
+  finish_and_compare_with(tmp_path / 'run', files, every, tmp_path / 'reference')
+
+
+def finish_and_compare_with(workdir, files, args, reference):
+  proc = cli(workdir, files, *args)
+  out, err = proc.communicate(timeout=600)
+  assert proc.returncode == 0, err
+  assert 'resumed from step' in out, out
+  assert_same_outcome(workdir, reference)
+
+
 def test_kills_at_timed_moments_resume_to_the_uninterrupted_result(long_reference, tmp_path):
   """SIGKILL during start-up, compilation, steps and evaluations."""
   files, reference = long_reference
