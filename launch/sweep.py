@@ -244,7 +244,8 @@ def write_tables(rows: list[dict], root: str) -> None:
     lines += [f'| {g["group"]} | {g["runs"]} | {", ".join(map(str, g["seeds"]))} | '
               + ' | '.join(_spread_cell(g.get(c)) for c in spread) + ' |' for g in groups]
   workdir_lib.write_text_atomically(root.file('results.md'), '\n'.join(lines) + '\n')
-  workdir_lib.write_text_atomically(root.file('seeds.json'), json.dumps(groups, indent=2) + '\n')
+  if groups:  # only a sweep with seed groups has their spread to record
+    workdir_lib.write_text_atomically(root.file('seeds.json'), json.dumps(groups, indent=2) + '\n')
 
 
 def write_curves(rows: list[dict], root: str) -> None:

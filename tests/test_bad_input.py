@@ -152,6 +152,7 @@ CASES = [
     ('sweep_bad_grid', lambda w: ['launch.sweep', '--config=experiments/brown.py:mlp1', '--grid=model.h',
                                   f'--root={w["base"] / "nothing"}'], '--grid part'),
     ('table1_missing_root', lambda w: ['launch.table1', f'--root={w["base"] / "nothing"}'], 'does not exist'),
+    ('table1_not_a_table1_root', lambda w: ['launch.table1', f'--root={w["sweep"]}'], 'holds no run of a Table 1 row'),
     # the tools for trained models
     ('score_missing_workdir', lambda w: tool_args('score', w, workdir=w['base'] / 'nothing'), 'does not exist'),
     ('score_no_best_checkpoint', lambda w: tool_args('score', w, workdir=w['unfinished']),

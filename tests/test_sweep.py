@@ -110,6 +110,9 @@ def test_start_from_continues_a_copy_of_a_finished_point_and_seeds_are_summarise
   assert [g['group'] for g in groups] == ['base'] and groups[0]['seeds'] == [0, 1]
   assert groups[0]['valid_ppl']['min'] == min(base['valid_ppl'], load('base_seed1')['valid_ppl'])
   assert 'Over seeds' in open(os.path.join(root, 'results.md'), encoding='utf-8').read()
+  single = str(tmp_path / 'single')  # no seed groups: no seeds.json
+  sweep.write_tables([r for r in rows if r['name'] == 'base'], single)
+  assert os.listdir(single) and 'seeds.json' not in os.listdir(single)
 
 
 def test_start_from_an_unfinished_point_is_refused(tmp_path):
