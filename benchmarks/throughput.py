@@ -23,7 +23,6 @@ from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-positio
 from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 from ml_collections import config_flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from nplm_jax import backend  # pylint: disable=g-import-not-at-top,wrong-import-position
 from nplm_jax import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
 from nplm_jax import sharding  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -157,11 +156,5 @@ def main(argv):
     common.emit(r)
 
 
-def parse_and_configure(argv):
-  rest = cli.parse_flags(argv)
-  backend.configure(FLAGS.config)  # before JAX starts its backends
-  return rest
-
-
 if __name__ == '__main__':
-  app.run(main, flags_parser=parse_and_configure)
+  app.run(main, flags_parser=cli.parse_flags_and_configure_backend)

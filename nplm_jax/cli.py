@@ -48,6 +48,15 @@ def parse_flags(argv: list[str]) -> list[str]:
   return rest
 
 
+def parse_flags_and_configure_backend(argv: list[str]) -> list[str]:
+  """parse_flags, then the backend settings of --config (backend.configure) before JAX starts its
+  backends: the flags_parser of scripts that touch devices outside main (the benchmarks)."""
+  from nplm_jax import backend  # pylint: disable=g-import-not-at-top
+  rest = parse_flags(argv)
+  backend.configure(FLAGS.config)
+  return rest
+
+
 def exit_with_error(error: Exception, config=None) -> None:
   """Prints a user's error as one line, once per job, and exits 1.
 
