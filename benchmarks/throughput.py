@@ -133,7 +133,7 @@ def measure(config, batch_size: int) -> dict:
           'eval_gflops': round(eval_tps * train_flops / 3 / 1e9, 2), 'peak_gflops': round(max(peaks), 2),
           'mfu_bf16': round(gflops / 1e3 / peak_tflops['bfloat16'], 4),
           'mfu_f32': round(gflops / 1e3 / peak_tflops['float32'], 4),
-          'peak_bf16_tflops': round(peak_tflops['bfloat16'], 1), 'peak_f32_tflops': round(peak_tflops['float32'], 1),
+          'peak_bf16_tflops': round(peak_tflops['bfloat16'], 3), 'peak_f32_tflops': round(peak_tflops['float32'], 3),
           'mesh': f'{mesh.shape["data"]}x{mesh.shape["model"]}', 'platform': jax.devices()[0].platform,
           **{f'train_{k}': v for k, v in common.memory_mib(train_exe).items()},
           'eval_temp_mib': common.memory_mib(eval_exe).get('temp_mib'), 'peak_rss_mib': round(common.peak_rss_mib(), 1)}

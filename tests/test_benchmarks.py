@@ -34,6 +34,26 @@ def test_throughput_prints_one_json_line_per_batch_size():
     assert r['train_tokens_per_sec'] > 0 and r['eval_tokens_per_sec'] > 0 and r['peak_gflops'] > 0 and r['gflops'] > 0
 
 
+def test_throughput_loop_runs_the_real_training_loop_beside_the_step():
+  rows = run('throughput.py', '--config=experiments/brown.py:mlp1', '--config.model.m=4', '--config.model.h=6',
+             '--vocab=61', '--batch_sizes=8', '--steps=2', '--repeats=1', '--loop', '--loop_steps=40',
+             '--peak_size=64')
+  assert rows[0]['loop_train_tokens_per_sec'] > 0 and rows[0]['loop_vs_step'] > 0
+  assert 0 < rows[0]['mfu_f32'] and rows[0]['peak_bf16_tflops'] > 0 and rows[0]['peak_f32_tflops'] > 0
+
+
+def test_checkpoint_cost_times_saves_with_and_without_checksums():
+  row, = run('checkpoint_cost.py', '--config=experiments/brown.py:mlp1', '--config.model.m=4', '--config.model.h=6',
+             '--vocab=61', '--rounds=1')
+  assert row['save_with_s'] > 0 and row['save_without_s'] > 0 and row['restore_with_s'] > 0 and row['checksums_s'] > 0
+
+
+def test_the_gpu_figures_script_parses():
+  proc = subprocess.run(['bash', '-n', os.path.join('benchmarks', 'gpu_figures.sh')], cwd=REPO, capture_output=True,
+                        text=True, timeout=60)
+  assert proc.returncode == 0, proc.stderr
+
+
 def test_throughput_with_sampled_softmax():
   rows = run('throughput.py', '--config=experiments/brown.py:mlp1', '--config.model.m=4', '--config.model.h=6',
              '--config.loss.name=sampled_softmax', '--config.loss.num_samples=5', *TINY)
