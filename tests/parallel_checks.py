@@ -247,6 +247,20 @@ def test_checkpoint_moves_between_meshes(tmp_path):
     assert abs(value - results['valid_ppl']) <= 1e-6 * results['valid_ppl'], (shape, value, results['valid_ppl'])
 
 
+def reference_sampled_loss(kind, logits, targets, samples, log_q):
+  """The sampled losses from their definitions, written apart from vocab_softmax: with k samples
+  from q, each logit is corrected by -log(k q(w)); the sampled softmax drops samples equal to the
+  target (accidental hits), NCE sums softplus terms."""
+  k = samples.shape[0]
+  corrected_target = jnp.take_along_axis(logits, targets[:, None], axis=1)[:, 0] - (jnp.log(k) + log_q[targets])
+  corrected_samples = logits[:, samples] - (jnp.log(k) + log_q[samples])[None, :]
+  if kind == 'nce':
+    return (jnp.log1p(jnp.exp(-corrected_target)) + jnp.sum(jnp.log1p(jnp.exp(corrected_samples)), axis=1))
+  hit = samples[None, :] == targets[:, None]
+  exp_samples = jnp.where(hit, 0.0, jnp.exp(corrected_samples))
+  return jnp.log(jnp.exp(corrected_target) + jnp.sum(exp_samples, axis=1)) - corrected_target
+
+
 @pytest.mark.parametrize('shape', [(1, 1), (1, 8), (2, 4)], ids=lambda s: f'mesh{s[0]}x{s[1]}')
 @pytest.mark.parametrize('kind', ['sampled_softmax', 'nce'])
 def test_sampled_losses_match_dense(shape, kind):
@@ -255,7 +269,8 @@ def test_sampled_losses_match_dense(shape, kind):
   contexts, targets = batch(11)
   samples = jnp.asarray(np.random.default_rng(2).integers(0, VOCAB, size=9).astype(np.int32))
   samples = samples.at[0].set(targets[0])  # an accidental hit
-  log_q = jnp.log(jnp.full((VOCAB,), 1.0 / VOCAB))
+  q = np.random.default_rng(4).uniform(0.1, 10.0, size=VOCAB)  # far from uniform: the correction matters
+  log_q = jnp.log(jnp.asarray(q / q.sum(), jnp.float32))
   feats = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
   out = params[model_lib.OUTPUT]
 
@@ -263,9 +278,7 @@ def test_sampled_losses_match_dense(shape, kind):
     return jnp.mean(vocab_softmax.sampled_token_loss(f, o, targets, samples, log_q, mesh=mesh, kind=kind))
 
   def dense(f, o):
-    logits = model_lib.dense_logits(f, o)
-    return jnp.mean(vocab_softmax.sampled_loss_from_logits(
-        kind, jnp.take_along_axis(logits, targets[:, None], axis=1)[:, 0], logits[:, samples], targets, samples, log_q))
+    return jnp.mean(reference_sampled_loss(kind, model_lib.dense_logits(f, o), targets, samples, log_q))
 
   with jax.set_mesh(mesh):
     value, grads = jax.jit(jax.value_and_grad(sharded, argnums=(0, 1)))(feats, out)
