@@ -62,7 +62,7 @@ class Experiment:
 
   def __init__(self, config, workdir: workdir_lib.Workdir, devices=None, training: bool = True):
     config_lib.validate(config)
-    self.config, self.workdir, self.training = config, workdir, training
+    self.config, self.workdir = config, workdir
     log = metrics_lib.log if training else (lambda message: None)
     self.mesh = sharding.make_mesh(config.mesh, devices)
     self.platform = self.mesh.devices.flat[0].platform
@@ -77,7 +77,6 @@ class Experiment:
     self.stream = data_lib.TokenStream(self.corpus, config.model.n - 1)
     self.num_parameters = model_lib.num_parameters(self.corpus.vocab_size, config.model.n, config.model.m,
                                                    config.model.h, config.model.direct)
-    self.resident = device_data_lib.wanted(config.train, self.stream, self.platform) if training else False
     common = dict(chunk_size=config.train.chunk_size, seed=config.seed,
                   vocab_block=config.train.get('vocab_block', -1),
                   matmul_precision=config.model.get('matmul_precision', 'highest'))
@@ -86,7 +85,8 @@ class Experiment:
       self.steps = steps_lib.compile_steps(self.model, None, self.mesh, **common)
       return
     self.plan = steps_plan(config, self.stream.num_examples('train'))
-    self.steps_per_dispatch = steps_per_dispatch(config.train, self.platform, self.resident)
+    resident = device_data_lib.wanted(config.train, self.stream, self.platform)
+    self.steps_per_dispatch = steps_per_dispatch(config.train, self.platform, resident)
     self.rows = sharding.process_rows(self.mesh, config.train.batch_size)  # of each batch, this process's
     self.step_batches = data_lib.StepBatches(self.stream, config.seed, config.train.batch_size,
                                              self.plan['steps_per_epoch'], self.plan['total'], self.rows)
@@ -97,9 +97,9 @@ class Experiment:
     self.steps = steps_lib.compile_steps(self.model, self.optimizer, self.mesh, bias_counts, sampled,
                                          steps_per_epoch=self.plan['steps_per_epoch'],
                                          batch_size=config.train.batch_size, **common)
-    self.device_data = device_data_lib.ResidentData(self.stream, self.mesh, config.seed) if self.resident else None
+    self.device_data = device_data_lib.ResidentData(self.stream, self.mesh, config.seed) if resident else None
     feed = (f'data on the devices ({device_data_lib.resident_bytes(self.stream) / 2**20:.1f} MiB each), '
-            f'{self.steps_per_dispatch} step(s) a dispatch') if self.resident else 'batches gathered on the host'
+            f'{self.steps_per_dispatch} step(s) a dispatch') if resident else 'batches gathered on the host'
     log(f'model: {self.num_parameters:,} parameters (|V| padded to {self.model.padded_vocab_size}), mesh '
         f'{dict(self.mesh.shape)} on {jax.device_count()} {self.platform} device(s), {self.model.compute_dtype} matmuls; '
         f'{feed}')

@@ -192,9 +192,12 @@ def eval_resident(params, ids, positions, *, model, mesh, **eval_options):
   return jax.lax.map(one, positions)
 
 
-def with_matmul_precision(fn, precision: str):
-  """fn traced with float32 matmuls at `precision` ('highest': exact; 'default': the backend's own)."""
-  if precision == 'default':
+def with_matmul_precision(fn, precision: str, platform: str):
+  """fn traced with float32 matmuls at `precision` ('highest': exact; 'default': the backend's own).
+
+  On CPUs float32 matmuls are exact whatever the precision asked, so their programs stay as they were.
+  """
+  if precision == 'default' or platform == 'cpu':
     return fn
 
   def traced(*args, **kwargs):
@@ -230,9 +233,8 @@ def compile_steps(model: model_lib.NPLM, optimizer: optax.GradientTransformation
 
   optimizer None: evaluation only. steps_per_epoch and batch_size shape the resident-data dispatch.
   """
-  # CPUs compute float32 matmuls exactly whatever the precision asked: their programs stay as they were
-  cpu = mesh.devices.flat[0].platform == 'cpu'
-  precise = functools.partial(with_matmul_precision, precision='default' if cpu else matmul_precision)
+  precise = functools.partial(with_matmul_precision, precision=matmul_precision,
+                              platform=mesh.devices.flat[0].platform)
   replicated = sharding.replicated(mesh)
   ctx_sh, tgt_sh = sharding.batch_sharding(mesh, 2), sharding.batch_sharding(mesh, 1)
   abstract_params = jax.eval_shape(lambda: model_lib.init_params(model, unigram_counts, seed))

@@ -158,8 +158,8 @@ class TrainedModel:
   def _jit(self, fn):
     """fn(params, contexts) jitted with the parameters as trained and everything else replicated."""
     replicated = sharding.replicated(self.run.mesh)
-    precision = self.config.model.get('matmul_precision', 'highest') if self.run.platform != 'cpu' else 'default'
-    precise = steps_lib.with_matmul_precision(fn, precision)
+    precision = self.config.model.get('matmul_precision', 'highest')
+    precise = steps_lib.with_matmul_precision(fn, precision, self.run.platform)
     return jax.jit(precise, in_shardings=(self.run.steps.param_shardings, replicated), out_shardings=replicated)
 
   @functools.cached_property
