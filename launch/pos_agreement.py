@@ -24,9 +24,9 @@ import numpy as np
 from nplm_jax import data as data_lib
 from nplm_jax import embeddings
 from nplm_jax import text_input
-from nplm_jax import experiment as experiment_lib
 from nplm_jax import trained as trained_lib
 from nplm_jax import workdir as workdir_lib
+from nplm_jax import workdir_vocab
 from nplm_jax.errors import UserError
 
 
@@ -73,9 +73,9 @@ def expected_vectors(model, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 def measure(workdir_path: str, lines: list[str], tagged_words=None, rare_max_count: int = 10, seed: int = 0) -> dict:
   workdir = workdir_lib.Workdir(workdir_path)
-  added = workdir.read_json(experiment_lib.ADDED_WORDS_FILE)
+  added = workdir.read_json(workdir_vocab.ADDED_WORDS_FILE)
   if not added:
-    raise UserError(f'{workdir_path!r} holds no {experiment_lib.ADDED_WORDS_FILE}; give a workdir made by nplm_jax.extend')
+    raise UserError(f'{workdir_path!r} holds no {workdir_vocab.ADDED_WORDS_FILE}; give a workdir made by nplm_jax.extend')
   model = trained_lib.TrainedModel.load(workdir_path)
   original = trained_lib.TrainedModel.load(added['extended_from'])
   if tagged_words is None:

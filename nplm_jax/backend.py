@@ -20,9 +20,9 @@ def configure(config, environ=os.environ) -> None:
   """
   sharding.configure_host_devices(config.mesh, environ)
   flags = environ.get('XLA_FLAGS', '')
-  if config.train.get('deterministic', True) and 'xla_gpu_deterministic_ops' not in flags:
+  if config.train.deterministic and 'xla_gpu_deterministic_ops' not in flags:
     environ['XLA_FLAGS'] = f'{flags} {DETERMINISTIC_GPU_FLAG}'.strip()
-  cache = config.train.get('compilation_cache_dir', '')
+  cache = config.train.compilation_cache_dir
   if cache:
     jax.config.update('jax_compilation_cache_dir', cache)
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 1.0)

@@ -10,6 +10,7 @@ names it and the fix, before any data is read or anything compiles.
 """
 
 import importlib.util
+import json
 import math
 import os
 import re
@@ -142,6 +143,57 @@ CHAR_MODEL = dict(n=11, m=32, h=512, direct=True)
 CHAR_TRAINING = {'optimizer.name': 'adamw', 'train.batch_size': 512, 'train.num_epochs': 10, 'train.patience': 2}
 
 
+# Keys a workdir saved by older code may lack, where the behaviour it was trained with differs from
+# today's default (every other missing key takes base_config's value, which kept the old behaviour).
+LEGACY_DEFAULTS = {'model.compute_dtype': 'float32'}
+# The corpus paths of a data section: config.json also stores them absolute (ABSOLUTE_PATHS_KEY).
+DATA_PATH_KEYS = ('path', 'train_file', 'valid_file', 'test_file')
+ABSOLUTE_PATHS_KEY = 'absolute_data_paths'
+
+
+def to_saved(config: ml_collections.ConfigDict) -> dict:
+  """The config as config.json stores it: its values, and the corpus paths made absolute (so that
+  the tools and mixtures find the corpus from any directory)."""
+  saved = json.loads(config.to_json_best_effort())
+  saved[ABSOLUTE_PATHS_KEY] = {k: os.path.abspath(v) for k in DATA_PATH_KEYS if (v := config.data.get(k))}
+  return saved
+
+
+def from_saved(saved: dict) -> ml_collections.ConfigDict:
+  """A config.json read back: merged onto base_config() (keys newer than the workdir get their
+  defaults here, and only here), with each corpus path that does not resolve from this directory
+  replaced by its absolute form when that one exists."""
+  saved = dict(saved)
+  absolute = saved.pop(ABSOLUTE_PATHS_KEY, {})
+  merged = json.loads(base_config().to_json())
+  for key, value in LEGACY_DEFAULTS.items():
+    if _get(saved, key) is None:
+      apply_overrides_to_dict(merged, {key: value})
+  _merge(merged, saved)
+  for key, path in absolute.items():
+    typed = merged['data'].get(key)
+    if typed and not os.path.exists(typed) and os.path.exists(path):
+      merged['data'][key] = path
+  return ml_collections.ConfigDict(merged)
+
+
+def _merge(into: dict, update: dict) -> None:
+  for key, value in update.items():
+    if isinstance(value, dict) and isinstance(into.get(key), dict):
+      _merge(into[key], value)
+    else:
+      into[key] = value
+
+
+def apply_overrides_to_dict(tree: dict, overrides: dict) -> None:
+  for key, value in overrides.items():
+    *sections, name = key.split('.')
+    node = tree
+    for section in sections:
+      node = node.setdefault(section, {})
+    node[name] = value
+
+
 def apply_overrides(config: ml_collections.ConfigDict, overrides: dict) -> ml_collections.ConfigDict:
   """Sets dotted keys, {'train.batch_size': 512, 'seed': 1}, as --config.KEY=VALUE would."""
   for key, value in overrides.items():
@@ -203,7 +255,8 @@ _CHOICES = [
 
 def _get(config, key: str):
   section, _, name = key.rpartition('.')
-  return (config[section] if section else config).get(name)
+  node = config[section] if section and section in config else (None if section else config)
+  return node.get(name) if node is not None else None
 
 
 def _number_ok(value, kind: str) -> bool:

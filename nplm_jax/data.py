@@ -285,10 +285,10 @@ def load_corpus(data_config) -> Corpus:
     return brown_corpus(data_config.train_tokens, data_config.valid_tokens,
                         data_config.max_rare_count, data_config.vocab_scope)
   if name == 'ptb':
-    return ptb_corpus(data_config.path, data_config.get('unit', 'word'))
+    return ptb_corpus(data_config.path, data_config.unit)
   if name == 'text':
     return text_corpus(split_files(data_config), data_config.max_rare_count, data_config.vocab_scope,
-                       data_config.get('unit', 'word'))
+                       data_config.unit)
   if name == 'prepared':
     return prepared_corpus(data_config.path)
   raise DataError(f"data.corpus={name!r} is unknown; use 'brown', 'ptb', 'text' or 'prepared'")

@@ -34,7 +34,7 @@ def resident_bytes(stream: data_lib.TokenStream) -> int:
 
 def wanted(train_config, stream: data_lib.TokenStream, platform: str) -> bool:
   """Whether a run keeps its data on the devices (train.device_data, 'auto' resolved)."""
-  mode = train_config.get('device_data', 'auto')
+  mode = train_config.device_data
   if mode != 'auto':
     return mode == 'on'
   if train_config.input_threads:

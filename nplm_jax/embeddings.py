@@ -71,7 +71,7 @@ def export_projector(model: trained_lib.TrainedModel, output: str) -> str:
   folder = workdir_lib.as_path(output)
   folder.mkdir(parents=True, exist_ok=True)
   c = model.embeddings
-  counts = model.run.corpus.unigram_counts('train')
+  counts = model.train_counts
   workdir_lib.write_text_atomically(folder / 'tensors.tsv', '\n'.join('\t'.join(f'{x:.6g}' for x in row) for row in c) + '\n')
   workdir_lib.write_text_atomically(folder / 'metadata.tsv', 'word\ttrain_count\n' + '\n'.join(
       f'{w}\t{int(n)}' for w, n in zip(model.vocab, counts)) + '\n')

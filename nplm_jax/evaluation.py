@@ -9,6 +9,7 @@ import ml_collections
 import numpy as np
 
 from nplm_jax import checkpoint as ckpt_lib
+from nplm_jax import config as config_lib
 from nplm_jax import data as data_lib
 from nplm_jax import device_data
 from nplm_jax import experiment as experiment_lib
@@ -71,10 +72,11 @@ def batched_nll(steps: steps_lib.CompiledSteps, params, batches, batch_size: int
 
 
 def load_config(workdir_path: str) -> ml_collections.ConfigDict:
+  """A workdir's config.json, merged onto today's defaults (config.from_saved)."""
   saved = workdir_lib.Workdir(workdir_path).read_json('config.json')
   if saved is None:
     raise UserError(f'{workdir_path!r} holds no config.json; give the --workdir of a finished or running training')
-  return ml_collections.ConfigDict(saved)
+  return config_lib.from_saved(saved)
 
 
 def best_step(experiment: experiment_lib.Experiment, checkpoints: ckpt_lib.Checkpoints) -> int:

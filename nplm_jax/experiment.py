@@ -18,10 +18,8 @@ from nplm_jax import optim
 from nplm_jax import sharding
 from nplm_jax import steps as steps_lib
 from nplm_jax import workdir as workdir_lib
+from nplm_jax import workdir_vocab
 from nplm_jax.errors import UserError
-
-# Written by nplm_jax.extend: {'words': [...]} appended to the corpus's vocabulary, in id order.
-ADDED_WORDS_FILE = 'added_words.json'
 # train.steps_per_dispatch = -1 on GPUs and TPUs: the largest divisor of train.log_every up to this
 # (README, "GPUs and TPUs": Brown reg4_n7, batch 128, on an H100: 1.3x the loop's rate of one step a dispatch).
 AUTO_STEPS_PER_DISPATCH = 64
@@ -44,7 +42,7 @@ def steps_per_dispatch(train_config, platform: str, resident: bool) -> int:
   the largest divisor of log_every up to AUTO_STEPS_PER_DISPATCH, so that dispatches end exactly on
   log steps (the loop runs the few steps left before another boundary one a dispatch: each length
   is a program of its own to compile), or AUTO_STEPS_PER_DISPATCH when that divisor is small."""
-  requested = train_config.get('steps_per_dispatch', -1)
+  requested = train_config.steps_per_dispatch
   if requested > 0:
     return requested
   if not resident or platform == 'cpu':
@@ -57,18 +55,22 @@ class Experiment:
   """One run's pieces, built from a config: mesh, corpus, model, compiled steps.
 
   training=False builds what evaluation needs (the tools): no optimiser, no training batches, no
-  resident training order, and no log lines.
+  resident training order, and no log lines. `corpus` (evaluation only) replaces the corpus the
+  config names: the tools pass the workdir's stored vocabulary (workdir_vocab), with no tokens.
   """
 
-  def __init__(self, config, workdir: workdir_lib.Workdir, devices=None, training: bool = True):
+  def __init__(self, config, workdir: workdir_lib.Workdir, devices=None, training: bool = True,
+               corpus: data_lib.Corpus | None = None):
     config_lib.validate(config)
     self.config, self.workdir = config, workdir
     log = metrics_lib.log if training else (lambda message: None)
     self.mesh = sharding.make_mesh(config.mesh, devices)
     self.platform = self.mesh.devices.flat[0].platform
-    self.corpus = data_lib.load_corpus(config.data)
-    added = workdir.read_json(ADDED_WORDS_FILE)  # a workdir made by nplm_jax.extend: words appended to V
-    if added:
+    if corpus is not None and training:
+      raise ValueError('a training experiment reads the corpus its config names')
+    self.corpus = corpus if corpus is not None else data_lib.load_corpus(config.data)
+    added = None if corpus is not None else workdir.read_json(workdir_vocab.ADDED_WORDS_FILE)
+    if added:  # a workdir made by nplm_jax.extend: words appended to V
       self.corpus = dataclasses.replace(self.corpus, vocab=self.corpus.vocab + tuple(added['words']))
     log(f'corpus {config.data.corpus}: {self.corpus.summary()}')
     self.model = model_lib.from_config(config.model, self.corpus.vocab_size, self.platform)
@@ -78,8 +80,8 @@ class Experiment:
     self.num_parameters = model_lib.num_parameters(self.corpus.vocab_size, config.model.n, config.model.m,
                                                    config.model.h, config.model.direct)
     common = dict(chunk_size=config.train.chunk_size, seed=config.seed,
-                  vocab_block=config.train.get('vocab_block', -1),
-                  matmul_precision=config.model.get('matmul_precision', 'highest'))
+                  vocab_block=config.train.vocab_block,
+                  matmul_precision=config.model.matmul_precision)
     self.device_data = None
     if not training:
       self.steps = steps_lib.compile_steps(self.model, None, self.mesh, **common)
@@ -90,7 +92,7 @@ class Experiment:
     self.rows = sharding.process_rows(self.mesh, config.train.batch_size)  # of each batch, this process's
     self.step_batches = data_lib.StepBatches(self.stream, config.seed, config.train.batch_size,
                                              self.plan['steps_per_epoch'], self.plan['total'], self.rows)
-    train_counts = self.corpus.unigram_counts('train')  # a pass over train unless stored (prepared corpora)
+    self.train_counts = train_counts = self.corpus.unigram_counts('train')  # a pass unless stored (prepared)
     self.optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size)
     sampled = steps_lib.make_sampled_loss(config.loss, train_counts, config.seed)
     bias_counts = train_counts if config.model.unigram_bias_init else None
@@ -112,7 +114,7 @@ class Experiment:
   def batch_reader(self, start_step: int):
     """step -> the step's batch on the mesh, for steps start_step, start_step + 1, ... in order: gathered
     when asked (train.input_threads = 0), or read ahead by grain threads; the same batches either way."""
-    threads = self.config.train.get('input_threads', 0)
+    threads = self.config.train.input_threads
     if not threads:
       return self.train_batch
     from nplm_jax import input_pipeline  # pylint: disable=g-import-not-at-top  # grain only when asked for

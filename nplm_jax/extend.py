@@ -11,9 +11,9 @@ network favours j where it expects the words that stand in j's places; its bias 
 symbol's bias minus log k (k words added), so the new words share the rare-word symbol's prior
 mass (in training every one of them was that symbol). On Brown this rule keeps the known words'
 perplexity within 3.2% and gives the new words 3.8x the probability of a uniform split of the
-rare-word symbol's; averaging the biases too took mass from the known words (RESULTS.md). The new workdir holds the config, the corpus's
-vocabulary plus the new words (added_words.json, in id order) and the extended best parameters;
-score, sample and embeddings read it like any other (it cannot be trained on).
+rare-word symbol's; averaging the biases too took mass from the known words (RESULTS.md). The new workdir holds the config,
+the vocabulary plus the new words (vocab.tsv; added_words.json records them) and the extended best
+parameters; score, sample, embeddings and plot read it like any other (it cannot be trained on).
 """
 
 import sys
@@ -22,12 +22,13 @@ import numpy as np
 
 from nplm_jax import checkpoint as ckpt_lib
 from nplm_jax import cli as cli_lib
+from nplm_jax import config as config_lib
 from nplm_jax import data as data_lib
-from nplm_jax import experiment as experiment_lib
 from nplm_jax import model as model_lib
 from nplm_jax import text_input
 from nplm_jax import trained as trained_lib
 from nplm_jax import workdir as workdir_lib
+from nplm_jax import workdir_vocab
 from nplm_jax.errors import UserError
 
 
@@ -83,8 +84,9 @@ def extend(workdir_path: str, lines: list[str], output_path: str) -> dict:
     raise UserError(f'every word of the text is in the vocabulary of {workdir_path!r}; nothing to add')
   source, step = workdir_lib.Workdir(workdir_path), model.step
   output.prepare()
-  output.write_json('config.json', model.config.to_dict())
-  output.write_json(experiment_lib.ADDED_WORDS_FILE, {'words': new_words, 'occurrences': counts.tolist(),
+  output.write_json('config.json', config_lib.to_saved(model.config))
+  model.vocabulary.extended(new_words).write(output)
+  output.write_json(workdir_vocab.ADDED_WORDS_FILE, {'words': new_words, 'occurrences': counts.tolist(),
                                              'extended_from': str(source), 'base_vocab_size': len(model.vocab)})
   written = ckpt_lib.Checkpoints(output)
   try:

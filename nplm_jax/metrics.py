@@ -140,3 +140,9 @@ def warn(message: str) -> None:
   """A one-line warning on stderr, from the leader process only."""
   if distributed.is_leader():
     print(f'warning: {message}', file=sys.stderr, flush=True)
+
+
+def note(message: str) -> None:
+  """A one-line note on stderr (something the user may want to know, not a problem), leader only."""
+  if distributed.is_leader():
+    print(f'note: {message}', file=sys.stderr, flush=True)

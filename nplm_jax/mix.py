@@ -22,7 +22,7 @@ def mixture_results(corpus: data_lib.Corpus, network_nll: dict, mix_config) -> d
   `network_nll` maps 'valid' and 'test' to the network's per-token -log P, in stream order.
   """
   model = ngram.build(corpus, mix_config.ngram_order, mix_config.smoothing,
-                      mix_config.get('max_memory_gb', ngram.DEFAULT_MAX_MEMORY_GB))
+                      mix_config.max_memory_gb)
   p_ngram = {s: model.token_probs(s) for s in ('valid', 'test')}
   p_net = {s: np.exp(-network_nll[s]) for s in ('valid', 'test')}
   fitted = ngram.fit_mixture_weight(p_net['valid'], p_ngram['valid'])

@@ -140,8 +140,8 @@ def from_config(model_config, vocab_size: int, platform: str = 'cpu') -> NPLM:
               hidden_dim=model_config.h, direct=model_config.direct,
               vocab_pad_multiple=model_config.vocab_pad_multiple,
               compute_dtype=compute_dtype(model_config.compute_dtype, platform),
-              feature_dropout=model_config.get('feature_dropout', 0.0),
-              hidden_dropout=model_config.get('hidden_dropout', 0.0))
+              feature_dropout=model_config.feature_dropout,
+              hidden_dropout=model_config.hidden_dropout)
 
 
 def init_params(model: NPLM, unigram_counts: Optional[jax.Array] = None, seed: int = 0) -> dict[str, jax.Array]:

@@ -153,7 +153,7 @@ def main(argv=None) -> int:
         raise UserError(f'--top={args.top} is invalid; plot at least 2 words')
       from nplm_jax import trained as trained_lib  # pylint: disable=g-import-not-at-top  # JAX only here
       model = trained_lib.TrainedModel.load(args.workdir[0])
-      counts = model.run.corpus.unigram_counts('train')
+      counts = model.train_counts
       skip = {model.rare_id, model.boundary_id}
       top = [int(i) for i in np.argsort(-counts, kind='stable') if int(i) not in skip][:args.top]
       written = plot_embeddings([model.vocab[i] for i in top], model.embeddings[top], args.output,

@@ -79,7 +79,7 @@ def prepare(data_config, output: str) -> dict:
   if os.path.isdir(output) and os.listdir(output):
     raise UserError(f'--output={output!r} is not empty; give a new folder')
   started = time.time()
-  unit = data_config.get('unit', 'word')
+  unit = data_config.unit
   if data_config.corpus == 'brown':
     corpus = data_lib.load_corpus(data_config)
     vocab, sizes = corpus.vocab, {s: corpus.num_tokens(s) for s in data_lib.SPLITS}

@@ -56,8 +56,8 @@ def score_text(model: trained_lib.TrainedModel, lines: list[str], independent_li
   scored = model.score(tokens if independent_lines else [[w for t in tokens for w in t]])
   if use_mix:
     mix = model.config.mix
-    ngram_model = ngram.build(model.run.corpus, mix.ngram_order, mix.smoothing,
-                              mix.get('max_memory_gb', ngram.DEFAULT_MAX_MEMORY_GB))
+    ngram_model = ngram.build(model.training_corpus('--mix'), mix.ngram_order, mix.smoothing,
+                              mix.max_memory_gb)
     scored = [dataclasses.replace(s, nll=mixed_nll(model, ngram_model, s.ids, s.nll)) for s in scored]
   if independent_lines:
     return scored

@@ -36,6 +36,7 @@ from nplm_jax import optim
 from nplm_jax import run_state as run_state_lib
 from nplm_jax import steps as steps_lib
 from nplm_jax import workdir as workdir_lib
+from nplm_jax import workdir_vocab
 from nplm_jax.errors import UserError
 
 # Config keys that must match for a workdir to be resumed (besides its corpus, corpus.json): they
@@ -123,13 +124,13 @@ def _start(config, workdir: workdir_lib.Workdir, lock: workdir_lib.Lock) -> expe
         metrics_lib.warn(f'took over the lock of process {stale.get("pid")} on {stale.get("host")}, which no '
                          'longer runs')
     check_resumable(workdir, config)
-    if workdir.file(experiment_lib.ADDED_WORDS_FILE).exists():
+    if workdir.file(workdir_vocab.ADDED_WORDS_FILE).exists():
       raise UserError(f'{str(workdir)!r} was made by nplm_jax.extend (its vocabulary outgrew its corpus): score, '
                       'sample and embeddings read it; train in another --workdir')
     run = experiment_lib.Experiment(config, workdir)
     check_corpus(workdir, run.corpus)
     if config.mix.enabled:  # the mixture's n-gram is estimated after training: refuse now if it cannot be
-      ngram.check_memory(run.corpus, config.mix.ngram_order, config.mix.get('max_memory_gb', ngram.DEFAULT_MAX_MEMORY_GB),
+      ngram.check_memory(run.corpus, config.mix.ngram_order, config.mix.max_memory_gb,
                          flag='config.mix.max_memory_gb')
     return run
   except BaseException:
@@ -174,9 +175,11 @@ def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_l
                         f'(results: {workdir.file("results.json")})')
         return finished
       # Only now, every process having read the old ones and found nothing wrong.
-      workdir.write_json('config.json', json.loads(config.to_json_best_effort()))
+      workdir.write_json('config.json', config_lib.to_saved(config))
       if workdir.read_json('corpus.json') is None:
         workdir.write_json('corpus.json', run.corpus.description())
+      if not workdir.file(workdir_vocab.TOKENIZER_FILE).exists():  # the tools read these, never the corpus
+        workdir_vocab.Vocabulary.from_corpus(config.data, run.corpus, run.train_counts).write(workdir)
       earlier_seconds = run_state.wall_seconds  # spent by the processes before this one
       writer = metrics_lib.MetricWriter(workdir, resumed_step=int(state.step))
       with Preemption() as preemption:
@@ -404,7 +407,7 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
   in_flight = steps_lib.BoundedDispatch()
   first_nonfinite = steps_lib.NO_NONFINITE_STEP
   dispatch = _Dispatcher(run, step)
-  profile = _Profile(config.train.get('profile_steps', ''), run.workdir)
+  profile = _Profile(config.train.profile_steps, run.workdir)
   while step < plan['total'] and not run_state.stopped_early:
     # Full dispatches up to the next boundary, then single steps: two programs to compile, not one a length.
     boundary = next_boundary(step, plan, config.train.log_every, profile.boundaries)

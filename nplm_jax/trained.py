@@ -1,8 +1,9 @@
 """A trained workdir's best parameters, ready to use: its text tokenised as its corpus was, scored,
 continued, and its word feature vectors C.
 
-Every command that reads a trained model (score, sample, embeddings) loads it here: the workdir's
-config.json says which corpus, vocabulary and model it is; the best parameters are restored onto
+Every command that reads a trained model (score, sample, embeddings, extend, plot) loads it here:
+the workdir's config.json says which model it is, its vocab.tsv and tokenizer.json which words and
+how text becomes them (workdir_vocab: the corpus is never read); the best parameters are restored onto
 the mesh the config asks for on this machine (any shape, as checkpoints move between meshes), and
 all work is batched through jitted, sharded functions, never a Python loop over the vocabulary.
 """
@@ -24,6 +25,7 @@ from nplm_jax import model as model_lib
 from nplm_jax import sharding
 from nplm_jax import steps as steps_lib
 from nplm_jax import workdir as workdir_lib
+from nplm_jax import workdir_vocab
 from nplm_jax.errors import UserError
 
 
@@ -39,7 +41,8 @@ class Scored:
 @dataclasses.dataclass
 class TrainedModel:
   config: ml_collections.ConfigDict
-  run: experiment_lib.Experiment  # built for evaluation
+  vocabulary: workdir_vocab.Vocabulary
+  run: experiment_lib.Experiment  # built for evaluation, over the stored vocabulary
   params: dict
   step: int  # the training step of the best parameters
 
@@ -54,8 +57,9 @@ class TrainedModel:
     workdir = workdir_lib.Workdir(workdir_path)
     if not workdir.file('best').exists():
       raise UserError(f'--workdir={workdir_path!r} holds no best checkpoint yet; train it until its first evaluation')
+    vocabulary = workdir_vocab.load(workdir, config)
     backend.configure(config)  # before anything starts JAX's backends
-    run = experiment_lib.Experiment(config, workdir, training=False)
+    run = experiment_lib.Experiment(config, workdir, training=False, corpus=vocabulary.as_corpus())
     checkpoints = ckpt_lib.Checkpoints(workdir, read_only=True)
     try:
       step = evaluation.best_step(run, checkpoints)
@@ -63,13 +67,18 @@ class TrainedModel:
         params = run.restore_best_params(checkpoints, step)
     finally:
       checkpoints.close()
-    return cls(config, run, params, step)
+    return cls(config, vocabulary, run, params, step)
 
   # ------------------------------------------------------------------------- vocabulary and text
 
   @property
   def vocab(self) -> tuple[str, ...]:
-    return self.run.corpus.vocab
+    return self.vocabulary.words
+
+  @property
+  def train_counts(self) -> np.ndarray:
+    """How often each word occurred in the training tokens (0 for words added by extend)."""
+    return self.vocabulary.train_counts
 
   @functools.cached_property
   def word_ids(self) -> dict[str, int]:
@@ -81,21 +90,33 @@ class TrainedModel:
 
   @property
   def boundary_id(self) -> int:
-    return self.run.corpus.boundary_id
+    return self.vocabulary.boundary_id
 
   @property
   def rare_id(self) -> int | None:
     return self.word_ids.get(data_lib.RARE)
 
+  def training_corpus(self, purpose: str) -> data_lib.Corpus:
+    """The corpus the model was trained on, read again (for what needs its tokens, e.g. the n-gram
+    of a mixture): one line when it is gone or is not that corpus any more."""
+    try:
+      corpus = data_lib.load_corpus(self.config.data)
+    except UserError as e:
+      raise UserError(f'{purpose} reads the training corpus, which cannot be read now ({e})') from None
+    if self.vocab[:corpus.vocab_size] != corpus.vocab:
+      raise UserError(f'{purpose} reads the training corpus, but the corpus the config names now has another '
+                      'vocabulary than this model; restore the corpus it was trained on')
+    # with the words extend added (never seen in training: counted 0)
+    return dataclasses.replace(corpus, vocab=self.vocab, stored_train_counts=self.train_counts)
+
   def line_tokens(self, line: str) -> list[str]:
     """A line's tokens as the corpus reader made them: Brown is a plain word stream; text and PTB
     corpora end every line with <eos> and may be character-level (data.unit)."""
-    unit = self.text_unit
-    return line.split() if unit is None else data_lib.line_tokens(line, unit)
+    return self.vocabulary.tokenizer.line_tokens(line)
 
-  @functools.cached_property
+  @property
   def text_unit(self) -> str | None:
-    return data_lib.text_unit(self.config.data)
+    return self.vocabulary.tokenizer.unit
 
   @property
   def char_level(self) -> bool:
@@ -158,7 +179,7 @@ class TrainedModel:
   def _jit(self, fn):
     """fn(params, contexts) jitted with the parameters as trained and everything else replicated."""
     replicated = sharding.replicated(self.run.mesh)
-    precision = self.config.model.get('matmul_precision', 'highest')
+    precision = self.config.model.matmul_precision
     precise = steps_lib.with_matmul_precision(fn, precision, self.run.platform)
     return jax.jit(precise, in_shardings=(self.run.steps.param_shardings, replicated), out_shardings=replicated)
 

@@ -67,8 +67,12 @@ class Workdir:
     """
     if not distributed.is_leader():
       return
-    text = json.dumps(value, indent=indent, allow_nan=False) + '\n'
-    write_text_atomically(self.file(name), text)
+    self.write_text(name, json.dumps(value, indent=indent, allow_nan=False) + '\n')
+
+  def write_text(self, name: str, text: str) -> None:
+    """Writes a text file of the workdir atomically, on the leader only."""
+    if distributed.is_leader():
+      write_text_atomically(self.file(name), text)
 
 
 def write_text_atomically(path: epath.Path, text: str) -> None:
