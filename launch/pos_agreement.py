@@ -14,13 +14,13 @@ rarest in-vocabulary words, for random vectors drawn from the per-dimension mean
 the rate of always guessing the most common tag.
 """
 
-import argparse
 import collections
 import json
 import sys
 
 import numpy as np
 
+from nplm_jax import cli as cli_lib
 from nplm_jax import data as data_lib
 from nplm_jax import embeddings
 from nplm_jax import text_input
@@ -118,7 +118,7 @@ def measure(workdir_path: str, lines: list[str], tagged_words=None, rare_max_cou
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = cli_lib.ArgumentParser('launch.pos_agreement', description=__doc__.splitlines()[0])
   parser.add_argument('--workdir', required=True, help='a workdir made by nplm_jax.extend from a Brown model')
   parser.add_argument('--text', required=True, help='the text the workdir was extended with')
   args = parser.parse_args(argv)
@@ -134,5 +134,9 @@ def main(argv=None) -> int:
   return 0
 
 
-if __name__ == '__main__':
+def run():
   sys.exit(main())
+
+
+if __name__ == '__main__':
+  run()

@@ -8,7 +8,6 @@ A grid over config keys (cartesian product), from the command line:
 --set applies overrides to every training point (e.g. --set=train.num_epochs=5).
 """
 
-import argparse
 import concurrent.futures
 import csv
 import itertools
@@ -24,6 +23,7 @@ import time
 import numpy as np
 from etils import epath
 
+from nplm_jax import cli as cli_lib
 from nplm_jax import config as config_lib
 from nplm_jax import workdir as workdir_lib
 from nplm_jax.errors import UserError
@@ -271,7 +271,7 @@ def parse_set(items: list[str]) -> dict:
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description='Run a sweep of trainings / n-gram baselines and tabulate them.')
+  parser = cli_lib.ArgumentParser('launch.sweep', description=__doc__)
   parser.add_argument('--config', required=True, help='experiment file (with :variant for --grid)')
   parser.add_argument('--sweep', help="name of a sweep in the experiment file's get_sweep()")
   parser.add_argument('--grid', help="'section.key=v1,v2;section.key=v1,v2' over --config")
@@ -310,5 +310,9 @@ def main(argv=None) -> int:
   return 1 if any(status.startswith('failed') for _, status, _ in outcomes) else 0
 
 
-if __name__ == '__main__':
+def run():
   sys.exit(main())
+
+
+if __name__ == '__main__':
+  run()

@@ -7,9 +7,9 @@ mix_* results (or from the odd row's workdir after `python -m nplm_jax.mix --wor
 odd row is the same run's network alone.
 """
 
-import argparse
 import sys
 
+from nplm_jax import cli as cli_lib
 from nplm_jax import workdir as workdir_lib
 from nplm_jax.errors import UserError
 
@@ -73,7 +73,7 @@ def render(root: str) -> str:
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = cli_lib.ArgumentParser('launch.table1', description=__doc__.splitlines()[0])
   parser.add_argument('--root', required=True, help='the root of a table1 sweep')
   args = parser.parse_args(argv)
   try:
@@ -90,5 +90,9 @@ def main(argv=None) -> int:
   return 0
 
 
-if __name__ == '__main__':
+def run():
   sys.exit(main())
+
+
+if __name__ == '__main__':
+  run()

@@ -10,6 +10,7 @@ names it and the fix, before any data is read or anything compiles.
 """
 
 import importlib.util
+import inspect
 import json
 import math
 import os
@@ -177,12 +178,51 @@ def from_saved(saved: dict) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(merged)
 
 
+def value_at(tree: dict, dotted: str):
+  """The value at a dotted key ('train.batch_size') of a nested dict, or None."""
+  for part in dotted.split('.'):
+    tree = tree.get(part) if isinstance(tree, dict) else None
+  return tree
+
+
 def _merge(into: dict, update: dict) -> None:
   for key, value in update.items():
     if isinstance(value, dict) and isinstance(into.get(key), dict):
       _merge(into[key], value)
     else:
       into[key] = value
+
+
+def key_comments() -> dict[str, str]:
+  """Each key's comment in base_config's source (the lines of comment above it and the one after it)."""
+  comments, above = {}, []
+  for line in inspect.getsource(base_config).splitlines():
+    stripped = line.strip()
+    if stripped.startswith('#'):
+      above.append(stripped.lstrip('# '))
+      continue
+    found = re.match(r'c\.([\w.]+) = (?:[^#]*?)(?:\s+#\s*(.*))?$', stripped)
+    if found and not stripped.endswith('ConfigDict()'):
+      comments[found[1]] = ' '.join(above + ([found[2]] if found[2] else []))
+    above = []
+  return comments
+
+
+def describe(config: ml_collections.ConfigDict) -> str:
+  """The resolved config, a key a line with its value and its comment (--print_config)."""
+  comments = key_comments()
+  lines = []
+
+  def walk(node, prefix):
+    for name, value in node.items():
+      key = f'{prefix}{name}'
+      if isinstance(value, ml_collections.ConfigDict):
+        walk(value, f'{key}.')
+        continue
+      comment = comments.get(key, '')
+      lines.append(f'{key} = {value!r}' + (f'  # {comment}' if comment else ''))
+  walk(config, '')
+  return '\n'.join(lines)
 
 
 def apply_overrides_to_dict(tree: dict, overrides: dict) -> None:
@@ -363,8 +403,23 @@ def _validate_relations(config) -> None:
       raise UserError(f'train.{name}={value!r} is invalid; use a positive number of steps or -1 for the default')
 
 
+def experiment_file(path: str) -> str:
+  """An experiment file's path: as given when it exists, else the file of that name among this
+  package's experiments (the repository's experiments/ beside nplm_jax/, or nplm_jax/experiments
+  once installed), so that --config=experiments/brown.py:mlp1 works from any directory."""
+  if os.path.exists(path) or os.path.dirname(path) not in ('experiments', ''):
+    return path
+  package = os.path.dirname(os.path.abspath(__file__))
+  for folder in (os.path.join(package, 'experiments'), os.path.join(os.path.dirname(package), 'experiments')):
+    candidate = os.path.join(folder, os.path.basename(path))
+    if os.path.isfile(candidate):
+      return candidate
+  return path
+
+
 def load_experiment(path: str):
   """The module of an experiment file (experiments/brown.py): its get_config and get_sweep."""
+  path = experiment_file(path)
   if not os.path.isfile(path):
     raise UserError(f'--config={path!r}: no such experiment file')
   spec = importlib.util.spec_from_file_location(f'experiment_{os.path.basename(path)[:-3]}', path)

@@ -82,15 +82,26 @@ def export_projector(model: trained_lib.TrainedModel, output: str) -> str:
 
 
 def parse_args(argv=None):
-  parser = cli_lib.ArgumentParser(prog='python -m nplm_jax.embeddings', description=__doc__.splitlines()[0])
-  parser.add_argument('command', choices=['neighbours', 'analogy', 'export'])
-  parser.add_argument('--workdir', required=True, help='a training workdir with a best checkpoint')
-  parser.add_argument('--words', default='', help='comma-separated words (neighbours: any number; analogy: a,b,c)')
-  parser.add_argument('--topn', type=int, default=10, help='how many words to list')
-  parser.add_argument('--format', default='word2vec', choices=['word2vec', 'projector'], help='export format')
-  parser.add_argument('--output', default='', help='export: the word2vec file, or the projector folder '
+  parser = cli_lib.ArgumentParser('nplm_jax.embeddings', description=__doc__)
+  commands = parser.add_subparsers(dest='command', required=True, metavar='{neighbours,analogy,export}',
+                                   parser_class=cli_lib.SubcommandParser)
+  for name, words_help, about in (
+      ('neighbours', 'comma-separated words, e.g. Monday,king', 'the nearest words of each word, by cosine'),
+      ('analogy', 'three words a,b,c: a is to b as c is to ?', 'the words d closest to b - a + c')):
+    command = commands.add_parser(name, help=about, description=about)
+    command.add_argument('--workdir', required=True, help='a training workdir with a best checkpoint')
+    command.add_argument('--words', required=True, help=words_help)
+    command.add_argument('--topn', type=int, default=10, help='how many words to list')
+  export = commands.add_parser('export', help='write C for gensim (word2vec text) or TensorBoard (projector)',
+                               description='write C for gensim (word2vec text) or TensorBoard (projector)')
+  export.add_argument('--workdir', required=True, help='a training workdir with a best checkpoint')
+  export.add_argument('--format', default='word2vec', choices=['word2vec', 'projector'], help='export format')
+  export.add_argument('--output', default='', help='the word2vec file (required), or the projector folder '
                                                    '(default WORKDIR/tensorboard)')
-  return parser.parse_args(argv)
+  args = parser.parse_args(argv)
+  args.words, args.topn = getattr(args, 'words', ''), getattr(args, 'topn', 10)
+  args.format, args.output = getattr(args, 'format', 'word2vec'), getattr(args, 'output', '')
+  return args
 
 
 def main(argv=None) -> int:
@@ -125,5 +136,9 @@ def main(argv=None) -> int:
   return 0
 
 
-if __name__ == '__main__':
+def run():
   sys.exit(main())
+
+
+if __name__ == '__main__':
+  run()

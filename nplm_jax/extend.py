@@ -100,7 +100,7 @@ def extend(workdir_path: str, lines: list[str], output_path: str) -> dict:
 
 
 def parse_args(argv=None):
-  parser = cli_lib.ArgumentParser(prog='python -m nplm_jax.extend', description=__doc__.splitlines()[0])
+  parser = cli_lib.ArgumentParser('nplm_jax.extend', description=__doc__)
   parser.add_argument('--workdir', required=True, help='a training workdir with a best checkpoint')
   parser.add_argument('--text', required=True, help="text with the new words in context; '-' = stdin")
   parser.add_argument('--output_workdir', required=True, help='the new workdir to write (a new folder)')
@@ -121,5 +121,9 @@ def main(argv=None) -> int:
   return 0
 
 
-if __name__ == '__main__':
+def run():
   sys.exit(main())
+
+
+if __name__ == '__main__':
+  run()

@@ -1,6 +1,16 @@
-"""Entry point: python -m nplm_jax.main --config=experiments/brown.py:mlp1 [--workdir=DIR]"""
+"""Trains a model from an experiment config, evaluates it and writes WORKDIR/results.json.
+
+  python -m nplm_jax.main --config=experiments/brown.py:mlp1 [--workdir=DIR] [--config.train.batch_size=512 ...]
+  (installed: nplm-train --config=experiments/brown.py:mlp1 ...)
+
+--config=FILE:VARIANT names an experiment (experiments/brown.py: mlp1 ... mlp10, *_tuned, reg4_n7;
+ptb.py; text.py; prepared.py); any config key is set with --config.SECTION.KEY=VALUE. The run
+resumes when the same command is given again (README, "Reliability").
+"""
 
 import functools
+import hashlib
+import json
 import os
 import sys
 
@@ -9,6 +19,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from nplm_jax import cli
+from nplm_jax import config as config_lib
 from nplm_jax import distributed
 from nplm_jax import metrics
 from nplm_jax import mix
@@ -21,23 +32,48 @@ config_flags.DEFINE_config_file('config', None, 'Experiment config file, e.g. ex
                                 lock_config=True)
 flags.DEFINE_string('workdir', None, 'Folder (or gs://...) for checkpoints, metrics and results.json; '
                     'default runs/NAME, NAME from the config (runs/brown_mlp1).')
+flags.DEFINE_boolean('print_config', False, 'Print the resolved config, each key with its value and meaning, and exit.')
 flags.mark_flags_as_required(['config'])
 
 
-def default_workdir(config) -> str:
-  return os.path.join('runs', config.get('name') or 'run')
+def default_workdir(config, argv: list[str]) -> str:
+  """runs/NAME for the experiment as its file defines it; runs/NAME-HASH when --config.* overrides
+  change what decides the run's trajectory (train.RESUME_KEYS: seed, data, model, optimizer, loss,
+  batch size), HASH a digest of those changes. Overrides of other keys (epochs, patience, annealing,
+  evaluation, logging, mesh) keep the folder: a run resumed or extended with them goes on in it."""
+  name = os.path.join('runs', config.name or 'run')
+  config_arg = next((a[len('--config='):] for a in argv if a.startswith('--config=')), '')
+  path, _, variant = config_arg.partition(':')
+  try:
+    module = config_lib.load_experiment(path)
+    as_defined = json.loads((module.get_config(variant) if variant else module.get_config()).to_json_best_effort())
+  except Exception:  # pylint: disable=broad-except  # the flags parsed it already; never fail here
+    return name
+  given = json.loads(config.to_json_best_effort())
+  changed = {}
+  for key in train.RESUME_KEYS:
+    if config_lib.value_at(given, key) != config_lib.value_at(as_defined, key):
+      changed[key] = config_lib.value_at(given, key)
+  if not changed:
+    return name
+  digest = hashlib.sha256(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:8]
+  return f'{name}-{digest}'
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   config = FLAGS.config
-  workdir = FLAGS.workdir or default_workdir(config)
+  if FLAGS.print_config:
+    print(config_lib.describe(config))
+    return
+  workdir = FLAGS.workdir or default_workdir(config, sys.argv)
   try:
     backend.configure(config)  # before anything starts JAX's backends
     distributed.maybe_initialize(config)
     if not FLAGS.workdir:
-      metrics.log(f'workdir: {workdir} (the default for this config; --workdir=DIR chooses another)')
+      metrics.log(f'workdir: {workdir} (the default for this config and these overrides; --workdir=DIR chooses '
+                  'another)')
     mixture = functools.partial(mix.mixture_results, mix_config=config.mix) if config.mix.enabled else None
     results = train.train_and_evaluate(config, workdir, extra_results=mixture)
     if config.mix.enabled and 'mix_valid_ppl' in results:
@@ -50,5 +86,9 @@ def main(argv):
     sys.exit(128 + stop.signum)
 
 
+def run():
+  app.run(main, flags_parser=cli.flags_parser('nplm_jax.main', __doc__))
+
+
 if __name__ == '__main__':
-  app.run(main, flags_parser=cli.parse_flags)
+  run()

@@ -4,6 +4,7 @@ Only the leader process writes or prints; the others' writers do nothing. Files 
 etils.epath, so they can live in a bucket (gs://...) like the checkpoints.
 """
 
+import contextlib
 import io
 import json
 import sys
@@ -110,24 +111,44 @@ def format_duration(seconds: float) -> str:
 
 
 class Progress:
-  """Steps/s and tokens/s since the last report, and the time left to `total_steps`."""
+  """Training throughput and the time left, from the time spent training alone.
+
+  The loop pauses the clock around evaluations and saves (paused()) and restarts it once the first
+  dispatch after a start or a resume has run (warmed_up(): that one compiled). The rate printed is
+  the last interval's; the ETA divides the steps left by the rate over every measured interval, so
+  neither jumps after an evaluation, a save or a resume.
+  """
 
   def __init__(self, start_step: int, total_steps: int, tokens_per_step: int):
     self._total = total_steps
     self._tokens_per_step = tokens_per_step
-    self._last_step, self._last_time = start_step, time.perf_counter()
+    self._last_step, self._last_time, self._paused = start_step, time.perf_counter(), 0.0
+    self._measured_steps, self._measured_seconds = 0, 0.0
+
+  def warmed_up(self, step: int) -> None:
+    """The first dispatch is done (its compilation included): measure from here."""
+    self._last_step, self._last_time, self._paused = step, time.perf_counter(), 0.0
+
+  @contextlib.contextmanager
+  def paused(self):
+    """Time spent inside (evaluation, checkpoints) is not training time."""
+    began = time.perf_counter()
+    try:
+      yield
+    finally:
+      self._paused += time.perf_counter() - began
 
   def report(self, step: int) -> dict:
     now = time.perf_counter()
-    steps_per_sec = (step - self._last_step) / max(now - self._last_time, 1e-9)
-    self._last_step, self._last_time = step, now
-    eta = (self._total - step) / steps_per_sec if steps_per_sec > 0 else float('inf')
+    steps, seconds = step - self._last_step, max(now - self._last_time - self._paused, 1e-9)
+    self._last_step, self._last_time, self._paused = step, now, 0.0
+    self._measured_steps += steps
+    self._measured_seconds += seconds
+    steps_per_sec = steps / seconds
+    overall = self._measured_steps / self._measured_seconds
+    eta = (self._total - step) / overall if overall > 0 else float('inf')
     return {'steps_per_sec': steps_per_sec, 'tokens_per_sec': steps_per_sec * self._tokens_per_step,
             'eta': format_duration(eta) if eta != float('inf') else '?'}
-
-  def skip_time(self) -> None:
-    """Leave time spent outside training steps (evaluation, checkpoints) out of the rate."""
-    self._last_time = time.perf_counter()
 
 
 def log(message: str) -> None:

@@ -66,7 +66,7 @@ def main(argv):
   workdir_lib.Workdir(cli.workdir).write_json('mix_results.json', results)
 
 
-if __name__ == '__main__':
+def run():
   from absl import app, flags  # pylint: disable=g-import-not-at-top
   from nplm_jax import cli as cli_lib  # pylint: disable=g-import-not-at-top
   flags.DEFINE_string('workdir', None, 'A finished training workdir (with best/ and config.json).')
@@ -74,4 +74,8 @@ if __name__ == '__main__':
   flags.DEFINE_enum('smoothing', 'interpolated', list(ngram.SMOOTHINGS), 'its smoothing.')
   flags.DEFINE_float('weight', 0.5, "the network's fixed weight (a fitted weight is reported too).")
   flags.mark_flag_as_required('workdir')
-  app.run(main, flags_parser=cli_lib.parse_flags)
+  app.run(main, flags_parser=cli_lib.flags_parser('nplm_jax.mix', __doc__))
+
+
+if __name__ == '__main__':
+  run()

@@ -354,8 +354,12 @@ def _define_flags():
   flags.mark_flag_as_required('config')
 
 
-if __name__ == '__main__':
+def run():
   from absl import app  # pylint: disable=g-import-not-at-top
   from nplm_jax import cli  # pylint: disable=g-import-not-at-top
   _define_flags()
-  app.run(main, flags_parser=cli.parse_flags)
+  app.run(main, flags_parser=cli.flags_parser('nplm_jax.ngram', __doc__))
+
+
+if __name__ == '__main__':
+  run()

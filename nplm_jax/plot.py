@@ -127,14 +127,23 @@ def _save(fig, output: str) -> str:
 
 
 def parse_args(argv=None):
-  parser = cli_lib.ArgumentParser(prog='python -m nplm_jax.plot', description=__doc__.splitlines()[0])
-  parser.add_argument('command', choices=['curves', 'embeddings'])
-  parser.add_argument('--workdir', action='append', default=[], help='a training workdir (curves: repeat to overlay)')
-  parser.add_argument('--output', required=True, help='the PNG file to write')
-  parser.add_argument('--ngram', action='append', default=[],
-                      help='curves: a baseline, LABEL=PERPLEXITY or an n-gram workdir / results.json (repeatable)')
-  parser.add_argument('--top', type=int, default=300, help='embeddings: how many of the most frequent words')
-  return parser.parse_args(argv)
+  parser = cli_lib.ArgumentParser('nplm_jax.plot', description=__doc__)
+  commands = parser.add_subparsers(dest='command', required=True, metavar='{curves,embeddings}',
+                                   parser_class=cli_lib.SubcommandParser)
+  about = 'validation perplexity by epoch and by wall time, a line per workdir'
+  curves = commands.add_parser('curves', help=about, description=about)
+  curves.add_argument('--workdir', action='append', default=[], help='a training workdir (repeat to overlay runs)')
+  curves.add_argument('--output', required=True, help='the PNG file to write')
+  curves.add_argument('--ngram', action='append', default=[],
+                      help='a baseline: LABEL=PERPLEXITY, or an n-gram workdir / results.json (repeatable)')
+  about = "the most frequent words' feature vectors C on their first two principal components"
+  embeddings = commands.add_parser('embeddings', help=about, description=about)
+  embeddings.add_argument('--workdir', action='append', default=[], help='a training workdir')
+  embeddings.add_argument('--output', required=True, help='the PNG file to write')
+  embeddings.add_argument('--top', type=int, default=300, help='how many of the most frequent words')
+  args = parser.parse_args(argv)
+  args.ngram, args.top = getattr(args, 'ngram', []), getattr(args, 'top', 300)
+  return args
 
 
 def main(argv=None) -> int:
@@ -165,5 +174,9 @@ def main(argv=None) -> int:
   return 0
 
 
-if __name__ == '__main__':
+def run():
   sys.exit(main())
+
+
+if __name__ == '__main__':
+  run()

@@ -126,7 +126,7 @@ def main(argv):
               f'--config=experiments/prepared.py --config.data.path={cli.output}')
 
 
-if __name__ == '__main__':
+def run():
   from absl import app, flags  # pylint: disable=g-import-not-at-top
   from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
   from nplm_jax import cli as cli_lib  # pylint: disable=g-import-not-at-top
@@ -134,4 +134,8 @@ if __name__ == '__main__':
                                   lock_config=True)
   flags.DEFINE_string('output', None, 'The folder to write the prepared corpus to (new or empty).')
   flags.mark_flags_as_required(['config', 'output'])
-  app.run(main, flags_parser=cli_lib.parse_flags)
+  app.run(main, flags_parser=cli_lib.flags_parser('nplm_jax.prepare', __doc__))
+
+
+if __name__ == '__main__':
+  run()

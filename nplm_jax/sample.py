@@ -1,16 +1,20 @@
 """Text drawn from a trained model, word by word.
 
-python -m nplm_jax.sample --workdir=runs/brown_mlp1_tuned --prompt="The jury said" --num_tokens=50 \
-    [--temperature=1.0] [--top_k=0] [--top_p=1.0] [--num_samples=1] [--seed=0] [--allow_unk]
+python -m nplm_jax.sample --workdir=runs/brown_mlp1_tuned --prompt="The jury said" --num_tokens=50
+    [--temperature=1.0] [--top_k=0] [--top_p=1.0] [--num_samples=1] [--seed=0] [--[no-]stop_at_eos] [--allow_unk]
 
 Each next word is drawn from P(w | the n-1 words before it), reshaped as fairseq and Flax's lm1b
 do: divided by the temperature in log space (0 = always the most probable word), cut to the
 top_k most probable words (0 = all) and to the smallest set whose probability reaches top_p
-(1 = all). The rare-word and boundary symbols are never drawn unless --allow_unk. A prompt is
+(1 = all). For corpora whose lines end with <eos> (text, PTB), a sample ends at its first <eos>
+(--stop_at_eos, the default there; --no-stop_at_eos draws --num_tokens words, <eos> never among
+them). The rare-word and boundary symbols are never drawn unless --allow_unk. A prompt is
 tokenised as the corpus was; its words outside the vocabulary are read as the rare-word symbol.
-The samples are drawn together, one batched step per word, and are a function of --seed alone.
+The samples are drawn together, one batched step per word; sample i is a function of (--seed, i)
+alone, the same whatever --num_samples.
 """
 
+import argparse
 import math
 import sys
 
@@ -50,10 +54,12 @@ def shape_distribution(log_probs: np.ndarray, temperature: float, top_k: int, to
   return out
 
 
-def draw(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-  """One word per row, by inverting each row's CDF at a uniform draw."""
+def draw(probs: np.ndarray, rng: np.random.Generator | list[np.random.Generator]) -> np.ndarray:
+  """One word per row, by inverting each row's CDF at a uniform draw (from one generator, or one
+  generator a row)."""
   cdf = np.cumsum(probs, axis=-1)
-  u = rng.random(len(probs)) * cdf[:, -1]
+  uniform = rng.random(len(probs)) if isinstance(rng, np.random.Generator) else np.array([r.random() for r in rng])
+  u = uniform * cdf[:, -1]
   return np.minimum((cdf <= u[:, None]).sum(axis=-1), probs.shape[-1] - 1)
 
 
@@ -73,38 +79,53 @@ def check_settings(num_tokens: int, temperature: float, top_k: int, top_p: float
 
 
 def sample(model: trained_lib.TrainedModel, prompt: str, num_tokens: int, temperature: float = 1.0, top_k: int = 0,
-           top_p: float = 1.0, num_samples: int = 1, seed: int = 0, allow_unk: bool = False) -> list[list[str]]:
-  """`num_samples` continuations of `prompt`, `num_tokens` words each."""
+           top_p: float = 1.0, num_samples: int = 1, seed: int = 0, allow_unk: bool = False,
+           stop_at_eos: bool | None = None) -> list[list[str]]:
+  """`num_samples` continuations of `prompt`, `num_tokens` words each, or (stop_at_eos; None = when
+  the model's lines end with <eos>) up to their first <eos>, which is not returned."""
   check_settings(num_tokens, temperature, top_k, top_p, num_samples, seed)
+  eos = model.word_ids.get(data_lib.EOS) if model.vocabulary.tokenizer.end_of_line else None
+  if stop_at_eos is None:
+    stop_at_eos = eos is not None
+  if stop_at_eos and eos is None:
+    raise UserError("--stop_at_eos: this model's corpus has no <eos> (Brown is a plain word stream); use "
+                    '--no-stop_at_eos')
   prompt_ids, _ = model.to_ids(model.prompt_tokens(prompt))
   history = np.concatenate([np.full(model.context_size, model.boundary_id, np.int32), prompt_ids])
   histories = np.tile(history, (num_samples, 1))
-  banned = [] if allow_unk else sorted({i for i in (model.rare_id, model.boundary_id,
-                                                    model.word_ids.get(data_lib.EOS)) if i is not None})
+  symbols = {model.rare_id, model.boundary_id, eos} - ({eos} if stop_at_eos else set())
+  banned = [] if allow_unk else sorted(i for i in symbols if i is not None)
   if len(banned) >= len(model.vocab):
     raise UserError('the vocabulary holds only the rare-word and boundary symbols; use --allow_unk')
-  rng = np.random.default_rng(seed)
-  drawn = []
+  rngs = [np.random.default_rng([seed, i]) for i in range(num_samples)]  # sample i: a function of (seed, i)
+  drawn, ended = [], np.zeros(num_samples, bool)
   for _ in range(num_tokens):
     contexts = histories[:, ::-1][:, :model.context_size]  # most recent word first
     log_probs = model.next_word_log_probs(contexts)
     log_probs[:, banned] = -np.inf
-    words = draw(shape_distribution(log_probs, temperature, top_k, top_p), rng)
-    drawn.append(words)
+    words = draw(shape_distribution(log_probs, temperature, top_k, top_p), rngs)
+    drawn.append(np.where(ended, -1, words))
+    ended |= stop_at_eos & (words == eos)
     histories = np.concatenate([histories, words[:, None].astype(np.int32)], axis=1)
-  return [[model.vocab[i] for i in row] for row in np.stack(drawn, axis=1)]
+    if ended.all():
+      break
+  rows = np.stack(drawn, axis=1)
+  return [[model.vocab[i] for i in row if i >= 0 and not (stop_at_eos and i == eos)] for row in rows]
 
 
 def parse_args(argv=None):
-  parser = cli_lib.ArgumentParser(prog='python -m nplm_jax.sample', description=__doc__.splitlines()[0])
+  parser = cli_lib.ArgumentParser('nplm_jax.sample', description=__doc__)
   parser.add_argument('--workdir', required=True, help='a training workdir with a best checkpoint')
   parser.add_argument('--prompt', default='', help='the words to continue (default: none, the start of a text)')
-  parser.add_argument('--num_tokens', type=int, default=50, help='words to draw per sample')
+  parser.add_argument('--num_tokens', type=int, default=50, help='words to draw per sample (at most, with --stop_at_eos)')
   parser.add_argument('--temperature', type=float, default=1.0, help='0 = the most probable word each time')
   parser.add_argument('--top_k', type=int, default=0, help='draw from the k most probable words (0 = all)')
   parser.add_argument('--top_p', type=float, default=1.0, help='draw from the smallest set of this mass (1 = all)')
   parser.add_argument('--num_samples', type=int, default=1, help='samples, one a line')
   parser.add_argument('--seed', type=int, default=0, help='the same seed gives the same samples')
+  parser.add_argument('--stop_at_eos', action=argparse.BooleanOptionalAction, default=None,
+                      help='end each sample at its first <eos> (default: on when the corpus has <eos>, i.e. '
+                           'text and PTB models)')
   parser.add_argument('--allow_unk', action='store_true', help='let the rare-word and boundary symbols be drawn')
   return parser.parse_args(argv)
 
@@ -115,7 +136,7 @@ def main(argv=None) -> int:
     check_settings(args.num_tokens, args.temperature, args.top_k, args.top_p, args.num_samples, args.seed)
     model = trained_lib.TrainedModel.load(args.workdir)
     samples = sample(model, args.prompt, args.num_tokens, args.temperature, args.top_k, args.top_p,
-                     args.num_samples, args.seed, args.allow_unk)
+                     args.num_samples, args.seed, args.allow_unk, args.stop_at_eos)
   except UserError as e:
     print(f'error: {e}', file=sys.stderr)
     return 1
@@ -124,5 +145,9 @@ def main(argv=None) -> int:
   return 0
 
 
-if __name__ == '__main__':
+def run():
   sys.exit(main())
+
+
+if __name__ == '__main__':
+  run()

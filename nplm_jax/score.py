@@ -1,7 +1,7 @@
 """Log-probabilities of text under a trained model, as KenLM's `query` gives them.
 
 python -m nplm_jax.score --workdir=runs/brown_mlp1_tuned --text=FILE [--verbosity=word|line|summary]
-    [--log_base=e|2|10] [--independent_lines] [--format=text|json] [--mix]
+    [--log_base=e|2|10] [--independent_lines] [--format=text|json|kenlm] [--mix]
 
 FILE ('-' = stdin) is tokenised as the workdir's corpus was (whitespace; `<eos>` after every line
 for text and PTB corpora); a word outside the vocabulary is scored as the rare-word symbol and
@@ -9,7 +9,10 @@ counted as OOV. By default the text is one stream, as the corpus was evaluated: 
 context is the tokens before it, across lines, and the first tokens' context is boundary symbols.
 --independent_lines scores every line from boundary symbols (for rescoring sentences or n-best
 lists). Perplexity including OOVs is exp(-mean log P) over every token; excluding OOVs, over the
-others only (KenLM's definitions). --mix scores with the workdir's network + n-gram mixture
+others only (KenLM's definitions; --format=kenlm prints KenLM query's layout). An OOV word is
+charged the probability of the whole rare-word class it was merged into in training, the most a
+word can get, so text with many OOVs can score a lower perplexity including them (README, "Scoring
+text"). --mix scores with the workdir's network + n-gram mixture
 (config.mix: the n-gram's order, smoothing and the network's weight).
 """
 
@@ -41,11 +44,14 @@ def mixed_nll(model: trained_lib.TrainedModel, ngram_model, ids: np.ndarray, nll
 def summary(nll: np.ndarray, oov: np.ndarray, log_base: str) -> dict:
   """KenLM's summary: tokens, OOVs, total log-probability, perplexity with and without OOVs."""
   kept = nll[~oov]
-  return {'tokens': int(len(nll)), 'oov': int(oov.sum()),
-          'log_prob': float(-nll.sum() / math.log(LOG_BASES[log_base])),
+  return {'tokens': int(len(nll)), 'oov': int(oov.sum()), 'log_prob': log_prob(nll, log_base), 'log_base': log_base,
           'perplexity': math.exp(float(nll.mean())) if len(nll) else math.nan,
-          'perplexity_excluding_oov': math.exp(float(kept.mean())) if len(kept) else math.nan,
-          'log_base': log_base}
+          'perplexity_excluding_oov': math.exp(float(kept.mean())) if len(kept) else math.nan}
+
+
+def log_prob(nll, log_base: str) -> float:
+  """The total log-probability of tokens in `log_base` (0.0, not -0.0, for none)."""
+  return float(-np.sum(nll) / math.log(LOG_BASES[log_base])) + 0.0
 
 
 def score_text(model: trained_lib.TrainedModel, lines: list[str], independent_lines: bool,
@@ -65,47 +71,68 @@ def score_text(model: trained_lib.TrainedModel, lines: list[str], independent_li
   return [trained_lib.Scored(t, whole.ids[a:b], whole.oov[a:b], whole.nll[a:b]) for t, a, b in zip(tokens, cuts, cuts[1:])]
 
 
-def report(scored: list[trained_lib.Scored], verbosity: str, log_base: str, output_format: str, out=sys.stdout):
-  scale = 1.0 / math.log(LOG_BASES[log_base])
+def report(scored: list[trained_lib.Scored], verbosity: str, log_base: str, output_format: str, order: int = 0,
+           out=sys.stdout) -> dict:
+  """Prints the scores (text, json or kenlm: format_*) and returns the summary."""
+  printer = {'text': _print_text, 'json': _print_json, 'kenlm': _print_kenlm}[output_format]
+  total = summary(np.concatenate([s.nll for s in scored]), np.concatenate([s.oov for s in scored]), log_base)
+  printer(scored, verbosity, log_base, total, order, out)
+  return total
+
+
+def _print_text(scored, verbosity, log_base, total, order, out):
+  del order
   name = 'ln' if log_base == 'e' else f'log{log_base}'
   for number, s in enumerate(scored, start=1):
     if verbosity == 'word':
       for word, i, oov, nll in zip(s.words, s.ids, s.oov, s.nll):
-        if output_format == 'json':
-          print(json.dumps({'line': number, 'word': word, 'id': int(i), f'{name}_prob': -nll * scale,
-                            'oov': bool(oov)}), file=out)
-        else:
-          mark = '\tOOV' if oov else ''
-          print(f'{word}\t{int(i)}\t{-nll * scale:.4f}{mark}', file=out)
-    if verbosity in ('word', 'line') and (s.words or verbosity == 'line'):
-      line = summary(s.nll, s.oov, log_base)
-      if output_format == 'json':
-        print(json.dumps({'line': number, 'tokens': line['tokens'], 'oov': line['oov'],
-                          f'{name}_prob': line['log_prob']}), file=out)
-      else:
-        print(f'line {number}: {name} P = {line["log_prob"]:.4f}, tokens {line["tokens"]}, OOV {line["oov"]}',
-              file=out)
-  nll = np.concatenate([s.nll for s in scored])
-  oov = np.concatenate([s.oov for s in scored])
-  total = summary(nll, oov, log_base)
-  if output_format == 'json':
-    print(json.dumps(total), file=out)
-  else:
-    print(f'tokens {total["tokens"]}, OOV {total["oov"]}, {name} P = {total["log_prob"]:.4f}, perplexity '
-          f'{total["perplexity"]:.2f}, perplexity excluding OOVs {total["perplexity_excluding_oov"]:.2f}', file=out)
-  return total
+        print(f'{word}\t{int(i)}\t{log_prob(nll, log_base):.4f}' + ('\tOOV' if oov else ''), file=out)
+    if verbosity == 'line' or (verbosity == 'word' and s.words):
+      print(f'line {number}: {name} P = {log_prob(s.nll, log_base):.4f}, tokens {len(s.nll)}, OOV {int(s.oov.sum())}',
+            file=out)
+  print(f'tokens {total["tokens"]}, OOV {total["oov"]}, {name} P = {total["log_prob"]:.4f}, perplexity '
+        f'{total["perplexity"]:.2f}, perplexity excluding OOVs {total["perplexity_excluding_oov"]:.2f}', file=out)
+
+
+def _print_json(scored, verbosity, log_base, total, order, out):
+  """One object a line; every record names its log-probability log_prob, in base log_base."""
+  del order
+  for number, s in enumerate(scored, start=1):
+    if verbosity == 'word':
+      for word, i, oov, nll in zip(s.words, s.ids, s.oov, s.nll):
+        print(json.dumps({'line': number, 'word': word, 'id': int(i), 'log_prob': log_prob(nll, log_base),
+                          'log_base': log_base, 'oov': bool(oov)}), file=out)
+    if verbosity == 'line' or (verbosity == 'word' and s.words):
+      print(json.dumps({'line': number, 'tokens': len(s.nll), 'oov': int(s.oov.sum()),
+                        'log_prob': log_prob(s.nll, log_base), 'log_base': log_base}), file=out)
+  print(json.dumps(total), file=out)
+
+
+def _print_kenlm(scored, verbosity, log_base, total, order, out):
+  """KenLM query's layout (log10): per line `word=id n log10p` pairs and `Total: T OOV: N`
+  (verbosity word; line: the Total parts only), then the four summary lines. n is the model's
+  order: every word is predicted from n-1 words (KenLM prints the n-gram length it matched)."""
+  del log_base
+  for s in scored:
+    if verbosity in ('word', 'line'):
+      words = ''.join(f'{w}={int(i)} {order} {log_prob(nll, "10"):.7g}\t' for w, i, nll in zip(s.words, s.ids, s.nll))
+      print(f'{words if verbosity == "word" else ""}Total: {log_prob(s.nll, "10"):.8g} OOV: {int(s.oov.sum())}', file=out)
+  print(f'Perplexity including OOVs:\t{total["perplexity"]:.16g}\nPerplexity excluding OOVs:\t'
+        f'{total["perplexity_excluding_oov"]:.16g}\nOOVs:\t{total["oov"]}\nTokens:\t{total["tokens"]}', file=out)
 
 
 def parse_args(argv=None):
-  parser = cli_lib.ArgumentParser(prog='python -m nplm_jax.score', description=__doc__.splitlines()[0])
+  parser = cli_lib.ArgumentParser('nplm_jax.score', description=__doc__)
   parser.add_argument('--workdir', required=True, help='a training workdir with a best checkpoint (finished or running)')
   parser.add_argument('--text', required=True, help="the text to score, one sentence or paragraph a line; '-' = stdin")
   parser.add_argument('--verbosity', default='summary', choices=['word', 'line', 'summary'],
                       help='what to print besides the summary')
-  parser.add_argument('--log_base', default='10', choices=list(LOG_BASES), help='base of the printed log-probabilities')
+  parser.add_argument('--log_base', default='10', choices=list(LOG_BASES),
+                      help='base of the printed log-probabilities (kenlm: always 10)')
   parser.add_argument('--independent_lines', action='store_true',
                       help='score each line from boundary symbols instead of as one stream')
-  parser.add_argument('--format', default='text', choices=['text', 'json'], help='plain text, or one JSON object a line')
+  parser.add_argument('--format', default='text', choices=['text', 'json', 'kenlm'],
+                      help="plain text; one JSON object a line; or KenLM query's layout, for scripts that parse it")
   parser.add_argument('--mix', action='store_true', help="score with the network mixed with the workdir's n-gram")
   return parser.parse_args(argv)
 
@@ -113,6 +140,8 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
   args = parse_args(argv)
   try:
+    if args.format == 'kenlm' and args.log_base != '10':
+      raise UserError(f"--format=kenlm prints log10 probabilities, as KenLM's query does; leave out --log_base={args.log_base}")
     lines = text_input.read_lines(args.text, '--text')
     model = trained_lib.TrainedModel.load(args.workdir)
     scored = score_text(model, lines, args.independent_lines, args.mix)
@@ -121,9 +150,13 @@ def main(argv=None) -> int:
   except UserError as e:
     print(f'error: {e}', file=sys.stderr)
     return 1
-  report(scored, args.verbosity, args.log_base, args.format)
+  report(scored, args.verbosity, args.log_base, args.format, model.config.model.n)
   return 0
 
 
-if __name__ == '__main__':
+def run():
   sys.exit(main())
+
+
+if __name__ == '__main__':
+  run()

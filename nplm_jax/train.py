@@ -67,17 +67,17 @@ def check_resumable(workdir: workdir_lib.Workdir, config) -> None:
   saved = workdir.read_json('config.json')
   if saved is None:
     return
-  saved_padding = _at(saved, 'model.vocab_pad_multiple')
+  saved_padding = config_lib.value_at(saved, 'model.vocab_pad_multiple')
   if saved_padding is not None and saved_padding != config.model.vocab_pad_multiple:
     metrics_lib.log(f'keeping the vocabulary padding of {workdir} (a multiple of {saved_padding}, '
                     'the shape of its checkpoints)')
     config.model.vocab_pad_multiple = saved_padding
-  saved_dtype = _at(saved, 'model.compute_dtype')
+  saved_dtype = config_lib.value_at(saved, 'model.compute_dtype')
   if config.model.compute_dtype == 'auto' and saved_dtype not in (None, 'auto'):
     config.model.compute_dtype = saved_dtype  # a run made before 'auto' existed keeps its arithmetic
   current = json.loads(config.to_json_best_effort())
   for key in RESUME_KEYS:
-    changed = _changed_keys(_at(saved, key), _at(current, key), key)
+    changed = _changed_keys(config_lib.value_at(saved, key), config_lib.value_at(current, key), key)
     if changed:
       raise UserError(f'--workdir={str(workdir)!r} holds a run with a different config.{changed[0]}; '
                       'use a new --workdir (nothing in this one was changed)')
@@ -94,12 +94,6 @@ def check_corpus(workdir: workdir_lib.Workdir, corpus: data_lib.Corpus) -> None:
     detail = ', '.join(differences) or 'same sizes, other token ids or words'
     raise UserError(f'--workdir={str(workdir)!r} was trained on another corpus than the one the config reads now '
                     f'({detail}); restore that corpus or use a new --workdir')
-
-
-def _at(tree: dict, dotted: str):
-  for part in dotted.split('.'):
-    tree = tree.get(part) if isinstance(tree, dict) else None
-  return tree
 
 
 def _changed_keys(saved, current, prefix: str) -> list[str]:
@@ -236,6 +230,10 @@ def _initial_state(run: experiment_lib.Experiment, checkpoints: ckpt_lib.Checkpo
 def _nothing_to_train(run: experiment_lib.Experiment, state, run_state: run_state_lib.RunState) -> bool:
   return run_state.stopped_early or int(state.step) >= run.plan['total']
 
+
+# What the progress line calls the training loss: the exact softmax's is the NLL of the batch
+# (its exp is a perplexity), the sampled losses are not.
+LOSS_NAMES = {'softmax': 'nll', 'nce': 'nce', 'sampled_softmax': 'sampled'}
 
 # Why a run stopped early; a resumed run may go on when its new settings allow more.
 PATIENCE_STOP = 'no improvement in {} evaluations'
@@ -404,6 +402,11 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
   segment_start, wall_before = time.time(), run_state.wall_seconds
   last_save = time.time()
   progress = metrics_lib.Progress(step, plan['total'], config.train.batch_size)
+  warm = False
+  loss_name = LOSS_NAMES[config.loss.name]
+  if config.optimizer.name == 'paper_sgd':
+    metrics_lib.log(f'lr is per example, as in the paper: lr_0 / (1 + r t), t counting examples; a step of '
+                    f'{config.train.batch_size} examples moves {config.train.batch_size} x lr')
   in_flight = steps_lib.BoundedDispatch()
   first_nonfinite = steps_lib.NO_NONFINITE_STEP
   dispatch = _Dispatcher(run, step)
@@ -417,6 +420,10 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
     first_nonfinite = metrics['first_nonfinite']  # stays on the device: read only below
     in_flight.push(metrics)  # not the state: it is donated to the next dispatch
     step += num_steps
+    if not warm:  # the first dispatch compiled: the rate and ETA start after it (one wait a run)
+      jax.block_until_ready(metrics['loss'])
+      progress.warmed_up(step)
+      warm = True
     profile.after(step, state)
     log_now = step % config.train.log_every == 0 or step == plan['total']
     eval_now = step % plan['eval_every'] == 0 or step == plan['total']
@@ -431,21 +438,24 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
       rate = progress.report(step)
       lr = optim.learning_rate_at(config.optimizer, config.train.batch_size, step) * run_state.lr_scale
       writer.write(step, {'train_loss': loss, 'learning_rate': lr, 'tokens_per_sec': rate['tokens_per_sec']})
+      shown_lr = lr / config.train.batch_size if config.optimizer.name == 'paper_sgd' else lr
       metrics_lib.log(f'step {step}/{plan["total"]} epoch {step / plan["steps_per_epoch"]:.2f} '
-                      f'loss {loss:.4f} lr {lr:.4g} {rate["tokens_per_sec"]:.0f} tok/s ETA {rate["eta"]}')
+                      f'{loss_name} {loss:.4f} lr {shown_lr:.4g} {rate["tokens_per_sec"]:,.0f} tok/s ETA {rate["eta"]}')
       every = config.train.checkpoint_every_seconds
       save_now = save_now or _agreed(bool(every) and time.time() - last_save >= every)
+    if eval_now or save_now or run_state.stopped_early or preempted:
+      jax.block_until_ready(metrics['loss'])  # the steps before are training time, not the evaluation's
     if eval_now:
       run_state.wall_seconds = wall_before + (time.time() - segment_start)  # for the evaluation's record
-      state = _evaluate_and_track(run, state, run_state, step, checkpoints, writer)
-      progress.skip_time()
+      with progress.paused():
+        state = _evaluate_and_track(run, state, run_state, step, checkpoints, writer)
     if save_now or run_state.stopped_early or preempted:
       run_state.wall_seconds = wall_before + (time.time() - segment_start)
-      saving = time.perf_counter()
-      checkpoints.save_latest(step, state, run_state)
-      checkpoints.save_seconds += time.perf_counter() - saving
+      with progress.paused():
+        saving = time.perf_counter()
+        checkpoints.save_latest(step, state, run_state)
+        checkpoints.save_seconds += time.perf_counter() - saving
       last_save = time.time()
-      progress.skip_time()
     if preempted:
       raise Preempted(preemption.signum, step, run.workdir)
   run_state.wall_seconds = wall_before + (time.time() - segment_start)

@@ -180,7 +180,7 @@ CASES = [
      "'zzz' is not in the vocabulary"),
     ('embeddings_analogy_two_words', lambda w: tool_args('embeddings', w, 'analogy', '--words=w1,w2'),
      'analogy takes three words'),
-    ('embeddings_no_words', lambda w: tool_args('embeddings', w, 'neighbours'), 'needs --words'),
+    ('embeddings_no_words', lambda w: tool_args('embeddings', w, 'neighbours'), 'required: --words'),
     ('embeddings_topn_0', lambda w: tool_args('embeddings', w, 'neighbours', '--words=w1', '--topn=0'), '--topn=0'),
     ('embeddings_export_no_output', lambda w: tool_args('embeddings', w, 'export'), 'needs --output'),
     ('embeddings_export_to_folder', lambda w: tool_args('embeddings', w, 'export', f'--output={w["base"]}'),

@@ -1,6 +1,7 @@
 """Config validation from one place: every float key refuses NaN and infinity (the cases generated
 from base_config, not listed by hand), and the optimiser's parameters have their domains."""
 
+import json
 import math
 
 import pytest
@@ -36,3 +37,23 @@ def test_adam_decay_rates_lie_in_0_1(name, value):
 
 def test_the_defaults_are_valid():
   config_lib.validate(config_lib.base_config())
+
+
+def test_the_default_workdir_names_the_overrides_that_change_the_run():
+  from nplm_jax import main as main_lib  # pylint: disable=g-import-not-at-top
+  brown = config_lib.load_experiment('experiments/brown.py')
+
+  def workdir(*overrides):
+    config = brown.get_config('mlp1_tuned')
+    parsed = {k: (v if v.isalpha() else json.loads(v)) for k, v in (o.split('=') for o in overrides)}
+    config_lib.apply_overrides(config, parsed)
+    argv = ['main', '--config=experiments/brown.py:mlp1_tuned'] + [f'--config.{o}' for o in overrides]
+    return main_lib.default_workdir(config, argv)
+
+  assert workdir() == 'runs/brown_mlp1_tuned'
+  assert workdir('train.num_epochs=3', 'train.patience=1') == 'runs/brown_mlp1_tuned'  # resumable changes
+  assert workdir('seed=0') == 'runs/brown_mlp1_tuned'  # the value the file sets: nothing changed
+  fast = workdir('loss.name=nce', 'train.batch_size=512')
+  assert fast.startswith('runs/brown_mlp1_tuned-') and len(fast) == len('runs/brown_mlp1_tuned-') + 8
+  assert fast == workdir('train.batch_size=512', 'loss.name=nce')  # order does not matter
+  assert fast != workdir('loss.name=nce', 'train.batch_size=256') != workdir('seed=1')

@@ -169,3 +169,40 @@ def test_stored_tokenizer_round_trips():
   assert brown.line_tokens('The jury said') == ['The', 'jury', 'said'] and brown.end_of_line is None
   vocabulary = workdir_vocab.Vocabulary(('<unk>', 'a'), np.array([2, 5]), brown)
   assert vocabulary.extended(['b']).train_counts.tolist() == [2, 5, 0]
+
+
+# The README's "Exporting a model" snippet: numpy and json only, no nplm_jax.
+NUMPY_ONLY_READER = r'''
+import json, sys
+import numpy as np
+
+folder, context = sys.argv[1], sys.argv[2].split()   # e.g. "w2 w1": the n-1 words before, oldest first
+header = json.load(open(f'{folder}/model.json'))
+p = np.load(f'{folder}/params.npz')
+ids = {w: i for i, w in enumerate(header['vocabulary'])}
+rare = header['tokenizer']['rare_word']
+x = np.concatenate([p['C'][ids.get(w, ids.get(rare))] for w in reversed(context)])  # most recent first
+y = p['b'] + (x @ p['W'] if 'W' in p else 0) + (np.tanh(p['d'] + x @ p['H']) @ p['U'] if 'H' in p else 0)
+log_p = y - y.max() - np.log(np.exp(y - y.max()).sum())
+print(json.dumps({w: float(log_p[ids[w]]) for w in sys.argv[3:]}))
+'''
+
+
+def test_export_loads_with_numpy_alone(trained, tmp_path):
+  from nplm_jax import trained as trained_lib  # pylint: disable=g-import-not-at-top
+  run(['-m', 'nplm_jax.export', f'--workdir={trained["workdir"]}', f'--output={tmp_path / "exported"}'], tmp_path)
+  reader = tmp_path / 'reader.py'
+  reader.write_text(NUMPY_ONLY_READER)
+  proc = subprocess.run([sys.executable, '-I', str(reader), str(tmp_path / 'exported'), 'w2 w1', 'w3', 'w4', '<eos>'],
+                        cwd=tmp_path, capture_output=True, text=True, timeout=60, env={'PATH': os.environ['PATH']})
+  assert proc.returncode == 0, proc.stderr
+  exported = json.loads(proc.stdout)
+  model = trained_lib.TrainedModel.load(trained['workdir'])
+  log_probs = model.next_word_log_probs(np.array([[model.word_ids['w1'], model.word_ids['w2']]]))[0]
+  for word, value in exported.items():
+    assert value == pytest.approx(log_probs[model.word_ids[word]], abs=1e-5)
+  header = json.loads((tmp_path / 'exported' / 'model.json').read_text())
+  assert header['format'] == 'nplm_jax' and header['version'] == 1 and header['vocabulary'] == list(model.vocab)
+  again = run(['-m', 'nplm_jax.export', f'--workdir={trained["workdir"]}', f'--output={tmp_path / "exported"}'],
+              tmp_path, check=False)
+  assert again.returncode == 1 and 'is not empty' in again.stderr

@@ -103,7 +103,39 @@ def test_score_command_word_line_and_json_output(workdir):
   summary = records[-1]
   assert {'tokens', 'oov', 'perplexity', 'perplexity_excluding_oov', 'log_base'} <= set(summary)
   assert summary['log_base'] == '10' and summary['tokens'] == 8 and summary['oov'] == 1
-  assert sum(r['log10_prob'] for r in records[:2]) == pytest.approx(summary['log_prob'], rel=1e-6)
+  assert all(r['log_base'] == '10' and 'log_prob' in r for r in records)  # one key in every record
+  assert sum(r['log_prob'] for r in records[:2]) == pytest.approx(summary['log_prob'], rel=1e-6)
+  empty = [json.loads(line) for line in tool('nplm_jax.score', f'--workdir={workdir["path"]}', '--text=-',
+                                            '--verbosity=line', '--format=json', stdin='w1\n\nw2\n').splitlines()]
+  assert empty[1]['tokens'] == 0 and str(empty[1]['log_prob']) == '0.0'  # not -0.0
+
+
+def test_kenlm_format_parses_as_kenlms_query_output(workdir):
+  """What scripts that read KenLM's `query` parse: per line `word=id n log10p` + Total/OOV, then the
+  summary lines; the numbers are those of the JSON output."""
+  import re  # pylint: disable=g-import-not-at-top
+  text = 'w1 w2 w3\nw4 nope w5\n'
+  out = tool('nplm_jax.score', f'--workdir={workdir["path"]}', '--text=-', '--format=kenlm', '--verbosity=word',
+             stdin=text)
+  words = [json.loads(line) for line in tool('nplm_jax.score', f'--workdir={workdir["path"]}', '--text=-',
+                                             '--format=json', '--verbosity=word', stdin=text).splitlines()]
+  words = [r for r in words if 'word' in r]
+  lines = out.splitlines()
+  assert len(lines) == 6
+  pairs = [re.findall(r'(\S+)=(\d+) (\d+) (-?[0-9.e+-]+)\t', line) for line in lines[:2]]
+  assert [w for p in pairs for w, *_ in p] == ['w1', 'w2', 'w3', '<eos>', 'w4', 'nope', 'w5', '<eos>']
+  flat = [x for p in pairs for x in p]
+  assert [w for w, *_ in flat] == [r['word'] for r in words]
+  assert [int(i) for _, i, _, _ in flat] == [r['id'] for r in words]
+  assert all(int(n) == 3 for _, _, n, _ in flat)  # the tiny model's order
+  np.testing.assert_allclose([float(p) for *_, p in flat], [r['log_prob'] for r in words], rtol=1e-5)
+  totals = [re.search(r'Total: (-?[0-9.e+-]+) OOV: (\d+)$', line) for line in lines[:2]]
+  assert [int(t[2]) for t in totals] == [0, 1]
+  summary = json.loads(tool('nplm_jax.score', f'--workdir={workdir["path"]}', '--text=-', '--format=json', stdin=text))
+  assert float(re.search(r'^Perplexity including OOVs:\t([0-9.]+)$', out, re.M)[1]) == pytest.approx(summary['perplexity'])
+  assert float(re.search(r'^Perplexity excluding OOVs:\t([0-9.]+)$', out, re.M)[1]) == pytest.approx(
+      summary['perplexity_excluding_oov'])
+  assert re.search(r'^OOVs:\t(\d+)$', out, re.M)[1] == '1' and re.search(r'^Tokens:\t(\d+)$', out, re.M)[1] == '8'
 
 
 def test_score_with_the_mixture_matches_the_training_mixture(workdir):
@@ -151,18 +183,32 @@ def test_top_k_and_top_p_keep_the_most_probable_words():
   np.testing.assert_allclose(sharp, np.array([0.25, 0.09, 0.0225, 0.0025]) / 0.365)
 
 
-def test_samples_are_a_function_of_the_seed_and_avoid_the_symbols(model):
-  a = sample_lib.sample(model, '', 40, num_samples=3, seed=7)
-  assert a == sample_lib.sample(model, '', 40, num_samples=3, seed=7)
-  assert a != sample_lib.sample(model, '', 40, num_samples=3, seed=8)
-  assert all('<eos>' not in s and '<unk>' not in s for s in a)
-  free = sample_lib.sample(model, '', 200, num_samples=4, seed=1, allow_unk=True)
+def test_samples_are_a_function_of_the_seed_and_index_and_avoid_the_symbols(model):
+  a = sample_lib.sample(model, '', 40, num_samples=3, seed=7, stop_at_eos=False)
+  assert a == sample_lib.sample(model, '', 40, num_samples=3, seed=7, stop_at_eos=False)
+  assert a != sample_lib.sample(model, '', 40, num_samples=3, seed=8, stop_at_eos=False)
+  assert a[:2] == sample_lib.sample(model, '', 40, num_samples=2, seed=7, stop_at_eos=False)  # sample i: (seed, i)
+  assert a + sample_lib.sample(model, '', 40, num_samples=5, seed=7, stop_at_eos=False)[3:] == \
+      sample_lib.sample(model, '', 40, num_samples=5, seed=7, stop_at_eos=False)
+  assert all(len(s) == 40 and '<eos>' not in s and '<unk>' not in s for s in a)
+  free = sample_lib.sample(model, '', 200, num_samples=4, seed=1, allow_unk=True, stop_at_eos=False)
   assert any('<eos>' in s for s in free)  # a line ends every 9-16 words in this corpus
+
+
+def test_samples_end_at_eos(model):
+  """Lines of this corpus have 9-16 words: samples stopped at <eos> are about that long, and are
+  the prefixes of the same draws made without stopping (same seed and index)."""
+  stopped = sample_lib.sample(model, '', 200, num_samples=8, seed=3, allow_unk=True)  # stop_at_eos: on for text
+  assert all('<eos>' not in s for s in stopped) and all(len(s) < 60 for s in stopped)
+  assert 5 <= np.mean([len(s) for s in stopped]) <= 25
+  full = sample_lib.sample(model, '', 200, num_samples=8, seed=3, allow_unk=True, stop_at_eos=False)
+  for s, f in zip(stopped, full):
+    assert f[:len(s)] == s and (len(s) == 200 or f[len(s)] == '<eos>')
 
 
 def test_sample_command_prints_one_sample_a_line(workdir):
   out = tool('nplm_jax.sample', f'--workdir={workdir["path"]}', '--prompt=w1 w2', '--num_tokens=5',
-             '--num_samples=3', '--seed=0').splitlines()
+             '--num_samples=3', '--seed=0', '--no-stop_at_eos').splitlines()
   assert len(out) == 3 and all(line.startswith('w1 w2 ') and len(line.split()) == 7 for line in out)
 
 

@@ -65,3 +65,23 @@ def test_local_metrics_are_appended_not_rewritten(tmp_path):
   writer.close()
   assert os.stat(tmp_path / 'metrics.jsonl').st_ino == inode  # the same file, appended to
   assert [r['step'] for r in metrics.read_jsonl(workdir.file('metrics.jsonl'))] == [5, 6, 7]
+
+
+def test_progress_rate_and_eta_count_training_time_only(monkeypatch):
+  """An evaluation or save (paused), and the first dispatch's compilation (before warmed_up), change
+  neither the rate nor the ETA: 10 steps/s throughout, 1,000 steps in all."""
+  from nplm_jax import metrics  # pylint: disable=g-import-not-at-top
+  clock = [0.0]
+  monkeypatch.setattr(metrics.time, 'perf_counter', lambda: clock[0])
+  progress = metrics.Progress(start_step=200, total_steps=1000, tokens_per_step=32)  # a resumed run
+  clock[0] += 60.0  # restoring and compiling: 60 s for the first dispatch of 1 step
+  progress.warmed_up(201)
+  clock[0] += 9.9  # 99 steps at 10 steps/s
+  first = progress.report(300)
+  with progress.paused():
+    clock[0] += 30.0  # an evaluation
+  clock[0] += 10.0
+  second = progress.report(400)
+  assert first['steps_per_sec'] == pytest.approx(10) and second['steps_per_sec'] == pytest.approx(10)
+  assert first['tokens_per_sec'] == pytest.approx(320)
+  assert first['eta'] == '1m10s' and second['eta'] == '1m00s'  # 700 and 600 steps at 10 steps/s
