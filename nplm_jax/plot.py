@@ -17,6 +17,7 @@ import sys
 import matplotlib
 matplotlib.use('Agg')  # files only, also where there is no display
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
+from matplotlib import ticker  # pylint: disable=wrong-import-position
 import numpy as np  # pylint: disable=wrong-import-position
 
 from nplm_jax import cli as cli_lib  # pylint: disable=wrong-import-position
@@ -50,8 +51,22 @@ def run_curve(path: str) -> dict:
   if estimated:  # older workdirs: spread the run's total wall time evenly over its steps
     total, trained = (results or {}).get('wall_seconds'), (results or {}).get('steps_trained') or max(steps)
     wall = [total * s / trained if total else np.nan for s in steps]
-  return {'label': path.rstrip('/').split('/')[-1] or config.get('name'), 'epoch': [h['epoch'] for h in history],
+  return {'label': run_label(path), 'epoch': [h['epoch'] for h in history],
           'wall': wall, 'valid_ppl': [h['valid_ppl'] for h in history], 'wall_estimated': estimated}
+
+
+def run_label(path: str) -> str:
+  """A run's name in legends and titles: its workdir's folder name (runs/brown_mlp1 -> brown_mlp1)."""
+  return workdir_lib.as_path(path).name
+
+
+def distinct_labels(curves: list[dict], paths: list[str]) -> None:
+  """Runs whose folders share a name are labelled parent/name, so the legend tells them apart."""
+  names = [c['label'] for c in curves]
+  for c, path in zip(curves, paths):
+    if names.count(c['label']) > 1:
+      where = workdir_lib.as_path(path)
+      c['label'] = f'{where.parent.name}/{where.name}'
 
 
 def ngram_line(spec: str) -> tuple[str, float]:
@@ -91,12 +106,21 @@ def plot_curves(curves: list[dict], ngrams: list[tuple[str, float]], output: str
   for ax, xlabel in ((by_epoch, 'epoch'), (by_time, 'training wall time (minutes)')):
     ax.set_xlabel(xlabel)
     ax.set_ylabel('validation perplexity')
-    ax.set_yscale('log')
-    ax.set_ylim(lowest * 0.95, min(highest, lowest * 3) * 1.05)
-    ax.grid(True, which='both', alpha=0.3)
-    ax.legend(fontsize=8)
+    # A linear axis with plain numbers at round values (a log axis labels 320-415 as 4x10^2); the
+    # first epochs' perplexities, far above the rest, are cut off at 3x the lowest.
+    ax.set_ylim(lowest * 0.97, min(highest, lowest * 3) * 1.03)
+    ax.yaxis.set_major_locator(ticker.MaxNLocator(nbins=10, steps=[1, 2, 2.5, 5, 10]))
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(plain_tick))
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, title='run (workdir)', title_fontsize=8)
   fig.tight_layout()
   return _save(fig, output)
+
+
+def plain_tick(value: float, position=None) -> str:
+  """A tick label as a plain number: 320, 42.5 (never 3.2x10^2)."""
+  del position
+  return f'{value:g}'
 
 
 def plot_embeddings(words: list[str], vectors: np.ndarray, output: str, title: str) -> str:
@@ -106,13 +130,35 @@ def plot_embeddings(words: list[str], vectors: np.ndarray, output: str, title: s
   explained = singular[:2] ** 2 / np.sum(singular ** 2)
   fig, ax = plt.subplots(figsize=(14, 12))
   ax.scatter(xy[:, 0], xy[:, 1], s=4, color='tab:blue')
-  for word, (x, y) in zip(words, xy):
-    ax.annotate(word, (x, y), fontsize=7, alpha=0.8)
+  labelled = place_labels(fig, ax, words, xy)
   ax.set_xlabel(f'first principal component ({100 * explained[0]:.1f}% of the variance)')
   ax.set_ylabel(f'second principal component ({100 * explained[1]:.1f}%)')
-  ax.set_title(title)
+  ax.set_title(f'{title} ({labelled} labelled where they fit)' if labelled < len(words) else title)
   fig.tight_layout()
   return _save(fig, output)
+
+
+# Where a word's label may sit around its point (offsets in points): right, left, above, below.
+LABEL_OFFSETS = ((3, 2, 'left', 'bottom'), (-3, 2, 'right', 'bottom'), (3, -2, 'left', 'top'), (-3, -2, 'right', 'top'))
+
+
+def place_labels(fig, ax, words: list[str], xy: np.ndarray) -> int:
+  """Labels each point, in the order given (most frequent first), at the first offset where its
+  text overlaps no label placed before; a word with no free place keeps its point unlabelled.
+  Returns the number labelled. Text is taken literally (a '$' is no mathtext)."""
+  fig.tight_layout()
+  renderer = fig.canvas.get_renderer()
+  taken = []
+  for word, (x, y) in zip(words, xy):
+    for dx, dy, ha, va in LABEL_OFFSETS:
+      text = ax.annotate(word, (x, y), xytext=(dx, dy), textcoords='offset points', ha=ha, va=va, fontsize=7,
+                         alpha=0.9, annotation_clip=True, parse_math=False)
+      box = text.get_window_extent(renderer).expanded(1.05, 1.1)
+      if not any(box.overlaps(other) for other in taken):
+        taken.append(box)
+        break
+      text.remove()
+  return len(taken)
 
 
 def _save(fig, output: str) -> str:
@@ -154,7 +200,9 @@ def main(argv=None) -> int:
     if not args.output.lower().endswith('.png'):
       raise UserError(f'--output={args.output!r} does not end in .png; plots are written as PNG')
     if args.command == 'curves':
-      written = plot_curves([run_curve(w) for w in args.workdir], [ngram_line(s) for s in args.ngram], args.output)
+      curves = [run_curve(w) for w in args.workdir]
+      distinct_labels(curves, args.workdir)
+      written = plot_curves(curves, [ngram_line(s) for s in args.ngram], args.output)
     else:
       if len(args.workdir) > 1:
         raise UserError('embeddings plots one workdir; give --workdir once')
@@ -166,7 +214,7 @@ def main(argv=None) -> int:
       skip = {model.rare_id, model.boundary_id}
       top = [int(i) for i in np.argsort(-counts, kind='stable') if int(i) not in skip][:args.top]
       written = plot_embeddings([model.vocab[i] for i in top], model.embeddings[top], args.output,
-                                f'{model.config.name}: the {len(top)} most frequent words, C projected by PCA')
+                                f'{run_label(args.workdir[0])}: the {len(top)} most frequent words, C projected by PCA')
   except UserError as e:
     print(f'error: {e}', file=sys.stderr)
     return 1

@@ -266,6 +266,23 @@ def test_plots_are_png(workdir, tmp_path):
     assert data[:8] == b'\x89PNG\r\n\x1a\n' and len(data) > 10_000
 
 
+def test_map_labels_never_overlap_and_are_taken_literally():
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  from nplm_jax import plot  # pylint: disable=g-import-not-at-top
+  xy = np.random.default_rng(0).normal(size=(300, 2))  # crowded: not every word can have a label
+  words = ['$', "''", '$5', ','] + [f'word{i}' for i in range(296)]
+  fig, ax = plt.subplots(figsize=(6, 5))
+  ax.scatter(xy[:, 0], xy[:, 1], s=4)
+  labelled = plot.place_labels(fig, ax, words, xy)
+  renderer = fig.canvas.get_renderer()
+  boxes = [t.get_window_extent(renderer) for t in ax.texts]
+  assert 20 < labelled == len(ax.texts) < 300
+  assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+  assert [t.get_text() for t in ax.texts[:4]] == ['$', "''", '$5', ','] and not any(t.get_parse_math() for t in ax.texts)
+  plt.close(fig)
+  assert [plot.plain_tick(v) for v in (320.0, 42.5, 1000.0)] == ['320', '42.5', '1000']
+
+
 def test_curves_have_each_evaluations_wall_time(workdir):
   from nplm_jax import plot  # pylint: disable=g-import-not-at-top
   curve = plot.run_curve(workdir['path'])
