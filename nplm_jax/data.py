@@ -258,8 +258,10 @@ def text_vocab(counts: dict[str, collections.Counter], max_rare_count: int, voca
 
 def ptb_files(path: str) -> dict[str, str]:
   if not path or not os.path.isdir(path):
-    raise DataError(f'data.path={path!r} is not a folder; set --config.data.path to the folder '
-                    'holding ptb.train.txt, ptb.valid.txt and ptb.test.txt')
+    hint = (f' (PTB_DIR is {os.environ["PTB_DIR"]!r})' if os.environ.get('PTB_DIR') else
+            ', or set PTB_DIR to it (experiments/ptb.py reads it)')
+    raise DataError(f'data.path={path!r} is not a folder; set --config.data.path to the folder holding '
+                    f'ptb.train.txt, ptb.valid.txt and ptb.test.txt{hint}')
   return {s: os.path.join(path, f'ptb.{s}.txt') for s in SPLITS}
 
 

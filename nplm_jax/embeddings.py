@@ -125,7 +125,8 @@ def main(argv=None) -> int:
       found = analogy(model, words, args.topn)
       print(f'{words[0]} : {words[1]} :: {words[2]} : ' + ', '.join(f'{w} {s:.3f}' for w, s in found))
     elif args.format == 'word2vec':
-      print(f'wrote {len(model.vocab):,} vectors of {model.config.model.m} to {export_word2vec(model, args.output)}')
+      export_word2vec(model, args.output)
+      print(f'wrote {len(model.vocab):,} vectors of {model.config.model.m} to {args.output}')
     else:
       folder = export_projector(model, args.output or str(epath.Path(args.workdir) / 'tensorboard'))
       print(f'wrote tensors.tsv, metadata.tsv and projector_config.pbtxt to {folder}; '

@@ -87,11 +87,11 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
   args = parse_args(argv)
   try:
-    folder = export(args.workdir, args.output)
+    export(args.workdir, args.output)
   except UserError as e:
     print(f'error: {e}', file=sys.stderr)
     return 1
-  print(f'wrote model.json and params.npz to {folder}')
+  print(f'wrote model.json and params.npz to {args.output}')
   return 0
 
 

@@ -202,7 +202,7 @@ def main(argv=None) -> int:
     if args.command == 'curves':
       curves = [run_curve(w) for w in args.workdir]
       distinct_labels(curves, args.workdir)
-      written = plot_curves(curves, [ngram_line(s) for s in args.ngram], args.output)
+      plot_curves(curves, [ngram_line(s) for s in args.ngram], args.output)
     else:
       if len(args.workdir) > 1:
         raise UserError('embeddings plots one workdir; give --workdir once')
@@ -213,12 +213,12 @@ def main(argv=None) -> int:
       counts = model.train_counts
       skip = {model.rare_id, model.boundary_id}
       top = [int(i) for i in np.argsort(-counts, kind='stable') if int(i) not in skip][:args.top]
-      written = plot_embeddings([model.vocab[i] for i in top], model.embeddings[top], args.output,
-                                f'{run_label(args.workdir[0])}: the {len(top)} most frequent words, C projected by PCA')
+      plot_embeddings([model.vocab[i] for i in top], model.embeddings[top], args.output,
+                      f'{run_label(args.workdir[0])}: the {len(top)} most frequent words, C projected by PCA')
   except UserError as e:
     print(f'error: {e}', file=sys.stderr)
     return 1
-  print(f'wrote {written}')
+  print(f'wrote {args.output}')
   return 0
 
 

@@ -70,6 +70,6 @@ def test_tools_read_and_write_characters(char_workdir):
   model = trained_lib.TrainedModel.load(char_workdir['path'])
   scored = score_lib.score_text(model, ['w1 w2'], independent_lines=False)[0]
   assert scored.words == ['w', '1', '_', 'w', '2', '<eos>'] and not scored.oov.any()
-  drawn = sample_lib.sample(model, 'w1 w', 12, seed=0)[0]
+  drawn = sample_lib.sample(model, 'w1 w', 12, seed=0, stop_at_eos=False)[0]
   assert len(drawn) == 12 and all(len(t) == 1 for t in drawn)
   assert model.join(['w', '1', '_', 'w']) == 'w1 w'

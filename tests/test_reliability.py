@@ -4,6 +4,7 @@ training on its workdir, and resumes that would change its trajectory."""
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -410,8 +411,10 @@ def test_the_workdir_defaults_to_runs_name(tiny_files, tmp_path):
   proc = subprocess.run(args, cwd=tmp_path, env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO),
                         capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr
-  assert 'workdir: runs/text_tiny' in proc.stdout
-  assert (tmp_path / 'runs' / 'text_tiny' / 'results.json').exists()
+  # the data files are overrides that change the run: runs/text_tiny-HASH (max_steps does not)
+  folder = re.search(r'workdir: (runs/text_tiny-[0-9a-f]{8}) ', proc.stdout)
+  assert folder, proc.stdout
+  assert (tmp_path / folder[1] / 'results.json').exists()
   rerun = subprocess.run(args, cwd=tmp_path, env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO),
                          capture_output=True, text=True, timeout=300)
   assert rerun.returncode == 0 and 'nothing to train' in rerun.stdout, rerun.stderr
