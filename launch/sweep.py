@@ -61,15 +61,32 @@ def grid_points(config_arg: str, grid: str) -> list[dict]:
   return points
 
 
+def check_points(points: list[dict], common_overrides: dict) -> None:
+  """Every training point's config, read as its run will read it (the same --config.* flags) and
+  validated, before any point starts: a misspelt --set or --grid key or a bad value is one line."""
+  from nplm_jax import cli as cli_lib  # pylint: disable=g-import-not-at-top
+  for point in points:
+    if point['kind'] != 'train':
+      continue
+    try:
+      config_lib.validate(cli_lib.config_from_flags(point['config'], override_flags(point, common_overrides)))
+    except UserError as e:
+      raise SweepError(f'point {point["name"]!r}: {e}') from None
+
+
 def command(point: dict, workdir: str, common_overrides: dict) -> list[str]:
   if point['kind'] == 'ngram':
     return [sys.executable, '-m', 'nplm_jax.ngram', f'--config={point["config"]}', f'--order={point["order"]}',
             f'--smoothing={point["smoothing"]}', f'--output={workdir / "results.json"}']
   if point['kind'] != 'train':
     raise SweepError(f'point {point["name"]!r} has kind {point["kind"]!r}; use train or ngram')
-  overrides = {**common_overrides, **point.get('overrides', {})}
   return [sys.executable, '-m', 'nplm_jax.main', f'--config={point["config"]}', f'--workdir={workdir}',
-          *(f'--config.{k}={v}' for k, v in overrides.items())]
+          *override_flags(point, common_overrides)]
+
+
+def override_flags(point: dict, common_overrides: dict) -> list[str]:
+  """A training point's --config.KEY=VALUE flags: --set's, then the point's own."""
+  return [f'--config.{k}={v}' for k, v in {**common_overrides, **point.get('overrides', {})}.items()]
 
 
 def start_workdir(point: dict, root: epath.Path, workdir: epath.Path) -> None:
@@ -297,6 +314,11 @@ def main(argv=None) -> int:
     if unknown:
       raise SweepError(f'--only names {unknown} are not points of this sweep: {[p["name"] for p in points]}')
     to_run = [p for p in points if not only or p['name'] in only]
+    root = workdir_lib.as_path(args.root)
+    if root.exists() and not root.is_dir():
+      raise SweepError(f'--root={args.root!r} is a file; give the folder that holds (or will hold) the sweep')
+    if not args.collect_only:
+      check_points(to_run, common)
     if args.collect_only and not workdir_lib.as_path(args.root).exists():
       raise SweepError(f'--root={args.root!r} holds no sweep yet; run it without --collect_only first')
     outcomes = [] if args.collect_only else run_sweep(to_run, args.root, args.parallel, common)
@@ -310,9 +332,7 @@ def main(argv=None) -> int:
   return 1 if any(status.startswith('failed') for _, status, _ in outcomes) else 0
 
 
-def run():
-  sys.exit(main())
-
 
 if __name__ == '__main__':
-  run()
+  from nplm_jax import entry  # pylint: disable=g-import-not-at-top
+  entry.run_command('__main__')

@@ -21,9 +21,11 @@ are one line of error. Steps saved before checksums were kept are read as they a
 
 import contextlib
 import gc
+import logging as logging_lib
 import os
 import signal
 import sys
+import threading
 import time
 
 import jax
@@ -45,14 +47,51 @@ def _options(max_to_keep: int | None, name: str, create: bool = True) -> ocp.Che
   # Orbax names the barriers of a save by its step: the two managers save the same step one
   # after the other, so in a multi-process job each needs barriers of its own.
   return ocp.CheckpointManagerOptions(
-      max_to_keep=max_to_keep, create=create,
+      max_to_keep=max_to_keep, create=create, cleanup_tmp_directories=create,  # a failed save's leftovers
       multiprocessing_options=ocp.options.MultiprocessingOptions(barrier_sync_key_prefix=name))
+
+
+class SaveFailed(UserError):
+  """A checkpoint could not be written (a full disk, a read-only or lost folder)."""
+
+
+# What a failed write says, in the words of the OS (TensorStore and Orbax wrap them in long messages).
+WRITE_FAILURES = ('No space left on device', 'Read-only file system', 'Permission denied', 'Disk quota exceeded',
+                  'Input/output error', 'No such file or directory', 'Stale file handle')
+
+
+def _write_failure(error: Exception) -> str:
+  text = str(error)
+  found = next((reason for reason in WRITE_FAILURES if reason in text), None)
+  if found:
+    return found
+  lines = [line.strip() for line in text.splitlines() if line.strip()]
+  return (lines[0][:200] if lines else type(error).__name__)
+
+
+class _OrbaxErrorLogs(logging_lib.Filter):
+  """Drops Orbax's own error logs (each with a traceback) of a failed save: every such failure is
+  raised again by the next check, save or wait, which Checkpoints reports as one SaveFailed line."""
+
+  def filter(self, record) -> bool:
+    return not (f'{os.sep}orbax{os.sep}' in record.pathname and record.levelno >= logging_lib.ERROR)
+
+
+logging_lib.getLogger('absl').addFilter(_OrbaxErrorLogs())
 
 
 # Fault injection for tests/test_reliability.py: NPLM_CRASH_AT=POINT:STEP kills the process with
 # SIGKILL at that point of the saves of STEP (inside a save, between the two), where a timed kill
 # would rarely land.
 CRASH_POINTS = ('best_writing', 'between_saves', 'latest_writing')
+
+
+def _injected_disk_full(step: int) -> None:
+  """NPLM_SAVES_FAIL_FROM=STEP (tests): saves of STEP and later fail as on a full disk, where a test
+  cannot mount a small filesystem."""
+  first = os.environ.get('NPLM_SAVES_FAIL_FROM')
+  if first and step >= int(first):
+    raise OSError(28, 'No space left on device')
 
 
 def _crash_point(point: str, step: int) -> None:
@@ -79,6 +118,27 @@ def _closed_event_loops_quiet():
     sys.unraisablehook = previous
 
 
+def _quiet_closed_event_loops() -> None:
+  """When a save fails in the background, TensorStore's callbacks for its writes still call into
+  the asyncio loops Orbax has closed: each prints a 'RuntimeError: Event loop is closed' traceback
+  (through sys.excepthook, threads' excepthook or the unraisable hook) before and after the one
+  error line that says what failed. A process that writes checkpoints drops those, and only
+  those, from then on (once: the hooks are wrapped a single time)."""
+  if getattr(sys.excepthook, 'drops_closed_event_loops', False):
+    return
+  closed = lambda error: isinstance(error, RuntimeError) and 'Event loop is closed' in str(error)
+  previous_excepthook, previous_thread_hook, previous_unraisable = sys.excepthook, threading.excepthook, sys.unraisablehook
+
+  def excepthook(kind, value, traceback):
+    if not closed(value):
+      previous_excepthook(kind, value, traceback)
+
+  excepthook.drops_closed_event_loops = True
+  sys.excepthook = excepthook
+  threading.excepthook = lambda args: None if closed(args.exc_value) else previous_thread_hook(args)
+  sys.unraisablehook = lambda unraisable: None if closed(unraisable.exc_value) else previous_unraisable(unraisable)
+
+
 def _reason(error: Exception) -> str:
   lines = [line.strip() for line in str(error).splitlines() if line.strip()]
   return f'{type(error).__name__}: {lines[0][:160] if lines else ""}'
@@ -95,12 +155,47 @@ class Checkpoints:
     # best/ is pruned here, not by a count: it keeps every step a latest checkpoint names (_prune_best)
     self.best = ocp.CheckpointManager(workdir.file('best'), options=_options(None, 'best', create=not read_only),
                                       item_handlers=ocp.StandardCheckpointHandler())
+    if not read_only:  # a save that fails in the background: its callbacks' tracebacks tell a user nothing
+      _quiet_closed_event_loops()
+
+  @contextlib.contextmanager
+  def _writing(self, manager, step: int):
+    """A save, a wait or a check of saves in the background: any failure becomes one SaveFailed line
+    (the step's temporary folders removed, so that the workdir resumes from its last saved step)."""
+    try:
+      yield
+    except UserError:
+      raise
+    except Exception as e:  # pylint: disable=broad-except  # Orbax/TensorStore raise many kinds
+      self._remove_temporaries()
+      what = f'step {step} to {manager.directory}' if step is not None else f'to {manager.directory}'
+      raise SaveFailed(f'saving {what} failed ({_write_failure(e)}); free space or fix the folder, then run the '
+                       'same command to resume from the last saved step') from None
+
+  def _remove_temporaries(self) -> None:
+    if not distributed.is_leader():
+      return
+    for manager in (self.latest, self.best):
+      try:
+        for leftover in manager.directory.glob('*.orbax-checkpoint-tmp*'):
+          leftover.rmtree()
+      except OSError:
+        pass  # a lost folder: nothing to clean; the next start cleans what it finds (cleanup_tmp_directories)
+
+  def check(self) -> None:
+    """Raises SaveFailed when a save running in the background has failed (the loop checks between
+    dispatches, so training stops at the first failed save)."""
+    for manager in (self.latest, self.best):
+      with self._writing(manager, None):
+        manager.check_for_errors()
 
   def save_latest(self, step: int, state, run_state: run_state_lib.RunState) -> None:
     _crash_point('between_saves', step)
-    self.latest.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                   meta=ocp.args.JsonSave(run_state.to_json())),
-                     custom_metadata={CHECKSUMS: integrity.checksums(state)}, force=True)
+    with self._writing(self.latest, step):
+      _injected_disk_full(step)
+      self.latest.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                     meta=ocp.args.JsonSave(run_state.to_json())),
+                       custom_metadata={CHECKSUMS: integrity.checksums(state)}, force=True)
     _crash_point('latest_writing', step)
     self._prune_best(step, run_state.best_step)
 
@@ -131,8 +226,10 @@ class Checkpoints:
 
   def save_best(self, step: int, params) -> None:
     """Starts saving the best parameters; it commits in the background (module docstring)."""
-    self.best.save(step, args=ocp.args.StandardSave(params), custom_metadata={CHECKSUMS: integrity.checksums(params)},
-                   force=True)
+    with self._writing(self.best, step):
+      _injected_disk_full(step)
+      self.best.save(step, args=ocp.args.StandardSave(params),
+                     custom_metadata={CHECKSUMS: integrity.checksums(params)}, force=True)
     _crash_point('best_writing', step)
 
   def _changed_arrays(self, manager, step: int, tree) -> list[str]:
@@ -264,12 +361,23 @@ class Checkpoints:
     return str(aside)
 
   def wait(self) -> None:
-    self.latest.wait_until_finished()
-    self.best.wait_until_finished()
+    for manager in (self.latest, self.best):
+      with self._writing(manager, None):
+        manager.wait_until_finished()
 
   def close(self) -> None:
     self.latest.close()
     self.best.close()
+
+  def finish(self, failing: bool) -> None:
+    """Waits for the saves in flight, then closes. `failing` (an error is already on its way out):
+    a save that fails now, or a close, does not replace that error, which comes first."""
+    try:
+      self.wait()
+      self.close()
+    except Exception:  # pylint: disable=broad-except
+      if not failing:
+        raise
 
 
 def abstract_with_shardings(tree, shardings):

@@ -10,6 +10,7 @@ from absl import flags
 from absl import logging
 
 from nplm_jax import distributed
+from nplm_jax.errors import UserError
 
 FLAGS = flags.FLAGS
 
@@ -55,42 +56,6 @@ def with_experiment_files_found(argv: list[str]) -> list[str]:
   return out
 
 
-HELP_FLAGS = ('--help', '-h', '--helpshort', '-?')
-
-
-def print_help(module: str, doc: str) -> None:
-  """--help of a command with absl flags: how it is called, what it does, each of its flags with its
-  default, and (with --config) how to set any config key. absl's own --help lists only the flags
-  of the script file, which for a console script (nplm-train) is none."""
-  print(f'usage: {program(module)} [--flag=value ...]\n')
-  print(doc.strip() + '\n')
-  print('flags:')
-  ours = [f for name, flags_of in FLAGS.flags_by_module_dict().items()
-          if not name.startswith(('absl', 'jax', 'orbax')) for f in flags_of]
-  for flag in sorted({f.name: f for f in ours}.values(), key=lambda f: f.name):
-    default = '' if flag.default in (None, '', False) or flag.name == 'config' else f' (default: {flag.default_as_str})'
-    required = ' (required)' if flag.name in REQUIRED.get(module, ()) else ''
-    print(f'  --{flag.name}: {flag.help}{required}{default}')
-  if 'config' in FLAGS:
-    print('\n  --config.SECTION.KEY=VALUE: set any key of the config (e.g. --config.train.batch_size=512); '
-          '--print_config lists\n    every key with its value and meaning (defaults and comments: nplm_jax/config.py)')
-
-
-# Flags a command requires (absl marks them by a validator, which --help cannot read back).
-REQUIRED = {'nplm_jax.main': ('config',), 'nplm_jax.ngram': ('config',), 'nplm_jax.prepare': ('config', 'output'),
-            'nplm_jax.mix': ('workdir',)}
-
-
-def flags_parser(module: str, doc: str, configure_backend: bool = False):
-  """The flags_parser for app.run of a command: --help as print_help, then parse_flags."""
-  def parse(argv: list[str]) -> list[str]:
-    if any(a in HELP_FLAGS for a in argv[1:]):
-      print_help(module, doc)
-      sys.exit(0)
-    return parse_flags_and_configure_backend(argv) if configure_backend else parse_flags(argv)
-  return parse
-
-
 def parse_flags(argv: list[str]) -> list[str]:
   argv = with_experiment_files_found(argv)
   try:
@@ -120,8 +85,12 @@ def exit_with_error(error: Exception, config=None) -> None:
   report; any other error is reported by the process that found it.
   """
   every_process = isinstance(error, distributed.AgreedError) or not jax.distributed.is_initialized()
-  if not every_process or distributed.declared_process_id(config) == 0:
+  alone = isinstance(error, distributed.JoinError)  # found by this process only, before any could agree
+  if alone or not every_process or distributed.declared_process_id(config) == 0:
     print(f'error: {error}', file=sys.stderr, flush=True)
+  if type(error).__name__ == 'SaveFailed':  # Orbax's save threads would print tracebacks at shutdown
+    sys.stdout.flush()
+    os._exit(1)  # pylint: disable=protected-access
   sys.exit(1)
 
 
@@ -148,6 +117,56 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     if shown and 'default' not in text and action.option_strings:
       text += ' (default: %(default)s)'
     return text
+
+
+CONFIG_EPILOG = ('--config.SECTION.KEY=VALUE sets any key of the config (e.g. --config.train.batch_size=512); '
+                 '--print_config (nplm-train) lists every key with its value and meaning; defaults and comments: '
+                 'nplm_jax/config.py')
+
+
+class ConfigArgumentParser(ArgumentParser):
+  """ArgumentParser for the commands that take an experiment config: --config=FILE[:VARIANT] and any
+  number of --config.SECTION.KEY=VALUE overrides, read by ml_collections' config_flags (its types,
+  checks and messages) on a FlagValues of their own; args.config is the resolved ConfigDict."""
+
+  def __init__(self, module: str, config_help: str, **kwargs):
+    kwargs.setdefault('epilog', CONFIG_EPILOG)
+    super().__init__(module, **kwargs)
+    self.add_argument('--config', required=True, metavar='FILE[:VARIANT]', help=config_help)
+
+  def parse_args(self, args=None, namespace=None):  # pylint: disable=signature-differs
+    argv = with_experiment_files_found(sys.argv[1:] if args is None else list(args))
+    overrides = [a for a in argv if a.startswith('--config.')]
+    parsed = super().parse_args([a for a in argv if not a.startswith('--config.')], namespace)
+    parsed.config_args = [f'--config={parsed.config}', *overrides]  # as given (the file found)
+    parsed.config = load_config(parsed.config, overrides)
+    return parsed
+
+
+def load_config(config_arg: str, overrides: list[str]):
+  """The config of --config=FILE[:VARIANT] with its --config.* overrides; one 'error:' line if bad."""
+  try:
+    return config_from_flags(config_arg, overrides)
+  except UserError as e:
+    sys.exit(f'error: {e}')
+
+
+def config_from_flags(config_arg: str, overrides: list[str]):
+  """What load_config reads, raising UserError (launch.sweep checks every point before running any)."""
+  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+  values = flags.FlagValues()
+  argv = with_experiment_files_found(['command', f'--config={config_arg}', *overrides])
+  # sys_argv: the override flags config_flags registers are those of this argv (default: sys.argv)
+  config_flags.DEFINE_config_file('config', None, 'experiment config', flag_values=values, lock_config=True,
+                                  sys_argv=argv)
+  try:
+    values(argv)
+    config = values.config
+    config.get('seed')  # config_flags defers loading errors to the first use
+  except Exception as e:  # pylint: disable=broad-except  # any parse failure is the user's input
+    raise UserError(flag_error_line(e, argv)) from None
+  logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO; progress is printed
+  return config
 
 
 class SubcommandParser(argparse.ArgumentParser):

@@ -135,6 +135,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.distributed.coordinator_address = ''  # process 0's host:port, e.g. 'localhost:12355'; '' = detect
   c.distributed.num_processes = -1  # -1 = detect (SLURM, Open MPI, TPU pods)
   c.distributed.process_id = -1  # this process's index; -1 = detect
+  c.distributed.timeout_seconds = 300  # joining waits this long for every process, then stops with one line
   return c
 
 
@@ -254,7 +255,7 @@ def char_level(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 # (key, kind, lowest, highest or None, why): kind 'int' or 'float'; lowest/highest inclusive unless
 # noted by an exclusive marker below.
 _RANGES = [
-    ('seed', 'int', 0, None, 'the random seed'),
+    ('seed', 'int', 0, 2**32 - 1, 'the random seed, an unsigned 32-bit integer'),
     ('data.train_tokens', 'int', 1, None, 'the training split needs tokens'),
     ('data.valid_tokens', 'int', 1, None, 'the validation split needs tokens'),
     ('data.max_rare_count', 'int', 0, None, 'use 0 to keep every word'),
@@ -276,6 +277,7 @@ _RANGES = [
     ('train.log_every', 'int', 1, None, 'log every that many steps'),
     ('train.checkpoint_every_seconds', 'float', 0.0, None, 'use 0 to save at evaluations only'),
     ('mix.ngram_order', 'int', 1, None, 'the n-gram order of the mixed-in model'),
+    ('distributed.timeout_seconds', 'int', 1, None, 'how long joining waits for every process'),
     ('mix.weight', 'float', 0.0, 1.0, "the network's weight in the mixture"),
     ('mix.max_memory_gb', 'float', 0.0, None, "the n-gram's memory allowance in GiB"),
 ]

@@ -321,6 +321,11 @@ def prepared_corpus(path: str) -> Corpus:
     raise DataError(f'the prepared corpus in {path!r} cannot be read ({e}); prepare it again') from None
   if len(vocab) != meta['vocab_size'] or any(len(splits[s]) != meta[f'{s}_tokens'] for s in SPLITS):
     raise DataError(f'the prepared corpus in {path!r} is incomplete (sizes differ from {PREPARED_META}); prepare it again')
+  for s in SPLITS:  # a piece at a time: a memory-mapped split is never read whole into memory
+    largest = max((int(piece.max()) for piece in _pieces(splits[s]) if len(piece)), default=-1)
+    if largest >= len(vocab):
+      raise DataError(f'the prepared corpus in {path!r} holds id {largest} in {s}.npy, beyond its {len(vocab)}-word '
+                      'vocabulary; prepare it again')
   return Corpus(vocab, splits, boundary_id=meta['boundary_id'], stored_train_counts=counts, stored_fingerprint=stored)
 
 

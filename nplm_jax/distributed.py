@@ -57,9 +57,39 @@ def maybe_initialize(config) -> None:
   if not wanted(config.distributed):
     return
   args = initialize_arguments(config.distributed)
+  timeout = config.distributed.timeout_seconds
   # CPU arrays of different processes meet through gloo; accelerators use their own collectives.
   jax.config.update('jax_cpu_collectives_implementation', 'gloo')
-  jax.distributed.initialize(**args)
+  where = (f'process {args["process_id"]} of {args["num_processes"]} at {args["coordinator_address"]}'
+           if args else 'the processes the cluster launched')
+  if declared_process_id(config) == 0:
+    print(f'joining {where} (waiting up to {timeout} s for every process)', flush=True)
+  elif args:
+    wait_for_coordinator(args['coordinator_address'], timeout)
+  try:
+    jax.distributed.initialize(**args, initialization_timeout=timeout)
+  except Exception as e:  # pylint: disable=broad-except  # JAX raises XlaRuntimeError / RuntimeError subclasses
+    detail = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+    raise JoinError(f'could not join {where} within {timeout} s ({detail}); check distributed.coordinator_address, '
+                    'that every process was started with the same settings, and that the port is free') from None
+
+
+def wait_for_coordinator(address: str, timeout: float) -> None:
+  """Waits until process 0's coordinator accepts connections, or stops with one line: past its
+  timeout, JAX's own join aborts the process from C++ with a stack trace instead."""
+  import socket  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  host, _, port = address.rpartition(':')
+  deadline = time.monotonic() + timeout
+  while True:
+    try:
+      with socket.create_connection((host, int(port)), timeout=2):
+        return
+    except (OSError, ValueError) as e:
+      if time.monotonic() >= deadline:
+        raise JoinError(f'no coordinator answered at distributed.coordinator_address={address!r} within {timeout} s '
+                        f'({getattr(e, "strerror", None) or e}); start process 0 first, or check the address') from None
+      time.sleep(0.5)
 
 
 def declared_process_id(config=None, environ=os.environ) -> int:
@@ -84,6 +114,10 @@ def barrier(name: str) -> None:
   if jax.process_count() > 1:
     from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
     multihost_utils.sync_global_devices(name)
+
+
+class JoinError(UserError):
+  """This process could not join the others: it reports it itself (no leader is known to agree with)."""
 
 
 class AgreedError(UserError):

@@ -115,8 +115,10 @@ def main(argv=None) -> int:
       raise UserError(f'--topn={args.topn} is invalid; list at least 1 word')
     if args.command == 'export' and args.format == 'word2vec' and not args.output:
       raise UserError('export --format=word2vec needs --output=FILE')
-    if args.output and args.format == 'word2vec' and workdir_lib.as_path(args.output).is_dir():
-      raise UserError(f'--output={args.output!r} is a folder; give the path of the word2vec file to write')
+    if args.output and args.format == 'word2vec':
+      workdir_lib.output_file(args.output, '--output')
+    elif args.output:
+      workdir_lib.output_folder(args.output, '--output')
     model = trained_lib.TrainedModel.load(args.workdir)
     if args.command == 'neighbours':
       for word, found in neighbours(model, words, args.topn).items():
@@ -137,9 +139,7 @@ def main(argv=None) -> int:
   return 0
 
 
-def run():
-  sys.exit(main())
-
 
 if __name__ == '__main__':
-  run()
+  from nplm_jax import entry  # pylint: disable=g-import-not-at-top
+  entry.run_command('__main__')

@@ -60,11 +60,7 @@ def header(model: trained_lib.TrainedModel, arrays: dict[str, np.ndarray]) -> di
 
 
 def export(workdir_path: str, output: str) -> str:
-  folder = workdir_lib.as_path(output)
-  if folder.exists() and not folder.is_dir():
-    raise UserError(f'--output={output!r} is a file; give a folder to write model.json and params.npz into')
-  if folder.exists() and any(folder.iterdir()):
-    raise UserError(f'--output={output!r} is not empty; give a new folder')
+  folder = workdir_lib.output_folder(output, '--output')
   model = trained_lib.TrainedModel.load(workdir_path)
   arrays = exported_arrays(model)
   try:
@@ -95,9 +91,7 @@ def main(argv=None) -> int:
   return 0
 
 
-def run():
-  sys.exit(main())
-
 
 if __name__ == '__main__':
-  run()
+  from nplm_jax import entry  # pylint: disable=g-import-not-at-top
+  entry.run_command('__main__')

@@ -76,8 +76,7 @@ def extended_params(model: trained_lib.TrainedModel, new_c: np.ndarray, new_colu
 
 def extend(workdir_path: str, lines: list[str], output_path: str) -> dict:
   output = workdir_lib.Workdir(output_path)
-  if output.path.exists() and any(output.path.iterdir()):
-    raise UserError(f'--output_workdir={output_path!r} is not empty; give a new folder')
+  workdir_lib.output_folder(output_path, '--output_workdir')
   model = trained_lib.TrainedModel.load(workdir_path)
   new_words, counts, new_c, new_columns = unknown_word_rows(model, lines)
   if not new_words:
@@ -121,9 +120,7 @@ def main(argv=None) -> int:
   return 0
 
 
-def run():
-  sys.exit(main())
-
 
 if __name__ == '__main__':
-  run()
+  from nplm_jax import entry  # pylint: disable=g-import-not-at-top
+  entry.run_command('__main__')

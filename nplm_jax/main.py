@@ -14,26 +14,10 @@ import json
 import os
 import sys
 
-from absl import app
-from absl import flags
-from ml_collections import config_flags
+from nplm_jax import entry
 
-from nplm_jax import cli
-from nplm_jax import config as config_lib
-from nplm_jax import distributed
-from nplm_jax import metrics
-from nplm_jax import mix
-from nplm_jax import backend
-from nplm_jax import train
-from nplm_jax.errors import UserError
-
-FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file('config', None, 'Experiment config file, e.g. experiments/brown.py:mlp1.',
-                                lock_config=True)
-flags.DEFINE_string('workdir', None, 'Folder (or gs://...) for checkpoints, metrics and results.json; '
-                    'default runs/NAME, NAME from the config (runs/brown_mlp1).')
-flags.DEFINE_boolean('print_config', False, 'Print the resolved config, each key with its value and meaning, and exit.')
-flags.mark_flags_as_required(['config'])
+# JAX and the rest are imported inside the functions: `python -m nplm_jax.main` takes its signals
+# (entry.run_command) before the first import that can take seconds.
 
 
 def default_workdir(config, argv: list[str]) -> str:
@@ -41,6 +25,8 @@ def default_workdir(config, argv: list[str]) -> str:
   change what decides the run's trajectory (train.RESUME_KEYS: seed, data, model, optimizer, loss,
   batch size), HASH a digest of those changes. Overrides of other keys (epochs, patience, annealing,
   evaluation, logging, mesh) keep the folder: a run resumed or extended with them goes on in it."""
+  from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax import train  # pylint: disable=g-import-not-at-top
   name = os.path.join('runs', config.name or 'run')
   config_arg = next((a[len('--config='):] for a in argv if a.startswith('--config=')), '')
   path, _, variant = config_arg.partition(':')
@@ -60,18 +46,33 @@ def default_workdir(config, argv: list[str]) -> str:
   return f'{name}-{digest}'
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
-  config = FLAGS.config
-  if FLAGS.print_config:
+def parse_args(argv=None):
+  from nplm_jax import cli  # pylint: disable=g-import-not-at-top
+  parser = cli.ConfigArgumentParser('nplm_jax.main', 'the experiment, e.g. experiments/brown.py:mlp1',
+                                    description=__doc__)
+  parser.add_argument('--workdir', default='', help='folder (or gs://...) for checkpoints, metrics and results.json '
+                      '(default: runs/NAME, or runs/NAME-HASH when --config.* overrides change the run)')
+  parser.add_argument('--print_config', action='store_true',
+                      help='print the resolved config, each key with its value and meaning, and exit')
+  return parser.parse_args(argv)
+
+
+def main(argv=None):
+  # pylint: disable=g-import-not-at-top
+  from nplm_jax import backend, cli, distributed, metrics, mix, train
+  from nplm_jax import config as config_lib
+  from nplm_jax.errors import UserError
+  # pylint: enable=g-import-not-at-top
+  args = parse_args(argv)
+  config = args.config
+  if args.print_config:
     print(config_lib.describe(config))
     return
-  workdir = FLAGS.workdir or default_workdir(config, sys.argv)
+  workdir = args.workdir or default_workdir(config, args.config_args)
   try:
     backend.configure(config)  # before anything starts JAX's backends
     distributed.maybe_initialize(config)
-    if not FLAGS.workdir:
+    if not args.workdir:
       metrics.log(f'workdir: {workdir} (the default for this config and these overrides; --workdir=DIR chooses '
                   'another)')
     mixture = functools.partial(mix.mixture_results, mix_config=config.mix) if config.mix.enabled else None
@@ -86,9 +87,5 @@ def main(argv):
     sys.exit(128 + stop.signum)
 
 
-def run():
-  app.run(main, flags_parser=cli.flags_parser('nplm_jax.main', __doc__))
-
-
 if __name__ == '__main__':
-  run()
+  entry.run_command('__main__', after_stop=entry.AFTER_TRAINING_STOP)

@@ -14,6 +14,7 @@ from etils import epath
 
 from nplm_jax import distributed
 from nplm_jax import workdir as workdir_lib
+from nplm_jax.errors import UserError
 
 REMOTE_SCHEMES = ('gs', 's3', 'az')  # prefixes whose TensorBoard files are written through epath
 
@@ -79,8 +80,12 @@ class MetricWriter:
       self._tb.add_scalar(k, v, step)
     record = {'step': step, **metrics}
     if self._appendable:
-      with open(self._path, 'a', encoding='utf-8') as f:
-        f.write(json.dumps(record) + '\n')
+      try:
+        with open(self._path, 'a', encoding='utf-8') as f:
+          f.write(json.dumps(record) + '\n')
+      except OSError as e:
+        raise UserError(f'{str(self._path)!r} cannot be written ({e.strerror or e}); free space or fix the folder, '
+                        'then run the same command to resume') from None
       return
     self._records.append(record)
     workdir_lib.write_text_atomically(self._path, ''.join(json.dumps(r) + '\n' for r in self._records))
@@ -91,14 +96,14 @@ class MetricWriter:
 
 
 def read_jsonl(path: epath.Path) -> list[dict]:
-  """The records of a JSON-lines file; a torn last line (a crash mid-write) is dropped."""
+  """The records of a JSON-lines file; a torn last line (a crash mid-write) or a damaged one is dropped."""
   if not path.exists():
     return []
   records = []
-  for line in path.read_text().splitlines():
+  for line in path.read_bytes().splitlines():
     try:
-      records.append(json.loads(line))
-    except ValueError:
+      records.append(json.loads(line.decode('utf-8')))
+    except ValueError:  # a torn line, or bytes that are not UTF-8 (a damaged file): not a record
       continue
   return records
 

@@ -42,12 +42,21 @@ def summary_line(results: dict) -> str:
           f'{results["mix_fitted_weight"]:.3f}: test ppl {results["mix_fitted_test_ppl"]:.2f}')
 
 
-def main(argv):
-  del argv
-  from absl import flags  # pylint: disable=g-import-not-at-top
+def parse_args(argv=None):
+  from nplm_jax import cli as cli_lib  # pylint: disable=g-import-not-at-top
+  parser = cli_lib.ArgumentParser('nplm_jax.mix', description=__doc__)
+  parser.add_argument('--workdir', required=True, help='a finished training workdir (with best/ and config.json)')
+  parser.add_argument('--order', type=int, default=3, help='n-gram order of the mixed-in model')
+  parser.add_argument('--smoothing', default='interpolated', choices=list(ngram.SMOOTHINGS), help='its smoothing')
+  parser.add_argument('--weight', type=float, default=0.5,
+                      help="the network's fixed weight (a weight fitted on validation is reported too)")
+  return parser.parse_args(argv)
+
+
+def main(argv=None):
   from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
   from nplm_jax import backend, evaluation  # pylint: disable=g-import-not-at-top
-  cli = flags.FLAGS
+  cli = parse_args(argv)
   try:
     config = evaluation.load_config(cli.workdir)
     config.mix.update(ngram_order=cli.order, smoothing=cli.smoothing, weight=cli.weight)
@@ -66,16 +75,7 @@ def main(argv):
   workdir_lib.Workdir(cli.workdir).write_json('mix_results.json', results)
 
 
-def run():
-  from absl import app, flags  # pylint: disable=g-import-not-at-top
-  from nplm_jax import cli as cli_lib  # pylint: disable=g-import-not-at-top
-  flags.DEFINE_string('workdir', None, 'A finished training workdir (with best/ and config.json).')
-  flags.DEFINE_integer('order', 3, 'n-gram order of the mixed-in model.')
-  flags.DEFINE_enum('smoothing', 'interpolated', list(ngram.SMOOTHINGS), 'its smoothing.')
-  flags.DEFINE_float('weight', 0.5, "the network's fixed weight (a fitted weight is reported too).")
-  flags.mark_flag_as_required('workdir')
-  app.run(main, flags_parser=cli_lib.flags_parser('nplm_jax.mix', __doc__))
-
 
 if __name__ == '__main__':
-  run()
+  from nplm_jax import entry  # pylint: disable=g-import-not-at-top
+  entry.run_command('__main__')

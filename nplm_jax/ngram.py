@@ -320,13 +320,23 @@ def evaluate(corpus: data_lib.Corpus, order: int, smoothing: str, max_memory_gb:
           'test_ppl': perplexity(model.token_probs('test')), 'seconds': round(time.time() - start, 2)}
 
 
-def main(argv):
-  del argv
-  from absl import flags  # pylint: disable=g-import-not-at-top
-  cli = flags.FLAGS
+def parse_args(argv=None):
+  from nplm_jax import cli  # pylint: disable=g-import-not-at-top
+  parser = cli.ConfigArgumentParser('nplm_jax.ngram', 'experiment config; only its data section is used',
+                                    description=__doc__)
+  parser.add_argument('--order', type=int, default=3, help='n-gram order (1-5 and up)')
+  parser.add_argument('--smoothing', default='kneser_ney', choices=list(SMOOTHINGS), help='smoothing method')
+  parser.add_argument('--output', default='', help='also write the result as JSON to this file')
+  parser.add_argument('--max_memory_gb', type=float, default=DEFAULT_MAX_MEMORY_GB,
+                      help='stop at once when the model would need more GiB')
+  return parser.parse_args(argv)
+
+
+def main(argv=None):
+  cli = parse_args(argv)
   try:
-    if cli.output and workdir_lib.as_path(cli.output).is_dir():
-      raise UserError(f'--output={cli.output!r} is a folder; give the path of a file to write')
+    if cli.output:
+      workdir_lib.output_file(cli.output, '--output')
     if cli.order < 1:
       raise UserError(f'--order={cli.order} is invalid; use an n-gram order >= 1')
     corpus = data_lib.load_corpus(cli.config.data)
@@ -342,24 +352,7 @@ def main(argv):
     workdir_lib.write_text_atomically(workdir_lib.as_path(cli.output), json.dumps(result, indent=2) + '\n')
 
 
-def _define_flags():
-  from absl import flags  # pylint: disable=g-import-not-at-top
-  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
-  config_flags.DEFINE_config_file('config', None, 'Experiment config; only its data section is used.',
-                                  lock_config=True)
-  flags.DEFINE_integer('order', 3, 'n-gram order (1-5 and up).')
-  flags.DEFINE_enum('smoothing', 'kneser_ney', list(SMOOTHINGS), 'Smoothing method.')
-  flags.DEFINE_string('output', '', 'Also write the result as JSON to this file.')
-  flags.DEFINE_float('max_memory_gb', DEFAULT_MAX_MEMORY_GB, 'Stop at once when the model would need more GiB.')
-  flags.mark_flag_as_required('config')
-
-
-def run():
-  from absl import app  # pylint: disable=g-import-not-at-top
-  from nplm_jax import cli  # pylint: disable=g-import-not-at-top
-  _define_flags()
-  app.run(main, flags_parser=cli.flags_parser('nplm_jax.ngram', __doc__))
-
 
 if __name__ == '__main__':
-  run()
+  from nplm_jax import entry  # pylint: disable=g-import-not-at-top
+  entry.run_command('__main__')

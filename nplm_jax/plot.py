@@ -222,9 +222,7 @@ def main(argv=None) -> int:
   return 0
 
 
-def run():
-  sys.exit(main())
-
 
 if __name__ == '__main__':
-  run()
+  from nplm_jax import entry  # pylint: disable=g-import-not-at-top
+  entry.run_command('__main__')

@@ -113,29 +113,26 @@ def prepare(data_config, output: str) -> dict:
   return meta
 
 
-def main(argv):
-  del argv
-  from absl import flags  # pylint: disable=g-import-not-at-top
-  cli = flags.FLAGS
+def parse_args(argv=None):
+  from nplm_jax import cli as cli_lib  # pylint: disable=g-import-not-at-top
+  parser = cli_lib.ConfigArgumentParser('nplm_jax.prepare', 'the corpus config to prepare (its data section is used)',
+                                        description=__doc__)
+  parser.add_argument('--output', required=True, help='the folder to write the prepared corpus to (new or empty)')
+  return parser.parse_args(argv)
+
+
+def main(argv=None):
+  args = parse_args(argv)
   try:
-    meta = prepare(cli.config.data, cli.output)
+    meta = prepare(args.config.data, args.output)
   except UserError as e:
     sys.exit(f'error: {e}')
-  metrics.log(f'prepared {cli.output}: |V|={meta["vocab_size"]:,}, train {meta["train_tokens"]:,}, valid '
+  metrics.log(f'prepared {args.output}: |V|={meta["vocab_size"]:,}, train {meta["train_tokens"]:,}, valid '
               f'{meta["valid_tokens"]:,}, test {meta["test_tokens"]:,} tokens in {meta["seconds"]} s; train from it with '
-              f'--config=experiments/prepared.py --config.data.path={cli.output}')
+              f'--config=experiments/prepared.py --config.data.path={args.output}')
 
-
-def run():
-  from absl import app, flags  # pylint: disable=g-import-not-at-top
-  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
-  from nplm_jax import cli as cli_lib  # pylint: disable=g-import-not-at-top
-  config_flags.DEFINE_config_file('config', None, 'The corpus config to prepare (its data section is used).',
-                                  lock_config=True)
-  flags.DEFINE_string('output', None, 'The folder to write the prepared corpus to (new or empty).')
-  flags.mark_flags_as_required(['config', 'output'])
-  app.run(main, flags_parser=cli_lib.flags_parser('nplm_jax.prepare', __doc__))
 
 
 if __name__ == '__main__':
-  run()
+  from nplm_jax import entry  # pylint: disable=g-import-not-at-top
+  entry.run_command('__main__')

@@ -17,6 +17,7 @@ import json
 import math
 import os
 import signal
+import threading
 import time
 from typing import Callable
 
@@ -42,6 +43,28 @@ from nplm_jax.errors import UserError
 # Config keys that must match for a workdir to be resumed (besides its corpus, corpus.json): they
 # change the steps already taken. Others may change (README, "Reliability").
 RESUME_KEYS = ('seed', 'data', 'model', 'optimizer', 'loss', 'train.batch_size')
+
+
+# Fault injection for tests/test_reliability.py: NPLM_SIGNAL_AT=POINT:SIGNAL[:COUNT] sends this
+# process SIGNAL (COUNT times, 20 ms apart, from a thread: a user pressing Ctrl-C twice) at POINT,
+# 'start' (the experiment built, nothing trained) or 'final_evaluation'.
+SIGNAL_POINTS = ('start', 'final_evaluation')
+
+
+def _signal_point(point: str) -> None:
+  spec = os.environ.get('NPLM_SIGNAL_AT', '').split(':')
+  if spec[0] != point:
+    return
+  signum, count = getattr(signal, spec[1]), int(spec[2]) if len(spec) > 2 else 1
+
+  def send():
+    for _ in range(count):
+      os.kill(os.getpid(), signum)
+      time.sleep(0.02)
+  sender = threading.Thread(target=send, daemon=True)
+  sender.start()
+  sender.join()  # the signal is handled in this (the main) thread, at its next instruction
+  time.sleep(1.0)  # never reached: the handler raises first
 
 
 class TrainingDiverged(UserError):
@@ -122,6 +145,7 @@ def _start(config, workdir: workdir_lib.Workdir, lock: workdir_lib.Lock) -> expe
       raise UserError(f'{str(workdir)!r} was made by nplm_jax.extend (its vocabulary outgrew its corpus): score, '
                       'sample and embeddings read it; train in another --workdir')
     run = experiment_lib.Experiment(config, workdir)
+    _signal_point('start')
     check_corpus(workdir, run.corpus)
     if config.mix.enabled:  # the mixture's n-gram is estimated after training: refuse now if it cannot be
       ngram.check_memory(run.corpus, config.mix.ngram_order, config.mix.max_memory_gb,
@@ -157,7 +181,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir_path: str,
 
 
 def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_lib.Workdir, extra_results, started: float) -> dict:
-  checkpoints, writer = ckpt_lib.Checkpoints(workdir), None
+  checkpoints, writer, failing = ckpt_lib.Checkpoints(workdir), None, True
   try:
     with jax.set_mesh(run.mesh):
       state, run_state = distributed.agree_on_errors(lambda: _initial_state(run, checkpoints))
@@ -167,6 +191,7 @@ def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_l
         metrics_lib.log(f'{workdir} finished at step {int(state.step)}'
                         f'{f" ({run_state.stop_reason})" if run_state.stopped_early else ""}; nothing to train '
                         f'(results: {workdir.file("results.json")})')
+        failing = False
         return finished
       # Only now, every process having read the old ones and found nothing wrong.
       workdir.write_json('config.json', config_lib.to_saved(config))
@@ -180,10 +205,11 @@ def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_l
         state = _train_loop(run, state, run_state, checkpoints, writer, preemption)
       has_best = run_state.best_step is not None
       params = run.restore_best_params(checkpoints, run_state.best_step) if has_best else state.params
+      _signal_point('final_evaluation')
       nll = {split: evaluation.split_nll(run, params, split) for split in ('valid', 'test')}
-  finally:  # a preempted or failed run's saves complete before it exits
-    checkpoints.wait()
-    checkpoints.close()
+    failing = False
+  finally:  # a preempted or failed run's saves complete before it exits (a failing save: the first error is told)
+    checkpoints.finish(failing)
     if writer is not None:
       writer.close()
   results = {
@@ -430,6 +456,7 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
     save_now = step % plan['checkpoint_every'] == 0 or step == plan['total']
     preempted = preemption.reached()
     if log_now or eval_now or save_now or preempted:  # nothing non-finite is logged, evaluated or saved
+      checkpoints.check()  # a save that failed in the background stops training here
       bad_step = int(first_nonfinite)
       if bad_step >= 0:
         raise _diverged(run, checkpoints, run_state, f'the training loss is not finite from step {bad_step} on')

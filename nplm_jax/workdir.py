@@ -77,10 +77,47 @@ class Workdir:
 
 def write_text_atomically(path: epath.Path, text: str) -> None:
   """Readers see the old file or the new one, never a half-written one (on object stores a
-  single write is atomic already)."""
+  single write is atomic already). A write that fails (a full disk, a read-only or lost folder) is
+  one line naming the path and the cause, and leaves no temporary file."""
   temporary = path.parent / f'.{path.name}.tmp{os.getpid()}'
-  temporary.write_text(text)
-  temporary.replace(path)
+  try:
+    temporary.write_text(text)
+    temporary.replace(path)
+  except OSError as e:
+    try:
+      temporary.unlink(missing_ok=True)
+    except OSError:
+      pass
+    raise UserError(f'{str(path)!r} cannot be written ({e.strerror or e}); free space or choose a folder you can '
+                    'write to') from None
+
+
+def output_file(path: str, flag: str) -> epath.Path:
+  """The path of a file a command will write, checked before any work: not a folder, its folder
+  made if missing; one line naming the flag otherwise."""
+  where = as_path(path)
+  if where.is_dir():
+    raise UserError(f'{flag}={path!r} is a folder; give the path of a file to write')
+  try:
+    where.parent.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise UserError(f'{flag}={path!r}: its folder cannot be made ({e.strerror or e}); choose another path') from None
+  return where
+
+
+def output_folder(path: str, flag: str) -> epath.Path:
+  """A new or empty folder a command will write into, checked before any work (not made yet)."""
+  where = as_path(path)
+  if where.exists() and not where.is_dir():
+    raise UserError(f'{flag}={path!r} is a file; give a new folder')
+  if where.exists() and any(where.iterdir()):
+    raise UserError(f'{flag}={path!r} is not empty; give a new folder')
+  ancestor = where.parent
+  while not ancestor.exists() and ancestor != ancestor.parent:
+    ancestor = ancestor.parent
+  if not ancestor.is_dir():
+    raise UserError(f'{flag}={path!r} lies under {str(ancestor)!r}, which is a file; choose another path')
+  return where
 
 
 class Lock:

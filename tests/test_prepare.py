@@ -91,3 +91,19 @@ def test_a_folder_prepared_before_stored_counts_is_counted_at_load(tiny_files, t
 def test_a_missing_prepared_corpus_is_one_line(tmp_path):
   with pytest.raises(data.DataError, match='holds no prepared corpus'):
     data.prepared_corpus(str(tmp_path))
+
+
+def test_ids_beyond_the_vocabulary_are_one_line(tmp_path):
+  """A prepared split holding an id past its vocabulary (a damaged or mismatched file) is refused at
+  load, not met as a 32 GiB allocation or an out-of-bounds gather later."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from nplm_jax import data as data_lib  # pylint: disable=g-import-not-at-top
+  folder = tmp_path / 'prepared'
+  folder.mkdir()
+  (folder / 'vocab.txt').write_text('<eos>\t3\na\t2\n')
+  for split, ids in (('train', [1, 0, 1, 0, 0]), ('valid', [1, 0]), ('test', [1, 2_000_000_000])):
+    np.save(folder / f'{split}.npy', np.array(ids, np.uint32))
+  (folder / 'meta.json').write_text('{"vocab_size": 2, "boundary_id": 0, "train_tokens": 5, "valid_tokens": 2, '
+                                    '"test_tokens": 2, "source": {"corpus": "text"}}')
+  with pytest.raises(data_lib.DataError, match='holds id 2000000000 in test.npy, beyond its 2-word vocabulary'):
+    data_lib.prepared_corpus(str(folder))

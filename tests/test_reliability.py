@@ -428,3 +428,89 @@ def test_checkpoints_also_by_wall_time(tiny_config, tmp_path):
   tiny_config.train.checkpoint_every_seconds = 0
   train.train_and_evaluate(tiny_config, str(tmp_path / 'untimed'))
   assert ocp.CheckpointManager(str(tmp_path / 'untimed' / 'checkpoints')).all_steps() == [23]
+
+
+@pytest.mark.parametrize('point,signame,count', [('start', 'SIGTERM', 1), ('final_evaluation', 'SIGINT', 2)])
+def test_signals_outside_the_loop_are_one_line_and_resumable(tiny_files, tmp_path, point, signame, count):
+  """SIGTERM at start-up, and Ctrl-C pressed twice during the final evaluation: one 'error:' line, exit
+  128 + the signal, no traceback; the same command then ends with the uninterrupted run's results."""
+  args = [sys.executable, '-m', 'nplm_jax.main', '--config=' + os.path.join(REPO, 'experiments', 'text.py:tiny'),
+          *(f'--config.data.{s}_file={tiny_files[s]}' for s in ('train', 'valid', 'test')),
+          '--config.train.max_steps=30', '--config.train.eval_every=10']
+  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO)
+  reference = subprocess.run([*args, f'--workdir={tmp_path / "reference"}'], env=env, capture_output=True, text=True,
+                             timeout=300)
+  assert reference.returncode == 0, reference.stderr
+  workdir = tmp_path / 'stopped'
+  stopped = subprocess.run([*args, f'--workdir={workdir}'], env=dict(env, NPLM_SIGNAL_AT=f'{point}:{signame}:{count}'),
+                           capture_output=True, text=True, timeout=300)
+  signum = getattr(signal, signame)
+  assert stopped.returncode == 128 + signum, stopped.stderr
+  lines = stopped.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith(f'error: stopped by {signame}'), stopped.stderr
+  assert 'Traceback' not in stopped.stdout + stopped.stderr
+  assert not (workdir / 'results.json').exists()
+  resumed = subprocess.run([*args, f'--workdir={workdir}'], env=env, capture_output=True, text=True, timeout=300)
+  assert resumed.returncode == 0, resumed.stderr
+  expected = json.loads((tmp_path / 'reference' / 'results.json').read_text())
+  got = json.loads((workdir / 'results.json').read_text())
+  assert (got['valid_ppl'], got['test_ppl'], got['history']) == (expected['valid_ppl'], expected['test_ppl'],
+                                                                  expected['history'])
+
+
+def test_ctrl_c_during_a_tools_imports_is_one_line(tmp_path):
+  """The commands take their signals before importing JAX (nplm_jax.entry): a Ctrl-C at once is one line."""
+  proc = subprocess.Popen([sys.executable, '-c', 'from nplm_jax import entry; entry.score()', '--workdir=x', '--text=y'],
+                          cwd=tmp_path, env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  time.sleep(0.3)  # inside the imports (JAX alone takes longer)
+  proc.send_signal(signal.SIGINT)
+  out, err = proc.communicate(timeout=60)
+  assert proc.returncode == 128 + signal.SIGINT, err
+  assert err.strip().splitlines() == ['error: stopped by SIGINT (Ctrl-C); nothing was written half-way; run it again']
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+  """A 2 MiB filesystem (tmpfs), where this machine lets tests mount one (root, as in CI); else None."""
+  folder = tmp_path / 'small_disk'
+  folder.mkdir()
+  mounted = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=2M', 'tmpfs', str(folder)], capture_output=True)
+  yield folder if mounted.returncode == 0 else None
+  if mounted.returncode == 0:
+    subprocess.run(['umount', str(folder)], check=False)
+
+
+def test_a_full_disk_stops_training_in_one_line_and_resumes_exactly(tiny_files, tmp_path, small_disk):
+  """Checkpoints that stop fitting: one 'error:' line naming the folder and the cause, training
+  stopped, no temporary folders left; with space again the same command ends as an uninterrupted
+  run. Without the right to mount a small disk, the failure is injected into Orbax's save instead."""
+  args = [sys.executable, '-m', 'nplm_jax.main', '--config=' + os.path.join(REPO, 'experiments', 'text.py:tiny'),
+          *(f'--config.data.{s}_file={tiny_files[s]}' for s in ('train', 'valid', 'test')),
+          '--config.model.m=64', '--config.model.h=256', '--config.train.eval_every=20', '--config.train.max_steps=120',
+          '--config.optimizer.name=adamw']
+  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO)
+  reference = subprocess.run([*args, f'--workdir={tmp_path / "reference"}'], env=env, capture_output=True, text=True,
+                             timeout=300)
+  assert reference.returncode == 0, reference.stderr
+  if small_disk is not None:
+    workdir, failing_env = small_disk / 'run', env
+  else:
+    workdir = tmp_path / 'run'
+    failing_env = dict(env, NPLM_SAVES_FAIL_FROM='60')
+  full = subprocess.run([*args, f'--workdir={workdir}'], env=failing_env, capture_output=True, text=True, timeout=300)
+  assert full.returncode == 1, full.stderr
+  lines = full.stderr.strip().splitlines()
+  assert len(lines) == 1 and 'No space left on device' in lines[0] and 'free space' in lines[0], full.stderr
+  assert lines[0].startswith(f'error: saving step ') and str(workdir) in lines[0]
+  assert not list(workdir.rglob('*.orbax-checkpoint-tmp*')) and not list(workdir.rglob('.*.tmp*'))
+  assert not (workdir / 'results.json').exists()
+  if small_disk is not None:  # space again: the same command, on a copy of the workdir
+    shutil.copytree(workdir, tmp_path / 'run')
+    workdir = tmp_path / 'run'
+  resumed = subprocess.run([*args, f'--workdir={workdir}'], env=env, capture_output=True, text=True, timeout=300)
+  assert resumed.returncode == 0, resumed.stderr
+  expected = json.loads((tmp_path / 'reference' / 'results.json').read_text())
+  got = json.loads((workdir / 'results.json').read_text())
+  assert (got['valid_ppl'], got['test_ppl'], got['history']) == (expected['valid_ppl'], expected['test_ppl'],
+                                                                  expected['history'])

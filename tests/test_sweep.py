@@ -36,10 +36,21 @@ def test_grid_runs_resumes_and_tabulates(tiny_files, tmp_path, capsys):
 def test_a_failing_point_is_reported_and_the_rest_still_tabulated(tiny_files, tmp_path, capsys):
   root = str(tmp_path / 'sweep')
   args = tiny_grid_args(tiny_files, root)
-  args[1] = '--grid=model.n=1,3'  # n=1 is rejected by training
+  args[1] = '--grid=train.batch_size=100000,32'  # valid, but larger than the corpus: found when its run starts
   assert sweep.main(args) == 1
   out = capsys.readouterr().out
-  assert 'n1: failed' in out and 'model.n=1' in out and '1/2 points have results' in out
+  assert 'batch_size100000: failed' in out and 'exceeds the' in out and '1/2 points have results' in out
+
+
+def test_bad_points_are_refused_before_any_starts(tiny_files, tmp_path, capsys):
+  root = tmp_path / 'sweep'
+  args = tiny_grid_args(tiny_files, str(root))
+  args[1] = '--grid=model.n=3,1'  # n=1 is invalid: refused with the sweep's first line, nothing run
+  assert sweep.main(args) == 2
+  err = capsys.readouterr().err.strip()
+  assert err == ("error: point 'n1': model.n=1 is invalid: it must be an integer >= 2 (n counts the predicted word and "
+                 "at least one context word); set --config.model.n=<value>")
+  assert not root.exists() or not any(root.iterdir())
 
 
 def test_named_sweep_of_ngram_points(ptb_dir, tmp_path, capsys, monkeypatch):

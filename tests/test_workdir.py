@@ -85,3 +85,31 @@ def test_progress_rate_and_eta_count_training_time_only(monkeypatch):
   assert first['steps_per_sec'] == pytest.approx(10) and second['steps_per_sec'] == pytest.approx(10)
   assert first['tokens_per_sec'] == pytest.approx(320)
   assert first['eta'] == '1m10s' and second['eta'] == '1m00s'  # 700 and 600 steps at 10 steps/s
+
+
+def test_damaged_metrics_lines_are_dropped_not_fatal(tmp_path):
+  """A metrics.jsonl with bytes that are not UTF-8 (a damaged disk block) still reads: resume and
+  plot keep every good record."""
+  from nplm_jax import metrics  # pylint: disable=g-import-not-at-top
+  from etils import epath  # pylint: disable=g-import-not-at-top
+  path = tmp_path / 'metrics.jsonl'
+  path.write_bytes(b'{"step": 1, "train_loss": 2.0}\n\xff\xfe{"step": 2}\n{"step": 3, "valid_ppl": 40.0}\n{"step": 4')
+  assert [r['step'] for r in metrics.read_jsonl(epath.Path(path))] == [1, 3]
+
+
+def test_a_failed_write_is_one_line_and_leaves_no_temporary_file(tmp_path):
+  from nplm_jax import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.errors import UserError  # pylint: disable=g-import-not-at-top
+  blocker = tmp_path / 'a_file'
+  blocker.write_text('x')
+  with pytest.raises(UserError, match='cannot be written'):
+    workdir_lib.write_text_atomically(workdir_lib.as_path(blocker / 'results.json'), '{}')
+  full = workdir_lib.as_path(tmp_path / 'out.json')
+  real_replace = type(full).replace
+  try:  # a disk that fills up between the write and the rename: the temporary file is removed
+    type(full).replace = lambda self, target: (_ for _ in ()).throw(OSError(28, 'No space left on device'))
+    with pytest.raises(UserError, match='No space left on device'):
+      workdir_lib.write_text_atomically(full, '{}')
+  finally:
+    type(full).replace = real_replace
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['a_file']

@@ -1,0 +1,109 @@
+"""The commands' entry points (console scripts and `python -m`): a signal at any moment ends in one line.
+
+Each command runs inside run_command, which imports its module (JAX and all) only after taking
+SIGINT and SIGTERM, so Ctrl-C or a SIGTERM during the imports, the start-up, an evaluation or a
+tool's work stops the command with one 'error:' line and exit status 128 + the signal, never a
+traceback; once stopping, further signals are ignored (a second Ctrl-C prints nothing more).
+Inside the training loop, train.Preemption takes the signals first and saves the step in
+progress. Files are written whole or not at all (workdir.write_text_atomically, Orbax's commits),
+so what a stopped command leaves is resumable: the same command again resumes or redoes it.
+
+This module imports nothing heavy: it must be ready before the first import that can take seconds.
+"""
+
+import importlib
+import importlib.util
+import os
+import signal
+import sys
+
+# What each command's stop leaves behind, for its one line.
+AFTER_TRAINING_STOP = 'run the same command to resume (the checkpoints saved so far are kept)'
+AFTER_TOOL_STOP = 'nothing was written half-way; run it again'
+
+
+class Stopped(BaseException):
+  """SIGTERM, raised where the program is (as Python raises KeyboardInterrupt for SIGINT)."""
+
+  def __init__(self, signum: int):
+    super().__init__(signum)
+    self.signum = signum
+
+
+def _raise_stopped(signum, frame):
+  del frame
+  raise Stopped(signum)
+
+
+def run_command(module: str, function: str = 'main', after_stop: str = AFTER_TOOL_STOP):
+  """Runs module.function() (it returns an exit status or None), turning a signal into one line."""
+  signal.signal(signal.SIGTERM, _raise_stopped)
+  try:
+    status = getattr(importlib.import_module(module), function)()
+  except KeyboardInterrupt:
+    _stop(signal.SIGINT, after_stop)
+  except Stopped as stopped:
+    _stop(stopped.signum, after_stop)
+  sys.exit(status)
+
+
+def _stop(signum: int, after_stop: str) -> None:
+  for each in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(each, signal.SIG_IGN)  # a second signal now would interrupt the message
+  name = signal.Signals(signum).name + (' (Ctrl-C)' if signum == signal.SIGINT else '')
+  print(f'error: stopped by {name}; {after_stop}', file=sys.stderr, flush=True)
+  sys.stdout.flush()
+  os._exit(128 + signum)  # pylint: disable=protected-access  # no more Python: JAX's atexit hooks could hang
+
+
+def train():
+  run_command('nplm_jax.main', after_stop=AFTER_TRAINING_STOP)
+
+
+def score():
+  run_command('nplm_jax.score')
+
+
+def sample():
+  run_command('nplm_jax.sample')
+
+
+def embeddings():
+  run_command('nplm_jax.embeddings')
+
+
+def extend():
+  run_command('nplm_jax.extend')
+
+
+def plot():
+  run_command('nplm_jax.plot')
+
+
+def export():
+  run_command('nplm_jax.export')
+
+
+def ngram():
+  run_command('nplm_jax.ngram')
+
+
+def mix():
+  run_command('nplm_jax.mix')
+
+
+def prepare():
+  run_command('nplm_jax.prepare')
+
+
+def sweep():
+  run_command(_launch('sweep'), after_stop='run the same command to go on (finished points are skipped)')
+
+
+def table1():
+  run_command(_launch('table1'))
+
+
+def _launch(name: str) -> str:
+  """launch/NAME.py: nplm_jax.launch.NAME once installed, launch.NAME in the repository."""
+  return f'nplm_jax.launch.{name}' if importlib.util.find_spec('nplm_jax.launch') else f'launch.{name}'
