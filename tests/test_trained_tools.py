@@ -225,9 +225,17 @@ def test_neighbours_are_the_highest_cosines(model):
   np.testing.assert_allclose([s for _, s in found], [s for s, _ in expected], rtol=1e-5)
 
 
-def test_analogy_leaves_out_its_words(model):
+def test_analogy_ranks_by_the_cosine_to_b_minus_a_plus_c(model):
+  """Independently: unit rows, b - a + c, cosines to every row, a, b and c left out (gensim's rule)."""
   found = embeddings.analogy(model, ['w1', 'w2', 'w3'], 10)
-  assert len(found) == 10 and not {'w1', 'w2', 'w3'} & {w for w, _ in found}
+  c = model.embeddings.astype(np.float64)
+  unit = c / np.linalg.norm(c, axis=1, keepdims=True)
+  a, b, q = (model.word_ids[w] for w in ('w1', 'w2', 'w3'))
+  target = unit[b] - unit[a] + unit[q]
+  cosines = unit @ target / np.linalg.norm(target)
+  ranked = [i for i in np.argsort(-cosines) if i not in (a, b, q)][:10]
+  assert [w for w, _ in found] == [model.vocab[i] for i in ranked]
+  np.testing.assert_allclose([s for _, s in found], cosines[ranked], rtol=1e-5)
 
 
 def test_word2vec_and_projector_exports(workdir, model, tmp_path):
@@ -312,6 +320,11 @@ def test_extend_gives_new_words_the_papers_vector(workdir, model, tmp_path):
   out_layer = np.asarray(extended.params['output'])
   rare_bias = np.asarray(model.params['output'])[-1, model.rare_id]
   np.testing.assert_allclose(out_layer[-1, v:v + 2], rare_bias - np.log(2), rtol=1e-6)
+  # their U and W rows: sum_i P(i | context) [U; W]_i, averaged over each new word's occurrences
+  expected_columns = probs @ np.asarray(model.params['output'], np.float64)[:-1, :v].T
+  for j, w in enumerate(('newA', 'newB')):
+    np.testing.assert_allclose(out_layer[:-1, v + j], expected_columns[positions[w]].mean(0), rtol=1e-4, atol=1e-6)
+    assert np.abs(out_layer[:-1, v + j]).max() > 1e-3  # not zero columns
   np.testing.assert_array_equal(out_layer[:, :v], np.asarray(model.params['output'])[:, :v])
   scored = score_lib.score_text(extended, ['w1 newB w2'], independent_lines=False)[0]
   assert not scored.oov.any() and np.all(np.isfinite(scored.nll))
