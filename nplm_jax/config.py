@@ -102,6 +102,9 @@ def base_config() -> ml_collections.ConfigDict:
   # 0: each batch is gathered in the training loop (fastest on a few cores: benchmarks/input_pipeline.py);
   # > 0: grain threads read the next batches ahead (hosts with cores to spare). Same batches either way.
   c.train.input_threads = 0
+  # Before anything is allocated, refuse a run whose parameters, optimiser state, step or evaluation
+  # blocks cannot fit a device's memory (nplm_jax/memory.py); False: skip the check.
+  c.train.check_memory = True
   c.train.eval_batch_size = 256  # on CPU the [batch, |V|] block then stays in cache: 2x faster than 1024
   c.train.patience = 3  # evaluations without improvement before stopping; 0 = never stop early
   # Learning-rate annealing: when validation perplexity improves by less than anneal_threshold

@@ -30,14 +30,15 @@ def unit_rows(vectors: np.ndarray) -> np.ndarray:
 
 
 def nearest(vectors: np.ndarray, queries: np.ndarray, topn: int, exclude: list[list[int]]) -> list[list[tuple[int, float]]]:
-  """For each query vector, the `topn` rows of `vectors` of highest cosine, minus the ids in `exclude`."""
+  """For each query vector, the `topn` rows of `vectors` of highest cosine, minus the ids in `exclude`
+  (fewer when fewer remain)."""
   cosines = unit_rows(queries) @ unit_rows(vectors).T  # [queries, |V|]: one matmul, no loop over words
   out = []
   for row, skip in zip(cosines, exclude):
     row = row.copy()
     row[skip] = -np.inf
     best = np.argsort(-row, kind='stable')[:topn]
-    out.append([(int(i), float(row[i])) for i in best])
+    out.append([(int(i), float(row[i])) for i in best if row[i] > -np.inf])  # topn past |V|: the words there are
   return out
 
 

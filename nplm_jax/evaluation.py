@@ -50,13 +50,20 @@ def split_nll(experiment: experiment_lib.Experiment, params, split: str) -> np.n
 
 
 def examples_nll(steps: steps_lib.CompiledSteps, params, contexts: np.ndarray, targets: np.ndarray,
-                 batch_size: int) -> np.ndarray:
-  """-log P(target | context) of any examples (contexts [N, n-1], targets [N]), batched like a split."""
+                 batch_size: int, progress=None) -> np.ndarray:
+  """-log P(target | context) of any examples (contexts [N, n-1], targets [N]), batched like a split;
+  `progress(done, total)` after each batch is dispatched, if given."""
   if not len(targets):
     return np.zeros(0)
   rows = sharding.process_rows(steps.mesh, batch_size)
-  batches = ((contexts[p[rows]], targets[p[rows]], w) for p, w in data_lib.padded_positions(len(targets), batch_size))
-  return batched_nll(steps, params, batches, batch_size)
+  total = len(targets)
+
+  def batches():
+    for p, w in data_lib.padded_positions(total, batch_size):
+      if progress is not None:
+        progress(int(min(p[0] + batch_size, total)), total)
+      yield contexts[p[rows]], targets[p[rows]], w
+  return batched_nll(steps, params, batches(), batch_size)
 
 
 def batched_nll(steps: steps_lib.CompiledSteps, params, batches, batch_size: int) -> np.ndarray:

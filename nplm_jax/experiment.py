@@ -12,6 +12,7 @@ from nplm_jax import checkpoint as ckpt_lib
 from nplm_jax import config as config_lib
 from nplm_jax import data as data_lib
 from nplm_jax import device_data as device_data_lib
+from nplm_jax import memory
 from nplm_jax import metrics as metrics_lib
 from nplm_jax import model as model_lib
 from nplm_jax import optim
@@ -77,6 +78,8 @@ class Experiment:
     sharding.check_divisibility(self.mesh, config.train.batch_size, config.train.eval_batch_size,
                                 self.model.padded_vocab_size)
     self.stream = data_lib.TokenStream(self.corpus, config.model.n - 1)
+    # before anything is allocated: what cannot fit a device is one line, not a hang or an abort
+    memory.check(config, self.model.padded_vocab_size, self.corpus.vocab_size, self.mesh, training)
     self.num_parameters = model_lib.num_parameters(self.corpus.vocab_size, config.model.n, config.model.m,
                                                    config.model.h, config.model.direct)
     common = dict(chunk_size=config.train.chunk_size, seed=config.seed,

@@ -156,6 +156,24 @@ class Progress:
             'eta': format_duration(eta) if eta != float('inf') else '?'}
 
 
+class StderrProgress:
+  """progress(done, total) for a long tool: a line on stderr at most every `every` seconds, with the
+  rate and the time left, once the work has run `after` seconds (short work prints nothing)."""
+
+  def __init__(self, what: str, after: float = 5.0, every: float = 10.0):
+    self.what, self.after, self.every = what, after, every
+    self._start = self._last = time.perf_counter()
+
+  def __call__(self, done: int, total: int) -> None:
+    now = time.perf_counter()
+    if now - self._start < self.after or now - self._last < self.every or not done:
+      return
+    self._last = now
+    rate = done / (now - self._start)
+    print(f'{done:,}/{total:,} {self.what} ({rate:,.0f}/s, ETA {format_duration((total - done) / rate)})',
+          file=sys.stderr, flush=True)
+
+
 def log(message: str) -> None:
   """A progress line with the time, printed by the leader process only."""
   if distributed.is_leader():

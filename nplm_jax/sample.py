@@ -22,6 +22,7 @@ import numpy as np
 
 from nplm_jax import cli as cli_lib
 from nplm_jax import data as data_lib
+from nplm_jax import metrics
 from nplm_jax import trained as trained_lib
 from nplm_jax.errors import UserError
 
@@ -78,11 +79,25 @@ def check_settings(num_tokens: int, temperature: float, top_k: int, top_p: float
     raise UserError(f'--seed={seed} is invalid; use a seed >= 0')
 
 
+# Samples drawn together, at most this many at a time: memory stays [SAMPLES_AT_ONCE, |V|] whatever
+# --num_samples (each sample is a function of (seed, its index) alone, so chunks change nothing).
+SAMPLES_AT_ONCE = 256
+
+
 def sample(model: trained_lib.TrainedModel, prompt: str, num_tokens: int, temperature: float = 1.0, top_k: int = 0,
            top_p: float = 1.0, num_samples: int = 1, seed: int = 0, allow_unk: bool = False,
            stop_at_eos: bool | None = None) -> list[list[str]]:
   """`num_samples` continuations of `prompt`, `num_tokens` words each, or (stop_at_eos; None = when
   the model's lines end with <eos>) up to their first <eos>, which is not returned."""
+  return list(iter_samples(model, prompt, num_tokens, temperature, top_k, top_p, num_samples, seed, allow_unk,
+                           stop_at_eos))
+
+
+def iter_samples(model: trained_lib.TrainedModel, prompt: str, num_tokens: int, temperature: float = 1.0,
+                 top_k: int = 0, top_p: float = 1.0, num_samples: int = 1, seed: int = 0, allow_unk: bool = False,
+                 stop_at_eos: bool | None = None, progress=None):
+  """sample()'s samples in order, SAMPLES_AT_ONCE at a time; `progress(words_done, words_total)`
+  after every drawn word of a chunk, if given."""
   check_settings(num_tokens, temperature, top_k, top_p, num_samples, seed)
   eos = model.word_ids.get(data_lib.EOS) if model.vocabulary.tokenizer.end_of_line else None
   if stop_at_eos is None:
@@ -92,25 +107,38 @@ def sample(model: trained_lib.TrainedModel, prompt: str, num_tokens: int, temper
                     '--no-stop_at_eos')
   prompt_ids, _ = model.to_ids(model.prompt_tokens(prompt))
   history = np.concatenate([np.full(model.context_size, model.boundary_id, np.int32), prompt_ids])
-  histories = np.tile(history, (num_samples, 1))
   symbols = {model.rare_id, model.boundary_id, eos} - ({eos} if stop_at_eos else set())
   banned = [] if allow_unk else sorted(i for i in symbols if i is not None)
   if len(banned) >= len(model.vocab):
     raise UserError('the vocabulary holds only the rare-word and boundary symbols; use --allow_unk')
-  rngs = [np.random.default_rng([seed, i]) for i in range(num_samples)]  # sample i: a function of (seed, i)
-  drawn, ended = [], np.zeros(num_samples, bool)
-  for _ in range(num_tokens):
+  for first in range(0, num_samples, SAMPLES_AT_ONCE):
+    indices = range(first, min(first + SAMPLES_AT_ONCE, num_samples))
+    rows = _draw_chunk(model, history, indices, num_tokens, temperature, top_k, top_p, seed, banned,
+                       eos if stop_at_eos else None,
+                       None if progress is None else lambda t: progress(first * num_tokens + t * len(indices),
+                                                                       num_samples * num_tokens))
+    yield from ([model.vocab[i] for i in row if i >= 0 and not (stop_at_eos and i == eos)] for row in rows)
+
+
+def _draw_chunk(model, history, indices, num_tokens, temperature, top_k, top_p, seed, banned, stop_id, progress):
+  """The word ids [len(indices), <= num_tokens] of samples `indices` (-1 after a sample's stop word)."""
+  histories = np.tile(history, (len(indices), 1))
+  rngs = [np.random.default_rng([seed, i]) for i in indices]  # sample i: a function of (seed, i)
+  drawn, ended = [], np.zeros(len(indices), bool)
+  for t in range(num_tokens):
     contexts = histories[:, ::-1][:, :model.context_size]  # most recent word first
     log_probs = model.next_word_log_probs(contexts)
     log_probs[:, banned] = -np.inf
     words = draw(shape_distribution(log_probs, temperature, top_k, top_p), rngs)
     drawn.append(np.where(ended, -1, words))
-    ended |= stop_at_eos & (words == eos)
+    if stop_id is not None:
+      ended |= words == stop_id
     histories = np.concatenate([histories, words[:, None].astype(np.int32)], axis=1)
+    if progress is not None:
+      progress(t + 1)
     if ended.all():
       break
-  rows = np.stack(drawn, axis=1)
-  return [[model.vocab[i] for i in row if i >= 0 and not (stop_at_eos and i == eos)] for row in rows]
+  return np.stack(drawn, axis=1)
 
 
 def parse_args(argv=None):
@@ -135,15 +163,15 @@ def main(argv=None) -> int:
   try:
     check_settings(args.num_tokens, args.temperature, args.top_k, args.top_p, args.num_samples, args.seed)
     model = trained_lib.TrainedModel.load(args.workdir)
-    samples = sample(model, args.prompt, args.num_tokens, args.temperature, args.top_k, args.top_p,
-                     args.num_samples, args.seed, args.allow_unk, args.stop_at_eos)
+    prompt = model.prompt_tokens(args.prompt)
+    progress = metrics.StderrProgress('words drawn')
+    for words in iter_samples(model, args.prompt, args.num_tokens, args.temperature, args.top_k, args.top_p,
+                              args.num_samples, args.seed, args.allow_unk, args.stop_at_eos, progress):
+      print(model.join(prompt + words), flush=args.num_samples > SAMPLES_AT_ONCE)  # printed as drawn
   except UserError as e:
     print(f'error: {e}', file=sys.stderr)
     return 1
-  for words in samples:
-    print(model.join(model.prompt_tokens(args.prompt) + words))
   return 0
-
 
 
 if __name__ == '__main__':

@@ -221,6 +221,11 @@ CASES = [
     ('distributed_no_coordinator', lambda w: main_args(
         w, '--config.distributed.coordinator_address=localhost:9', '--config.distributed.num_processes=2',
         '--config.distributed.process_id=1', '--config.distributed.timeout_seconds=2'), 'no coordinator answered'),
+    # sizes that cannot fit, refused before anything is allocated (nplm_jax/memory.py)
+    ('huge_feature_size', lambda w: main_args(w, '--config.model.m=1000000000'), 'needs about'),
+    ('huge_eval_batch', lambda w: main_args(w, '--config.train.eval_batch_size=100000000'), 'evaluation'),
+    ('huge_noise_sample', lambda w: main_args(w, '--config.loss.name=nce', '--config.loss.num_samples=10000000',
+                                              '--config.train.batch_size=4096'), 'training step'),
     ('plot_not_png', lambda w: tool_args('plot', w, 'curves', f'--output={w["base"] / "nothing" / "c.jpg"}'),
      'does not end in .png'),
     ('plot_no_evaluation', lambda w: tool_args('plot', w, 'curves', f'--output={w["base"] / "nothing" / "c.png"}',

@@ -225,6 +225,12 @@ def test_neighbours_are_the_highest_cosines(model):
   np.testing.assert_allclose([s for _, s in found], [s for s, _ in expected], rtol=1e-5)
 
 
+def test_topn_beyond_the_vocabulary_lists_every_other_word_once(model):
+  found = embeddings.neighbours(model, ['w3'], 10 * len(model.vocab))['w3']
+  assert len(found) == len(model.vocab) - 1 and 'w3' not in {w for w, _ in found}
+  assert all(np.isfinite(s) for _, s in found)
+
+
 def test_analogy_ranks_by_the_cosine_to_b_minus_a_plus_c(model):
   """Independently: unit rows, b - a + c, cosines to every row, a, b and c left out (gensim's rule)."""
   found = embeddings.analogy(model, ['w1', 'w2', 'w3'], 10)

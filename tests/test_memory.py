@@ -1,0 +1,48 @@
+"""The memory estimate made before a run allocates anything (nplm_jax/memory.py), against the real
+parameters and optimiser state of the same config."""
+
+import jax
+import numpy as np
+import pytest
+
+from nplm_jax import memory
+from nplm_jax import model as model_lib
+from nplm_jax import optim
+from nplm_jax.errors import UserError
+
+
+@pytest.mark.parametrize('direct,h,optimizer', [(True, 16, 'adamw'), (False, 8, 'paper_sgd'), (True, 0, 'adamw')])
+def test_parameters_and_optimizer_state_are_counted_exactly(tiny_config, direct, h, optimizer):
+  tiny_config.model.update(direct=direct, h=h)
+  tiny_config.optimizer.name = optimizer
+  vocab_size = 61
+  model = model_lib.from_config(tiny_config.model, vocab_size)
+  params = model_lib.init_params(model)
+  state = optim.make_optimizer(tiny_config.optimizer, tiny_config.train.batch_size).init(params)
+  nbytes = lambda tree: sum(np.asarray(x).nbytes for x in jax.tree.leaves(tree) if np.ndim(x))  # not step counters
+  estimate = memory.estimate(tiny_config, model.padded_vocab_size, vocab_size, {'data': 1, 'model': 1}, training=True)
+  assert estimate.parameters == nbytes(params)
+  assert estimate.optimizer == nbytes(state) + nbytes(params)  # the moments (if any) and the gradients
+  halves = memory.estimate(tiny_config, model.padded_vocab_size, vocab_size, {'data': 2, 'model': 2}, training=True)
+  output = np.asarray(params[model_lib.OUTPUT]).nbytes
+  assert halves.parameters == nbytes(params) - output // 2  # the output layer is split over 'model'
+
+
+def test_blocks_follow_batch_chunks_and_vocabulary_blocks(tiny_config):
+  tiny_config.train.update(batch_size=64, eval_batch_size=128)
+  whole = memory.estimate(tiny_config, 1024, 1000, {'data': 1, 'model': 1}, training=True)
+  assert whole.step == 3 * 4 * 64 * 1024 and whole.evaluation == 2 * 4 * 128 * 1024
+  tiny_config.train.update(chunk_size=32, vocab_block=256)
+  blocked = memory.estimate(tiny_config, 1024, 1000, {'data': 2, 'model': 1}, training=True)
+  assert blocked.step == 3 * 4 * 32 * 256 and blocked.evaluation == 2 * 4 * 32 * 256
+
+
+def test_what_cannot_fit_is_refused_unless_told(tiny_config, monkeypatch):
+  from nplm_jax import sharding  # pylint: disable=g-import-not-at-top
+  mesh = sharding.make_mesh(tiny_config.mesh)
+  monkeypatch.setattr(memory, 'host_available_bytes', lambda: 10 * 2**20)  # 10 MiB
+  tiny_config.model.m = 100_000  # C 23 MiB, H 12 MiB, the direct connections W 98 MiB
+  with pytest.raises(UserError, match=r'needs about 0.1 GiB a device \(parameters 0.1 GiB, .* has 10.0 MiB'):
+    memory.check(tiny_config, 128, 61, mesh, training=False)
+  tiny_config.train.check_memory = False
+  memory.check(tiny_config, 128, 61, mesh, training=False)
