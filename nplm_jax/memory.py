@@ -12,8 +12,6 @@ counted), so a refusal is certain; train.check_memory = False skips it for a use
 import dataclasses
 import os
 
-import jax
-
 GiB = 2**30
 FLOAT_BYTES = 4  # parameters, optimiser state and logits are float32
 

@@ -39,7 +39,8 @@ def test_blocks_follow_batch_chunks_and_vocabulary_blocks(tiny_config):
 
 def test_what_cannot_fit_is_refused_unless_told(tiny_config, monkeypatch):
   from nplm_jax import sharding  # pylint: disable=g-import-not-at-top
-  mesh = sharding.make_mesh(tiny_config.mesh)
+  tiny_config.mesh.update(data=1, model=1)  # one device: the whole (here 10 MiB) host memory is its
+  mesh = sharding.make_mesh(tiny_config.mesh, jax.devices()[:1])
   monkeypatch.setattr(memory, 'host_available_bytes', lambda: 10 * 2**20)  # 10 MiB
   tiny_config.model.m = 100_000  # C 23 MiB, H 12 MiB, the direct connections W 98 MiB
   with pytest.raises(UserError, match=r'needs about 0.1 GiB a device \(parameters 0.1 GiB, .* has 10.0 MiB'):

@@ -502,7 +502,7 @@ def test_a_full_disk_stops_training_in_one_line_and_resumes_exactly(tiny_files, 
   assert full.returncode == 1, full.stderr
   lines = full.stderr.strip().splitlines()
   assert len(lines) == 1 and 'No space left on device' in lines[0] and 'free space' in lines[0], full.stderr
-  assert lines[0].startswith(f'error: saving step ') and str(workdir) in lines[0]
+  assert lines[0].startswith('error: saving step ') and str(workdir) in lines[0]
   assert not list(workdir.rglob('*.orbax-checkpoint-tmp*')) and not list(workdir.rglob('.*.tmp*'))
   assert not (workdir / 'results.json').exists()
   if small_disk is not None:  # space again: the same command, on a copy of the workdir
