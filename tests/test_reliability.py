@@ -430,6 +430,16 @@ def test_checkpoints_also_by_wall_time(tiny_config, tmp_path):
   assert ocp.CheckpointManager(str(tmp_path / 'untimed' / 'checkpoints')).all_steps() == [23]
 
 
+def assert_resumes_to(args, workdir, env, reference):
+  """The same command on `workdir` ends with the results of the uninterrupted run in `reference`."""
+  resumed = subprocess.run([*args, f'--workdir={workdir}'], env=env, capture_output=True, text=True, timeout=300)
+  assert resumed.returncode == 0, resumed.stderr
+  expected = json.loads((reference / 'results.json').read_text())
+  got = json.loads((workdir / 'results.json').read_text())
+  assert (got['valid_ppl'], got['test_ppl'], got['history']) == (expected['valid_ppl'], expected['test_ppl'],
+                                                                  expected['history'])
+
+
 @pytest.mark.parametrize('point,signame,count', [('start', 'SIGTERM', 1), ('final_evaluation', 'SIGINT', 2)])
 def test_signals_outside_the_loop_are_one_line_and_resumable(tiny_files, tmp_path, point, signame, count):
   """SIGTERM at start-up, and Ctrl-C pressed twice during the final evaluation: one 'error:' line, exit
@@ -450,12 +460,7 @@ def test_signals_outside_the_loop_are_one_line_and_resumable(tiny_files, tmp_pat
   assert len(lines) == 1 and lines[0].startswith(f'error: stopped by {signame}'), stopped.stderr
   assert 'Traceback' not in stopped.stdout + stopped.stderr
   assert not (workdir / 'results.json').exists()
-  resumed = subprocess.run([*args, f'--workdir={workdir}'], env=env, capture_output=True, text=True, timeout=300)
-  assert resumed.returncode == 0, resumed.stderr
-  expected = json.loads((tmp_path / 'reference' / 'results.json').read_text())
-  got = json.loads((workdir / 'results.json').read_text())
-  assert (got['valid_ppl'], got['test_ppl'], got['history']) == (expected['valid_ppl'], expected['test_ppl'],
-                                                                  expected['history'])
+  assert_resumes_to(args, workdir, env, tmp_path / 'reference')
 
 
 def test_ctrl_c_during_a_tools_imports_is_one_line(tmp_path):
@@ -508,9 +513,4 @@ def test_a_full_disk_stops_training_in_one_line_and_resumes_exactly(tiny_files, 
   if small_disk is not None:  # space again: the same command, on a copy of the workdir
     shutil.copytree(workdir, tmp_path / 'run')
     workdir = tmp_path / 'run'
-  resumed = subprocess.run([*args, f'--workdir={workdir}'], env=env, capture_output=True, text=True, timeout=300)
-  assert resumed.returncode == 0, resumed.stderr
-  expected = json.loads((tmp_path / 'reference' / 'results.json').read_text())
-  got = json.loads((workdir / 'results.json').read_text())
-  assert (got['valid_ppl'], got['test_ppl'], got['history']) == (expected['valid_ppl'], expected['test_ppl'],
-                                                                  expected['history'])
+  assert_resumes_to(args, workdir, env, tmp_path / 'reference')
