@@ -1,6 +1,7 @@
 """The commands' entry points (console scripts and `python -m`): a signal at any moment ends in one line.
 
-Each command runs inside run_command, which imports its module (JAX and all) only after taking
+Each command runs inside run_command, which also makes any user error that escaped the command
+one 'error:' line. It imports the command's module (JAX and all) only after taking
 SIGINT and SIGTERM, so Ctrl-C or a SIGTERM during the imports, the start-up, an evaluation or a
 tool's work stops the command with one 'error:' line and exit status 128 + the signal, never a
 traceback; once stopping, further signals are ignored (a second Ctrl-C prints nothing more).
@@ -38,8 +39,12 @@ def _raise_stopped(signum, frame):
 def run_command(module: str, function: str = 'main', after_stop: str = AFTER_TOOL_STOP):
   """Runs module.function() (it returns an exit status or None), turning a signal into one line."""
   signal.signal(signal.SIGTERM, _raise_stopped)
+  from nplm_jax.errors import UserError  # pylint: disable=g-import-not-at-top  # a light module
   try:
     status = getattr(importlib.import_module(module), function)()
+  except UserError as e:  # each command reports its own; this catches any that escaped it
+    print(f'error: {e}', file=sys.stderr, flush=True)
+    status = 1
   except KeyboardInterrupt:
     _stop(signal.SIGINT, after_stop)
   except Stopped as stopped:

@@ -68,11 +68,11 @@ def main(argv=None):
     backend.configure(config)
     nll = evaluation.evaluate_workdir(cli.workdir)
     results = mixture_results(data_lib.load_corpus(config.data), nll, config.mix)
+    results.update(valid_ppl=ngram.perplexity(np.exp(-nll['valid'])), test_ppl=ngram.perplexity(np.exp(-nll['test'])))
+    workdir_lib.Workdir(cli.workdir).write_json('mix_results.json', results)
   except UserError as e:
     sys.exit(f'error: {e}')
-  results.update(valid_ppl=ngram.perplexity(np.exp(-nll['valid'])), test_ppl=ngram.perplexity(np.exp(-nll['test'])))
   print(json.dumps(results), flush=True)
-  workdir_lib.Workdir(cli.workdir).write_json('mix_results.json', results)
 
 
 

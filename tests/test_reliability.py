@@ -514,3 +514,29 @@ def test_a_full_disk_stops_training_in_one_line_and_resumes_exactly(tiny_files, 
     shutil.copytree(workdir, tmp_path / 'run')
     workdir = tmp_path / 'run'
   assert_resumes_to(args, workdir, env, tmp_path / 'reference')
+
+
+def test_a_read_only_workdir_is_one_line_and_still_serves(tiny_files, tmp_path):
+  """A finished workdir on a filesystem remounted read-only (as root, only a mount binds): the tools
+  that read serve it, the commands that would write say so in one line, and nothing is half-written."""
+  folder = tmp_path / 'read_only'
+  folder.mkdir()
+  if subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=16M', 'tmpfs', str(folder)], capture_output=True).returncode:
+    pytest.skip('this machine does not let tests mount a filesystem (read-only folders need one when run as root)')
+  try:
+    env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO)
+    train_args = [sys.executable, '-m', 'nplm_jax.main', '--config=' + os.path.join(REPO, 'experiments', 'text.py:tiny'),
+                  *(f'--config.data.{s}_file={tiny_files[s]}' for s in ('train', 'valid', 'test')),
+                  '--config.train.max_steps=20', f'--workdir={folder / "run"}']
+    assert subprocess.run(train_args, env=env, capture_output=True, timeout=300).returncode == 0
+    subprocess.run(['mount', '-o', 'remount,ro', str(folder)], check=True)
+    score = subprocess.run([sys.executable, '-m', 'nplm_jax.score', f'--workdir={folder / "run"}',
+                            f'--text={tiny_files["test"]}'], env=env, capture_output=True, text=True, timeout=300)
+    assert score.returncode == 0 and score.stdout.startswith('tokens '), score.stderr
+    for args, says in ((train_args + ['--config.train.max_steps=40'], 'cannot be written'),
+                       ([sys.executable, '-m', 'nplm_jax.mix', f'--workdir={folder / "run"}'], 'Read-only file system')):
+      proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+      lines = proc.stderr.strip().splitlines()
+      assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith('error: ') and says in lines[0], proc.stderr
+  finally:
+    subprocess.run(['umount', str(folder)], check=False)
