@@ -138,7 +138,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.distributed.coordinator_address = ''  # process 0's host:port, e.g. 'localhost:12355'; '' = detect
   c.distributed.num_processes = -1  # -1 = detect (SLURM, Open MPI, TPU pods)
   c.distributed.process_id = -1  # this process's index; -1 = detect
-  c.distributed.timeout_seconds = 300  # joining waits this long for every process, then stops with one line
+  c.distributed.timeout_seconds = 300  # joining waits this long for every process (README, Reliability)
   return c
 
 

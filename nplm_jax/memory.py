@@ -3,9 +3,10 @@ allocated, and refused in one line when it cannot fit (model.m = 10**9 would oth
 4e12 parameters and hang; eval_batch_size = 10**8 would end in an out-of-memory abort).
 
 The estimate counts the large terms only: parameters (C, H and d replicated, the output layer
-split over 'model'), the optimiser's state and the gradients, the output layer's [batch, |V| /
-model] blocks of a training step and of an evaluation (bounded by train.chunk_size and
-train.vocab_block), and the token ids kept on the devices. It errs low (XLA's own buffers are not
+split over 'model'), the optimiser's state and the gradients, and the output layer's [batch,
+|V| / model] blocks of a training step and of an evaluation (bounded by train.chunk_size and
+train.vocab_block); token ids kept on the devices count when a caller gives their size (training
+leaves them to train.device_data's own bound). It errs low (XLA's own buffers are not
 counted), so a refusal is certain; train.check_memory = False skips it for a user who knows better.
 """
 
