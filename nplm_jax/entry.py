@@ -24,7 +24,7 @@ AFTER_TOOL_STOP = 'nothing was written half-way; run it again'
 
 
 class Stopped(BaseException):
-  """SIGTERM, raised where the program is (as Python raises KeyboardInterrupt for SIGINT)."""
+  """SIGINT or SIGTERM, raised where the program is (not an Exception: no `except Exception` stops it)."""
 
   def __init__(self, signum: int):
     super().__init__(signum)
@@ -38,7 +38,19 @@ def _raise_stopped(signum, frame):
 
 def run_command(module: str, function: str = 'main', after_stop: str = AFTER_TOOL_STOP):
   """Runs module.function() (it returns an exit status or None), turning a signal into one line."""
-  signal.signal(signal.SIGTERM, _raise_stopped)
+  for each in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(each, _raise_stopped)
+  # A signal that lands in a garbage-collection callback or a destructor (JAX's imports run some)
+  # raises where Python only reports it as unraisable and goes on: stop there and then.
+  previous_hook = sys.unraisablehook
+
+  def unraisable(hook_args):
+    if isinstance(hook_args.exc_value, Stopped):
+      _stop(hook_args.exc_value.signum, after_stop)
+    elif isinstance(hook_args.exc_value, KeyboardInterrupt):
+      _stop(signal.SIGINT, after_stop)
+    previous_hook(hook_args)
+  sys.unraisablehook = unraisable
   from nplm_jax.errors import UserError  # pylint: disable=g-import-not-at-top  # a light module
   try:
     status = getattr(importlib.import_module(module), function)()
