@@ -64,7 +64,6 @@ def grid_points(config_arg: str, grid: str) -> list[dict]:
 def check_points(points: list[dict], common_overrides: dict) -> None:
   """Every training point's config, read as its run will read it (the same --config.* flags) and
   validated, before any point starts: a misspelt --set or --grid key or a bad value is one line."""
-  from nplm_jax import cli as cli_lib  # pylint: disable=g-import-not-at-top
   for point in points:
     if point['kind'] != 'train':
       continue
@@ -319,7 +318,7 @@ def main(argv=None) -> int:
       raise SweepError(f'--root={args.root!r} is a file; give the folder that holds (or will hold) the sweep')
     if not args.collect_only:
       check_points(to_run, common)
-    if args.collect_only and not workdir_lib.as_path(args.root).exists():
+    if args.collect_only and not root.exists():
       raise SweepError(f'--root={args.root!r} holds no sweep yet; run it without --collect_only first')
     outcomes = [] if args.collect_only else run_sweep(to_run, args.root, args.parallel, common)
     rows = collect(points, args.root)
@@ -330,7 +329,6 @@ def main(argv=None) -> int:
     return 2
   print(f'{len(rows)}/{len(points)} points have results: {workdir_lib.as_path(args.root) / "results.md"}')
   return 1 if any(status.startswith('failed') for _, status, _ in outcomes) else 0
-
 
 
 if __name__ == '__main__':

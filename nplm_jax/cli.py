@@ -88,7 +88,8 @@ def exit_with_error(error: Exception, config=None) -> None:
   alone = isinstance(error, distributed.JoinError)  # found by this process only, before any could agree
   if alone or not every_process or distributed.declared_process_id(config) == 0:
     print(f'error: {error}', file=sys.stderr, flush=True)
-  if type(error).__name__ == 'SaveFailed':  # Orbax's save threads would print tracebacks at shutdown
+  from nplm_jax import checkpoint  # pylint: disable=g-import-not-at-top  # loaded already where saves fail
+  if isinstance(error, checkpoint.SaveFailed):  # Orbax's save threads would print tracebacks at shutdown
     sys.stdout.flush()
     os._exit(1)  # pylint: disable=protected-access
   sys.exit(1)
@@ -97,11 +98,14 @@ def exit_with_error(error: Exception, config=None) -> None:
 class ArgumentParser(argparse.ArgumentParser):
   """argparse for the commands that take no --config (the trained-model tools, sweeps): a bad
   command line is one 'error:' line, like every other entry point's, and --help shows each flag's
-  default. `module` names the program as the user called it (program())."""
+  default. `module` names the program as the user called it (program()); subcommands' parsers are
+  of this class too (parser_class), each with its own --help."""
 
-  def __init__(self, module: str, **kwargs):
+  def __init__(self, module: str | None = None, **kwargs):
     kwargs.setdefault('formatter_class', HelpFormatter)
-    super().__init__(prog=program(module), **kwargs)
+    if module is not None:  # subcommands' parsers (embeddings neighbours, ...) get their prog from argparse
+      kwargs['prog'] = program(module)
+    super().__init__(**kwargs)
 
   def error(self, message):
     sys.exit(f'error: {message} (see {self.prog} --help)')
@@ -167,14 +171,3 @@ def config_from_flags(config_arg: str, overrides: list[str]):
     raise UserError(flag_error_line(e, argv)) from None
   logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO; progress is printed
   return config
-
-
-class SubcommandParser(argparse.ArgumentParser):
-  """A subcommand's parser (embeddings neighbours, plot curves, ...): its own --help, one-line errors."""
-
-  def __init__(self, **kwargs):
-    kwargs.setdefault('formatter_class', HelpFormatter)
-    super().__init__(**kwargs)
-
-  def error(self, message):
-    sys.exit(f'error: {message} (see {self.prog} --help)')

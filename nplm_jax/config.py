@@ -170,10 +170,8 @@ def from_saved(saved: dict) -> ml_collections.ConfigDict:
   replaced by its absolute form when that one exists."""
   saved = dict(saved)
   absolute = saved.pop(ABSOLUTE_PATHS_KEY, {})
-  merged = json.loads(base_config().to_json())
-  for key, value in LEGACY_DEFAULTS.items():
-    if _get(saved, key) is None:
-      apply_overrides_to_dict(merged, {key: value})
+  legacy = {key: value for key, value in LEGACY_DEFAULTS.items() if value_at(saved, key) is None}
+  merged = json.loads(apply_overrides(base_config(), legacy).to_json())
   _merge(merged, saved)
   for key, path in absolute.items():
     typed = merged['data'].get(key)
@@ -227,15 +225,6 @@ def describe(config: ml_collections.ConfigDict) -> str:
       lines.append(f'{key} = {value!r}' + (f'  # {comment}' if comment else ''))
   walk(config, '')
   return '\n'.join(lines)
-
-
-def apply_overrides_to_dict(tree: dict, overrides: dict) -> None:
-  for key, value in overrides.items():
-    *sections, name = key.split('.')
-    node = tree
-    for section in sections:
-      node = node.setdefault(section, {})
-    node[name] = value
 
 
 def apply_overrides(config: ml_collections.ConfigDict, overrides: dict) -> ml_collections.ConfigDict:
@@ -300,8 +289,7 @@ _CHOICES = [
 
 def _get(config, key: str):
   section, _, name = key.rpartition('.')
-  node = config[section] if section and section in config else (None if section else config)
-  return node.get(name) if node is not None else None
+  return (config[section] if section else config).get(name)
 
 
 def _number_ok(value, kind: str) -> bool:

@@ -85,7 +85,7 @@ def export_projector(model: trained_lib.TrainedModel, output: str) -> str:
 def parse_args(argv=None):
   parser = cli_lib.ArgumentParser('nplm_jax.embeddings', description=__doc__)
   commands = parser.add_subparsers(dest='command', required=True, metavar='{neighbours,analogy,export}',
-                                   parser_class=cli_lib.SubcommandParser)
+                                   parser_class=cli_lib.ArgumentParser)
   for name, words_help, about in (
       ('neighbours', 'comma-separated words, e.g. Monday,king', 'the nearest words of each word, by cosine'),
       ('analogy', 'three words a,b,c: a is to b as c is to ?', 'the words d closest to b - a + c')):

@@ -5,8 +5,8 @@ allocated, and refused in one line when it cannot fit (model.m = 10**9 would oth
 The estimate counts the large terms only: parameters (C, H and d replicated, the output layer
 split over 'model'), the optimiser's state and the gradients, and the output layer's [batch,
 |V| / model] blocks of a training step and of an evaluation (bounded by train.chunk_size and
-train.vocab_block); token ids kept on the devices count when a caller gives their size (training
-leaves them to train.device_data's own bound). It errs low (XLA's own buffers are not
+train.vocab_block); token ids kept on the devices are left to train.device_data's own bound. It
+errs low (XLA's own buffers are not
 counted), so a refusal is certain; train.check_memory = False skips it for a user who knows better.
 """
 
@@ -24,20 +24,18 @@ class Estimate:
   optimizer: int  # the optimiser's state and the gradients
   step: int  # a training step's output-layer blocks
   evaluation: int
-  data: int  # token ids resident on the devices
 
   @property
   def total(self) -> int:
-    return self.parameters + self.optimizer + max(self.step, self.evaluation) + self.data
+    return self.parameters + self.optimizer + max(self.step, self.evaluation)
 
   def describe(self) -> str:
     parts = [('parameters', self.parameters), ('optimiser and gradients', self.optimizer),
-             ('training step', self.step), ('evaluation', self.evaluation), ('token ids', self.data)]
+             ('training step', self.step), ('evaluation', self.evaluation)]
     return ', '.join(f'{name} {_gib(size)}' for name, size in parts if size)
 
 
-def estimate(config, padded_vocab_size: int, vocab_size: int, mesh_shape: dict, training: bool,
-             data_bytes: int = 0) -> Estimate:
+def estimate(config, padded_vocab_size: int, vocab_size: int, mesh_shape: dict, training: bool) -> Estimate:
   """The estimate for one device of a mesh {'data': D, 'model': M}."""
   m, n, h = config.model.m, config.model.n, config.model.h
   x_dim = (n - 1) * m
@@ -59,7 +57,7 @@ def estimate(config, padded_vocab_size: int, vocab_size: int, mesh_shape: dict, 
     step = 3 * (FLOAT_BYTES * per_device(config.train.batch_size) * config.loss.num_samples if sampled
                 else block(per_device(config.train.batch_size)))  # logits, their softmax, its gradient
   evaluation = 2 * block(per_device(config.train.eval_batch_size))
-  return Estimate(parameters, optimizer, step, evaluation, data_bytes if training else 0)
+  return Estimate(parameters, optimizer, step, evaluation)
 
 
 def host_available_bytes() -> int | None:
@@ -89,9 +87,9 @@ def available_bytes(mesh) -> tuple[int | None, str]:
   return (int(limit) if limit else None), f'a {device.device_kind}'
 
 
-def check(config, padded_vocab_size: int, vocab_size: int, mesh, training: bool, data_bytes: int = 0) -> Estimate:
+def check(config, padded_vocab_size: int, vocab_size: int, mesh, training: bool) -> Estimate:
   """The estimate; one line of error when it exceeds what a device has (train.check_memory = True)."""
-  needed = estimate(config, padded_vocab_size, vocab_size, dict(mesh.shape), training, data_bytes)
+  needed = estimate(config, padded_vocab_size, vocab_size, dict(mesh.shape), training)
   if not config.train.check_memory:
     return needed
   available, what = available_bytes(mesh)

@@ -175,7 +175,7 @@ def _save(fig, output: str) -> str:
 def parse_args(argv=None):
   parser = cli_lib.ArgumentParser('nplm_jax.plot', description=__doc__)
   commands = parser.add_subparsers(dest='command', required=True, metavar='{curves,embeddings}',
-                                   parser_class=cli_lib.SubcommandParser)
+                                   parser_class=cli_lib.ArgumentParser)
   about = 'validation perplexity by epoch and by wall time, a line per workdir'
   curves = commands.add_parser('curves', help=about, description=about)
   curves.add_argument('--workdir', action='append', default=[], help='a training workdir (repeat to overlay runs)')
