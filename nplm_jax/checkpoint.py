@@ -378,6 +378,8 @@ class Checkpoints:
     except Exception:  # pylint: disable=broad-except
       if not failing:
         raise
+    if failing:  # a save still in flight when the first one failed may have left its temporary folder since
+      self._remove_temporaries()
 
 
 def abstract_with_shardings(tree, shardings):
