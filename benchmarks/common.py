@@ -8,6 +8,7 @@ import numpy as np
 
 from benchmarks import timing
 from nplm_jax import model as model_lib
+from nplm_jax import model_family
 from nplm_jax import optim
 from nplm_jax import sharding
 from nplm_jax import steps as steps_lib
@@ -92,7 +93,7 @@ def emit(record: dict) -> None:
 
 def build_train_step(config, vocab: int, mesh):
   """(compiled steps, fresh state) for `config`'s model over a vocabulary of `vocab` words."""
-  model = model_lib.from_config(config.model, vocab, mesh.devices.flat[0].platform)
+  model = model_family.from_config(config.model, vocab, mesh.devices.flat[0].platform)
   optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size)
   sampled = steps_lib.make_sampled_loss(config.loss, np.ones(vocab), config.seed)  # uniform noise: random data
   compiled = steps_lib.compile_steps(model, optimizer, mesh, loss=sampled, chunk_size=config.train.chunk_size,

@@ -3,16 +3,22 @@
 Set --config.data.path to the folder holding ptb.{train,valid,test}.txt (default: $PTB_DIR).
 Variant 'char' (experiments/ptb.py:char) is the character-level model: the same text as
 characters ('_' for a space, <eos> per line), n = 11, results also in bits per character.
+
+The revisited family's ablation ladder (LADDER, CHAR_LADDER): experiments/ptb.py:ladder3_distant,
+... one change at a time from the 2003 table network; the sweep 'ladder' trains every row.
 """
 
 import os
 
-from nplm_jax.config import base_config, char_level
+from nplm_jax.config import apply_overrides, base_config, char_level
 
 
 def get_config(arg: str = ''):
+  if arg in LADDER_NAMES or arg in CHAR_LADDER_NAMES:
+    return ladder_config(arg)
   if arg not in ('', 'char'):
-    raise ValueError(f"unknown PTB variant {arg!r}; use experiments/ptb.py or experiments/ptb.py:char")
+    raise ValueError(f"unknown PTB variant {arg!r}; use experiments/ptb.py, experiments/ptb.py:char or a ladder "
+                     f"row ({', '.join(LADDER_NAMES + CHAR_LADDER_NAMES)})")
   config = base_config()
   config.name = 'ptb'
   config.data.corpus = 'ptb'
@@ -55,6 +61,56 @@ ANNEALED_POINTS = [
 BEST_ANNEALED = 'n8_h1000_feature_dropout0.3_weight_decay0.2'
 
 
+TABLE_NETWORK = {**REGULARISED, **ANNEALED, **dict(ANNEALED_POINTS)[BEST_ANNEALED]}
+
+# The NPLM revisited (Sun & Iyyer 2021), one change at a time from the table network (each row keeps the
+# rows above it); every row mixed with KN5 too. The family's rows: model.kind='revisited' with AdamW
+# warmed up over 500 steps (post-LayerNorm residual blocks start unstable at the full rate).
+REVISITED = {'model.kind': 'revisited', 'model.depth': 4, 'model.m': 256, 'model.h': 1024,
+             'model.feature_dropout': 0.3, 'model.hidden_dropout': 0.3, 'optimizer.warmup_steps': 500}
+LADDER = [
+    ('ladder0_nplm2003', {}),  # the table network: n = 8, m = 200, h = 1000
+    ('ladder1_window15', {'model.n': 16}),
+    ('ladder2_depth4', REVISITED),
+    ('ladder3_distant', {'model.distant_tokens': 240, 'model.distant_kernels': 4}),
+    ('ladder4_tied', {'model.tied': True}),
+    ('ladder5_dropout', {'model.feature_dropout': 0.4, 'model.hidden_dropout': 0.4}),
+]
+LADDER_NAMES = [name for name, _ in LADDER]
+# The same ladder on characters, from ptb.py:char (n = 11, m = 32, h = 512): a 40-character window.
+CHAR_MIX = {'mix.enabled': True}  # with the Kneser-Ney 11-gram (ptb.py:char's mix settings)
+CHAR_REVISITED = {'model.kind': 'revisited', 'model.depth': 4, 'model.m': 128, 'model.h': 2048,
+                  'model.direct': False, 'model.feature_dropout': 0.1, 'model.hidden_dropout': 0.1,
+                  'optimizer.warmup_steps': 1000}
+CHAR_LADDER = [
+    ('char_ladder0_nplm2003', CHAR_MIX),
+    ('char_ladder1_window40', {'model.n': 41}),
+    ('char_ladder2_depth4', CHAR_REVISITED),
+    ('char_ladder3_distant', {'model.distant_tokens': 400, 'model.distant_kernels': 4}),
+    ('char_ladder4_tied', {'model.tied': True}),
+    ('char_ladder5_dropout', {'model.feature_dropout': 0.2, 'model.hidden_dropout': 0.2}),
+]
+CHAR_LADDER_NAMES = [name for name, _ in CHAR_LADDER]
+
+
+def ladder_changes(ladder, row: str) -> dict:
+  """The cumulative overrides of a ladder row (its own change and every row's above it)."""
+  names = [name for name, _ in ladder]
+  changes = {}
+  for _, change in ladder[:names.index(row) + 1]:
+    changes.update(change)
+  return changes
+
+
+def ladder_config(row: str):
+  char = row in CHAR_LADDER_NAMES
+  config = get_config('char' if char else '')
+  if not char:
+    apply_overrides(config, TABLE_NETWORK)
+  config.name = f'ptb_{row}'
+  return apply_overrides(config, ladder_changes(CHAR_LADDER if char else LADDER, row))
+
+
 def get_sweep(name: str):
   """PTB beside Mikolov et al.: n-gram baselines, and the network with its KN5 mixture."""
   ngrams = [dict(name=f'kneser_ney_{n}', kind='ngram', config='experiments/ptb.py', order=n, smoothing='kneser_ney')
@@ -64,8 +120,10 @@ def get_sweep(name: str):
   if name == 'table':
     # The network beside Mikolov et al.'s: the annealed sweep's best point (RESULTS.md), with its KN5
     # mixture. Evaluation every half epoch; the rate halves from the best parameters at each stall.
-    return ngrams + [dict(name='nplm_kn5_mix', kind='train', config='experiments/ptb.py',
-                          overrides={**REGULARISED, **ANNEALED, **dict(ANNEALED_POINTS)[BEST_ANNEALED]})]
+    return ngrams + [dict(name='nplm_kn5_mix', kind='train', config='experiments/ptb.py', overrides=TABLE_NETWORK)]
+  if name in ('ladder', 'char_ladder'):
+    rows = LADDER_NAMES if name == 'ladder' else CHAR_LADDER_NAMES
+    return [dict(name=row, kind='train', config=f'experiments/ptb.py:{row}') for row in rows]
   if name == 'regularised':
     # Wider, with dropout; context length, feature dropout and weight decay measured (RESULTS.md).
     return [dict(name=f'n{n}_feature_dropout{fd}_weight_decay{wd}', kind='train', config='experiments/ptb.py',
@@ -77,4 +135,5 @@ def get_sweep(name: str):
     # longer-context networks and stronger decay beside the grid's best two.
     return [dict(name=name, kind='train', config='experiments/ptb.py', overrides={**REGULARISED, **ANNEALED, **o})
             for name, o in ANNEALED_POINTS]
-  raise ValueError(f"unknown PTB sweep {name!r}; use 'ngrams', 'table', 'regularised' or 'annealed'")
+  raise ValueError(f"unknown PTB sweep {name!r}; use 'ngrams', 'table', 'regularised', 'annealed', 'ladder' or "
+                   "'char_ladder'")

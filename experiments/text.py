@@ -3,7 +3,8 @@
 python -m nplm_jax.main --config=experiments/text.py --workdir=runs/mytext \
   --config.data.train_file=train.txt --config.data.valid_file=valid.txt --config.data.test_file=test.txt
 
-Variant 'tiny' is a seconds-long model for smoke tests: --config=experiments/text.py:tiny
+Variant 'tiny' is a seconds-long model for smoke tests: --config=experiments/text.py:tiny, and
+'tiny_revisited' the same for the revisited family (every part on: blocks, distant kernels, tied).
 Variant 'char' models the text as characters ('_' for a space, <eos> per line), n = 11, with
 results also in bits per character: --config=experiments/text.py:char
 """
@@ -20,8 +21,13 @@ def get_config(arg: str = ''):
   if arg == 'tiny':
     config.model.update(n=3, m=8, h=16, direct=True)
     config.train.update(batch_size=32, num_epochs=2, eval_batch_size=64, log_every=20)
+  elif arg == 'tiny_revisited':
+    config.model.update(kind='revisited', n=3, m=8, h=16, depth=2, distant_tokens=6, distant_kernels=2, tied=True,
+                        hidden_dropout=0.1)
+    config.optimizer.update(name='adamw', learning_rate=3e-3, weight_decay=0.01, warmup_steps=10)
+    config.train.update(batch_size=32, num_epochs=2, eval_batch_size=64, log_every=20)
   elif arg == 'char':
     char_level(config)
   elif arg:
-    raise ValueError(f"unknown text variant {arg!r}; use '', 'tiny' or 'char'")
+    raise ValueError(f"unknown text variant {arg!r}; use '', 'tiny', 'tiny_revisited' or 'char'")
   return config

@@ -21,6 +21,10 @@ import ml_collections
 from nplm_jax.errors import UserError
 
 
+# The logical axes parameters are created with (model.py, revisited.py); mesh.axis_rules maps them.
+LOGICAL_AXES = ('vocab', 'hidden', 'words', 'embed', 'context', 'features', 'kernels', 'distant')
+
+
 def base_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.name = ''  # names the default workdir runs/NAME; experiment files set it (brown_mlp1, ...)
@@ -39,10 +43,19 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.unit = 'word'  # text and ptb: 'word' or 'char' (characters; '_' for a space, <eos> per line)
 
   c.model = ml_collections.ConfigDict()
-  c.model.n = 5  # order: n-1 context words
-  c.model.m = 60  # word feature size
-  c.model.h = 50  # hidden units; 0 = none
-  c.model.direct = True  # direct connections W from the features to the output
+  # 'bengio2003': the paper's y = b + W x + U tanh(d + H x). 'revisited': Sun & Iyyer (2021)'s modern
+  # feed-forward family (nplm_jax/revisited.py): the n-1 word window and a distant block summarised
+  # by learned kernels, a ReLU layer to width m, then `depth` residual blocks, output b + s C' (README).
+  c.model.kind = 'bengio2003'
+  c.model.n = 5  # order: n-1 context words (revisited: the local window of concatenated word vectors)
+  c.model.m = 60  # word feature size (revisited: also the width of the residual stream)
+  c.model.h = 50  # hidden units; 0 = none (revisited: the inner width of the first layer and of each block)
+  c.model.direct = True  # direct connections W from the features to the output (bengio2003 only)
+  c.model.depth = 0  # revisited: residual feed-forward blocks after the first layer
+  c.model.layer_norm = True  # revisited: LayerNorm after each residual sum
+  c.model.distant_tokens = 0  # revisited: words before the window summarised by kernels; 0 = off
+  c.model.distant_kernels = 0  # revisited: learned weightings of the distant block (each gives one m-vector)
+  c.model.tied = False  # revisited: the output layer's word vectors are C (only the bias is separate)
   # The vocabulary is padded to a multiple of this, so it splits evenly over every mesh.model size
   # that divides it (128: every power of two up to 128), and checkpoints move between such meshes.
   # It wastes < 128 columns: 15 of Brown's 17,920 (0.08%), 32 of 300,032 at |V| = 300,000.
@@ -67,6 +80,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.optimizer.weight_decay = 1e-4  # on C, H, U, W (not b, d)
   c.optimizer.b1 = 0.9  # adamw
   c.optimizer.b2 = 0.999  # adamw
+  c.optimizer.warmup_steps = 0  # adamw: the rate rises linearly from 0 over this many steps; 0 = none
 
   c.loss = ml_collections.ConfigDict()  # training loss; evaluation is always the exact softmax
   c.loss.name = 'softmax'  # 'softmax' (exact) | 'sampled_softmax' | 'nce'
@@ -77,6 +91,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.batch_size = 128
   c.train.num_epochs = 40
   c.train.max_steps = -1  # > 0 overrides num_epochs
+  # > 0: training ends at the first evaluation after this many seconds of training (a time budget), then
+  # the best parameters are evaluated as at any other end; a resumed run with a larger budget goes on.
+  c.train.max_seconds = 0.0
   c.train.eval_every = -1  # steps; -1 = once an epoch
   c.train.chunk_size = 0  # > 0: steps process batches in chunks (bounds memory; on CPU speeds evaluation at >= 1024)
   # > 0: the softmax goes over each shard's vocabulary this many columns at a time (online log-sum-exp,
@@ -130,6 +147,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.mesh.data = -1
   c.mesh.model = -1
   c.mesh.cpu_devices = -1  # host devices for the CPU backend; -1 = one per core (a power of 2, <= 8)
+  # Where parameters live: each logical axis of a parameter (named where the model creates it) on a
+  # mesh axis ('model') or replicated (''). 'vocab' (the output layer's columns) is always on 'model':
+  # the softmax is vocabulary-parallel. 'hidden': the hidden layers' inner width (Megatron-style
+  # split of H / each block); 'words': C's rows. README, Parallelism: what each costs.
+  c.mesh.axis_rules = ml_collections.ConfigDict({axis: 'model' if axis == 'vocab' else '' for axis in LOGICAL_AXES})
 
   c.distributed = ml_collections.ConfigDict()
   # Several processes (hosts) in one job: README, "Several hosts". 'auto' joins them when a cluster
@@ -255,6 +277,10 @@ _RANGES = [
     ('model.m', 'int', 1, None, 'each word needs at least one feature'),
     ('model.h', 'int', 0, None, 'use 0 for no hidden layer'),
     ('model.vocab_pad_multiple', 'int', 1, None, 'use 1 for no padding'),
+    ('model.depth', 'int', 0, None, 'use 0 for the first layer alone'),
+    ('model.distant_tokens', 'int', 0, None, 'use 0 for no distant context'),
+    ('model.distant_kernels', 'int', 0, None, 'use 0 for no distant context'),
+    ('optimizer.warmup_steps', 'int', 0, None, 'use 0 for no warm-up'),
     ('optimizer.decay_rate', 'float', 0.0, None, 'use 0 for a constant rate'),
     ('optimizer.weight_decay', 'float', 0.0, None, 'use 0 for none'),
     ('loss.noise_power', 'float', 0.0, None, '1 = unigram, 0 = uniform noise'),
@@ -268,6 +294,7 @@ _RANGES = [
     ('train.steps_per_dispatch', 'int', -1, None, 'use -1 for the automatic choice'),
     ('train.log_every', 'int', 1, None, 'log every that many steps'),
     ('train.checkpoint_every_seconds', 'float', 0.0, None, 'use 0 to save at evaluations only'),
+    ('train.max_seconds', 'float', 0.0, None, 'use 0 for no time budget'),
     ('mix.ngram_order', 'int', 1, None, 'the n-gram order of the mixed-in model'),
     ('distributed.timeout_seconds', 'int', 1, None, 'how long joining waits for every process'),
     ('mix.weight', 'float', 0.0, 1.0, "the network's weight in the mixture"),
@@ -277,6 +304,7 @@ _CHOICES = [
     ('data.corpus', ('brown', 'ptb', 'text', 'prepared')),
     ('data.vocab_scope', ('corpus', 'train')),
     ('data.unit', ('word', 'char')),
+    ('model.kind', ('bengio2003', 'revisited')),
     ('model.compute_dtype', ('auto', 'float32', 'bfloat16')),
     ('model.matmul_precision', ('highest', 'default')),
     ('train.device_data', ('auto', 'on', 'off')),
@@ -349,9 +377,12 @@ def _validate_relations(config) -> None:
     if not isinstance(chunk, int) or chunk < 0 or (chunk and chunk < size and size % chunk):
       raise UserError(f'train.chunk_size={chunk!r} must be 0 (off) or divide train.{name}={size}; '
                       'e.g. --config.train.chunk_size=128')
-  if not model.h and not model.direct:
+  if model.get('kind', 'bengio2003') == 'revisited':
+    _validate_revisited(model)
+  elif not model.h and not model.direct:
     raise UserError('model.h=0 with model.direct=False leaves no path from the context to the output; '
                     'set --config.model.h > 0 or --config.model.direct=True')
+  _validate_axis_rules(config.mesh.get('axis_rules', {}))
   for name in ('feature_dropout', 'hidden_dropout'):
     rate = model.get(name, 0.0)
     if not _number_ok(rate, 'float') or not 0.0 <= rate < 1.0:
@@ -394,6 +425,27 @@ def _validate_relations(config) -> None:
     value = train[name]
     if not isinstance(value, int) or value == 0 or value < -1:
       raise UserError(f'train.{name}={value!r} is invalid; use a positive number of steps or -1 for the default')
+
+
+def _validate_revisited(model) -> None:
+  if model.h < 1:
+    raise UserError(f"model.h={model.h} is invalid for model.kind='revisited': its layers need an inner width; "
+                    'e.g. --config.model.h=1000')
+  if bool(model.distant_tokens) != bool(model.distant_kernels):
+    raise UserError(f'model.distant_tokens={model.distant_tokens} and model.distant_kernels={model.distant_kernels} '
+                    'must both be 0 (no distant context) or both > 0; e.g. --config.model.distant_tokens=200 '
+                    '--config.model.distant_kernels=4')
+
+
+def _validate_axis_rules(rules) -> None:
+  for name, axis in dict(rules).items():
+    if name not in LOGICAL_AXES:
+      raise UserError(f'mesh.axis_rules.{name} names no logical axis; use one of {", ".join(LOGICAL_AXES)}')
+    if axis not in ('', 'model'):
+      raise UserError(f"mesh.axis_rules.{name}={axis!r} is invalid; use 'model' or '' (replicated)")
+  if dict(rules).get('vocab', 'model') != 'model':
+    raise UserError("mesh.axis_rules.vocab must be 'model' (the softmax is vocabulary-parallel over 'model'); "
+                    'drop the override')
 
 
 def experiment_file(path: str) -> str:

@@ -14,7 +14,7 @@ from nplm_jax import data as data_lib
 from nplm_jax import device_data as device_data_lib
 from nplm_jax import memory
 from nplm_jax import metrics as metrics_lib
-from nplm_jax import model as model_lib
+from nplm_jax import model_family
 from nplm_jax import optim
 from nplm_jax import sharding
 from nplm_jax import steps as steps_lib
@@ -74,17 +74,16 @@ class Experiment:
     if added:  # a workdir made by nplm_jax.extend: words appended to V
       self.corpus = dataclasses.replace(self.corpus, vocab=self.corpus.vocab + tuple(added['words']))
     log(f'corpus {config.data.corpus}: {self.corpus.summary()}')
-    self.model = model_lib.from_config(config.model, self.corpus.vocab_size, self.platform)
+    self.model = model_family.from_config(config.model, self.corpus.vocab_size, self.platform)
     sharding.check_divisibility(self.mesh, config.train.batch_size, config.train.eval_batch_size,
                                 self.model.padded_vocab_size)
-    self.stream = data_lib.TokenStream(self.corpus, config.model.n - 1)
+    self.stream = data_lib.TokenStream(self.corpus, self.model.context_size)
     # before anything is allocated: what cannot fit a device is one line, not a hang or an abort
     memory.check(config, self.model.padded_vocab_size, self.corpus.vocab_size, self.mesh, training)
-    self.num_parameters = model_lib.num_parameters(self.corpus.vocab_size, config.model.n, config.model.m,
-                                                   config.model.h, config.model.direct)
+    self.num_parameters = model_family.num_parameters(self.model)
     common = dict(chunk_size=config.train.chunk_size, seed=config.seed,
                   vocab_block=config.train.vocab_block,
-                  matmul_precision=config.model.matmul_precision)
+                  matmul_precision=config.model.matmul_precision, axis_rules=config.mesh.axis_rules)
     self.device_data = None
     if not training:
       self.steps = steps_lib.compile_steps(self.model, None, self.mesh, **common)

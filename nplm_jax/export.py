@@ -22,6 +22,7 @@ import numpy as np
 
 from nplm_jax import cli as cli_lib
 from nplm_jax import model as model_lib
+from nplm_jax import model_family
 from nplm_jax import trained as trained_lib
 from nplm_jax import workdir as workdir_lib
 from nplm_jax.errors import UserError
@@ -62,6 +63,10 @@ def header(model: trained_lib.TrainedModel, arrays: dict[str, np.ndarray]) -> di
 def export(workdir_path: str, output: str) -> str:
   folder = workdir_lib.output_folder(output, '--output')
   model = trained_lib.TrainedModel.load(workdir_path)
+  if model_family.kind(model.config.model) != model_family.BENGIO2003:
+    raise UserError(f"--workdir={workdir_path!r} holds a model.kind={model.config.model.kind!r} model; export writes "
+                    "the 2003 model's arrays (C, H, d, U, W, b) only: use nplm-score, nplm-sample and "
+                    "nplm-embeddings on the workdir itself")
   arrays = exported_arrays(model)
   try:
     folder.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ parameters; score, sample, embeddings and plot read it like any other (it cannot
 
 import sys
 
+import jax
 import numpy as np
 
 from nplm_jax import checkpoint as ckpt_lib
@@ -61,7 +62,7 @@ def new_output_columns(model: trained_lib.TrainedModel, expected_columns: np.nda
 
 def extended_params(model: trained_lib.TrainedModel, new_c: np.ndarray, new_columns: np.ndarray) -> dict:
   """The best parameters with rows of C and columns of the output layer added for the new words."""
-  params = {k: np.asarray(v) for k, v in model.params.items()}
+  params = jax.tree.map(np.asarray, model.params)
   vocab_size = len(model.vocab) + len(new_c)
   padded = model_lib.padded_size(vocab_size, model.config.model.vocab_pad_multiple)
   old = params[model_lib.OUTPUT][:, :len(model.vocab)]

@@ -2,8 +2,8 @@
 allocated, and refused in one line when it cannot fit (model.m = 10**9 would otherwise announce
 4e12 parameters and hang; eval_batch_size = 10**8 would end in an out-of-memory abort).
 
-The estimate counts the large terms only: parameters (C, H and d replicated, the output layer
-split over 'model'), the optimiser's state and the gradients, and the output layer's [batch,
+The estimate counts the large terms only: parameters (C and the hidden layers replicated, the
+output layer split over 'model'), the optimiser's state and the gradients, and the output layer's [batch,
 |V| / model] blocks of a training step and of an evaluation (bounded by train.chunk_size and
 train.vocab_block); token ids kept on the devices are left to train.device_data's own bound. It
 errs low (XLA's own buffers are not
@@ -37,11 +37,9 @@ class Estimate:
 
 def estimate(config, padded_vocab_size: int, vocab_size: int, mesh_shape: dict, training: bool) -> Estimate:
   """The estimate for one device of a mesh {'data': D, 'model': M}."""
-  m, n, h = config.model.m, config.model.n, config.model.h
-  x_dim = (n - 1) * m
-  rows = h + (x_dim if config.model.direct else 0) + 1  # [U; W; b]
+  replicated, rows = parameter_shapes(config.model, vocab_size)
   shard = -(-padded_vocab_size // mesh_shape['model'])
-  parameters = FLOAT_BYTES * (vocab_size * m + x_dim * h + h + rows * shard)
+  parameters = FLOAT_BYTES * (replicated + rows * shard)
   moments = 2 if config.optimizer.name == 'adamw' else 0
   optimizer = (moments + 1) * parameters if training else 0
 
@@ -58,6 +56,20 @@ def estimate(config, padded_vocab_size: int, vocab_size: int, mesh_shape: dict, 
                 else block(per_device(config.train.batch_size)))  # logits, their softmax, its gradient
   evaluation = 2 * block(per_device(config.train.eval_batch_size))
   return Estimate(parameters, optimizer, step, evaluation)
+
+
+def parameter_shapes(model_config, vocab_size: int) -> tuple[int, int]:
+  """(numbers replicated on every device, rows of the output layer split over 'model') of a model."""
+  m, n, h = model_config.m, model_config.n, model_config.h
+  x_dim = (n - 1) * m
+  if model_config.get('kind', 'bengio2003') != 'revisited':
+    return vocab_size * m + x_dim * h + h, h + (x_dim if model_config.direct else 0) + 1  # C, H, d; [U; W; b]
+  pieces = n - 1 + model_config.distant_kernels
+  first = pieces * m * h + h + h * m + m
+  blocks = model_config.depth * (2 * m * h + h + m)
+  norms = 2 * m * (model_config.depth + 1)
+  kernels = model_config.distant_kernels * model_config.distant_tokens
+  return vocab_size * m + first + blocks + norms + kernels, (0 if model_config.tied else m) + 1
 
 
 def host_available_bytes() -> int | None:

@@ -20,7 +20,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-OUTPUT = 'output'  # the one parameter sharded on the vocabulary axis (its last); the rest are replicated
+OUTPUT = 'output'  # the output layer [U; W; b]: its last axis is the vocabulary's
+# Parameters are created with the names of their axes (flax's logical partitioning): 'vocab', 'words'
+# (C's rows), 'embed', 'context' (x's features), 'hidden', 'features' (the output layer's rows);
+# config.mesh.axis_rules places each on the mesh (sharding.param_specs).
+_with_axes = nn.with_logical_partitioning
 # The bias of padded vocabulary columns: exp() of it is 0, and unlike -inf, 0 times it is 0.
 PADDING_LOGIT = -1e30
 
@@ -74,11 +78,14 @@ class NPLM(nn.Module):
 
   def setup(self):
     v, vp = self.vocab_size, self.padded_vocab_size
-    self.C = self.param('C', nn.initializers.normal(1.0 / math.sqrt(self.embed_dim)), (v, self.embed_dim))
+    self.C = self.param('C', _with_axes(nn.initializers.normal(1.0 / math.sqrt(self.embed_dim)), ('words', 'embed')),
+                        (v, self.embed_dim))
     if self.hidden_dim:
-      self.H = self.param('H', nn.initializers.lecun_normal(), (self.x_dim, self.hidden_dim))
-      self.d = self.param('d', nn.initializers.zeros, (self.hidden_dim,))
-    self.output = self.param(OUTPUT, lambda key, shape: initial_output_layer(shape, v), (self.feature_dim + 1, vp))
+      self.H = self.param('H', _with_axes(nn.initializers.lecun_normal(), ('context', 'hidden')),
+                          (self.x_dim, self.hidden_dim))
+      self.d = self.param('d', _with_axes(nn.initializers.zeros, ('hidden',)), (self.hidden_dim,))
+    self.output = self.param(OUTPUT, _with_axes(lambda key, shape: initial_output_layer(shape, v), ('features', 'vocab')),
+                             (self.feature_dim + 1, vp))
     self.drop_features = nn.Dropout(self.feature_dropout)
     self.drop_hidden = nn.Dropout(self.hidden_dropout)
 
@@ -97,6 +104,10 @@ class NPLM(nn.Module):
     if self.direct:
       parts.append(x)
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1)
+
+  def output_layer(self, params) -> jax.Array:
+    """[U; W; b] [K + 1, padded |V|]: the stored output layer itself."""
+    return params[OUTPUT]
 
   def __call__(self, contexts: jax.Array) -> jax.Array:
     """Dense logits [batch, padded |V|], padding at -inf (for tests and small vocabularies)."""
@@ -144,13 +155,23 @@ def from_config(model_config, vocab_size: int, platform: str = 'cpu') -> NPLM:
               hidden_dropout=model_config.hidden_dropout)
 
 
-def init_params(model: NPLM, unigram_counts: Optional[jax.Array] = None, seed: int = 0) -> dict[str, jax.Array]:
+def _boxed_params(model: nn.Module, seed: int = 0):
+  """The parameters as flax creates them: each in a box naming its logical axes."""
+  return model.init(jax.random.PRNGKey(seed), jnp.zeros((1, model.context_size), jnp.int32))['params']
+
+
+def logical_specs(model: nn.Module) -> dict:
+  """A PartitionSpec of logical axis names per parameter (PartitionSpec() where none was named)."""
+  return nn.get_partition_spec(jax.eval_shape(lambda: _boxed_params(model)))
+
+
+def init_params(model: nn.Module, unigram_counts: Optional[jax.Array] = None, seed: int = 0) -> dict[str, jax.Array]:
   """Parameters drawn from PRNGKey(seed), with b set to the log unigram distribution when counts are given.
 
-  A unigram bias starts the network at the unigram model's perplexity instead of |V|'s.
+  A unigram bias starts the network at the unigram model's perplexity instead of |V|'s. Any model
+  family: the module's context_size, vocab_size and OUTPUT parameter (bias in its last row).
   """
-  params = model.init(jax.random.PRNGKey(seed), jnp.zeros((1, model.context_size), jnp.int32))['params']
-  params = dict(params)
+  params = dict(nn.meta.unbox(_boxed_params(model, seed)))
   if unigram_counts is not None:
     counts = jnp.asarray(unigram_counts, jnp.float32) + 0.5  # no word at -inf
     log_p = jnp.log(counts / counts.sum())

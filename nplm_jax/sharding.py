@@ -1,8 +1,9 @@
 """The device mesh ('data', 'model') and where each array lives on it.
 
-Batches split on 'data' (data parallelism). The output layer [U; W; b] splits its vocabulary axis
-on 'model' (the paper's parameter parallelism); C, H, d are small and replicated. Optimiser state
-follows the parameter it belongs to.
+Batches split on 'data' (data parallelism). Parameters are placed by the logical names of their
+axes (config.mesh.axis_rules): the output layer [U; W; b] splits its vocabulary axis on 'model' (the
+paper's parameter parallelism); by default everything else is replicated. Optimiser state follows
+the parameter it belongs to.
 """
 
 import os
@@ -11,7 +12,6 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
-from nplm_jax import model as model_lib
 from nplm_jax.errors import UserError
 
 AXES = ('data', 'model')
@@ -85,16 +85,47 @@ def check_divisibility(mesh: Mesh, batch_size: int, eval_batch_size: int, padded
                     f'set --config.model.vocab_pad_multiple to a multiple of {model}')
 
 
-def spec_for(path) -> P:
-  """The partition spec of a parameter, or of optimiser state that mirrors one, by its name."""
-  names = [getattr(k, 'key', getattr(k, 'name', None)) for k in path]
-  return P(None, 'model') if model_lib.OUTPUT in names else P()
+def param_specs(logical_specs, axis_rules) -> dict:
+  """Each parameter's PartitionSpec on the mesh: its logical axis names (model.logical_specs) mapped
+  by config.mesh.axis_rules ({'vocab': 'model', 'hidden': '', ...}; '' or a name not in the rules =
+  replicated)."""
+  rules = {name: axis or None for name, axis in dict(axis_rules).items()}
+  return jax.tree.map(lambda spec: P(*(rules.get(name) for name in spec)), logical_specs,
+                      is_leaf=lambda x: isinstance(x, P))
 
 
-def tree_shardings(mesh: Mesh, abstract_tree):
-  """NamedShardings for every leaf of a (possibly abstract) pytree of params or train state."""
+def check_param_divisibility(mesh: Mesh, abstract_params, logical, axis_rules) -> None:
+  """One line of error, before anything compiles, for a parameter axis that a rule puts on a mesh axis
+  whose size does not divide it (mesh.axis_rules.hidden='model' with h = 10 on 4 devices)."""
+  rules = dict(axis_rules)
+  flat_logical = dict(jax.tree_util.tree_flatten_with_path(logical, is_leaf=lambda x: isinstance(x, P))[0])
+  for path, x in jax.tree_util.tree_flatten_with_path(abstract_params)[0]:
+    for size, name in zip(x.shape, flat_logical.get(path, P())):
+      axis = rules.get(name) or None
+      if name != 'vocab' and axis and size % mesh.shape[axis]:
+        raise UserError(f"mesh.axis_rules.{name}={axis!r} splits parameter {jax.tree_util.keystr(path)}'s {size} "
+                        f"{name} units over mesh.{axis}={mesh.shape[axis]}, which does not divide them; make them a "
+                        f"multiple of {mesh.shape[axis]} or set --config.mesh.axis_rules.{name}=''")
+
+
+def _names(path) -> tuple:
+  return tuple(getattr(k, 'key', getattr(k, 'name', None)) for k in path)
+
+
+def tree_shardings(mesh: Mesh, abstract_tree, specs: dict):
+  """NamedShardings for every leaf of a (possibly abstract) pytree of params or train state, from the
+  parameters' specs (param_specs): a leaf whose path ends with a parameter's path (the parameter
+  itself, or optimiser state that mirrors it: opt_state...mu['output']) takes that parameter's spec;
+  anything else (step counts, scalars) is replicated."""
+  by_path = {_names(path): spec for path, spec in
+             jax.tree_util.tree_flatten_with_path(specs, is_leaf=lambda x: isinstance(x, P))[0]}
+  longest = max(map(len, by_path), default=0)
+
   def leaf(path, x):
-    spec = spec_for(path) if getattr(x, 'ndim', 0) else P()
+    names, spec = _names(path), P()
+    if getattr(x, 'ndim', 0):
+      spec = next((by_path[names[-k:]] for k in range(min(longest, len(names)), 0, -1) if names[-k:] in by_path),
+                  P())
     return NamedSharding(mesh, spec)
   return jax.tree_util.tree_map_with_path(leaf, abstract_tree)
 

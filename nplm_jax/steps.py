@@ -33,16 +33,16 @@ class TrainState:
   opt_state: Any
 
 
-def features(model: model_lib.NPLM, params, contexts, dropout_key=None):
-  """The output layer's inputs f [batch, K]. With a dropout key (training) the model's dropout
-  applies to them; without, none does."""
-  return model.apply({'params': params}, contexts, dropout_key is None, method=model_lib.NPLM.features,
+def features(model, params, contexts, dropout_key=None):
+  """The output layer's inputs f [batch, K] (either model family). With a dropout key (training) the
+  model's dropout applies to them; without, none does."""
+  return model.apply({'params': params}, contexts, dropout_key is None, method='features',
                      rngs=None if dropout_key is None else {'dropout': dropout_key})
 
 
-def token_nll(model: model_lib.NPLM, mesh: Mesh, params, contexts, targets):
+def token_nll(model, mesh: Mesh, params, contexts, targets):
   """-log P(target | context) per example, with the vocabulary-parallel softmax."""
-  return vocab_softmax.token_nll(features(model, params, contexts), params[model_lib.OUTPUT], targets, mesh=mesh,
+  return vocab_softmax.token_nll(features(model, params, contexts), model.output_layer(params), targets, mesh=mesh,
                                  compute_dtype=model.compute_dtype)
 
 
@@ -132,7 +132,7 @@ def train_step(state: TrainState, contexts, targets, lr_scale=1.0, first_nonfini
   """
   def loss_fn(params):
     key = dropout_key(seed, state.step) if model.has_dropout else None
-    feats, out = features(model, params, contexts, key), params[model_lib.OUTPUT]
+    feats, out = features(model, params, contexts, key), model.output_layer(params)
     if loss is None:  # chunked: the logits are recomputed chunk by chunk in the backward pass, not kept for all
       per_example = lambda ft: vocab_softmax.token_nll(ft[0], out, ft[1], mesh=mesh, compute_dtype=model.compute_dtype,
                                                        recompute=bool(chunk_size), vocab_block=vocab_block)
@@ -153,7 +153,7 @@ def train_step(state: TrainState, contexts, targets, lr_scale=1.0, first_nonfini
 
 
 def eval_step(params, contexts, targets, *, model, mesh, chunk_size=0, vocab_block=-1):
-  feats, out = features(model, params, contexts), params[model_lib.OUTPUT]
+  feats, out = features(model, params, contexts), model.output_layer(params)
   return chunked_map(lambda ft: vocab_softmax.token_nll(ft[0], out, ft[1], mesh=mesh, compute_dtype=model.compute_dtype,
                                                         vocab_block=vocab_block), (feats, targets), chunk_size)
 
@@ -225,20 +225,26 @@ class CompiledSteps:
   abstract_state: Any = None
 
 
-def compile_steps(model: model_lib.NPLM, optimizer: optax.GradientTransformation | None, mesh: Mesh,
+def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: Mesh,
                   unigram_counts=None, loss: SampledLoss | None = None, chunk_size: int = 0,
                   seed: int = 0, vocab_block: int = -1, matmul_precision: str = 'highest',
-                  steps_per_epoch: int = 0, batch_size: int = 0) -> CompiledSteps:
+                  steps_per_epoch: int = 0, batch_size: int = 0, axis_rules=None) -> CompiledSteps:
   """Jitted init/train/eval with explicit shardings; parameters are born sharded, drawn from `seed`.
 
   optimizer None: evaluation only. steps_per_epoch and batch_size shape the resident-data dispatch.
+  axis_rules (config.mesh.axis_rules) places the parameters; None: the output layer's vocabulary on
+  'model', the rest replicated.
   """
   precise = functools.partial(with_matmul_precision, precision=matmul_precision,
                               platform=mesh.devices.flat[0].platform)
   replicated = sharding.replicated(mesh)
   ctx_sh, tgt_sh = sharding.batch_sharding(mesh, 2), sharding.batch_sharding(mesh, 1)
   abstract_params = jax.eval_shape(lambda: model_lib.init_params(model, unigram_counts, seed))
-  param_sh = sharding.tree_shardings(mesh, abstract_params)
+  axis_rules = axis_rules or {'vocab': 'model'}
+  logical = model_lib.logical_specs(model)
+  sharding.check_param_divisibility(mesh, abstract_params, logical, axis_rules)
+  specs = sharding.param_specs(logical, axis_rules)
+  param_sh = sharding.tree_shardings(mesh, abstract_params, specs)
   eval_options = dict(model=model, mesh=mesh, chunk_size=chunk_size, vocab_block=vocab_block)
   # Per-token NLLs come back replicated (B scalars) so every host of a multi-host job can read them.
   evaluate = jax.jit(precise(functools.partial(eval_step, **eval_options)),
@@ -255,7 +261,7 @@ def compile_steps(model: model_lib.NPLM, optimizer: optax.GradientTransformation
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params))
 
   abstract = jax.eval_shape(init_state)
-  state_sh = sharding.tree_shardings(mesh, abstract)
+  state_sh = sharding.tree_shardings(mesh, abstract, specs)
   step_options = dict(optimizer=optimizer, loss=loss, chunk_size=chunk_size, seed=seed, vocab_block=vocab_block)
   jitted_train = jax.jit(
       precise(functools.partial(train_step, model=model, mesh=mesh, **step_options)),

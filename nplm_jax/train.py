@@ -264,17 +264,25 @@ LOSS_NAMES = {'softmax': 'nll', 'nce': 'nce', 'sampled_softmax': 'sampled'}
 # Why a run stopped early; a resumed run may go on when its new settings allow more.
 PATIENCE_STOP = 'no improvement in {} evaluations'
 ANNEALS_STOP = 'improvement below {:.2%} after {} anneals'
+TIME_STOP = 'train.max_seconds={:g} spent'
 
 
 def _reopen_if_asked(run: experiment_lib.Experiment, state, run_state: run_state_lib.RunState, checkpoints):
   """Goes on with a run that stopped early when the resumed config asks for more training.
 
-  More patience (or none) reopens a run that ran out of it; annealing allowed (again) anneals at
+  A larger train.max_seconds (or none) reopens a run that ran out of time; more patience (or none)
+  reopens a run that ran out of it; annealing allowed (again) anneals at
   once from the best parameters, since the last evaluation stalled: this is how the paper's
   setting is annealed at the end.
   """
   train_config = run.config.train
   if not run_state.stopped_early:
+    return state
+  if run_state.stop_reason.startswith('train.max_seconds'):  # out of time, not stalled: go on as it was
+    budget = train_config.get('max_seconds', 0.0)
+    if not budget or run_state.wall_seconds < budget:
+      run_state.stopped_early, run_state.stop_reason = False, ''
+      metrics_lib.log(f'the run had used its time; train.max_seconds={budget:g} lets it go on')
     return state
   if train_config.anneal_factor > 0 and run_state.anneals < train_config.max_anneals:
     run_state.stopped_early, run_state.stop_reason = False, ''
@@ -528,4 +536,8 @@ def _evaluate_and_track(run: experiment_lib.Experiment, state, run_state: run_st
   if patience > 0 and run_state.evals_since_best >= patience and not run_state.stopped_early:
     run_state.stop(PATIENCE_STOP.format(patience))
     metrics_lib.log(f'early stop: {run_state.stop_reason}')
+  budget = train_config.get('max_seconds', 0.0)
+  if budget and run_state.wall_seconds >= budget and not run_state.stopped_early:
+    run_state.stop(TIME_STOP.format(budget))
+    metrics_lib.log(f'stop: {run_state.stop_reason}')
   return state

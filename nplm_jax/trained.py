@@ -87,7 +87,8 @@ class TrainedModel:
 
   @property
   def context_size(self) -> int:
-    return self.config.model.n - 1
+    """Words a context holds (the revisited family's distant block included)."""
+    return self.run.model.context_size
 
   @property
   def boundary_id(self) -> int:
@@ -228,7 +229,7 @@ class TrainedModel:
     return np.asarray(jax.device_get(self.params['C']), np.float32)
 
 
-def next_word_log_probs(model: model_lib.NPLM, params, contexts):
+def next_word_log_probs(model, params, contexts):
   """[batch, |V|] exactly normalised log P(w | context) (the vocabulary's padding left out)."""
   logits = model.apply({'params': params}, contexts)  # dense, padding at -inf
   return jax.nn.log_softmax(logits, axis=-1)[:, :model.vocab_size]

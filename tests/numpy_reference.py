@@ -21,3 +21,39 @@ def token_nll(params: dict, contexts: np.ndarray, targets: np.ndarray, vocab_siz
   top = y.max(axis=1, keepdims=True)
   log_z = np.log(np.exp(y - top).sum(axis=1)) + top[:, 0]
   return log_z - y[np.arange(len(targets)), targets]
+
+
+def _layer_norm(x: np.ndarray, p: dict, eps: float = 1e-6) -> np.ndarray:
+  mean = x.mean(axis=-1, keepdims=True)
+  var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+  return (x - mean) / np.sqrt(var + eps) * p['scale'] + p['bias']
+
+
+def _residual(x: np.ndarray, inputs: np.ndarray, p: dict, layer_norm: bool) -> np.ndarray:
+  """x + W2 relu(W1 inputs + b1) + b2, then LayerNorm (Sun & Iyyer's post-norm sublayer)."""
+  branch = np.maximum(inputs @ p['in_kernel'] + p['in_bias'], 0.0) @ p['out_kernel'] + p['out_bias']
+  return _layer_norm(x + branch, p['LayerNorm_0']) if layer_norm else x + branch
+
+
+def revisited_logits(params: dict, contexts: np.ndarray, window: int, layer_norm: bool = True) -> np.ndarray:
+  """The revisited family (Sun & Iyyer 2021) in float64: the window's vectors and the distant block's
+  kernel summaries, a residual first layer, residual blocks, then b + s U (U = C' when tied)."""
+  p = {k: _float64(v) for k, v in params.items()}
+  C = p['C']
+  pieces = [C[contexts[:, k]] for k in range(window)]
+  if 'distant_kernels' in p:
+    distant = C[contexts[:, window:]]  # [B, D, m]
+    pieces += [np.einsum('d,bdm->bm', kernel, distant) for kernel in p['distant_kernels']]
+  x = np.stack(pieces, axis=1)
+  s = _residual(x.sum(axis=1), x.reshape(len(x), -1), p['first'], layer_norm)
+  for i in range(sum(k.startswith('block_') for k in p)):
+    s = _residual(s, s, p[f'block_{i}'], layer_norm)
+  output = p['output']
+  weights = C.T if output.shape[0] == 1 else output[:-1, :C.shape[0]]
+  y = np.full((len(contexts), output.shape[1]), -np.inf)
+  y[:, :C.shape[0]] = s @ weights + output[-1, :C.shape[0]]
+  return y
+
+
+def _float64(tree):
+  return {k: _float64(v) for k, v in tree.items()} if isinstance(tree, dict) else np.asarray(tree, np.float64)

@@ -12,6 +12,7 @@ from jax.sharding import AxisType, Mesh
 from nplm_jax import evaluation
 from nplm_jax import model as model_lib
 from nplm_jax import optim
+from nplm_jax import revisited
 from nplm_jax import sharding
 from nplm_jax import steps as steps_lib
 from nplm_jax import train
@@ -169,7 +170,8 @@ def test_checksums_do_not_depend_on_the_mesh():
   found = set()
   for shape in MESHES:
     mesh = mesh_of(shape)
-    placed = jax.device_put(params, sharding.tree_shardings(mesh, params))
+    specs = sharding.param_specs(model_lib.logical_specs(small_model(vocab_size=64)), {'vocab': 'model'})
+    placed = jax.device_put(params, sharding.tree_shardings(mesh, params, specs))
     found.add(tuple(sorted(integrity.checksums(placed).items())))
   assert len(found) == 1
 
@@ -286,3 +288,62 @@ def test_sampled_losses_match_dense(shape, kind):
   np.testing.assert_allclose(float(value), float(ref_value), rtol=1e-5)
   for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads)):
     assert rel_err(a, b) <= 1e-5
+
+
+# ------------------------------------------------------------------- hidden layers split on 'model'
+
+def small_revisited(**kw):
+  args = dict(vocab_size=VOCAB, window=3, embed_dim=8, hidden_dim=16, depth=2, distant_tokens=5,
+              distant_kernels=2, tied=False, vocab_pad_multiple=PAD, hidden_dropout=0.1)
+  args.update(kw)
+  return revisited.RevisitedNPLM(**args)
+
+
+def adamw():
+  config = base_config().optimizer
+  config.update(name='adamw', learning_rate=1e-2, weight_decay=0.01)
+  return optim.make_optimizer(config, BATCH)
+
+
+def train_three_steps(model, shape, axis_rules):
+  """Per-step losses and the parameters after three AdamW steps (dropout on) on a mesh."""
+  mesh = mesh_of(shape)
+  compiled = steps_lib.compile_steps(model, adamw(), mesh, axis_rules=axis_rules)
+  rng = np.random.default_rng(4)
+  losses = []
+  with jax.set_mesh(mesh):
+    state = compiled.init()
+    for _ in range(3):
+      contexts = rng.integers(0, VOCAB, size=(BATCH, model.context_size)).astype(np.int32)
+      targets = rng.integers(0, VOCAB, size=BATCH).astype(np.int32)
+      state, metrics = compiled.train(state, steps_lib.put_batch(mesh, contexts), steps_lib.put_batch(mesh, targets))
+      losses.append(float(metrics['loss']))
+  return losses, jax.device_get(state.params), compiled.param_shardings
+
+
+HIDDEN_SPLIT = {'vocab': 'model', 'hidden': 'model'}
+
+
+@pytest.mark.parametrize('family', ['revisited', 'revisited_tied', 'bengio2003'])
+@pytest.mark.parametrize('shape', [(2, 4), (1, 8)], ids=lambda s: f'mesh{s[0]}x{s[1]}')
+def test_hidden_layers_split_on_model_match_one_device(family, shape):
+  """With mesh.axis_rules.hidden='model' the hidden layers' inner width is split over 'model' (each
+  device holds 1/model of every hidden kernel), and training gives what one device gives."""
+  model = {'revisited': small_revisited(), 'revisited_tied': small_revisited(tied=True),
+           'bengio2003': small_model(hidden_dim=16)}[family]
+  losses, params, param_sh = train_three_steps(model, shape, HIDDEN_SPLIT)
+  reference_losses, reference, _ = train_three_steps(model, (1, 1), {'vocab': 'model'})
+  np.testing.assert_allclose(losses, reference_losses, rtol=1e-5)
+  flat, _ = jax.tree_util.tree_flatten_with_path(params)
+  reference_flat = dict(jax.tree_util.tree_flatten_with_path(reference)[0])
+  for path, value in flat:
+    assert rel_err(value, reference_flat[path]) <= 1e-5, (jax.tree_util.keystr(path), rel_err(value, reference_flat[path]))
+  hidden_kernel = param_sh['block_0']['in_kernel'] if family != 'bengio2003' else param_sh['H']
+  assert hidden_kernel.spec == jax.sharding.PartitionSpec(None, 'model')
+  assert hidden_kernel.shard_shape((40, 16)) == (40, 16 // shape[1])
+
+
+def test_a_hidden_width_that_does_not_split_is_a_one_line_error():
+  with pytest.raises(UserError) as e:
+    steps_lib.compile_steps(small_model(hidden_dim=10), adamw(), mesh_of((2, 4)), axis_rules=HIDDEN_SPLIT)
+  assert '\n' not in str(e.value) and "mesh.axis_rules.hidden='model'" in str(e.value) and 'H' in str(e.value)

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXPECTED_CHECKS = 28
+EXPECTED_CHECKS = 35
 
 
 @pytest.fixture(scope='module')
@@ -41,7 +41,8 @@ def test_all_parallel_checks_ran(check_results):
                                     'test_train_step_never_gathers_the_vocabulary',
                                     'test_output_layer_bytes_split_over_the_model_axis',
                                     'test_bad_mesh_and_batch_shapes_are_one_line_errors',
-                                    'test_checkpoint_moves_between_meshes', 'test_sampled_losses_match_dense'])
+                                    'test_checkpoint_moves_between_meshes', 'test_sampled_losses_match_dense',
+                                    'test_hidden_layers_split_on_model_match_one_device'])
 def test_parallel_check(check_results, prefix):
   results, _ = check_results
   mine = {name: r for name, r in results.items() if name.startswith(prefix)}

@@ -64,13 +64,20 @@ def test_bad_mesh_shape_is_a_one_line_error(data, model, devices):
   assert '\n' not in str(e.value) and 'mesh' in str(e.value)
 
 
-def test_specs_follow_parameter_names_in_params_and_optimizer_state():
-  key = jax.tree_util.DictKey
-  attr = jax.tree_util.GetAttrKey
-  assert sharding.spec_for((attr('params'), key('output'))) == P(None, 'model')
-  assert sharding.spec_for((attr('opt_state'), attr('mu'), key('output'))) == P(None, 'model')
-  assert sharding.spec_for((attr('params'), key('C'))) == P()
-  assert sharding.spec_for((attr('step'),)) == P()
+def test_optimizer_state_follows_the_parameter_it_mirrors():
+  """tree_shardings gives a leaf whose path ends with a parameter's path that parameter's spec."""
+  import optax  # pylint: disable=g-import-not-at-top
+  from nplm_jax import model as model_lib  # pylint: disable=g-import-not-at-top
+  mesh = sharding.make_mesh(base_config().mesh)
+  model = model_lib.NPLM(vocab_size=40, context_size=2, embed_dim=4, hidden_dim=6, direct=True, vocab_pad_multiple=8)
+  params = model_lib.init_params(model)
+  specs = sharding.param_specs(model_lib.logical_specs(model), {'vocab': 'model', 'hidden': 'model'})
+  state = {'params': params, 'opt_state': optax.adam(1e-3).init(params), 'step': jax.numpy.zeros(())}
+  placed = sharding.tree_shardings(mesh, state, specs)
+  assert placed['params']['output'].spec == placed['opt_state'][0].mu['output'].spec == P(None, 'model')
+  assert placed['opt_state'][0].nu['H'].spec == P(None, 'model') and placed['opt_state'][0].nu['d'].spec == P('model')
+  assert placed['params']['C'].spec == P(None, None)
+  assert placed['step'].spec == placed['opt_state'][0].count.spec == P()
 
 
 def test_bounded_dispatch_keeps_at_most_depth_results_pending():

@@ -1,0 +1,232 @@
+"""The revisited feed-forward family (nplm_jax/revisited.py): its forward pass against NumPy, its
+parameters, placement and configuration, and every tool on a tiny trained revisited workdir."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from nplm_jax import config as config_lib
+from nplm_jax import evaluation
+from nplm_jax import memory
+from nplm_jax import model as model_lib
+from nplm_jax import model_family
+from nplm_jax import optim
+from nplm_jax import revisited
+from nplm_jax import score as score_lib
+from nplm_jax import sharding
+from nplm_jax import trained as trained_lib
+from nplm_jax.errors import UserError
+from tests import numpy_reference
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VOCAB = 37
+
+
+def make(**kw):
+  args = dict(vocab_size=VOCAB, window=3, embed_dim=8, hidden_dim=12, depth=2, distant_tokens=5, distant_kernels=2,
+              tied=False, vocab_pad_multiple=8)
+  args.update(kw)
+  return revisited.RevisitedNPLM(**args)
+
+
+def perturbed(params, seed=0):
+  """Parameters away from their initial values (LayerNorm and kernels included), so every part matters."""
+  leaves, tree = jax.tree.flatten(params)
+  keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
+  return jax.tree.unflatten(tree, [x + 0.2 * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)])
+
+
+def contexts_for(model, rows=6, seed=1):
+  return np.random.default_rng(seed).integers(0, VOCAB, size=(rows, model.context_size)).astype(np.int32)
+
+
+@pytest.mark.parametrize('kw', [{}, {'tied': True}, {'distant_tokens': 0, 'distant_kernels': 0}, {'depth': 0},
+                                {'layer_norm': False}], ids=['full', 'tied', 'no_distant', 'depth0', 'no_layer_norm'])
+def test_logits_equal_a_numpy_forward(kw):
+  model = make(**kw)
+  params = perturbed(model_lib.init_params(model, np.arange(VOCAB) + 1.0))
+  if model.tied:  # padded bias columns stay at PADDING_LOGIT (-inf in the dense logits)
+    params[model_lib.OUTPUT] = params[model_lib.OUTPUT].at[:, VOCAB:].set(model_lib.PADDING_LOGIT)
+  contexts = contexts_for(model)
+  logits = np.asarray(model.apply({'params': params}, contexts))
+  reference = numpy_reference.revisited_logits(jax.device_get(params), contexts, model.window, model.layer_norm)
+  np.testing.assert_allclose(logits[:, :VOCAB], reference[:, :VOCAB], rtol=2e-5, atol=2e-5)
+  assert np.all(np.isneginf(logits[:, VOCAB:]))
+
+
+def test_the_context_is_the_window_then_the_distant_block():
+  model = make()
+  assert model.context_size == 3 + 5
+  params = perturbed(model_lib.init_params(model))
+  contexts = contexts_for(model)
+  base = np.asarray(model.apply({'params': params}, contexts))
+  for position in (0, 2, 3, 7):  # a window word, the oldest window word, distant words
+    changed = contexts.copy()
+    changed[:, position] = (changed[:, position] + 1) % VOCAB
+    assert not np.allclose(np.asarray(model.apply({'params': params}, changed)), base), position
+
+
+def test_kernels_start_as_the_distant_blocks_mean():
+  model = make()
+  params = model_lib.init_params(model)
+  np.testing.assert_allclose(np.asarray(params['distant_kernels']), np.full((2, 5), 0.2))
+
+
+def test_tied_output_layer_is_C_and_stores_only_the_bias():
+  model = make(tied=True)
+  params = perturbed(model_lib.init_params(model))
+  assert params[model_lib.OUTPUT].shape == (1, model.padded_vocab_size)
+  output = np.asarray(model.output_layer(params))
+  np.testing.assert_array_equal(output[:-1, :VOCAB], np.asarray(params['C']).T)
+  np.testing.assert_array_equal(output[:-1, VOCAB:], 0.0)
+  # the vectors get gradient from both their uses: as inputs and as output columns
+  contexts = contexts_for(model)
+  never_in_a_context = sorted(set(range(VOCAB)) - set(contexts.ravel().tolist()))[0]
+  loss = lambda p: jnp.sum(jax.nn.log_softmax(model.apply({'params': p}, contexts)[:, :VOCAB])[:, never_in_a_context])
+  assert np.abs(np.asarray(jax.grad(loss)(params)['C'])[never_in_a_context]).sum() > 0
+
+
+@pytest.mark.parametrize('overrides', [
+    {}, {'model.tied': True}, {'model.distant_tokens': 0, 'model.distant_kernels': 0}, {'model.depth': 0},
+    {'model.kind': 'bengio2003'}, {'model.kind': 'bengio2003', 'model.direct': False}])
+def test_parameter_count_and_memory_estimate_match_the_parameters(overrides):
+  config = config_lib.base_config()
+  config.model.update(kind='revisited', n=4, m=8, h=12, depth=2, distant_tokens=5, distant_kernels=2)
+  config_lib.apply_overrides(config, overrides)
+  model = model_family.from_config(config.model, VOCAB)
+  params = model_lib.init_params(model)
+  counted = sum(x.size for x in jax.tree.leaves(params))
+  output_rows = params[model_lib.OUTPUT].shape[0]
+  assert model_family.num_parameters(model) == counted - output_rows * (model.padded_vocab_size - VOCAB)
+  replicated, rows = memory.parameter_shapes(config.model, VOCAB)
+  assert rows == output_rows and replicated == counted - params[model_lib.OUTPUT].size
+
+
+def test_weight_decay_skips_biases_layer_norm_and_kernels():
+  model = make()
+  params = jax.tree.map(jnp.ones_like, model_lib.init_params(model))
+  decay = optim.decay_weights_not_biases(0.5)
+  updates, _ = decay.update(jax.tree.map(jnp.zeros_like, params), decay.init(params), params)
+  decayed = {jax.tree_util.keystr(p): float(np.asarray(u).max())
+             for p, u in jax.tree_util.tree_flatten_with_path(updates)[0]}
+  assert decayed["['C']"] == decayed["['first']['in_kernel']"] == decayed["['block_1']['out_kernel']"] == 0.5
+  for name in ("['first']['in_bias']", "['block_0']['LayerNorm_0']['scale']", "['block_0']['LayerNorm_0']['bias']",
+               "['distant_kernels']"):
+    assert decayed[name] == 0.0, name
+  assert np.asarray(updates[model_lib.OUTPUT])[-1].max() == 0.0 and np.asarray(updates[model_lib.OUTPUT])[0].max() == 0.5
+
+
+def test_logical_axis_rules_place_both_families():
+  P = jax.sharding.PartitionSpec
+  for model in (make(), model_lib.NPLM(vocab_size=VOCAB, context_size=3, embed_dim=8, hidden_dim=12, direct=True)):
+    default = sharding.param_specs(model_lib.logical_specs(model), config_lib.base_config().mesh.axis_rules)
+    assert default[model_lib.OUTPUT] == P(None, 'model')
+    assert all(spec == P(*[None] * len(spec)) for path, spec in jax.tree_util.tree_flatten_with_path(
+        default, is_leaf=lambda x: isinstance(x, P))[0] if path[0].key != model_lib.OUTPUT)
+    split = sharding.param_specs(model_lib.logical_specs(model), {'vocab': 'model', 'hidden': 'model', 'words': 'model'})
+    assert split['C'] == P('model', None)
+    hidden = split['H'] if 'H' in split else split['block_0']['in_kernel']
+    assert hidden == P(None, 'model')
+
+
+@pytest.mark.parametrize('overrides,names', [
+    ({'model.h': 0}, 'model.h'),
+    ({'model.distant_tokens': 10}, 'model.distant_kernels'),
+    ({'model.depth': -1}, 'model.depth'),
+    ({'mesh.axis_rules.hidden': 'data'}, 'mesh.axis_rules.hidden'),
+    ({'mesh.axis_rules.vocab': ''}, 'mesh.axis_rules.vocab'),
+    ({'model.kind': 'transformer'}, 'model.kind'),
+])
+def test_bad_revisited_settings_are_one_line_errors(overrides, names):
+  config = config_lib.base_config()
+  config.model.update(kind='revisited', depth=1)
+  config_lib.apply_overrides(config, overrides)
+  with pytest.raises(UserError) as e:
+    config_lib.validate(config)
+  assert '\n' not in str(e.value) and names in str(e.value)
+
+
+# ------------------------------------------------------------------- a tiny trained revisited workdir
+
+@pytest.fixture(scope='module')
+def workdir(tmp_path_factory):
+  from tests import corpora  # pylint: disable=g-import-not-at-top
+  base = tmp_path_factory.mktemp('revisited')
+  files = corpora.write_markov_corpus(str(base))
+  with open(files['valid'], 'a', encoding='utf-8') as f:
+    f.write('w1 w2 never_in_train\n')  # the vocabulary gets <unk>, which extend reads unknown words as
+  path = base / 'run'
+  proc = subprocess.run(
+      [sys.executable, '-m', 'nplm_jax.main', '--config=experiments/text.py:tiny_revisited', f'--workdir={path}',
+       *(f'--config.data.{s}_file={files[s]}' for s in ('train', 'valid', 'test')), '--config.train.num_epochs=3',
+       '--config.mix.enabled=True', '--config.mesh.cpu_devices=2'],
+      cwd=REPO, env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  return dict(path=str(path), files=files, base=base)
+
+
+def tool(module, *args, check=True):
+  proc = subprocess.run([sys.executable, '-m', module, *map(str, args)], cwd=REPO,
+                        env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=300)
+  if check:
+    assert proc.returncode == 0, proc.stderr
+  return proc
+
+
+def test_training_learns_and_mixes(workdir):
+  results = json.load(open(os.path.join(workdir['path'], 'results.json'), encoding='utf-8'))
+  assert results['config']['model']['kind'] == 'revisited'
+  unigram = 60  # a 60-word Markov chain with two likely successors: far below |V| once learned
+  assert results['test_ppl'] < unigram / 3, results['test_ppl']
+  assert results['mix_test_ppl'] > 0
+
+
+def test_scoring_the_test_file_gives_the_evaluation(workdir):
+  model = trained_lib.TrainedModel.load(workdir['path'])
+  with open(workdir['files']['test'], encoding='utf-8') as f:
+    lines = f.read().splitlines()
+  nll = np.concatenate([s.nll for s in score_lib.score_text(model, lines, independent_lines=False)])
+  evaluated = evaluation.evaluate_workdir(workdir['path'], splits=('test',))['test']
+  n = model.context_size  # the window and the distant block: boundary symbols vs the end of valid
+  assert n == 2 + 6
+  np.testing.assert_allclose(nll[n:], evaluated[n:], rtol=1e-5)
+  results = json.load(open(os.path.join(workdir['path'], 'results.json'), encoding='utf-8'))
+  assert math.exp(nll.mean()) == pytest.approx(results['test_ppl'], rel=2e-2)
+
+
+def test_sample_embeddings_plot_and_extend_work_on_it(workdir):
+  out = tool('nplm_jax.sample', f'--workdir={workdir["path"]}', '--prompt=w1 w2', '--num_tokens=6',
+             '--num_samples=2', '--seed=3').stdout
+  assert out == tool('nplm_jax.sample', f'--workdir={workdir["path"]}', '--prompt=w1 w2', '--num_tokens=6',
+                     '--num_samples=2', '--seed=3').stdout
+  assert all(line.startswith('w1 w2') for line in out.splitlines()) and len(out.splitlines()) == 2
+  neighbours = tool('nplm_jax.embeddings', 'neighbours', f'--workdir={workdir["path"]}', '--words=w1', '--topn=3').stdout
+  assert neighbours.startswith('w1: ') and neighbours.count(',') == 2
+  png = workdir['base'] / 'map.png'
+  tool('nplm_jax.plot', 'embeddings', f'--workdir={workdir["path"]}', f'--output={png}')
+  assert png.read_bytes()[:4] == b'\x89PNG'
+  text = workdir['base'] / 'new.txt'
+  text.write_text('w1 w2 brand_new w3 w4\nw5 brand_new w6\n', encoding='utf-8')
+  extended = workdir['base'] / 'extended'
+  tool('nplm_jax.extend', f'--workdir={workdir["path"]}', f'--text={text}', f'--output_workdir={extended}')
+  before = trained_lib.TrainedModel.load(workdir['path'])
+  after = trained_lib.TrainedModel.load(str(extended))
+  assert after.vocab[-1] == 'brand_new' and len(after.vocab) == len(before.vocab) + 1
+  # tied: the new word's output weights are its new C row, and its bias is <unk>'s less log 1
+  new = np.asarray(after.params['C'])[-1]
+  np.testing.assert_allclose(np.asarray(after.run.model.output_layer(after.params))[:-1, len(before.vocab)], new)
+  unk = before.word_ids['<unk>']
+  assert float(np.asarray(after.params[model_lib.OUTPUT])[-1, len(before.vocab)]) == pytest.approx(
+      float(np.asarray(before.params[model_lib.OUTPUT])[-1, unk]))
+
+
+def test_export_says_it_writes_the_2003_model_only(workdir):
+  proc = tool('nplm_jax.export', f'--workdir={workdir["path"]}', f'--output={workdir["base"] / "exported"}', check=False)
+  assert proc.returncode == 1 and proc.stderr.count('\n') == 1 and "model.kind='revisited'" in proc.stderr
