@@ -15,7 +15,7 @@ started=$(date +%s)
 for spec in "$@"; do
   read -r -a words <<<"$spec"
   file=${words[0]} sweep=${words[1]}
-  python -m launch.sweep --config="$file" --sweep="$sweep" --root="$root/$sweep" --parallel=64 "${words[@]:2}" \
+  "${PYTHON:-python3}" -m launch.sweep --config="$file" --sweep="$sweep" --root="$root/$sweep" --parallel=64 "${words[@]:2}" \
     >"$out/$sweep.log" 2>&1 &
 done
 wait
