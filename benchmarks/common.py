@@ -98,7 +98,8 @@ def build_train_step(config, vocab: int, mesh):
   sampled = steps_lib.make_sampled_loss(config.loss, np.ones(vocab), config.seed)  # uniform noise: random data
   compiled = steps_lib.compile_steps(model, optimizer, mesh, loss=sampled, chunk_size=config.train.chunk_size,
                                       vocab_block=config.train.vocab_block,
-                                      matmul_precision=config.model.matmul_precision)
+                                      matmul_precision=config.model.matmul_precision,
+                                      axis_rules=config.mesh.axis_rules)
   with jax.set_mesh(mesh):
     state = compiled.init()
   return model, compiled, state

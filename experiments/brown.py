@@ -14,7 +14,7 @@ the mixture of a finished odd-row run needs no retraining: python -m nplm_jax.mi
 Sweeps (python -m launch.sweep --config=experiments/brown.py --sweep=NAME): see get_sweep.
 """
 
-from nplm_jax.config import apply_overrides, base_config
+from nplm_jax.config import apply_overrides, base_config, cumulative_overrides
 
 # The paper's network rows (without the trigram mixture): n, h, m, direct connections.
 VARIANTS = {
@@ -46,11 +46,25 @@ REGULARISED = [
 
 def regularised_changes(variant: str) -> dict:
   """The cumulative changes of a regularised variant (reg2_h300 = reg1's changes and h=300)."""
-  names = [name for name, _ in REGULARISED]
-  changes = {}
-  for name, step in REGULARISED[:names.index(variant) + 1]:
-    changes.update(step)
-  return changes
+  return cumulative_overrides(REGULARISED, variant)
+
+
+# The NPLM revisited (Sun & Iyyer 2021), one change at a time from reg4_n7 (each row keeps the rows
+# above it), each mixed with the interpolated trigram too: a 15-word window, then the revisited family
+# (4 residual blocks, width 256, AdamW warmed up over 500 steps, evaluation every half epoch), distant-context
+# kernels, tied vectors, more dropout. As experiments/ptb.py's LADDER.
+REVISITED = {'model.kind': 'revisited', 'model.depth': 4, 'model.m': 256, 'model.h': 1024,
+             'model.feature_dropout': 0.3, 'model.hidden_dropout': 0.3, 'optimizer.name': 'adamw',
+             'optimizer.learning_rate': 1e-3, 'optimizer.weight_decay': 0.1, 'optimizer.warmup_steps': 500,
+             'train.batch_size': 256, 'train.eval_every': 1563, 'mesh.axis_rules.hidden': 'model'}
+LADDER = [
+    ('ladder0_nplm2003', {}),  # reg4_n7
+    ('ladder1_window15', {'model.n': 16}),
+    ('ladder2_depth4', REVISITED),
+    ('ladder3_distant', {'model.distant_tokens': 240, 'model.distant_kernels': 4}),
+    ('ladder4_tied', {'model.tied': True}),
+    ('ladder5_dropout', {'model.feature_dropout': 0.4, 'model.hidden_dropout': 0.4}),
+]
 
 
 # README's first runs: MLP1 tuned with noise-contrastive estimation (k = 1000 noise words, batch
@@ -66,6 +80,10 @@ def get_config(variant: str = 'mlp1'):
     config = apply_overrides(get_config('mlp1_tuned'), QUICK if variant == 'quick' else SMOKE)
     config.name = f'brown_{variant}'
     return config
+  if variant in dict(LADDER):
+    config = get_config('reg4_n7')
+    config.name = f'brown_{variant}'
+    return apply_overrides(config, cumulative_overrides(LADDER, variant))
   if variant in dict(REGULARISED):
     config = get_config('mlp10_tuned')
     config.name = f'brown_{variant}'
@@ -74,7 +92,7 @@ def get_config(variant: str = 'mlp1'):
   row = variant[:-len(TUNED_SUFFIX)] if tuned else variant
   if row not in VARIANTS and row not in MIXTURES:
     raise ValueError(f'unknown Brown variant {variant!r}; use one of mlp1 ... mlp10, optionally with '
-                     f'{TUNED_SUFFIX} (mlp1{TUNED_SUFFIX}), or {", ".join(n for n, _ in REGULARISED)}')
+                     f'{TUNED_SUFFIX} (mlp1{TUNED_SUFFIX}), or {", ".join(n for n, _ in REGULARISED + LADDER)}')
   config = base_config()
   config.name = f'brown_{variant}'
   config.data.corpus = 'brown'
@@ -143,6 +161,8 @@ def get_sweep(name: str):
     points = [dict(name=n, kind='train', config=f'experiments/brown.py:{n}') for n, _ in REGULARISED]
     return points + [dict(name=f'reg4_n7_seed{s}', kind='train', config='experiments/brown.py:reg4_n7',
                           overrides={'seed': s}) for s in SEEDS]
+  if name == 'ladder':
+    return [dict(name=n, kind='train', config=f'experiments/brown.py:{n}') for n, _ in LADDER]
   if name == 'time_to_quality':
     return [dict(name=n, kind='train', config='experiments/brown.py:mlp1_tuned', overrides=o)
             for n, o in TIME_TO_QUALITY]
@@ -156,5 +176,5 @@ def get_sweep(name: str):
     return [dict(name='paper_sgd', kind='train', config='experiments/brown.py:mlp1'),
             dict(name='adamw', kind='train', config='experiments/brown.py:mlp1',
                  overrides={'optimizer.name': 'adamw', 'train.batch_size': 256})]
-  raise ValueError(f"unknown Brown sweep {name!r}; use 'table1', 'table1_tuned', 'regularised', "
+  raise ValueError(f"unknown Brown sweep {name!r}; use 'table1', 'table1_tuned', 'regularised', 'ladder', "
                    "'time_to_quality', 'ablation_h', 'ablation_n' or 'ablation_optimizer'")

@@ -6,10 +6,11 @@ python -m nplm_jax.main --config=experiments/text.py --workdir=runs/mytext \
 Variant 'tiny' is a seconds-long model for smoke tests: --config=experiments/text.py:tiny, and
 'tiny_revisited' the same for the revisited family (every part on: blocks, distant kernels, tied).
 Variant 'char' models the text as characters ('_' for a space, <eos> per line), n = 11, with
-results also in bits per character: --config=experiments/text.py:char
+results also in bits per character: --config=experiments/text.py:char, and 'char_revisited' the
+revisited family on characters (config.CHAR_REVISITED).
 """
 
-from nplm_jax.config import base_config, char_level
+from nplm_jax.config import CHAR_REVISITED, apply_overrides, base_config, char_level
 
 
 def get_config(arg: str = ''):
@@ -26,8 +27,10 @@ def get_config(arg: str = ''):
                         hidden_dropout=0.1)
     config.optimizer.update(name='adamw', learning_rate=3e-3, weight_decay=0.01, warmup_steps=10)
     config.train.update(batch_size=32, num_epochs=2, eval_batch_size=64, log_every=20)
-  elif arg == 'char':
+  elif arg in ('char', 'char_revisited'):
     char_level(config)
+    if arg == 'char_revisited':
+      apply_overrides(config, CHAR_REVISITED)
   elif arg:
-    raise ValueError(f"unknown text variant {arg!r}; use '', 'tiny', 'tiny_revisited' or 'char'")
+    raise ValueError(f"unknown text variant {arg!r}; use '', 'tiny', 'tiny_revisited', 'char' or 'char_revisited'")
   return config

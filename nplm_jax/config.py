@@ -167,6 +167,13 @@ def base_config() -> ml_collections.ConfigDict:
 # The character-level variants (experiments/ptb.py:char, experiments/text.py:char): 10 characters
 # of context, AdamW, the Kneser-Ney n-gram of the same order for the mixture.
 CHAR_MODEL = dict(n=11, m=32, h=512, direct=True)
+# The revisited family on characters (experiments/ptb.py's CHAR_LADDER, text.py:char_revisited): a
+# 40-character window, 400 characters before it summarised by 4 kernels, 4 residual blocks of width
+# 128 (inner 2048), tied vectors.
+CHAR_REVISITED = {'model.kind': 'revisited', 'model.n': 41, 'model.depth': 4, 'model.m': 128, 'model.h': 2048,
+                  'model.direct': False, 'model.distant_tokens': 400, 'model.distant_kernels': 4, 'model.tied': True,
+                  'model.feature_dropout': 0.1, 'model.hidden_dropout': 0.1, 'optimizer.warmup_steps': 1000,
+                  'mesh.axis_rules.hidden': 'model'}
 CHAR_TRAINING = {'optimizer.name': 'adamw', 'train.batch_size': 512, 'train.num_epochs': 10, 'train.patience': 2}
 
 
@@ -255,6 +262,16 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: dict) -> ml_co
     section, _, name = key.rpartition('.')
     (config[section] if section else config)[name] = value
   return config
+
+
+def cumulative_overrides(ladder: list[tuple[str, dict]], row: str) -> dict:
+  """The overrides of a row of an ablation ladder [(name, change), ...]: its change and every change
+  above it, in order (experiments' ladders change one thing at a time)."""
+  names = [name for name, _ in ladder]
+  changes = {}
+  for _, change in ladder[:names.index(row) + 1]:
+    changes.update(change)
+  return changes
 
 
 def char_level(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:

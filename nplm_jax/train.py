@@ -225,6 +225,7 @@ def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_l
       'steps_trained': int(state.step),
       'epochs': int(state.step) / run.plan['steps_per_epoch'],
       'stopped_early': run_state.stopped_early,
+      'stop_reason': run_state.stop_reason,
       'wall_seconds': earlier_seconds + (time.time() - started),
       'checkpoint_save_seconds': checkpoints.save_seconds,  # this process's, in the loop: saves are asynchronous
       'mesh': dict(run.mesh.shape),
