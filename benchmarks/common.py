@@ -12,6 +12,7 @@ from nplm_jax import model_family
 from nplm_jax import optim
 from nplm_jax import sharding
 from nplm_jax import steps as steps_lib
+from nplm_jax import vocab_softmax
 
 BROWN_VOCAB = 17_905
 
@@ -99,7 +100,9 @@ def build_train_step(config, vocab: int, mesh):
   compiled = steps_lib.compile_steps(model, optimizer, mesh, loss=sampled, chunk_size=config.train.chunk_size,
                                       vocab_block=config.train.vocab_block,
                                       matmul_precision=config.model.matmul_precision,
-                                      axis_rules=config.mesh.axis_rules)
+                                      axis_rules=config.mesh.axis_rules,
+                                      softmax_kernel=vocab_softmax.softmax_kernel_for(
+                                          config.train.softmax_kernel, mesh.devices.flat[0].platform))
   with jax.set_mesh(mesh):
     state = compiled.init()
   return model, compiled, state

@@ -23,6 +23,8 @@ flags.DEFINE_integer('batch_size', 256, 'Batch size.')
 flags.DEFINE_integer('vocab', 17_905, '|V| (Brown: 17,905); random token ids are used.')
 flags.DEFINE_integer('steps', 5, 'Steps per timed repeat.')
 flags.DEFINE_integer('repeats', 5, 'Timed repeats; the median is reported.')
+flags.DEFINE_list('softmax_kernels', [], "Output-layer paths to measure side by side ('xla,pallas'); "
+                  'default: the config\'s train.softmax_kernel.')
 ARGS = flags.FLAGS
 
 
@@ -49,8 +51,11 @@ def main(argv):
   shapes = [tuple(int(x) for x in m.split('x')) for m in ARGS.meshes]
   print(f'{jax.device_count()} {jax.devices()[0].platform} devices; {ARGS["config"].serialize()}, |V|={ARGS.vocab}, '
         f'batch {ARGS.batch_size}')
-  rows = [run_mesh(config, s) for s in shapes]
-  header = ['mesh', 'step_ms', 'train_tokens_per_sec', 'arguments_mib', 'temp_mib', 'output_layer_mib_per_device']
+  rows = []
+  for kernel in ARGS.softmax_kernels or [config.train.softmax_kernel]:
+    config.train.softmax_kernel = kernel
+    rows += [dict(run_mesh(config, s), softmax_kernel=kernel) for s in shapes]
+  header = ['mesh', 'softmax_kernel', 'step_ms', 'train_tokens_per_sec', 'arguments_mib', 'temp_mib', 'output_layer_mib_per_device']
   print(' | '.join(header))
   for row in rows:
     print(' | '.join(str(row.get(h, '')) for h in header))

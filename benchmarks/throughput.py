@@ -5,6 +5,8 @@ MFU) large square bf16 and f32 matmuls.
 
 python benchmarks/throughput.py --config=experiments/brown.py:mlp1 --batch_sizes=64,256,1024 [--config.model.h=100]
 python benchmarks/throughput.py --config=experiments/brown.py:reg4_n7 --batch_sizes=128 --loop
+python benchmarks/throughput.py --config=experiments/brown.py:mlp1 --vocab=100000 --batch_sizes=4096 \
+  --softmax_kernels=xla,pallas --config.model.compute_dtype=bfloat16   # the fused kernel beside XLA
 
 --loop also runs the real training loop (train.train_and_evaluate: resident data, steps per
 dispatch, logging, a final evaluation) on a synthetic corpus of the same |V| and reports its
@@ -33,6 +35,8 @@ flags.DEFINE_integer('steps', 10, 'Steps per timed repeat.')
 flags.DEFINE_integer('repeats', 5, 'Timed repeats; the median is reported.')
 flags.DEFINE_bool('loop', False, 'Also time the real training loop on a synthetic corpus of the same |V|.')
 flags.DEFINE_integer('loop_steps', 3000, 'Steps of the timed loop (its first tenth, with the compile, is not counted).')
+flags.DEFINE_list('softmax_kernels', [], "Output-layer paths to measure side by side ('xla,pallas'); "
+                  'default: the config\'s train.softmax_kernel.')
 flags.DEFINE_integer('peak_size', -1, 'Side of the square matmuls MFU is measured against (-1: 8192, 2048 on CPU).')
 FLAGS = flags.FLAGS
 
@@ -128,7 +132,8 @@ def measure(config, batch_size: int) -> dict:
   if FLAGS.loop:
     loop_tps = loop_tokens_per_sec(config, batch_size)
     loop = {'loop_train_tokens_per_sec': round(loop_tps, 1), 'loop_vs_step': round(loop_tps / train_tps, 3)}
-  return {'batch_size': batch_size, 'train_tokens_per_sec': round(train_tps, 1), **loop,
+  return {'batch_size': batch_size, 'softmax_kernel': compiled_kernel(config, mesh),
+          'train_tokens_per_sec': round(train_tps, 1), **loop,
           'eval_tokens_per_sec': round(eval_tps, 1), 'gflops': round(gflops, 2),
           'eval_gflops': round(eval_tps * train_flops / 3 / 1e9, 2), 'peak_gflops': round(max(peaks), 2),
           'mfu_bf16': round(gflops / 1e3 / peak_tflops['bfloat16'], 4),
@@ -139,12 +144,20 @@ def measure(config, batch_size: int) -> dict:
           'eval_temp_mib': common.memory_mib(eval_exe).get('temp_mib'), 'peak_rss_mib': round(common.peak_rss_mib(), 1)}
 
 
+def compiled_kernel(config, mesh) -> str:
+  from nplm_jax import vocab_softmax  # pylint: disable=g-import-not-at-top
+  return vocab_softmax.softmax_kernel_for(config.train.softmax_kernel, mesh.devices.flat[0].platform)
+
+
 def main(argv):
   del argv
   from benchmarks import common  # pylint: disable=g-import-not-at-top
   config = FLAGS.config
-  rows = [measure(config, int(b)) for b in FLAGS.batch_sizes]
-  header = ['batch_size', 'train_tokens_per_sec', 'loop_train_tokens_per_sec', 'loop_vs_step', 'eval_tokens_per_sec',
+  rows = []
+  for kernel in FLAGS.softmax_kernels or [config.train.softmax_kernel]:
+    config.train.softmax_kernel = kernel
+    rows += [measure(config, int(b)) for b in FLAGS.batch_sizes]
+  header = ['batch_size', 'softmax_kernel', 'train_tokens_per_sec', 'loop_train_tokens_per_sec', 'loop_vs_step', 'eval_tokens_per_sec',
             'gflops', 'peak_gflops', 'mfu_bf16', 'mfu_f32', 'train_temp_mib', 'peak_rss_mib']
   print(f'{rows[0]["platform"]}, mesh {rows[0]["mesh"]}, |V|={FLAGS.vocab}, n={config.model.n} m={config.model.m} '
         f'h={config.model.h} direct={config.model.direct}, loss {config.loss.name}, compute_dtype {config.model.compute_dtype} '

@@ -101,6 +101,11 @@ def base_config() -> ml_collections.ConfigDict:
   # them in cache on a CPU. 0: all of a shard's columns at once. -1: 4096 for shards of 32,768 columns
   # or more, else 0 (measured: vocab_softmax.STREAM_FROM_COLUMNS).
   c.train.vocab_block = -1
+  # The exact softmax's output layer: 'xla' (the matmul, then the softmax, as XLA fuses them), 'pallas'
+  # (fused Pallas kernels that never write a shard's logits to memory: nplm_jax/softmax_kernel.py; on CPU
+  # in interpret mode, for tests only), 'auto': the one measured faster on the backend
+  # (vocab_softmax.AUTO_SOFTMAX_KERNEL). Sampled losses are unaffected.
+  c.train.softmax_kernel = 'auto'
   # Token ids on the devices ('on'), each step's batch gathered inside the jitted step from the epoch's
   # permutation (sent once an epoch): no host work per step. 'off': gathered on the host each step.
   # 'auto': on when the train split's ids and permutation take at most DEVICE_DATA_AUTO_MIB a device
@@ -325,6 +330,7 @@ _CHOICES = [
     ('model.compute_dtype', ('auto', 'float32', 'bfloat16')),
     ('model.matmul_precision', ('highest', 'default')),
     ('train.device_data', ('auto', 'on', 'off')),
+    ('train.softmax_kernel', ('auto', 'xla', 'pallas')),
     ('optimizer.name', ('paper_sgd', 'adamw')),
     ('loss.name', ('softmax', 'sampled_softmax', 'nce')),
     ('mix.smoothing', ('interpolated', 'kneser_ney')),

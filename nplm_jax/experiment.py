@@ -18,6 +18,7 @@ from nplm_jax import model_family
 from nplm_jax import optim
 from nplm_jax import sharding
 from nplm_jax import steps as steps_lib
+from nplm_jax import vocab_softmax
 from nplm_jax import workdir as workdir_lib
 from nplm_jax import workdir_vocab
 from nplm_jax.errors import UserError
@@ -83,7 +84,8 @@ class Experiment:
     self.num_parameters = model_family.num_parameters(self.model)
     common = dict(chunk_size=config.train.chunk_size, seed=config.seed,
                   vocab_block=config.train.vocab_block,
-                  matmul_precision=config.model.matmul_precision, axis_rules=config.mesh.axis_rules)
+                  matmul_precision=config.model.matmul_precision, axis_rules=config.mesh.axis_rules,
+                  softmax_kernel=vocab_softmax.softmax_kernel_for(config.train.softmax_kernel, self.platform))
     self.device_data = None
     if not training:
       self.steps = steps_lib.compile_steps(self.model, None, self.mesh, **common)

@@ -124,7 +124,7 @@ NO_NONFINITE_STEP = np.int32(-1)
 
 
 def train_step(state: TrainState, contexts, targets, lr_scale=1.0, first_nonfinite=NO_NONFINITE_STEP, *, model,
-               mesh, optimizer, loss=None, chunk_size=0, seed=0, vocab_block=-1):
+               mesh, optimizer, loss=None, chunk_size=0, seed=0, vocab_block=-1, softmax_kernel='xla'):
   """One optimiser step on the mean loss of a batch: the exact softmax, or `loss` (sampled).
 
   metrics['first_nonfinite'] carries the first step whose loss was not finite (-1: none yet) from
@@ -135,7 +135,8 @@ def train_step(state: TrainState, contexts, targets, lr_scale=1.0, first_nonfini
     feats, out = features(model, params, contexts, key), model.output_layer(params)
     if loss is None:  # chunked: the logits are recomputed chunk by chunk in the backward pass, not kept for all
       per_example = lambda ft: vocab_softmax.token_nll(ft[0], out, ft[1], mesh=mesh, compute_dtype=model.compute_dtype,
-                                                       recompute=bool(chunk_size), vocab_block=vocab_block)
+                                                       recompute=bool(chunk_size), vocab_block=vocab_block,
+                                                       kernel=softmax_kernel)
     else:
       samples = draw_noise(loss, state.step)  # shared by the whole batch
       per_example = lambda ft: vocab_softmax.sampled_token_loss(ft[0], out, ft[1], samples, loss.log_noise,
@@ -152,10 +153,11 @@ def train_step(state: TrainState, contexts, targets, lr_scale=1.0, first_nonfini
                                                                      'first_nonfinite': first_nonfinite}
 
 
-def eval_step(params, contexts, targets, *, model, mesh, chunk_size=0, vocab_block=-1):
+def eval_step(params, contexts, targets, *, model, mesh, chunk_size=0, vocab_block=-1, softmax_kernel='xla'):
   feats, out = features(model, params, contexts), model.output_layer(params)
   return chunked_map(lambda ft: vocab_softmax.token_nll(ft[0], out, ft[1], mesh=mesh, compute_dtype=model.compute_dtype,
-                                                        vocab_block=vocab_block), (feats, targets), chunk_size)
+                                                        vocab_block=vocab_block, kernel=softmax_kernel),
+                     (feats, targets), chunk_size)
 
 
 def train_dispatch(state: TrainState, ids, order, lr_scale, first_nonfinite, *, num_steps: int, steps_per_epoch: int,
@@ -228,12 +230,13 @@ class CompiledSteps:
 def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: Mesh,
                   unigram_counts=None, loss: SampledLoss | None = None, chunk_size: int = 0,
                   seed: int = 0, vocab_block: int = -1, matmul_precision: str = 'highest',
-                  steps_per_epoch: int = 0, batch_size: int = 0, axis_rules=None) -> CompiledSteps:
+                  steps_per_epoch: int = 0, batch_size: int = 0, axis_rules=None,
+                  softmax_kernel: str = 'xla') -> CompiledSteps:
   """Jitted init/train/eval with explicit shardings; parameters are born sharded, drawn from `seed`.
 
   optimizer None: evaluation only. steps_per_epoch and batch_size shape the resident-data dispatch.
   axis_rules (config.mesh.axis_rules) places the parameters; None: the output layer's vocabulary on
-  'model', the rest replicated.
+  'model', the rest replicated. softmax_kernel: 'xla' or 'pallas' (config.train.softmax_kernel resolved).
   """
   precise = functools.partial(with_matmul_precision, precision=matmul_precision,
                               platform=mesh.devices.flat[0].platform)
@@ -245,7 +248,8 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
   sharding.check_param_divisibility(mesh, abstract_params, logical, axis_rules)
   specs = sharding.param_specs(logical, axis_rules)
   param_sh = sharding.tree_shardings(mesh, abstract_params, specs)
-  eval_options = dict(model=model, mesh=mesh, chunk_size=chunk_size, vocab_block=vocab_block)
+  eval_options = dict(model=model, mesh=mesh, chunk_size=chunk_size, vocab_block=vocab_block,
+                      softmax_kernel=softmax_kernel)
   # Per-token NLLs come back replicated (B scalars) so every host of a multi-host job can read them.
   evaluate = jax.jit(precise(functools.partial(eval_step, **eval_options)),
                      in_shardings=(param_sh, ctx_sh, tgt_sh), out_shardings=replicated)
@@ -262,7 +266,8 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
 
   abstract = jax.eval_shape(init_state)
   state_sh = sharding.tree_shardings(mesh, abstract, specs)
-  step_options = dict(optimizer=optimizer, loss=loss, chunk_size=chunk_size, seed=seed, vocab_block=vocab_block)
+  step_options = dict(optimizer=optimizer, loss=loss, chunk_size=chunk_size, seed=seed, vocab_block=vocab_block,
+                      softmax_kernel=softmax_kernel)
   jitted_train = jax.jit(
       precise(functools.partial(train_step, model=model, mesh=mesh, **step_options)),
       in_shardings=(state_sh, ctx_sh, tgt_sh, replicated, replicated),

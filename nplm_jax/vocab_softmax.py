@@ -14,6 +14,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
+from nplm_jax import softmax_kernel
+
 
 
 def _block_forward(f, w, b, targets):
@@ -104,11 +106,16 @@ def _streamed_forward(f, w, b, targets, *, vocab_block):
   batch = f.shape[0]
   init = (jnp.full((batch,), -jnp.inf, jnp.float32), jnp.zeros((batch,), jnp.float32), jnp.zeros((batch,), jnp.float32))
   shard_max, shard_sum, picked = _for_each_sub_block(block, vocab_block, body, _varying(init))
+  owned = (local >= 0) & (local < block)
+  return _combine_shards(shard_max, shard_sum, jnp.where(owned, picked, 0.0))
+
+
+def _combine_shards(shard_max, shard_sum, target_part):
+  """(-log P(target), log Z) from each shard's max, sum of exp(z - max) and target logit (0 on the
+  shards that do not own the target): the per-example scalars the shards exchange."""
   global_max = lax.pmax(shard_max, 'model')
   log_z = jnp.log(lax.psum(shard_sum * jnp.exp(shard_max - global_max), 'model')) + global_max
-  owned = (local >= 0) & (local < block)
-  target_logit = lax.psum(jnp.where(owned, picked, 0.0), 'model')
-  return log_z - target_logit, log_z
+  return log_z - lax.psum(target_part, 'model'), log_z
 
 
 def _streamed_backward(f, w, b, log_z, targets, g, *, vocab_block):
@@ -151,6 +158,17 @@ AUTO_VOCAB_BLOCK = 4096
 ACCELERATOR_STREAM_FROM_BYTES = 8 * 2**30
 
 
+# train.softmax_kernel = 'auto', by backend: the Pallas kernels only where measured faster than XLA.
+# CPU: they run in interpret mode (a test vehicle, far slower). GPUs and TPUs: not yet measured on
+# hardware (README, "A fused softmax kernel"), so XLA stays the default there.
+AUTO_SOFTMAX_KERNEL = {'cpu': 'xla', 'gpu': 'xla', 'tpu': 'xla'}
+
+
+def softmax_kernel_for(name: str, platform: str) -> str:
+  """train.softmax_kernel with 'auto' resolved for the backend `platform`."""
+  return AUTO_SOFTMAX_KERNEL.get(platform, 'xla') if name == 'auto' else name
+
+
 def streamed_vocab_block(vocab_block: int, shard_columns: int, batch: int = 0, platform: str = 'cpu') -> int:
   """The sub-block size a shard of `shard_columns` goes over its columns with (0: all at once,
   also when the sub-block would hold them all); -1 is resolved for the backend `platform`."""
@@ -163,7 +181,22 @@ def streamed_vocab_block(vocab_block: int, shard_columns: int, batch: int = 0, p
   return vocab_block if vocab_block < shard_columns else 0
 
 
-def _vocab_parallel_nll(f, w, b, targets, *, mesh, recompute=False, vocab_block=0):
+def _kernel_forward(f, w, b, targets):
+  """_streamed_forward with the shard's pass in the fused Pallas kernel (softmax_kernel.shard_stats)."""
+  local = targets - lax.axis_index('model') * w.shape[-1]
+  shard_max, shard_sum, target_part = softmax_kernel.shard_stats(f, w, b, local)
+  return _combine_shards(shard_max, shard_sum, target_part)
+
+
+def _kernel_backward(f, w, b, log_z, targets, g):
+  """_streamed_backward with the shard's pass in the fused Pallas kernels (softmax_kernel.shard_grads)."""
+  local = targets - lax.axis_index('model') * w.shape[-1]
+  df, dw, db = softmax_kernel.shard_grads(f, w, b, log_z, local, g)
+  db = None if db is None else lax.psum(db, 'data')
+  return lax.psum(df, 'model').astype(f.dtype), lax.psum(dw, 'data').astype(w.dtype), db
+
+
+def _vocab_parallel_nll(f, w, b, targets, *, mesh, recompute=False, vocab_block=0, kernel='xla'):
   """-log P(target) for features f [B, K], output weights w [K, |V|] and a float32 bias b [|V|]
   (None when it is folded into f and w).
 
@@ -178,7 +211,12 @@ def _vocab_parallel_nll(f, w, b, targets, *, mesh, recompute=False, vocab_block=
   `vocab_block` columns at a time (_streamed_forward/_backward), so it holds [B, vocab_block]
   logits instead of [B, |V| / model], and recomputes them in the backward pass; -1: resolved by
   streamed_vocab_block.
+  kernel 'pallas': each shard's passes in the fused Pallas kernels (softmax_kernel), which never write
+  the logits to memory; recompute and vocab_block then do not apply (the kernels tile the columns).
   """
+  if kernel == 'pallas':
+    return _tiled_nll(f, w, b, targets, mesh=mesh, forward_body=_kernel_forward, backward_body=_kernel_backward,
+                      check_vma=False)
   vocab_block = streamed_vocab_block(vocab_block, w.shape[-1] // mesh.shape['model'], f.shape[0] // mesh.shape['data'],
                                      mesh.devices.flat[0].platform)
   if vocab_block:
@@ -212,11 +250,19 @@ def _vocab_parallel_nll(f, w, b, targets, *, mesh, recompute=False, vocab_block=
 
 def _streamed_nll(f, w, b, targets, *, mesh, vocab_block):
   """_vocab_parallel_nll through _streamed_forward/_backward: saves f, log Z and the targets only."""
+  return _tiled_nll(f, w, b, targets, mesh=mesh,
+                    forward_body=functools.partial(_streamed_forward, vocab_block=vocab_block),
+                    backward_body=functools.partial(_streamed_backward, vocab_block=vocab_block))
+
+
+def _tiled_nll(f, w, b, targets, *, mesh, forward_body, backward_body, check_vma=True):
+  """A custom-VJP NLL whose shard passes (forward_body, backward_body) recompute the logits: only f,
+  log Z and the targets are saved for the backward pass."""
   specs = (P('data', None), P(None, 'model'), P('model'))
-  forward = jax.shard_map(functools.partial(_streamed_forward, vocab_block=vocab_block), mesh=mesh,
-                          in_specs=(*specs, P('data')), out_specs=(P('data'), P('data')))
-  backward = jax.shard_map(functools.partial(_streamed_backward, vocab_block=vocab_block), mesh=mesh,
-                           in_specs=(*specs, P('data'), P('data'), P('data')), out_specs=specs)
+  forward = jax.shard_map(forward_body, mesh=mesh, in_specs=(*specs, P('data')), out_specs=(P('data'), P('data')),
+                          check_vma=check_vma)
+  backward = jax.shard_map(backward_body, mesh=mesh, in_specs=(*specs, P('data'), P('data'), P('data')),
+                           out_specs=specs, check_vma=check_vma)
 
   @jax.custom_vjp
   def nll(f, w, b, targets):
@@ -238,7 +284,7 @@ def with_bias_column(f):
   return jnp.concatenate([f, jnp.ones((f.shape[0], 1), f.dtype)], axis=-1)
 
 
-def token_nll(f, output, targets, *, mesh, compute_dtype='float32', recompute=False, vocab_block=0):
+def token_nll(f, output, targets, *, mesh, compute_dtype='float32', recompute=False, vocab_block=0, kernel='xla'):
   """-log P(target | context) per example, batch sharded on 'data', vocabulary on 'model'.
 
   f [B, K] are the features, output [K + 1, |V|] the output layer [U; W; b]. In float32 the bias
@@ -247,13 +293,14 @@ def token_nll(f, output, targets, *, mesh, compute_dtype='float32', recompute=Fa
   bfloat16 the weight rows are cast (a pass that cast needs anyway) and the bias stays float32.
   recompute: the backward pass recomputes the logits instead of keeping them (_vocab_parallel_nll).
   vocab_block: go over each shard's columns this many at a time (_vocab_parallel_nll); 0 = at once.
+  kernel: 'xla', or 'pallas' for the fused kernels (softmax_kernel).
   """
   if compute_dtype == 'float32':
     return _vocab_parallel_nll(with_bias_column(f), output, None, targets, mesh=mesh, recompute=recompute,
-                               vocab_block=vocab_block)
+                               vocab_block=vocab_block, kernel=kernel)
   dtype = jnp.dtype(compute_dtype)
   return _vocab_parallel_nll(f.astype(dtype), output[:-1].astype(dtype), output[-1], targets, mesh=mesh,
-                             recompute=recompute, vocab_block=vocab_block)
+                             recompute=recompute, vocab_block=vocab_block, kernel=kernel)
 
 
 def dense_token_nll(logits, targets):

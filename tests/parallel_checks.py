@@ -13,6 +13,7 @@ from nplm_jax import evaluation
 from nplm_jax import model as model_lib
 from nplm_jax import optim
 from nplm_jax import revisited
+from nplm_jax import softmax_kernel
 from nplm_jax import sharding
 from nplm_jax import steps as steps_lib
 from nplm_jax import train
@@ -347,3 +348,70 @@ def test_a_hidden_width_that_does_not_split_is_a_one_line_error():
   with pytest.raises(UserError) as e:
     steps_lib.compile_steps(small_model(hidden_dim=10), adamw(), mesh_of((2, 4)), axis_rules=HIDDEN_SPLIT)
   assert '\n' not in str(e.value) and "mesh.axis_rules.hidden='model'" in str(e.value) and 'H' in str(e.value)
+
+
+# ------------------------------------------------------------------ the fused Pallas softmax kernel
+
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+@pytest.mark.parametrize('shape', [(1, 1), (2, 4), (1, 8)], ids=lambda s: f'mesh{s[0]}x{s[1]}')
+def test_pallas_softmax_kernel_equals_dense(shape, dtype, monkeypatch):
+  """Values and every gradient of the kernel path (interpret mode) against the dense log-softmax: |V| =
+  197 padded to 200, tiles of 16 columns, so every shard ends in a short tile (200 = 12 x 16 + 8; 50 =
+  3 x 16 + 2; 25 = 16 + 9) and holds padded columns or none; 24 rows in tiles of 16 (a short row tile).
+  float32 within 1e-5; bfloat16 (its matmul operands rounded) equal to the XLA bfloat16 path within 1e-4
+  and to float32 within 2e-2."""
+  monkeypatch.setattr(softmax_kernel, 'BLOCK_V', 16)
+  monkeypatch.setattr(softmax_kernel, 'BLOCK_B', 16)
+  vocab, mesh = 197, mesh_of(shape)
+  model = small_model(vocab_size=vocab)
+  params = random_params(model, seed=6)
+  contexts, targets = batch(12, size=24)
+  targets = targets % vocab
+  targets[:3] = [0, vocab - 1, 100]
+  feats = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
+
+  def loss(f, out, kernel, compute_dtype):
+    nll = vocab_softmax.token_nll(f, out, targets, mesh=mesh, compute_dtype=compute_dtype, kernel=kernel)
+    return jnp.sum(nll * jnp.linspace(0.5, 1.5, len(targets))), nll  # unequal weights: g differs per row
+
+  def dense(f, out):
+    nll = vocab_softmax.dense_token_nll(model_lib.dense_logits(f, out)[:, :vocab], targets)
+    return jnp.sum(nll * jnp.linspace(0.5, 1.5, len(targets))), nll
+
+  with jax.set_mesh(mesh):
+    grad = lambda fn, *a: jax.jit(jax.grad(fn, argnums=(0, 1), has_aux=True), static_argnums=(2, 3))(*a)
+    (df, dout), nll = grad(loss, feats, params[model_lib.OUTPUT], 'pallas', dtype)
+    (ref_df, ref_dout), ref_nll = jax.jit(jax.grad(dense, argnums=(0, 1), has_aux=True))(feats, params[model_lib.OUTPUT])
+    if dtype == 'bfloat16':
+      (xla_df, xla_dout), xla_nll = grad(loss, feats, params[model_lib.OUTPUT], 'xla', dtype)
+  bound = 1e-5 if dtype == 'float32' else 2e-2
+  assert rel_err(nll, ref_nll) <= bound and rel_err(df, ref_df) <= bound and rel_err(dout, ref_dout) <= bound, (
+      rel_err(nll, ref_nll), rel_err(df, ref_df), rel_err(dout, ref_dout))
+  np.testing.assert_array_equal(np.asarray(dout)[:, vocab:], 0.0)  # padded columns get no gradient
+  if dtype == 'bfloat16':
+    assert max(rel_err(nll, xla_nll), rel_err(df, xla_df), rel_err(dout, xla_dout)) <= 1e-4
+
+
+@pytest.mark.parametrize('shape', [(2, 4), (1, 8)], ids=lambda s: f'mesh{s[0]}x{s[1]}')
+def test_pallas_kernel_trains_as_the_xla_path(shape, monkeypatch):
+  """Three AdamW steps of the revisited model (dropout on) with softmax_kernel='pallas' against 'xla'."""
+  monkeypatch.setattr(softmax_kernel, 'BLOCK_V', 16)
+  model = small_revisited()
+  runs = {}
+  for kernel in ('xla', 'pallas'):
+    mesh = mesh_of(shape)
+    compiled = steps_lib.compile_steps(model, adamw(), mesh, softmax_kernel=kernel)
+    rng = np.random.default_rng(4)
+    losses = []
+    with jax.set_mesh(mesh):
+      state = compiled.init()
+      for _ in range(3):
+        contexts = rng.integers(0, VOCAB, size=(BATCH, model.context_size)).astype(np.int32)
+        targets = rng.integers(0, VOCAB, size=BATCH).astype(np.int32)
+        state, metrics = compiled.train(state, steps_lib.put_batch(mesh, contexts), steps_lib.put_batch(mesh, targets))
+        losses.append(float(metrics['loss']))
+    runs[kernel] = losses, jax.device_get(state.params)
+  np.testing.assert_allclose(runs['pallas'][0], runs['xla'][0], rtol=1e-5)
+  for path, value in jax.tree_util.tree_flatten_with_path(runs['pallas'][1])[0]:
+    reference = dict(jax.tree_util.tree_flatten_with_path(runs['xla'][1])[0])[path]
+    assert rel_err(value, reference) <= 1e-5, jax.tree_util.keystr(path)

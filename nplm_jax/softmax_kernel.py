@@ -1,0 +1,160 @@
+"""A fused output layer for one vocabulary shard, in Pallas: the logits only ever exist a tile at a time.
+
+vocab_softmax's shard_map gives each 'model' shard its block of the output layer's columns. Per shard,
+the softmax needs from the [B, columns] logits z = f w + b only per-example scalars (their max, the
+sum of exp(z - max), the target's logit), and its gradient only f^T dz, sum_rows dz and dz w^T with
+dz = g (softmax - onehot). Written with XLA, the logits (or each streamed block of them) go to memory
+and back; here three kernels go over [block_b, block_v] tiles, each tile's logits computed in the
+kernel, used and dropped:
+
+- shard_stats: grid (batch tiles, vocabulary tiles), the vocabulary innermost: a running max and sum
+  of exponentials (online log-sum-exp) and the target's logit, per example;
+- shard_weight_grads: grid (vocabulary tiles, batch tiles): each tile's logits recomputed, its dz made,
+  dw[:, tile] += f_tile^T dz and db[tile] += sum dz accumulated over the batch tiles;
+- shard_feature_grads: grid (batch tiles, vocabulary tiles): df[tile] += dz w_tile^T over the vocabulary.
+
+Matmuls take f and w in their dtype (bfloat16 or float32) and accumulate in float32; the softmax, the
+bias and every gradient are float32. The cross-shard combine (pmax, psum) stays in vocab_softmax (whose
+shard_map runs these kernels with check_vma=False: Pallas's interpreter does not type its iota as
+varying over the mesh axes). A
+shard whose columns (or batch) are not a multiple of the tile is padded up to one (a copy of w: the
+default vocab_pad_multiple of 128 and block_v of 128 never need it); padded columns are masked to
+-inf, padded rows carry g = 0. On a CPU the kernels run in Pallas's interpret mode (how the tests
+check them against the XLA path); on GPUs and TPUs they are compiled by Pallas's Triton and Mosaic
+lowerings.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+BLOCK_B = 128  # examples a tile
+BLOCK_V = 128  # vocabulary columns a tile
+
+
+def _pad_to(x, axis: int, multiple: int, value=0):
+  size = x.shape[axis]
+  extra = -size % multiple
+  if not extra:
+    return x
+  widths = [(0, 0)] * x.ndim
+  widths[axis] = (0, extra)
+  return jnp.pad(x, widths, constant_values=value)
+
+
+def _tile_logits(f_ref, w_ref, b_ref, column0, columns: int):
+  """This tile's logits [block_b, block_v] in float32, columns past the shard's at -inf."""
+  logits = jnp.dot(f_ref[...], w_ref[...], preferred_element_type=jnp.float32) + b_ref[...][None, :]
+  ids = column0 + jax.lax.broadcasted_iota(jnp.int32, logits.shape, 1)
+  return jnp.where(ids < columns, logits, -jnp.inf), ids
+
+
+def _tile_dlogits(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, column0, columns: int):
+  """g (softmax - onehot) for the tile, float32 (0 in padded rows and columns)."""
+  logits, ids = _tile_logits(f_ref, w_ref, b_ref, column0, columns)
+  p = jnp.exp(logits - log_z_ref[...][:, None])
+  onehot = ((ids == t_ref[...][:, None]) & (ids < columns)).astype(jnp.float32)
+  return g_ref[...][:, None] * (p - onehot)
+
+
+def _stats_kernel(f_ref, w_ref, b_ref, t_ref, max_ref, sum_ref, pick_ref, *, block_v: int, columns: int):
+  j = pl.program_id(1)
+
+  @pl.when(j == 0)
+  def _():
+    max_ref[...] = jnp.full(max_ref.shape, -jnp.inf, jnp.float32)
+    sum_ref[...] = jnp.zeros(sum_ref.shape, jnp.float32)
+    pick_ref[...] = jnp.zeros(pick_ref.shape, jnp.float32)
+
+  logits, ids = _tile_logits(f_ref, w_ref, b_ref, j * block_v, columns)
+  old_max = max_ref[...]
+  new_max = jnp.maximum(old_max, jnp.max(logits, axis=-1))
+  sum_ref[...] = sum_ref[...] * jnp.exp(old_max - new_max) + jnp.sum(jnp.exp(logits - new_max[:, None]), axis=-1)
+  max_ref[...] = new_max
+  hit = (ids == t_ref[...][:, None]) & (ids < columns)
+  pick_ref[...] += jnp.sum(jnp.where(hit, logits, 0.0), axis=-1)
+
+
+def _weight_grads_kernel(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, dw_ref, db_ref, *, block_v: int,
+                         columns: int):
+  j, i = pl.program_id(0), pl.program_id(1)
+
+  @pl.when(i == 0)
+  def _():
+    dw_ref[...] = jnp.zeros(dw_ref.shape, jnp.float32)
+    db_ref[...] = jnp.zeros(db_ref.shape, jnp.float32)
+
+  dz = _tile_dlogits(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, j * block_v, columns)
+  db_ref[...] += jnp.sum(dz, axis=0)
+  dw_ref[...] += jnp.dot(f_ref[...].T, dz.astype(f_ref.dtype), preferred_element_type=jnp.float32)
+
+
+def _feature_grads_kernel(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, df_ref, *, block_v: int, columns: int):
+  j = pl.program_id(1)
+
+  @pl.when(j == 0)
+  def _():
+    df_ref[...] = jnp.zeros(df_ref.shape, jnp.float32)
+
+  dz = _tile_dlogits(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, j * block_v, columns)
+  df_ref[...] += jnp.dot(dz.astype(w_ref.dtype), w_ref[...].T, preferred_element_type=jnp.float32)
+
+
+def _prepared(f, w, b, rows, block_b: int, block_v: int):
+  """Inputs padded to whole tiles: f [B', K], w [K, V'], b [V'] (float32), per-example rows [B']."""
+  b = jnp.zeros(w.shape[-1], jnp.float32) if b is None else b.astype(jnp.float32)
+  return (_pad_to(f, 0, block_b), _pad_to(w, 1, block_v), _pad_to(b, 0, block_v),
+          [_pad_to(r, 0, block_b) for r in rows])
+
+
+def _interpret() -> bool:
+  return jax.default_backend() == 'cpu'
+
+
+def shard_stats(f, w, b, local_targets, *, block_b: int | None = None, block_v: int | None = None):
+  """(max, sum of exp(z - max), z of the target or 0 where the shard does not own it) per example,
+  float32 [B] each, for z = f w + b over this shard's columns; local_targets are column indices
+  (outside [0, columns): not this shard's). Tiles of block_b x block_v (default BLOCK_B x BLOCK_V)."""
+  block_b, block_v = block_b or BLOCK_B, block_v or BLOCK_V
+  batch, columns = f.shape[0], w.shape[-1]
+  f, w, b, (t,) = _prepared(f, w, b, [local_targets.astype(jnp.int32)], block_b, block_v)
+  grid = (f.shape[0] // block_b, w.shape[-1] // block_v)
+  row = pl.BlockSpec((block_b,), lambda i, j: (i,))
+  kernel = functools.partial(_stats_kernel, block_v=block_v, columns=columns)
+  stats = pl.pallas_call(
+      kernel, grid=grid,
+      in_specs=[pl.BlockSpec((block_b, f.shape[1]), lambda i, j: (i, 0)),
+                pl.BlockSpec((w.shape[0], block_v), lambda i, j: (0, j)),
+                pl.BlockSpec((block_v,), lambda i, j: (j,)), row],
+      out_specs=[row, row, row],
+      out_shape=[jax.ShapeDtypeStruct((f.shape[0],), jnp.float32)] * 3,
+      interpret=_interpret())(f, w, b, t)
+  return tuple(s[:batch] for s in stats)
+
+
+def shard_grads(f, w, b, log_z, local_targets, g, *, block_b: int | None = None, block_v: int | None = None):
+  """(df [B, K], dw [K, columns], db [columns] or None) of sum(g * -log P(target)) from this shard's
+  columns, float32, given the global log Z per example (the logits recomputed tile by tile)."""
+  block_b, block_v = block_b or BLOCK_B, block_v or BLOCK_V
+  batch, columns, has_bias = f.shape[0], w.shape[-1], b is not None
+  rows = [log_z.astype(jnp.float32), local_targets.astype(jnp.int32), g.astype(jnp.float32)]
+  f, w, b, rows = _prepared(f, w, b, rows, block_b, block_v)  # padded rows: g = 0
+  k, nb, nv = f.shape[1], f.shape[0] // block_b, w.shape[-1] // block_v
+  options = dict(block_v=block_v, columns=columns)
+  dw, db = pl.pallas_call(
+      functools.partial(_weight_grads_kernel, **options), grid=(nv, nb),
+      in_specs=[pl.BlockSpec((block_b, k), lambda j, i: (i, 0)), pl.BlockSpec((k, block_v), lambda j, i: (0, j)),
+                pl.BlockSpec((block_v,), lambda j, i: (j,))] + [pl.BlockSpec((block_b,), lambda j, i: (i,))] * 3,
+      out_specs=[pl.BlockSpec((k, block_v), lambda j, i: (0, j)), pl.BlockSpec((block_v,), lambda j, i: (j,))],
+      out_shape=[jax.ShapeDtypeStruct(w.shape, jnp.float32), jax.ShapeDtypeStruct(b.shape, jnp.float32)],
+      interpret=_interpret())(f, w, b, *rows)
+  df = pl.pallas_call(
+      functools.partial(_feature_grads_kernel, **options), grid=(nb, nv),
+      in_specs=[pl.BlockSpec((block_b, k), lambda i, j: (i, 0)), pl.BlockSpec((k, block_v), lambda i, j: (0, j)),
+                pl.BlockSpec((block_v,), lambda i, j: (j,))] + [pl.BlockSpec((block_b,), lambda i, j: (i,))] * 3,
+      out_specs=pl.BlockSpec((block_b, k), lambda i, j: (i, 0)),
+      out_shape=jax.ShapeDtypeStruct(f.shape, jnp.float32),
+      interpret=_interpret())(f, w, b, *rows)
+  return df[:batch], dw[:, :columns], (db[:columns] if has_bias else None)
