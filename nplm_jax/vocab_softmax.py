@@ -15,6 +15,7 @@ from jax import lax
 from jax.sharding import PartitionSpec as P
 
 from nplm_jax import softmax_kernel
+from nplm_jax.errors import UserError
 
 
 
@@ -164,8 +165,18 @@ ACCELERATOR_STREAM_FROM_BYTES = 8 * 2**30
 AUTO_SOFTMAX_KERNEL = {'cpu': 'xla', 'gpu': 'xla', 'tpu': 'xla'}
 
 
+# Where the kernels have a lowering: Mosaic TPU runs a kernel's grid in order (the accumulation over the
+# last grid axis that softmax_kernel uses), CPUs interpret it. Pallas's GPU lowering (Triton) runs grid
+# programs in parallel, so there the kernels need a loop inside each program: not written yet.
+PALLAS_PLATFORMS = ('cpu', 'tpu')
+
+
 def softmax_kernel_for(name: str, platform: str) -> str:
-  """train.softmax_kernel with 'auto' resolved for the backend `platform`."""
+  """train.softmax_kernel with 'auto' resolved for the backend `platform`; one line of error for
+  'pallas' where the kernels have no lowering."""
+  if name == 'pallas' and platform not in PALLAS_PLATFORMS:
+    raise UserError(f"train.softmax_kernel='pallas' has no {platform.upper()} lowering yet (it runs on TPUs, and "
+                    "on CPUs in interpret mode); use --config.train.softmax_kernel=auto or xla")
   return AUTO_SOFTMAX_KERNEL.get(platform, 'xla') if name == 'auto' else name
 
 

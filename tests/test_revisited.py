@@ -230,3 +230,4 @@ def test_sample_embeddings_plot_and_extend_work_on_it(workdir):
 def test_export_says_it_writes_the_2003_model_only(workdir):
   proc = tool('nplm_jax.export', f'--workdir={workdir["path"]}', f'--output={workdir["base"] / "exported"}', check=False)
   assert proc.returncode == 1 and proc.stderr.count('\n') == 1 and "model.kind='revisited'" in proc.stderr
+

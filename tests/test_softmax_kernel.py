@@ -1,0 +1,62 @@
+"""The fused Pallas softmax kernels of one vocabulary shard (nplm_jax/softmax_kernel.py), in interpret
+mode, against NumPy; their use inside the sharded softmax is checked on meshes in parallel_checks.py."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from nplm_jax import softmax_kernel
+from nplm_jax import vocab_softmax
+from nplm_jax.errors import UserError
+
+
+def reference(f, w, b, targets, log_z, g):
+  z = f.astype(np.float64) @ w.astype(np.float64) + b
+  columns = w.shape[1]
+  owned = (targets >= 0) & (targets < columns)
+  picked = np.where(owned, z[np.arange(len(z)), np.clip(targets, 0, columns - 1)], 0.0)
+  dz = g[:, None] * (np.exp(z - log_z[:, None]) - (np.arange(columns)[None, :] == targets[:, None]))
+  return z.max(-1), np.exp(z - z.max(-1, keepdims=True)).sum(-1), picked, dz @ w.T, f.T.astype(np.float64) @ dz, dz.sum(0)
+
+
+@pytest.mark.parametrize('batch,k,columns,block_b,block_v', [
+    (70, 9, 300, 32, 128),  # short last tiles on both axes
+    (64, 16, 256, 32, 128),  # whole tiles
+    (5, 3, 7, 8, 8),  # one short tile each way
+])
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+def test_shard_passes_equal_numpy(batch, k, columns, block_b, block_v, dtype):
+  rng = np.random.default_rng(columns)
+  f = rng.normal(size=(batch, k)).astype(np.float32)
+  w = rng.normal(size=(k, columns)).astype(np.float32)
+  b = rng.normal(size=columns).astype(np.float32)
+  targets = rng.integers(-20, columns + 20, size=batch).astype(np.int32)  # some owned by other shards
+  g = rng.normal(size=batch).astype(np.float32)
+  if dtype == 'bfloat16':  # the kernels get bfloat16 operands; the reference their rounded values
+    f, w = (np.asarray(jnp.asarray(x, jnp.bfloat16).astype(jnp.float32)) for x in (f, w))
+  cast = lambda x: jnp.asarray(x, dtype)
+  shard_max, shard_sum, picked = softmax_kernel.shard_stats(cast(f), cast(w), b, targets, block_b=block_b,
+                                                            block_v=block_v)
+  log_z = np.log(np.asarray(shard_sum, np.float64)) + np.asarray(shard_max) + 0.25
+  df, dw, db = softmax_kernel.shard_grads(cast(f), cast(w), b, log_z, targets, g, block_b=block_b, block_v=block_v)
+  expected = reference(f, w, b, targets, log_z, g)
+  tolerance = 1e-5 if dtype == 'float32' else 2e-2  # bfloat16: the kernels' dz is rounded for its matmuls
+  for got, want in zip((shard_max, shard_sum, picked, df, dw, db), expected):
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tolerance, atol=tolerance)
+  assert df.dtype == dw.dtype == db.dtype == jnp.float32
+
+
+def test_a_folded_bias_gives_no_bias_gradient():
+  f, w = np.ones((4, 3), np.float32), np.ones((3, 10), np.float32)
+  *_, db = softmax_kernel.shard_grads(f, w, None, np.zeros(4, np.float32), np.zeros(4, np.int32),
+                                      np.ones(4, np.float32), block_b=8, block_v=8)
+  assert db is None
+
+
+def test_softmax_kernel_choice_by_backend():
+  assert vocab_softmax.softmax_kernel_for('auto', 'cpu') == 'xla'
+  assert vocab_softmax.softmax_kernel_for('auto', 'gpu') == 'xla'
+  assert vocab_softmax.softmax_kernel_for('pallas', 'tpu') == 'pallas'
+  with pytest.raises(UserError) as e:
+    vocab_softmax.softmax_kernel_for('pallas', 'gpu')
+  assert '\n' not in str(e.value) and 'softmax_kernel' in str(e.value)
