@@ -13,6 +13,7 @@ import time
 from etils import epath
 
 from nplm_jax import distributed
+from nplm_jax.progress import format_duration
 from nplm_jax import workdir as workdir_lib
 from nplm_jax.errors import UserError
 
@@ -108,13 +109,6 @@ def read_jsonl(path: epath.Path) -> list[dict]:
   return records
 
 
-def format_duration(seconds: float) -> str:
-  seconds = int(max(seconds, 0))
-  h, rem = divmod(seconds, 3600)
-  m, s = divmod(rem, 60)
-  return f'{h}h{m:02d}m{s:02d}s' if h else f'{m}m{s:02d}s'
-
-
 class Progress:
   """Training throughput and the time left, from the time spent training alone.
 
@@ -154,24 +148,6 @@ class Progress:
     eta = (self._total - step) / overall if overall > 0 else float('inf')
     return {'steps_per_sec': steps_per_sec, 'tokens_per_sec': steps_per_sec * self._tokens_per_step,
             'eta': format_duration(eta) if eta != float('inf') else '?'}
-
-
-class StderrProgress:
-  """progress(done, total) for a long tool: a line on stderr at most every `every` seconds, with the
-  rate and the time left, once the work has run `after` seconds (short work prints nothing)."""
-
-  def __init__(self, what: str, after: float = 5.0, every: float = 10.0):
-    self.what, self.after, self.every = what, after, every
-    self._start = self._last = time.perf_counter()
-
-  def __call__(self, done: int, total: int) -> None:
-    now = time.perf_counter()
-    if now - self._start < self.after or now - self._last < self.every or not done:
-      return
-    self._last = now
-    rate = done / (now - self._start)
-    print(f'{done:,}/{total:,} {self.what} ({rate:,.0f}/s, ETA {format_duration((total - done) / rate)})',
-          file=sys.stderr, flush=True)
 
 
 def log(message: str) -> None:

@@ -25,6 +25,7 @@ import numpy as np
 from nplm_jax import data as data_lib
 from nplm_jax import workdir as workdir_lib
 from nplm_jax.errors import UserError
+from nplm_jax.progress import StderrProgress
 
 
 class StreamNgrams:
@@ -49,7 +50,9 @@ class StreamNgrams:
     v = self.vocab_size
     self.ids = [None, self.tokens]  # ids[j][t]: the j-gram ending at t (-1 where t < j-1)
     self.keys = [None, np.arange(v, dtype=np.int64)]
+    progress = StderrProgress(f'n-gram orders counted over {len(self.tokens):,} tokens')
     for j in range(2, order + 1):
+      progress(j - 2, order - 1)
       prefix = np.full_like(self.tokens, -1)
       prefix[1:] = self.ids[j - 1][:-1]
       valid = prefix >= 0
@@ -135,7 +138,9 @@ class KneserNey:
   def __init__(self, ngrams: StreamNgrams):
     self.ngrams = ngrams
     self.levels = []  # per order j: counts, discounts, context totals and back-off weights
+    progress = StderrProgress('Kneser-Ney orders estimated')
     for j in range(1, ngrams.order + 1):
+      progress(j - 1, ngrams.order)
       counts = ngrams.raw_counts[j] if j == ngrams.order else ngrams.continuation_counts(j)
       discounts = modified_discounts(counts[counts > 0])
       prefix, contexts = ngrams.prefix(j), ngrams.num_types(j - 1)

@@ -22,7 +22,7 @@ import numpy as np
 
 from nplm_jax import cli as cli_lib
 from nplm_jax import data as data_lib
-from nplm_jax import metrics
+from nplm_jax import progress as progress_lib
 from nplm_jax import trained as trained_lib
 from nplm_jax.errors import UserError
 
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
     check_settings(args.num_tokens, args.temperature, args.top_k, args.top_p, args.num_samples, args.seed)
     model = trained_lib.TrainedModel.load(args.workdir)
     prompt = model.prompt_tokens(args.prompt)
-    progress = metrics.StderrProgress('words drawn')
+    progress = progress_lib.StderrProgress('words drawn')
     for words in iter_samples(model, args.prompt, args.num_tokens, args.temperature, args.top_k, args.top_p,
                               args.num_samples, args.seed, args.allow_unk, args.stop_at_eos, progress):
       print(model.join(prompt + words), flush=args.num_samples > SAMPLES_AT_ONCE)  # printed as drawn

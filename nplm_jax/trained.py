@@ -21,7 +21,7 @@ from nplm_jax import checkpoint as ckpt_lib
 from nplm_jax import data as data_lib
 from nplm_jax import evaluation
 from nplm_jax import experiment as experiment_lib
-from nplm_jax import metrics as metrics_lib
+from nplm_jax import progress as progress_lib
 from nplm_jax import model as model_lib
 from nplm_jax import sharding
 from nplm_jax import steps as steps_lib
@@ -170,7 +170,7 @@ class TrainedModel:
     contexts = np.concatenate(contexts) if contexts else np.zeros((0, self.context_size), np.int32)
     with jax.set_mesh(self.run.mesh):
       nll = evaluation.examples_nll(self.run.steps, self.params, contexts, targets, self.config.train.eval_batch_size,
-                                    metrics_lib.StderrProgress('tokens scored'))
+                                    progress_lib.StderrProgress('tokens scored'))
     out, start = [], 0
     for words, (ids, oov) in zip(sequences, converted):
       out.append(Scored(words, ids, oov, nll[start:start + len(ids)]))
@@ -211,7 +211,7 @@ class TrainedModel:
     batch, n = self.config.train.eval_batch_size, len(contexts)
     fn, features, columns = self._expected_fns[with_columns], [], []
     with jax.set_mesh(self.run.mesh):
-      progress = metrics_lib.StderrProgress('contexts averaged')
+      progress = progress_lib.StderrProgress('contexts averaged')
       for positions, weights in data_lib.padded_positions(n, batch):
         progress(int(min(positions[0] + batch, n)), n)
         f, c = fn(self.params, np.asarray(contexts[positions], np.int32))

@@ -107,3 +107,21 @@ def test_ids_beyond_the_vocabulary_are_one_line(tmp_path):
                                     '"test_tokens": 2, "source": {"corpus": "text"}}')
   with pytest.raises(data_lib.DataError, match='holds id 2000000000 in test.npy, beyond its 2-word vocabulary'):
     data_lib.prepared_corpus(str(folder))
+
+
+def test_long_preparation_and_estimation_report_progress_with_an_eta(tiny_files, tmp_path, capsys, monkeypatch):
+  """prepare reports the bytes of each file read and the n-gram tools the orders done, with a rate
+  and the time left, once work takes long (here: at once)."""
+  from nplm_jax import progress  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(progress, 'AFTER_SECONDS', 0.0)
+  monkeypatch.setattr(progress, 'EVERY_SECONDS', 0.0)
+  config = config_lib.base_config()
+  config.data.update(corpus='text', train_file=tiny_files['train'], valid_file=tiny_files['valid'],
+                     test_file=tiny_files['test'], max_rare_count=0, vocab_scope='train')
+  prepare.prepare(config.data, str(tmp_path / 'prepared'))
+  ngram.evaluate(data.load_corpus(config.data), 3, 'kneser_ney')
+  err = capsys.readouterr().err
+  for what in ('bytes of train.txt counted', 'bytes of test.txt written as ids', 'n-gram orders counted',
+               'Kneser-Ney orders estimated'):
+    assert what in err, err[-2000:]
+  assert 'ETA ' in err
