@@ -10,6 +10,8 @@ process are agreed on by all, so the user reads them once.
 """
 
 import os
+import sys
+import threading
 
 import jax
 import numpy as np
@@ -66,12 +68,30 @@ def maybe_initialize(config) -> None:
     print(f'joining {where} (waiting up to {timeout} s for every process)', flush=True)
   elif args:
     wait_for_coordinator(args['coordinator_address'], timeout)
+  advice = ('check distributed.coordinator_address, that every process was started with the same settings, and '
+            'that the port is free')
+  # Past its own deadline JAX's join aborts the process from C++ (a stack trace, exit 134): a watchdog
+  # says it in one line first, and C++ is given a later deadline than ours.
+  watchdog = threading.Timer(timeout, _give_up, args=(f'could not join {where} within {timeout} s: not every '
+                                                      f'process arrived; {advice}',))
+  watchdog.daemon = True
+  watchdog.start()
   try:
-    jax.distributed.initialize(**args, initialization_timeout=timeout)
+    jax.distributed.initialize(**args, initialization_timeout=timeout + JOIN_ABORT_MARGIN_SECONDS)
   except Exception as e:  # pylint: disable=broad-except  # JAX raises XlaRuntimeError / RuntimeError subclasses
     detail = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
-    raise JoinError(f'could not join {where} within {timeout} s ({detail}); check distributed.coordinator_address, '
-                    'that every process was started with the same settings, and that the port is free') from None
+    raise JoinError(f'could not join {where} within {timeout} s ({detail}); {advice}') from None
+  finally:
+    watchdog.cancel()
+
+
+JOIN_ABORT_MARGIN_SECONDS = 30  # JAX's own join deadline, after ours
+
+
+def _give_up(message: str) -> None:
+  """The join's one line of error, then the process ends at once (the join itself cannot be interrupted)."""
+  print(f'error: {message}', file=sys.stderr, flush=True)
+  os._exit(1)  # pylint: disable=protected-access
 
 
 def wait_for_coordinator(address: str, timeout: float) -> None:

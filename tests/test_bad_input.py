@@ -52,6 +52,13 @@ def tool_args(module, w, *extra, workdir=None, text=None):
   return args + [f'--text={text or w["files"]["test"]}'] if module == 'score' else args
 
 
+def free_port() -> int:
+  import socket  # pylint: disable=g-import-not-at-top
+  with socket.socket() as s:
+    s.bind(('localhost', 0))
+    return s.getsockname()[1]
+
+
 def main_args(w, *extra, workdir=None):
   return ['nplm_jax.main', '--config=experiments/text.py:tiny', f'--workdir={workdir or w["base"] / "new"}',
           *w['data'], *extra]
@@ -221,6 +228,10 @@ CASES = [
     ('distributed_no_coordinator', lambda w: main_args(
         w, '--config.distributed.coordinator_address=localhost:9', '--config.distributed.num_processes=2',
         '--config.distributed.process_id=1', '--config.distributed.timeout_seconds=2'), 'no coordinator answered'),
+    # process 0 alone: the others never come (XLA's own deadline would abort it from C++)
+    ('distributed_others_never_arrive', lambda w: main_args(
+        w, f'--config.distributed.coordinator_address=localhost:{free_port()}', '--config.distributed.num_processes=2',
+        '--config.distributed.process_id=0', '--config.distributed.timeout_seconds=3'), 'not every process arrived'),
     # sizes that cannot fit, refused before anything is allocated (nplm_jax/memory.py)
     ('huge_feature_size', lambda w: main_args(w, '--config.model.m=1000000000'), 'needs about'),
     ('huge_eval_batch', lambda w: main_args(w, '--config.train.eval_batch_size=100000000'), 'evaluation'),
