@@ -73,3 +73,25 @@ def test_tools_read_and_write_characters(char_workdir):
   drawn = sample_lib.sample(model, 'w1 w', 12, seed=0, stop_at_eos=False)[0]
   assert len(drawn) == 12 and all(len(t) == 1 for t in drawn)
   assert model.join(['w', '1', '_', 'w']) == 'w1 w'
+
+
+def test_the_revisited_family_on_characters(tmp_path):
+  """text.py:char_revisited, shrunk to seconds: a long character window, distant kernels and tied
+  vectors, trained and reported in bits per character; the tools read its characters back."""
+  from tests import corpora  # pylint: disable=g-import-not-at-top
+  files = corpora.write_markov_corpus(str(tmp_path), lines=(120, 20, 20))
+  workdir = tmp_path / 'run'
+  proc = subprocess.run([sys.executable, '-m', 'nplm_jax.main', '--config=experiments/text.py:char_revisited',
+                         f'--workdir={workdir}', *(f'--config.data.{s}_file={files[s]}' for s in ('train', 'valid', 'test')),
+                         '--config.model.h=32', '--config.model.m=8', '--config.model.n=9', '--config.model.depth=1',
+                         '--config.model.distant_tokens=16', '--config.train.batch_size=128', '--config.train.num_epochs=1',
+                         '--config.optimizer.warmup_steps=5', '--config.mix.enabled=False'],
+                        cwd=REPO, env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr
+  results = json.loads((workdir / 'results.json').read_text(encoding='utf-8'))
+  assert results['config']['model']['kind'] == 'revisited' and results['config']['model']['tied']
+  assert results['test_bpc'] == pytest.approx(math.log2(results['test_ppl'])) and results['test_bpc'] < math.log2(20)
+  model = trained_lib.TrainedModel.load(str(workdir))
+  assert model.context_size == 8 + 16
+  scored = score_lib.score_text(model, ['w1 w2'], independent_lines=True)[0]
+  assert scored.words == ['w', '1', '_', 'w', '2', '<eos>']
