@@ -29,18 +29,20 @@ _with_axes = nn.with_logical_partitioning
 
 
 class ResidualBlock(nn.Module):
-  """s + dropout(W2 relu(W1 s + b1) + b2), then LayerNorm."""
+  """LayerNorm(residual + dropout(W2 relu(W1 inputs + b1) + b2)): a block (inputs = residual = s), or the
+  first layer (inputs: the concatenated x, logical axis 'context'; residual: the sum of x's m-vectors)."""
   width: int
   hidden_dim: int
   compute_dtype: str
   dropout: float
   layer_norm: bool
+  in_axis: str = 'embed'
 
   @nn.compact
-  def __call__(self, s, deterministic: bool):
-    inner = _dense(self, 'in', s, self.hidden_dim, ('embed', 'hidden'), self.compute_dtype)
+  def __call__(self, residual, inputs, deterministic: bool):
+    inner = _dense(self, 'in', inputs, self.hidden_dim, (self.in_axis, 'hidden'), self.compute_dtype)
     branch = _dense(self, 'out', jax.nn.relu(inner), self.width, ('hidden', 'embed'), self.compute_dtype)
-    return _norm(s + nn.Dropout(self.dropout)(branch, deterministic=deterministic), self.layer_norm)
+    return _norm(residual + nn.Dropout(self.dropout)(branch, deterministic=deterministic), self.layer_norm)
 
 
 def _dense(module: nn.Module, name: str, x, features: int, axes: tuple[str, str], compute_dtype: str):
@@ -101,7 +103,9 @@ class RevisitedNPLM(nn.Module):
       self.kernels = self.param('distant_kernels', _with_axes(nn.initializers.constant(1.0 / self.distant_tokens),
                                                               ('kernels', 'distant')),
                                 (self.distant_kernels, self.distant_tokens))
-    self.first = FirstLayer(m, self.hidden_dim, self.compute_dtype, self.hidden_dropout, self.layer_norm)
+    # the 2003 hidden layer made residual (Sun & Iyyer's first layer)
+    self.first = ResidualBlock(m, self.hidden_dim, self.compute_dtype, self.hidden_dropout, self.layer_norm,
+                               in_axis='context')
     self.blocks = [ResidualBlock(m, self.hidden_dim, self.compute_dtype, self.hidden_dropout, self.layer_norm,
                                  name=f'block_{i}') for i in range(self.depth)]
     self.output = self.param(model_lib.OUTPUT, _with_axes(
@@ -117,9 +121,9 @@ class RevisitedNPLM(nn.Module):
       distant = jnp.einsum('kd,bdm->bkm', self.kernels, vectors[:, self.window:])
       local = jnp.concatenate([local, distant], axis=1)
     x = self.drop_features(local, deterministic=deterministic)  # [batch, window + kernels, m]
-    s = self.first(x, deterministic)
+    s = self.first(x.sum(axis=1), x.reshape(x.shape[0], -1), deterministic)
     for block in self.blocks:
-      s = block(s, deterministic)
+      s = block(s, s, deterministic)
     return s
 
   def output_layer(self, params) -> jax.Array:
@@ -136,24 +140,6 @@ class RevisitedNPLM(nn.Module):
     output = self.output_layer({'C': self.C, model_lib.OUTPUT: self.output})
     logits = model_lib.dense_logits(self.features(contexts), output)
     return jnp.where(jnp.arange(logits.shape[-1]) < self.vocab_size, logits, -jnp.inf)
-
-
-class FirstLayer(nn.Module):
-  """The 2003 hidden layer made residual: sum of x's m-vectors + dropout(W2 relu(W1 x + b1) + b2), then
-  LayerNorm. x [batch, pieces, m] is flattened for W1 (the 2003 model's concatenation)."""
-  width: int
-  hidden_dim: int
-  compute_dtype: str
-  dropout: float
-  layer_norm: bool
-
-  @nn.compact
-  def __call__(self, x, deterministic: bool):
-    flat = x.reshape(x.shape[0], -1)
-    inner = _dense(self, 'in', flat, self.hidden_dim, ('context', 'hidden'), self.compute_dtype)
-    branch = _dense(self, 'out', jax.nn.relu(inner), self.width, ('hidden', 'embed'), self.compute_dtype)
-    return _norm(x.sum(axis=1) + nn.Dropout(self.dropout)(branch, deterministic=deterministic),
-                 self.layer_norm)
 
 
 def from_config(model_config, vocab_size: int, compute_dtype: str) -> RevisitedNPLM:

@@ -306,10 +306,10 @@ def adamw():
   return optim.make_optimizer(config, BATCH)
 
 
-def train_three_steps(model, shape, axis_rules):
+def train_three_steps(model, shape, axis_rules=None, softmax_kernel='xla'):
   """Per-step losses and the parameters after three AdamW steps (dropout on) on a mesh."""
   mesh = mesh_of(shape)
-  compiled = steps_lib.compile_steps(model, adamw(), mesh, axis_rules=axis_rules)
+  compiled = steps_lib.compile_steps(model, adamw(), mesh, axis_rules=axis_rules, softmax_kernel=softmax_kernel)
   rng = np.random.default_rng(4)
   losses = []
   with jax.set_mesh(mesh):
@@ -397,20 +397,7 @@ def test_pallas_kernel_trains_as_the_xla_path(shape, monkeypatch):
   """Three AdamW steps of the revisited model (dropout on) with softmax_kernel='pallas' against 'xla'."""
   monkeypatch.setattr(softmax_kernel, 'BLOCK_V', 16)
   model = small_revisited()
-  runs = {}
-  for kernel in ('xla', 'pallas'):
-    mesh = mesh_of(shape)
-    compiled = steps_lib.compile_steps(model, adamw(), mesh, softmax_kernel=kernel)
-    rng = np.random.default_rng(4)
-    losses = []
-    with jax.set_mesh(mesh):
-      state = compiled.init()
-      for _ in range(3):
-        contexts = rng.integers(0, VOCAB, size=(BATCH, model.context_size)).astype(np.int32)
-        targets = rng.integers(0, VOCAB, size=BATCH).astype(np.int32)
-        state, metrics = compiled.train(state, steps_lib.put_batch(mesh, contexts), steps_lib.put_batch(mesh, targets))
-        losses.append(float(metrics['loss']))
-    runs[kernel] = losses, jax.device_get(state.params)
+  runs = {kernel: train_three_steps(model, shape, softmax_kernel=kernel)[:2] for kernel in ('xla', 'pallas')}
   np.testing.assert_allclose(runs['pallas'][0], runs['xla'][0], rtol=1e-5)
   for path, value in jax.tree_util.tree_flatten_with_path(runs['pallas'][1])[0]:
     reference = dict(jax.tree_util.tree_flatten_with_path(runs['xla'][1])[0])[path]
