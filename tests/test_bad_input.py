@@ -228,6 +228,18 @@ CASES = [
     ('distributed_no_coordinator', lambda w: main_args(
         w, '--config.distributed.coordinator_address=localhost:9', '--config.distributed.num_processes=2',
         '--config.distributed.process_id=1', '--config.distributed.timeout_seconds=2'), 'no coordinator answered'),
+    # the revisited family and parameter placement
+    ('revisited_without_width', lambda w: main_args(w, '--config.model.kind=revisited', '--config.model.h=0'),
+     "model.h=0 is invalid for model.kind='revisited'"),
+    ('revisited_half_distant', lambda w: main_args(w, '--config.model.kind=revisited', '--config.model.distant_tokens=9'),
+     'must both be 0'),
+    ('axis_rule_on_data', lambda w: main_args(w, '--config.mesh.axis_rules.hidden=data'),
+     "mesh.axis_rules.hidden='data' is invalid"),
+    ('hidden_split_indivisible', lambda w: main_args(w, '--config.mesh.axis_rules.hidden=model', '--config.model.h=15',
+                                                     '--config.mesh.cpu_devices=2'), "splits parameter ['H']"),
+    ('max_seconds_nan', lambda w: main_args(w, '--config.train.max_seconds=nan'), 'train.max_seconds=nan'),
+    ('unknown_softmax_kernel', lambda w: main_args(w, '--config.train.softmax_kernel=triton'),
+     "train.softmax_kernel='triton' is unknown"),
     # process 0 alone: the others never come (XLA's own deadline would abort it from C++)
     ('distributed_others_never_arrive', lambda w: main_args(
         w, f'--config.distributed.coordinator_address=localhost:{free_port()}', '--config.distributed.num_processes=2',
