@@ -47,3 +47,28 @@ def test_what_cannot_fit_is_refused_unless_told(tiny_config, monkeypatch):
     memory.check(tiny_config, 128, 61, mesh, training=False)
   tiny_config.train.check_memory = False
   memory.check(tiny_config, 128, 61, mesh, training=False)
+
+
+class _Accelerator:
+  """A device as JAX describes a GPU: its platform, kind and allocator limit (memory_stats)."""
+  platform, device_kind = 'gpu', 'NVIDIA H100 80GB HBM3'
+
+  def __init__(self, limit):
+    self.limit = limit
+
+  def memory_stats(self):
+    return None if self.limit is None else {'bytes_limit': self.limit, 'bytes_in_use': 0}
+
+
+def test_on_an_accelerator_the_devices_own_limit_decides(tiny_config):
+  """The accelerator path: a device's bytes_limit (not the host's memory) bounds the run; a backend
+  that does not report one is not refused."""
+  import types  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  fake_mesh = lambda limit: types.SimpleNamespace(devices=np.array([[_Accelerator(limit)]], dtype=object),
+                                                  shape={'data': 1, 'model': 1}, local_devices=[])
+  tiny_config.model.m = 100_000  # about 0.1 GiB of parameters
+  with pytest.raises(UserError, match=r'needs about 0.1 GiB a device .* a NVIDIA H100 80GB HBM3 has 64.0 MiB'):
+    memory.check(tiny_config, 128, 61, fake_mesh(64 * 2**20), training=False)
+  assert memory.check(tiny_config, 128, 61, fake_mesh(80 * 2**30), training=False).total > 0
+  assert memory.check(tiny_config, 128, 61, fake_mesh(None), training=False).total > 0
