@@ -45,7 +45,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.model = ml_collections.ConfigDict()
   # 'bengio2003': the paper's y = b + W x + U tanh(d + H x). 'revisited': Sun & Iyyer (2021)'s modern
   # feed-forward family (nplm_jax/revisited.py): the n-1 word window and a distant block summarised
-  # by learned kernels, a ReLU layer to width m, then `depth` residual blocks, output b + s C' (README).
+  # by learned kernels, a ReLU layer to width m, then `depth` residual blocks, output b + U s (README).
   c.model.kind = 'bengio2003'
   c.model.n = 5  # order: n-1 context words (revisited: the local window of concatenated word vectors)
   c.model.m = 60  # word feature size (revisited: also the width of the residual stream)

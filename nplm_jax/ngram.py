@@ -122,13 +122,26 @@ class StreamNgrams:
     return ids, self.keys[j][lo:hi] % self.vocab_size
 
 
+FIXED_DISCOUNTS = np.array([0.0, 0.5, 1.0, 1.5])  # mild discounts where the estimate cannot be made
+
+
 def modified_discounts(counts: np.ndarray) -> np.ndarray:
-  """[0, D1, D2, D3+] from the count-of-counts n1..n4 (Chen & Goodman), clipped to [0, k]."""
+  """[0, D1, D2, D3+] from the count-of-counts n1..n4 (Chen & Goodman), clipped to [0, k].
+
+  Where the counts cannot give them (no n1 or n2: too little data), or the estimate of a class some
+  n-gram falls in is not positive (small, regular corpora: n3 far above n2), the fixed FIXED_DISCOUNTS:
+  a zero discount would leave a context no mass for unseen words, whose probability would then be 0
+  (an infinite perplexity).
+  Brown's, PTB's and PTB characters' estimates are all positive (0.25-2.0).
+  """
   n = [np.sum(counts == k) for k in range(1, 5)]
   if n[0] == 0 or n[1] == 0:
-    return np.array([0.0, 0.5, 1.0, 1.5])  # too little data for the estimate: mild fixed discounts
+    return FIXED_DISCOUNTS.copy()
   y = n[0] / (n[0] + 2.0 * n[1])
   d = [1 - 2 * y * n[1] / n[0], 2 - 3 * y * n[2] / n[1], 3 - 4 * y * n[3] / n[2] if n[2] else 3 - 4 * y]
+  used = [n[0] > 0, n[1] > 0, bool(np.any(counts >= 3))]  # discount classes some n-gram falls in
+  if any(x <= 0 and u for x, u in zip(d, used)):
+    return FIXED_DISCOUNTS.copy()
   return np.array([0.0] + [float(np.clip(x, 0.0, k)) for k, x in enumerate(d, start=1)])
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from nplm_jax import data
 from nplm_jax import ngram
+from tests import corpora
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -156,3 +157,14 @@ def test_ngram_cli_bad_order_is_one_line(tiny_files):
                          f'--config.data.test_file={tiny_files["test"]}', '--order=0'],
                         cwd=REPO, capture_output=True, text=True, timeout=300)
   assert proc.returncode != 0 and proc.stderr.strip() == "error: --order=0 is invalid; use an n-gram order >= 1"
+
+
+def test_discounts_that_cannot_be_estimated_fall_back_and_no_word_gets_zero(tiny_files):
+  """A small, regular corpus gives n3 far above n2, so D2 = 2 - 3 y n3 / n2 < 0: the fixed discounts
+  are used instead and every token keeps a positive probability (a zero discount gave some 0)."""
+  counts = np.array([1] * 10 + [2] * 2 + [3] * 40 + [4] * 5, np.float64)
+  np.testing.assert_array_equal(ngram.modified_discounts(counts), ngram.FIXED_DISCOUNTS)
+  config = corpora.tiny_config(tiny_files)
+  model = ngram.build(data.load_corpus(config.data), 3, 'kneser_ney')
+  for split in ('valid', 'test'):
+    assert model.token_probs(split).min() > 0
