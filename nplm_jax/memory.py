@@ -59,17 +59,10 @@ def estimate(config, padded_vocab_size: int, vocab_size: int, mesh_shape: dict, 
 
 
 def parameter_shapes(model_config, vocab_size: int) -> tuple[int, int]:
-  """(numbers replicated on every device, rows of the output layer split over 'model') of a model."""
-  m, n, h = model_config.m, model_config.n, model_config.h
-  x_dim = (n - 1) * m
-  if model_config.get('kind', 'bengio2003') != 'revisited':
-    return vocab_size * m + x_dim * h + h, h + (x_dim if model_config.direct else 0) + 1  # C, H, d; [U; W; b]
-  pieces = n - 1 + model_config.distant_kernels
-  first = pieces * m * h + h + h * m + m
-  blocks = model_config.depth * (2 * m * h + h + m)
-  norms = 2 * m * (model_config.depth + 1)
-  kernels = model_config.distant_kernels * model_config.distant_tokens
-  return vocab_size * m + first + blocks + norms + kernels, (0 if model_config.tied else m) + 1
+  """(numbers replicated on every device, rows of the output layer split over 'model') of a model of
+  either family, from the module's own parameter shapes (model_family.parameter_split)."""
+  from nplm_jax import model_family  # pylint: disable=g-import-not-at-top  # JAX only when estimating
+  return model_family.parameter_split(model_family.from_config(model_config, vocab_size))
 
 
 def host_available_bytes() -> int | None:

@@ -23,9 +23,15 @@ def from_config(model_config, vocab_size: int, platform: str = 'cpu'):
   return model_lib.from_config(model_config, vocab_size, platform)
 
 
+def parameter_split(model) -> tuple[int, int]:
+  """(numbers outside the output layer, the output layer's rows), from the parameters' shapes alone
+  (nothing is allocated, whatever the sizes)."""
+  shapes = jax.eval_shape(lambda: model_lib.init_params(model))
+  output = shapes[model_lib.OUTPUT].shape
+  return sum(math.prod(x.shape) for x in jax.tree.leaves(shapes)) - math.prod(output), output[0]
+
+
 def num_parameters(model) -> int:
   """Trained numbers, the output layer's padded columns left out (the paper's count for the 2003 model)."""
-  shapes = jax.eval_shape(lambda: model_lib.init_params(model))
-  total = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
-  output_rows = shapes[model_lib.OUTPUT].shape[0]
-  return total - output_rows * (model.padded_vocab_size - model.vocab_size)
+  others, output_rows = parameter_split(model)
+  return others + output_rows * model.vocab_size

@@ -9,19 +9,21 @@ kernel, used and dropped:
 
 - shard_stats: grid (batch tiles, vocabulary tiles), the vocabulary innermost: a running max and sum
   of exponentials (online log-sum-exp) and the target's logit, per example;
-- shard_weight_grads: grid (vocabulary tiles, batch tiles): each tile's logits recomputed, its dz made,
-  dw[:, tile] += f_tile^T dz and db[tile] += sum dz accumulated over the batch tiles;
-- shard_feature_grads: grid (batch tiles, vocabulary tiles): df[tile] += dz w_tile^T over the vocabulary.
+- shard_grads, in two kernels: grid (vocabulary tiles, batch tiles), each tile's logits recomputed,
+  its dz made, dw[:, tile] += f_tile^T dz and db[tile] += sum dz over the batch tiles; then grid
+  (batch tiles, vocabulary tiles), df[tile] += dz w_tile^T over the vocabulary.
 
 Matmuls take f and w in their dtype (bfloat16 or float32) and accumulate in float32; the softmax, the
 bias and every gradient are float32. The cross-shard combine (pmax, psum) stays in vocab_softmax (whose
 shard_map runs these kernels with check_vma=False: Pallas's interpreter does not type its iota as
-varying over the mesh axes). A
-shard whose columns (or batch) are not a multiple of the tile is padded up to one (a copy of w: the
-default vocab_pad_multiple of 128 and block_v of 128 never need it); padded columns are masked to
--inf, padded rows carry g = 0. On a CPU the kernels run in Pallas's interpret mode (how the tests
-check them against the XLA path); on GPUs and TPUs they are compiled by Pallas's Triton and Mosaic
-lowerings.
+varying over the mesh axes). A shard whose columns (or batch) are not a multiple of the tile is padded
+up to one (a copy of w: the default vocab_pad_multiple of 128 and block_v of 128 never need it);
+padded columns are masked to -inf, padded rows carry g = 0.
+
+Each kernel accumulates into its output block over the last grid axis, which Mosaic TPU runs in order;
+on a CPU the kernels run in Pallas's interpret mode (how the tests check them against the XLA path).
+Pallas's GPU lowering runs grid programs in parallel, so GPUs need another form (a loop over tiles
+inside each program): vocab_softmax.softmax_kernel_for refuses 'pallas' there.
 """
 
 import functools
