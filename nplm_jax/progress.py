@@ -32,5 +32,6 @@ class StderrProgress:
       return
     self._last = now
     rate = done / max(now - self._start, 1e-9)
-    print(f'{done:,}/{total:,} {self.what} ({rate:,.0f}/s, ETA {format_duration((total - done) / rate)})',
+    shown = f'{rate:,.0f}' if rate >= 10 else f'{rate:.2g}'  # orders of an n-gram come slower than 1/s
+    print(f'{done:,}/{total:,} {self.what} ({shown}/s, ETA {format_duration((total - done) / rate)})',
           file=sys.stderr, flush=True)
