@@ -31,11 +31,11 @@ def main(argv):
   del argv
   import jax  # pylint: disable=g-import-not-at-top
   from benchmarks import common  # pylint: disable=g-import-not-at-top
-  from nplm_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
-  from nplm_jax import integrity  # pylint: disable=g-import-not-at-top
-  from nplm_jax import run_state as run_state_lib  # pylint: disable=g-import-not-at-top
-  from nplm_jax import sharding  # pylint: disable=g-import-not-at-top
-  from nplm_jax import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import integrity  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import run_state as run_state_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.parallel import sharding  # pylint: disable=g-import-not-at-top
+  from nplm_jax.files import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   mesh = sharding.make_mesh(FLAGS.config.mesh)
   _, compiled, state = common.build_train_step(FLAGS.config, FLAGS.vocab, mesh)
   abstract = ckpt_lib.abstract_with_shardings(compiled.abstract_state, compiled.state_shardings)

@@ -7,12 +7,12 @@ import jax
 import numpy as np
 
 from benchmarks import timing
-from nplm_jax import model as model_lib
-from nplm_jax import model_family
-from nplm_jax import optim
-from nplm_jax import sharding
-from nplm_jax import steps as steps_lib
-from nplm_jax import vocab_softmax
+from nplm_jax.models import bengio2003 as model_lib
+from nplm_jax.models import family as model_family
+from nplm_jax.training import optim
+from nplm_jax.parallel import sharding
+from nplm_jax.training import steps as steps_lib
+from nplm_jax.parallel import vocab_softmax
 
 BROWN_VOCAB = 17_905
 
@@ -52,10 +52,10 @@ def peak_matmul_tflops(dtype: str, size: int, repeats: int = 5, steps: int = 10)
 
 
 def write_synthetic_prepared(folder: str, vocab: int, train_tokens: int, eval_tokens: int, seed: int = 0) -> str:
-  """A prepared corpus (nplm_jax.prepare's layout) of uniformly random ids over `vocab` words, for
+  """A prepared corpus (nplm_jax.data.prepare's layout) of uniformly random ids over `vocab` words, for
   timing the real training loop at any |V|; returns its folder."""
   import os  # pylint: disable=g-import-not-at-top
-  from nplm_jax import data as data_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.data import corpora as data_lib  # pylint: disable=g-import-not-at-top
   os.makedirs(folder, exist_ok=True)
   rng = np.random.default_rng(seed)
   sizes = {'train': train_tokens, 'valid': eval_tokens, 'test': eval_tokens}

@@ -1,6 +1,6 @@
 """Does feeding real data slow the training step? Brown MLP1's step on a fixed batch, against real
 batches gathered in the loop (experiment.Experiment.train_batch, the host path), against real batches read
-ahead by grain threads (nplm_jax.input_pipeline). Rounds alternate; medians and ratios printed.
+ahead by grain threads (nplm_jax.data.input_pipeline). Rounds alternate; medians and ratios printed.
 
 python benchmarks/input_pipeline.py --config=experiments/brown.py:mlp1 --batch_size=1024 --steps=20 --rounds=3
 """
@@ -18,7 +18,7 @@ from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-posit
 from ml_collections import config_flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from nplm_jax import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
-from nplm_jax import sharding  # pylint: disable=g-import-not-at-top,wrong-import-position
+from nplm_jax.parallel import sharding  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 config_flags.DEFINE_config_file('config', 'experiments/brown.py:mlp1', 'Experiment config.', lock_config=True)
 flags.DEFINE_integer('batch_size', 1024, 'Global batch size.')
@@ -35,10 +35,10 @@ def main(argv):
   sharding.configure_host_devices(config.mesh)
   import jax  # pylint: disable=g-import-not-at-top
   from benchmarks import common  # pylint: disable=g-import-not-at-top
-  from nplm_jax import input_pipeline  # pylint: disable=g-import-not-at-top
-  from nplm_jax import steps as steps_lib  # pylint: disable=g-import-not-at-top
-  from nplm_jax import experiment as experiment_lib  # pylint: disable=g-import-not-at-top
-  from nplm_jax import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.data import input_pipeline  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import steps as steps_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import experiment as experiment_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.files import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
 
   run = experiment_lib.Experiment(config, workdir_lib.Workdir(tempfile.mkdtemp()))
   b, mesh = config.train.batch_size, run.mesh

@@ -40,8 +40,8 @@ COLUMNS = ['processes', 'devices_per_process', 'mesh', 'step_ms', 'train_tokens_
 def worker() -> None:
   """One layout: join the processes, time the step, the leader prints one JSON line."""
   from benchmarks import common  # pylint: disable=g-import-not-at-top
-  from nplm_jax import distributed  # pylint: disable=g-import-not-at-top
-  from nplm_jax import sharding  # pylint: disable=g-import-not-at-top
+  from nplm_jax.parallel import distributed  # pylint: disable=g-import-not-at-top
+  from nplm_jax.parallel import sharding  # pylint: disable=g-import-not-at-top
   config = FLAGS.config
   config.train.batch_size = FLAGS.batch_size
   if FLAGS.platform == 'cpu':

@@ -28,8 +28,8 @@ from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-posit
 from ml_collections import config_flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top,wrong-import-position
-from nplm_jax import backend  # pylint: disable=g-import-not-at-top,wrong-import-position
-from nplm_jax import sharding  # pylint: disable=g-import-not-at-top,wrong-import-position
+from nplm_jax.parallel import backend  # pylint: disable=g-import-not-at-top,wrong-import-position
+from nplm_jax.parallel import sharding  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 config_flags.DEFINE_config_file('config', 'experiments/brown.py:mlp1', 'Experiment config.', lock_config=True)
 flags.DEFINE_integer('batch_size', 1024, 'Batch size.')
@@ -74,7 +74,7 @@ def op_times(trace_dir: str, module: str) -> collections.Counter:
 def main(argv):
   del argv
   import jax  # pylint: disable=g-import-not-at-top
-  from nplm_jax import steps as steps_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import steps as steps_lib  # pylint: disable=g-import-not-at-top
   config = ARGS.config
   config.train.batch_size = ARGS.batch_size
   backend.configure(config)  # before JAX starts its backends

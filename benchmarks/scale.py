@@ -5,7 +5,7 @@ python benchmarks/scale.py --train_tokens=100000000 --folder=runs/scale
 Writes a corpus from a seed (Zipf-distributed words, exponent 1.3, which leaves |V| of about
 250k after the rare-word rule at 100M tokens, like WikiText-103's 267k; 20 words a line; valid and
 test of 200k tokens), then measures, each in a fresh process:
-- prepare: `python -m nplm_jax.prepare` wall time and peak RSS;
+- prepare: `python -m nplm_jax.data.prepare` wall time and peak RSS;
 - start-up: from process start to the end of the first training step from the prepared corpus
   (corpus memory-mapped, model built, step compiled; --chunk_size > 0 in chunks), and the host RSS
   after the set-up (corpus, token stream, epoch permutation) and after the step, beside the bytes
@@ -84,15 +84,15 @@ def startup_worker(prepared: str, batch_size: int, chunk_size: int) -> None:
   """In a fresh process: the first training step from the prepared corpus; prints one JSON line."""
   start = time.time()
   from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
-  from nplm_jax import sharding  # pylint: disable=g-import-not-at-top
+  from nplm_jax.parallel import sharding  # pylint: disable=g-import-not-at-top
   config = config_lib.load_experiment('experiments/prepared.py').get_config('')
   config.data.path = prepared
   config.train.batch_size = batch_size
   config.train.chunk_size = chunk_size
   sharding.configure_host_devices(config.mesh)
   import jax  # pylint: disable=g-import-not-at-top
-  from nplm_jax import experiment as experiment_lib  # pylint: disable=g-import-not-at-top
-  from nplm_jax import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import experiment as experiment_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.files import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   baseline = rss_mib()  # Python, JAX and the code
   run = experiment_lib.Experiment(config, workdir_lib.Workdir(os.path.join(prepared, 'unused_workdir')))
   run.train_batch(0)  # the epoch's permutation
@@ -134,7 +134,7 @@ def main(argv=None) -> int:
     import shutil  # pylint: disable=g-import-not-at-top
     shutil.rmtree(prepared)
   data = [f'--config.data.{s}_file={files[s]}' for s in ('train', 'valid', 'test')]
-  _, seconds, rss = timed('nplm_jax.prepare', ['--config=experiments/text.py', *data,
+  _, seconds, rss = timed('nplm_jax.data.prepare', ['--config=experiments/text.py', *data,
                            '--config.data.max_rare_count=3', f'--output={prepared}'])
   with open(os.path.join(prepared, 'meta.json'), encoding='utf-8') as f:
     meta = json.load(f)
@@ -144,9 +144,9 @@ def main(argv=None) -> int:
                                                 f'--chunk_size={args.chunk_size}'])
   found = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith('ROW ')]
   rows.append({'stage': 'training start-up (to the end of step 1)', **found[0]})
-  proc, seconds, rss = timed('nplm_jax.ngram', ['--config=experiments/prepared.py', f'--config.data.path={prepared}',
+  proc, seconds, rss = timed('nplm_jax.baselines.ngram', ['--config=experiments/prepared.py', f'--config.data.path={prepared}',
                                                 '--order=5', f'--max_memory_gb={args.max_memory_gb}'])
-  from nplm_jax import ngram  # pylint: disable=g-import-not-at-top
+  from nplm_jax.baselines import ngram  # pylint: disable=g-import-not-at-top
   tokens = sum(meta[f'{s}_tokens'] for s in ('train', 'valid', 'test'))
   errors = [line for line in proc.stderr.splitlines() if line.startswith('error:')]
   outcome = errors[0] if proc.returncode and errors else 'estimated'

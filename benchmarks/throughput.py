@@ -26,7 +26,7 @@ from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-posit
 from ml_collections import config_flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from nplm_jax import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
-from nplm_jax import sharding  # pylint: disable=g-import-not-at-top,wrong-import-position
+from nplm_jax.parallel import sharding  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 config_flags.DEFINE_config_file('config', 'experiments/brown.py:mlp1', 'Experiment config.', lock_config=True)
 flags.DEFINE_list('batch_sizes', ['64', '256', '1024'], 'Batch sizes to measure.')
@@ -48,7 +48,7 @@ def loop_tokens_per_sec(config, batch_size: int) -> float:
   import tempfile  # pylint: disable=g-import-not-at-top
   import statistics  # pylint: disable=g-import-not-at-top
   from benchmarks import common  # pylint: disable=g-import-not-at-top
-  from nplm_jax import train  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import train  # pylint: disable=g-import-not-at-top
   folder = tempfile.mkdtemp(prefix='nplm_loop_')
   steps = FLAGS.loop_steps
   loop_config = config.copy_and_resolve_references()
@@ -69,7 +69,7 @@ def measure(config, batch_size: int) -> dict:
   from jax.sharding import NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top
   from benchmarks import common  # pylint: disable=g-import-not-at-top
   from benchmarks import timing  # pylint: disable=g-import-not-at-top
-  from nplm_jax import steps as steps_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import steps as steps_lib  # pylint: disable=g-import-not-at-top
 
   config.train.batch_size = batch_size
   mesh = sharding.make_mesh(config.mesh)
@@ -145,7 +145,7 @@ def measure(config, batch_size: int) -> dict:
 
 
 def compiled_kernel(config, mesh) -> str:
-  from nplm_jax import vocab_softmax  # pylint: disable=g-import-not-at-top
+  from nplm_jax.parallel import vocab_softmax  # pylint: disable=g-import-not-at-top
   return vocab_softmax.softmax_kernel_for(config.train.softmax_kernel, mesh.devices.flat[0].platform)
 
 

@@ -10,7 +10,7 @@ best parameters whenever validation improves by less than 1% (RESULTS.md: MLP1 v
 test 270.3 in 12 epochs, against 317.7 / 299.0 after 20 with the paper's setting).
 
 Even rows are the odd row's network mixed 0.5/0.5 with the interpolated trigram (config.mix);
-the mixture of a finished odd-row run needs no retraining: python -m nplm_jax.mix --workdir=...
+the mixture of a finished odd-row run needs no retraining: python -m nplm_jax.tools.mix --workdir=...
 Sweeps (python -m launch.sweep --config=experiments/brown.py --sweep=NAME): see get_sweep.
 """
 

@@ -1,6 +1,6 @@
-"""A corpus prepared by nplm_jax.prepare (memory-mapped token ids), for large corpora:
+"""A corpus prepared by nplm_jax.data.prepare (memory-mapped token ids), for large corpora:
 
-python -m nplm_jax.prepare --config=experiments/ptb.py --output=runs/ptb_prepared
+python -m nplm_jax.data.prepare --config=experiments/ptb.py --output=runs/ptb_prepared
 python -m nplm_jax.main --config=experiments/prepared.py --config.data.path=runs/ptb_prepared
 
 The vocabulary, rare-word rule and tokenisation are the prepared folder's (its meta.json); the

@@ -1,9 +1,9 @@
 """Do out-of-vocabulary words get meaningful feature vectors? Part-of-speech agreement on Brown.
 
-python -m nplm_jax.extend --workdir=runs/brown_mlp1_tuned --text=TEST_TEXT --output_workdir=runs/extended
+python -m nplm_jax.tools.extend --workdir=runs/brown_mlp1_tuned --text=TEST_TEXT --output_workdir=runs/extended
 python -m launch.pos_agreement --workdir=runs/extended --text=TEST_TEXT
 
-For each word added by nplm_jax.extend (the paper's C(j) = sum_i C(i) P(i | context)), its
+For each word added by nplm_jax.tools.extend (the paper's C(j) = sum_i C(i) P(i | context)), its
 nearest in-vocabulary word by cosine: how often do the two share their most frequent
 part-of-speech tag in Brown (nltk's brown.tagged_words(), tags cut at the first '-', so NN-TL is
 NN)? Measured two ways: against the in-vocabulary words' own rows of C, and against the
@@ -21,12 +21,12 @@ import sys
 import numpy as np
 
 from nplm_jax import cli as cli_lib
-from nplm_jax import data as data_lib
-from nplm_jax import embeddings
-from nplm_jax import text_input
-from nplm_jax import trained as trained_lib
-from nplm_jax import workdir as workdir_lib
-from nplm_jax import workdir_vocab
+from nplm_jax.data import corpora as data_lib
+from nplm_jax.tools import embeddings
+from nplm_jax.data import text_input
+from nplm_jax.tools import trained as trained_lib
+from nplm_jax.files import workdir as workdir_lib
+from nplm_jax.data import workdir_vocab
 from nplm_jax.errors import UserError
 
 
@@ -75,7 +75,7 @@ def measure(workdir_path: str, lines: list[str], tagged_words=None, rare_max_cou
   workdir = workdir_lib.Workdir(workdir_path)
   added = workdir.read_json(workdir_vocab.ADDED_WORDS_FILE)
   if not added:
-    raise UserError(f'{workdir_path!r} holds no {workdir_vocab.ADDED_WORDS_FILE}; give a workdir made by nplm_jax.extend')
+    raise UserError(f'{workdir_path!r} holds no {workdir_vocab.ADDED_WORDS_FILE}; give a workdir made by nplm_jax.tools.extend')
   model = trained_lib.TrainedModel.load(workdir_path)
   original = trained_lib.TrainedModel.load(added['extended_from'])
   if tagged_words is None:
@@ -119,7 +119,7 @@ def measure(workdir_path: str, lines: list[str], tagged_words=None, rare_max_cou
 
 def main(argv=None) -> int:
   parser = cli_lib.ArgumentParser('launch.pos_agreement', description=__doc__.splitlines()[0])
-  parser.add_argument('--workdir', required=True, help='a workdir made by nplm_jax.extend from a Brown model')
+  parser.add_argument('--workdir', required=True, help='a workdir made by nplm_jax.tools.extend from a Brown model')
   parser.add_argument('--text', required=True, help='the text the workdir was extended with')
   args = parser.parse_args(argv)
   try:

@@ -25,7 +25,7 @@ from etils import epath
 
 from nplm_jax import cli as cli_lib
 from nplm_jax import config as config_lib
-from nplm_jax import workdir as workdir_lib
+from nplm_jax.files import workdir as workdir_lib
 from nplm_jax.errors import UserError
 
 COLUMNS = ['name', 'kind', 'seed', 'n', 'h', 'm', 'direct', 'optimizer', 'order', 'smoothing', 'valid_ppl', 'test_ppl',
@@ -75,7 +75,7 @@ def check_points(points: list[dict], common_overrides: dict) -> None:
 
 def command(point: dict, workdir: str, common_overrides: dict) -> list[str]:
   if point['kind'] == 'ngram':
-    return [sys.executable, '-m', 'nplm_jax.ngram', f'--config={point["config"]}', f'--order={point["order"]}',
+    return [sys.executable, '-m', 'nplm_jax.baselines.ngram', f'--config={point["config"]}', f'--order={point["order"]}',
             f'--smoothing={point["smoothing"]}', f'--output={workdir / "results.json"}']
   if point['kind'] != 'train':
     raise SweepError(f'point {point["name"]!r} has kind {point["kind"]!r}; use train or ngram')
@@ -266,7 +266,7 @@ def write_tables(rows: list[dict], root: str) -> None:
 
 def write_curves(rows: list[dict], root: str) -> None:
   """ROOT/curves.png: the validation curves of every training point with results, overlaid."""
-  from nplm_jax import plot  # pylint: disable=g-import-not-at-top  # matplotlib only when there is a plot
+  from nplm_jax.tools import plot  # pylint: disable=g-import-not-at-top  # matplotlib only when there is a plot
   names = [r['name'] for r in rows if r['kind'] == 'train']
   if not names:
     return

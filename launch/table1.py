@@ -3,14 +3,14 @@
 python -m launch.table1 --root=runs/table1      (after python -m launch.sweep ... --sweep=table1)
 
 A row whose run has not finished is shown as such. An even (mixture) row comes from its run's
-mix_* results (or from the odd row's workdir after `python -m nplm_jax.mix --workdir=...`); its
+mix_* results (or from the odd row's workdir after `python -m nplm_jax.tools.mix --workdir=...`); its
 odd row is the same run's network alone.
 """
 
 import sys
 
 from nplm_jax import cli as cli_lib
-from nplm_jax import workdir as workdir_lib
+from nplm_jax.files import workdir as workdir_lib
 from nplm_jax.errors import UserError
 
 # (row, n, h, m, direct, mix, paper valid, paper test), from the paper's Table 1.

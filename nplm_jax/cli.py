@@ -9,7 +9,7 @@ import jax
 from absl import flags
 from absl import logging
 
-from nplm_jax import distributed
+from nplm_jax.parallel import distributed
 from nplm_jax.errors import UserError
 
 FLAGS = flags.FLAGS
@@ -72,7 +72,7 @@ def parse_flags(argv: list[str]) -> list[str]:
 def parse_flags_and_configure_backend(argv: list[str]) -> list[str]:
   """parse_flags, then the backend settings of --config (backend.configure) before JAX starts its
   backends: the flags_parser of scripts that touch devices outside main (the benchmarks)."""
-  from nplm_jax import backend  # pylint: disable=g-import-not-at-top
+  from nplm_jax.parallel import backend  # pylint: disable=g-import-not-at-top
   rest = parse_flags(argv)
   backend.configure(FLAGS.config)
   return rest
@@ -88,7 +88,7 @@ def exit_with_error(error: Exception, config=None) -> None:
   alone = isinstance(error, distributed.JoinError)  # found by this process only, before any could agree
   if alone or not every_process or distributed.declared_process_id(config) == 0:
     print(f'error: {error}', file=sys.stderr, flush=True)
-  from nplm_jax import checkpoint  # pylint: disable=g-import-not-at-top  # loaded already where saves fail
+  from nplm_jax.training import checkpoint  # pylint: disable=g-import-not-at-top  # loaded already where saves fail
   if isinstance(error, checkpoint.SaveFailed):  # Orbax's save threads would print tracebacks at shutdown
     sys.stdout.flush()
     os._exit(1)  # pylint: disable=protected-access

@@ -31,8 +31,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.seed = 0  # the initialisation, the data order, dropout masks and noise samples
 
   c.data = ml_collections.ConfigDict()
-  c.data.corpus = 'brown'  # 'brown' | 'ptb' | 'text' | 'prepared' (python -m nplm_jax.prepare)
-  c.data.path = ''  # ptb: folder with ptb.{train,valid,test}.txt; prepared: the folder nplm_jax.prepare wrote
+  c.data.corpus = 'brown'  # 'brown' | 'ptb' | 'text' | 'prepared' (python -m nplm_jax.data.prepare)
+  c.data.path = ''  # ptb: folder with ptb.{train,valid,test}.txt; prepared: the folder nplm_jax.data.prepare wrote
   c.data.train_file = ''  # text: one sentence or paragraph a line
   c.data.valid_file = ''
   c.data.test_file = ''
@@ -44,7 +44,7 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.model = ml_collections.ConfigDict()
   # 'bengio2003': the paper's y = b + W x + U tanh(d + H x). 'revisited': Sun & Iyyer (2021)'s modern
-  # feed-forward family (nplm_jax/revisited.py): the n-1 word window and a distant block summarised
+  # feed-forward family (nplm_jax/models/revisited.py): the n-1 word window and a distant block summarised
   # by learned kernels, a ReLU layer to width m, then `depth` residual blocks, output b + U s (README).
   c.model.kind = 'bengio2003'
   c.model.n = 5  # order: n-1 context words (revisited: the local window of concatenated word vectors)
@@ -102,7 +102,7 @@ def base_config() -> ml_collections.ConfigDict:
   # or more, else 0 (measured: vocab_softmax.STREAM_FROM_COLUMNS).
   c.train.vocab_block = -1
   # The exact softmax's output layer: 'xla' (the matmul, then the softmax, as XLA fuses them), 'pallas'
-  # (fused Pallas kernels that never write a shard's logits to memory: nplm_jax/softmax_kernel.py; on CPU
+  # (fused Pallas kernels that never write a shard's logits to memory: nplm_jax/parallel/softmax_kernel.py; on CPU
   # in interpret mode, for tests only), 'auto': the one measured faster on the backend
   # (vocab_softmax.AUTO_SOFTMAX_KERNEL). Sampled losses are unaffected.
   c.train.softmax_kernel = 'auto'
@@ -125,7 +125,7 @@ def base_config() -> ml_collections.ConfigDict:
   # > 0: grain threads read the next batches ahead (hosts with cores to spare). Same batches either way.
   c.train.input_threads = 0
   # Before anything is allocated, refuse a run whose parameters, optimiser state, step or evaluation
-  # blocks cannot fit a device's memory (nplm_jax/memory.py); False: skip the check.
+  # blocks cannot fit a device's memory (nplm_jax/training/memory.py); False: skip the check.
   c.train.check_memory = True
   c.train.eval_batch_size = 256  # on CPU the [batch, |V|] block then stays in cache: 2x faster than 1024
   c.train.patience = 3  # evaluations without improvement before stopping; 0 = never stop early

@@ -78,39 +78,39 @@ def train():
 
 
 def score():
-  run_command('nplm_jax.score')
+  run_command('nplm_jax.tools.score')
 
 
 def sample():
-  run_command('nplm_jax.sample')
+  run_command('nplm_jax.tools.sample')
 
 
 def embeddings():
-  run_command('nplm_jax.embeddings')
+  run_command('nplm_jax.tools.embeddings')
 
 
 def extend():
-  run_command('nplm_jax.extend')
+  run_command('nplm_jax.tools.extend')
 
 
 def plot():
-  run_command('nplm_jax.plot')
+  run_command('nplm_jax.tools.plot')
 
 
 def export():
-  run_command('nplm_jax.export')
+  run_command('nplm_jax.tools.export')
 
 
 def ngram():
-  run_command('nplm_jax.ngram')
+  run_command('nplm_jax.baselines.ngram')
 
 
 def mix():
-  run_command('nplm_jax.mix')
+  run_command('nplm_jax.tools.mix')
 
 
 def prepare():
-  run_command('nplm_jax.prepare')
+  run_command('nplm_jax.data.prepare')
 
 
 def sweep():

@@ -26,7 +26,7 @@ def default_workdir(config, argv: list[str]) -> str:
   batch size), HASH a digest of those changes. Overrides of other keys (epochs, patience, annealing,
   evaluation, logging, mesh) keep the folder: a run resumed or extended with them goes on in it."""
   from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
-  from nplm_jax import train  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import train  # pylint: disable=g-import-not-at-top
   name = os.path.join('runs', config.name or 'run')
   config_arg = next((a[len('--config='):] for a in argv if a.startswith('--config=')), '')
   path, _, variant = config_arg.partition(':')
@@ -59,7 +59,12 @@ def parse_args(argv=None):
 
 def main(argv=None):
   # pylint: disable=g-import-not-at-top
-  from nplm_jax import backend, cli, distributed, metrics, mix, train
+  from nplm_jax.parallel import backend
+  from nplm_jax import cli
+  from nplm_jax.parallel import distributed
+  from nplm_jax.files import metrics
+  from nplm_jax.tools import mix
+  from nplm_jax.training import train
   from nplm_jax import config as config_lib
   from nplm_jax.errors import UserError
   # pylint: enable=g-import-not-at-top

@@ -9,7 +9,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from nplm_jax import cli
-from nplm_jax import distributed
+from nplm_jax.parallel import distributed
 from nplm_jax.errors import UserError
 
 FLAGS = flags.FLAGS

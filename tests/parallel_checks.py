@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, Mesh
 
-from nplm_jax import evaluation
-from nplm_jax import model as model_lib
-from nplm_jax import optim
-from nplm_jax import revisited
-from nplm_jax import softmax_kernel
-from nplm_jax import sharding
-from nplm_jax import steps as steps_lib
-from nplm_jax import train
-from nplm_jax import vocab_softmax
+from nplm_jax.training import evaluation
+from nplm_jax.models import bengio2003 as model_lib
+from nplm_jax.training import optim
+from nplm_jax.models import revisited
+from nplm_jax.parallel import softmax_kernel
+from nplm_jax.parallel import sharding
+from nplm_jax.training import steps as steps_lib
+from nplm_jax.training import train
+from nplm_jax.parallel import vocab_softmax
 from nplm_jax.config import base_config
 from nplm_jax.errors import UserError
 from tests import corpora
@@ -165,8 +165,8 @@ def test_bfloat16_streamed_gradient_is_summed_over_data_in_float32():
 
 
 def test_checksums_do_not_depend_on_the_mesh():
-  """A checkpoint's checksums (nplm_jax.integrity) are the same whatever mesh holds the arrays."""
-  from nplm_jax import integrity  # pylint: disable=g-import-not-at-top
+  """A checkpoint's checksums (nplm_jax.training.integrity) are the same whatever mesh holds the arrays."""
+  from nplm_jax.training import integrity  # pylint: disable=g-import-not-at-top
   params = random_params(small_model(vocab_size=64), seed=2)
   found = set()
   for shape in MESHES:

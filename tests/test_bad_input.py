@@ -48,7 +48,7 @@ def world(tmp_path_factory):
 
 def tool_args(module, w, *extra, workdir=None, text=None):
   """A trained-model tool on the finished workdir (score and the others), with the given flags."""
-  args = [f'nplm_jax.{module}', *extra, f'--workdir={workdir or w["finished"]}']
+  args = [f'nplm_jax.tools.{module}', *extra, f'--workdir={workdir or w["finished"]}']
   return args + [f'--text={text or w["files"]["test"]}'] if module == 'score' else args
 
 
@@ -83,14 +83,14 @@ CASES = [
     ('cpu_devices_negative', lambda w: main_args(w, '--config.mesh.cpu_devices=-5'), 'mesh.cpu_devices=-5'),
     ('patience_negative', lambda w: main_args(w, '--config.train.patience=-1'), 'train.patience=-1'),
     ('max_rare_count_negative', lambda w: main_args(w, '--config.data.max_rare_count=-1'), 'data.max_rare_count=-1'),
-    ('prepare_into_a_full_folder', lambda w: ['nplm_jax.prepare', '--config=experiments/text.py:tiny', *w['data'],
+    ('prepare_into_a_full_folder', lambda w: ['nplm_jax.data.prepare', '--config=experiments/text.py:tiny', *w['data'],
                                               f'--output={w["sweep"]}'], 'is not empty'),
-    ('prepare_latin1', lambda w: ['nplm_jax.prepare', '--config=experiments/text.py:tiny', *w['data'],
+    ('prepare_latin1', lambda w: ['nplm_jax.data.prepare', '--config=experiments/text.py:tiny', *w['data'],
                                   f'--config.data.train_file={w["latin1"]}', f'--output={w["base"] / "nothing"}'],
      'is not UTF-8 text'),
     ('prepared_missing', lambda w: ['nplm_jax.main', '--config=experiments/prepared.py', f'--workdir={w["base"] / "new"}',
                                     f'--config.data.path={w["base"]}'], 'holds no prepared corpus'),
-    ('ngram_over_memory', lambda w: ['nplm_jax.ngram', '--config=experiments/text.py:tiny', *w['data'], '--order=5',
+    ('ngram_over_memory', lambda w: ['nplm_jax.baselines.ngram', '--config=experiments/text.py:tiny', *w['data'], '--order=5',
                                      '--max_memory_gb=0.001'], 'needs about'),
     ('mix_over_memory_at_start', lambda w: main_args(w, '--config.mix.enabled=True', '--config.mix.max_memory_gb=0.0001'),
      'config.mix.max_memory_gb'),
@@ -139,15 +139,15 @@ CASES = [
     ('resume_other_batch', lambda w: main_args(w, '--config.train.batch_size=16', workdir=w['finished']),
      'different config.train.batch_size'),
     ('workdir_is_a_file', lambda w: main_args(w, workdir=w['latin1'] / 'run'), 'cannot be written'),
-    ('ngram_output_folder', lambda w: ['nplm_jax.ngram', '--config=experiments/text.py:tiny', *w['data'],
+    ('ngram_output_folder', lambda w: ['nplm_jax.baselines.ngram', '--config=experiments/text.py:tiny', *w['data'],
                                        f'--output={w["base"]}'], 'is a folder'),
-    ('ngram_order_0', lambda w: ['nplm_jax.ngram', '--config=experiments/text.py:tiny', *w['data'], '--order=0'],
+    ('ngram_order_0', lambda w: ['nplm_jax.baselines.ngram', '--config=experiments/text.py:tiny', *w['data'], '--order=0'],
      '--order=0'),
-    ('ngram_bad_smoothing', lambda w: ['nplm_jax.ngram', '--config=experiments/text.py:tiny', *w['data'],
+    ('ngram_bad_smoothing', lambda w: ['nplm_jax.baselines.ngram', '--config=experiments/text.py:tiny', *w['data'],
                                        '--smoothing=witten_bell'], 'smoothing'),
-    ('mix_weight_flag', lambda w: ['nplm_jax.mix', f'--workdir={w["finished"]}', '--weight=2'], '--weight=2'),
-    ('mix_order_flag', lambda w: ['nplm_jax.mix', f'--workdir={w["finished"]}', '--order=0'], '--order=0'),
-    ('mix_no_workdir', lambda w: ['nplm_jax.mix', f'--workdir={w["base"] / "nothing"}'], 'holds no config.json'),
+    ('mix_weight_flag', lambda w: ['nplm_jax.tools.mix', f'--workdir={w["finished"]}', '--weight=2'], '--weight=2'),
+    ('mix_order_flag', lambda w: ['nplm_jax.tools.mix', f'--workdir={w["finished"]}', '--order=0'], '--order=0'),
+    ('mix_no_workdir', lambda w: ['nplm_jax.tools.mix', f'--workdir={w["base"] / "nothing"}'], 'holds no config.json'),
     ('sweep_collect_new_root', lambda w: ['launch.sweep', '--config=experiments/brown.py', '--sweep=table1',
                                           f'--root={w["base"] / "nothing"}', '--collect_only'], 'holds no sweep yet'),
     ('sweep_garbled_results', lambda w: ['launch.sweep', '--config=experiments/text.py:tiny', '--grid=model.h=1',
@@ -171,10 +171,10 @@ CASES = [
     ('score_folder_as_text', lambda w: tool_args('score', w, text=w['base']), 'is a folder'),
     ('score_bad_verbosity', lambda w: tool_args('score', w, '--verbosity=all'), "invalid choice: 'all'"),
     ('score_bad_log_base', lambda w: tool_args('score', w, '--log_base=3'), "invalid choice: '3'"),
-    ('score_no_text_flag', lambda w: ['nplm_jax.score', f'--workdir={w["finished"]}'], '--text'),
+    ('score_no_text_flag', lambda w: ['nplm_jax.tools.score', f'--workdir={w["finished"]}'], '--text'),
     ('sample_negative_temperature', lambda w: tool_args('sample', w, '--temperature=-1'), '--temperature=-1.0'),
     ('sample_nan_temperature', lambda w: tool_args('sample', w, '--temperature=nan'), '--temperature=nan'),
-    ('ngram_nan_memory', lambda w: ['nplm_jax.ngram', '--config=experiments/text.py:tiny', *w['data'],
+    ('ngram_nan_memory', lambda w: ['nplm_jax.baselines.ngram', '--config=experiments/text.py:tiny', *w['data'],
                                     '--max_memory_gb=nan'], '--max_memory_gb=nan'),
     ('learning_rate_nan', lambda w: main_args(w, '--config.optimizer.learning_rate=nan'), 'not a finite number'),
     ('mix_weight_inf', lambda w: main_args(w, '--config.mix.weight=inf'), 'mix.weight=inf is not a finite number'),
@@ -204,7 +204,7 @@ CASES = [
     ('extend_empty_text', lambda w: tool_args('extend', w, f'--text={w["empty"]}',
                                               f'--output_workdir={w["base"] / "nothing"}'), 'is empty'),
     # outputs that cannot be written where they were asked for, found before any work
-    ('ngram_output_under_a_file', lambda w: ['nplm_jax.ngram', '--config=experiments/text.py:tiny', *w['data'],
+    ('ngram_output_under_a_file', lambda w: ['nplm_jax.baselines.ngram', '--config=experiments/text.py:tiny', *w['data'],
                                              f'--output={w["latin1"] / "x.json"}'], 'its folder cannot be made'),
     ('embeddings_export_under_a_file', lambda w: tool_args('embeddings', w, 'export',
                                                            f'--output={w["latin1"] / "v.txt"}'),
@@ -244,7 +244,7 @@ CASES = [
     ('distributed_others_never_arrive', lambda w: main_args(
         w, f'--config.distributed.coordinator_address=localhost:{free_port()}', '--config.distributed.num_processes=2',
         '--config.distributed.process_id=0', '--config.distributed.timeout_seconds=3'), 'not every process arrived'),
-    # sizes that cannot fit, refused before anything is allocated (nplm_jax/memory.py)
+    # sizes that cannot fit, refused before anything is allocated (nplm_jax/training/memory.py)
     ('huge_feature_size', lambda w: main_args(w, '--config.model.m=1000000000'), 'needs about'),
     ('huge_eval_batch', lambda w: main_args(w, '--config.train.eval_batch_size=100000000'), 'evaluation'),
     ('huge_noise_sample', lambda w: main_args(w, '--config.loss.name=nce', '--config.loss.num_samples=10000000',

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from nplm_jax import data
-from nplm_jax import sample as sample_lib
-from nplm_jax import score as score_lib
-from nplm_jax import trained as trained_lib
+from nplm_jax.data import corpora as data
+from nplm_jax.tools import sample as sample_lib
+from nplm_jax.tools import score as score_lib
+from nplm_jax.tools import trained as trained_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -58,7 +58,7 @@ def test_char_training_reports_bits_per_character(char_workdir):
 
 def test_ngram_of_the_same_order_on_the_character_stream(char_workdir):
   files = char_workdir['files']
-  proc = subprocess.run([sys.executable, '-m', 'nplm_jax.ngram', '--config=experiments/text.py:char', '--order=11',
+  proc = subprocess.run([sys.executable, '-m', 'nplm_jax.baselines.ngram', '--config=experiments/text.py:char', '--order=11',
                          *(f'--config.data.{s}_file={files[s]}' for s in ('train', 'valid', 'test'))],
                         cwd=REPO, env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr

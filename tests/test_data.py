@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from nplm_jax import data
+from nplm_jax.data import corpora as data
 
 
 @pytest.fixture(scope='module')

@@ -5,7 +5,7 @@ Runs of several real processes are in tests/test_multiprocess.py.
 
 import pytest
 
-from nplm_jax import distributed
+from nplm_jax.parallel import distributed
 from nplm_jax.config import base_config
 from nplm_jax.errors import UserError
 

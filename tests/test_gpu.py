@@ -15,7 +15,7 @@ import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from nplm_jax import train  # pylint: disable=g-import-not-at-top,wrong-import-position
+from nplm_jax.training import train  # pylint: disable=g-import-not-at-top,wrong-import-position
 from tests import checkpoint_reader  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 

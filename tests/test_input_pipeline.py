@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from nplm_jax import data
-from nplm_jax import input_pipeline
+from nplm_jax.data import corpora as data
+from nplm_jax.data import input_pipeline
 
 
 def test_grain_batches_are_the_steps_batches_in_order_from_any_step():

@@ -1,13 +1,13 @@
-"""The memory estimate made before a run allocates anything (nplm_jax/memory.py), against the real
+"""The memory estimate made before a run allocates anything (nplm_jax/training/memory.py), against the real
 parameters and optimiser state of the same config."""
 
 import jax
 import numpy as np
 import pytest
 
-from nplm_jax import memory
-from nplm_jax import model as model_lib
-from nplm_jax import optim
+from nplm_jax.training import memory
+from nplm_jax.models import bengio2003 as model_lib
+from nplm_jax.training import optim
 from nplm_jax.errors import UserError
 
 
@@ -38,7 +38,7 @@ def test_blocks_follow_batch_chunks_and_vocabulary_blocks(tiny_config):
 
 
 def test_what_cannot_fit_is_refused_unless_told(tiny_config, monkeypatch):
-  from nplm_jax import sharding  # pylint: disable=g-import-not-at-top
+  from nplm_jax.parallel import sharding  # pylint: disable=g-import-not-at-top
   tiny_config.mesh.update(data=1, model=1)  # one device: the whole (here 10 MiB) host memory is its
   mesh = sharding.make_mesh(tiny_config.mesh, jax.devices()[:1])
   monkeypatch.setattr(memory, 'host_available_bytes', lambda: 10 * 2**20)  # 10 MiB

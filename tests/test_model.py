@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from nplm_jax import model as model_lib
-from nplm_jax import vocab_softmax
+from nplm_jax.models import bengio2003 as model_lib
+from nplm_jax.parallel import vocab_softmax
 from tests import numpy_reference
 
 
@@ -89,7 +89,7 @@ def test_single_device_vocab_softmax_equals_dense_log_softmax():
 
 def test_bfloat16_compute_stays_close_to_float32():
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top,reimported
-  from nplm_jax import steps  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import steps  # pylint: disable=g-import-not-at-top
   model = model_lib.NPLM(vocab_size=50, context_size=2, embed_dim=8, hidden_dim=16, direct=True, vocab_pad_multiple=8)
   params = random_params(model)
   contexts = np.random.default_rng(5).integers(0, 50, size=(32, 2)).astype(np.int32)
@@ -175,7 +175,7 @@ def test_bfloat16_keeps_the_bias_and_its_gradient_in_float32():
   """The output-layer matmuls run in bfloat16, the bias is added in float32: a bias near -10 lies
   between bfloat16 values 0.0625 apart, so a bfloat16 bias would not see a move of 0.02."""
   from jax.sharding import AxisType, Mesh  # pylint: disable=g-import-not-at-top
-  from nplm_jax import steps  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import steps  # pylint: disable=g-import-not-at-top
   mesh = Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1), ('data', 'model'), axis_types=(AxisType.Auto,) * 2)
   model32 = model_lib.NPLM(vocab_size=50, context_size=2, embed_dim=8, hidden_dim=16, direct=True,
                            vocab_pad_multiple=8)
@@ -217,7 +217,7 @@ def test_dropout_only_while_training():
 
 
 def test_weight_decay_spares_the_bias_row_and_d():
-  from nplm_jax import optim  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import optim  # pylint: disable=g-import-not-at-top
   model = model_lib.NPLM(vocab_size=10, context_size=2, embed_dim=3, hidden_dim=4, direct=True)
   params = random_params(model)
   zeros = jax.tree.map(jnp.zeros_like, params)
@@ -255,7 +255,9 @@ def test_chunked_or_streamed_training_holds_a_block_of_logits():
   follows [batch, vocab_block] (compiled memory analysis, 1 device)."""
   import jax  # pylint: disable=g-import-not-at-top
   from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
-  from nplm_jax import optim, sharding, steps  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import optim
+  from nplm_jax.parallel import sharding
+  from nplm_jax.training import steps  # pylint: disable=g-import-not-at-top
   config = config_lib.base_config()
   vocab, batch = 50_000, 4096
   model = model_lib.from_config(config.model, vocab)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from etils import epath
 
-from nplm_jax import metrics
+from nplm_jax.files import metrics
 from tests import checkpoint_reader
 from tests import corpora
 

@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from nplm_jax import data
-from nplm_jax import ngram
+from nplm_jax.data import corpora as data
+from nplm_jax.baselines import ngram
 from tests import corpora
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -142,7 +142,7 @@ def test_mixture_is_never_worse_than_its_worse_part():
 
 
 def test_ngram_cli_on_ptb(ptb_dir):
-  proc = subprocess.run([sys.executable, '-m', 'nplm_jax.ngram', '--config=experiments/ptb.py',
+  proc = subprocess.run([sys.executable, '-m', 'nplm_jax.baselines.ngram', '--config=experiments/ptb.py',
                          f'--config.data.path={ptb_dir}', '--order=5', '--smoothing=kneser_ney'],
                         cwd=REPO, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr
@@ -152,7 +152,7 @@ def test_ngram_cli_on_ptb(ptb_dir):
 
 
 def test_ngram_cli_bad_order_is_one_line(tiny_files):
-  proc = subprocess.run([sys.executable, '-m', 'nplm_jax.ngram', '--config=experiments/text.py',
+  proc = subprocess.run([sys.executable, '-m', 'nplm_jax.baselines.ngram', '--config=experiments/text.py',
                          f'--config.data.train_file={tiny_files["train"]}', f'--config.data.valid_file={tiny_files["valid"]}',
                          f'--config.data.test_file={tiny_files["test"]}', '--order=0'],
                         cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -1,4 +1,4 @@
-"""Prepared corpora (nplm_jax.prepare): the same vocabulary, token ids and results as the corpus
+"""Prepared corpora (nplm_jax.data.prepare): the same vocabulary, token ids and results as the corpus
 read directly, read back memory-mapped."""
 
 import json
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from nplm_jax import config as config_lib
-from nplm_jax import data
-from nplm_jax import ngram
-from nplm_jax import prepare
+from nplm_jax.data import corpora as data
+from nplm_jax.baselines import ngram
+from nplm_jax.data import prepare
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -55,7 +55,7 @@ def test_training_from_a_prepared_corpus_gives_the_same_results(tiny_files, tmp_
   env = dict(os.environ, JAX_PLATFORMS='cpu')
   run = lambda *args: subprocess.run([sys.executable, '-m', *args], cwd=REPO, env=env, capture_output=True, text=True,
                                      timeout=300)
-  proc = run('nplm_jax.prepare', '--config=experiments/text.py:tiny', *files, f'--output={tmp_path / "prepared"}')
+  proc = run('nplm_jax.data.prepare', '--config=experiments/text.py:tiny', *files, f'--output={tmp_path / "prepared"}')
   assert proc.returncode == 0, proc.stderr
   common = ['--config.model.n=3', '--config.model.m=8', '--config.model.h=16', '--config.train.batch_size=32',
             '--config.train.eval_batch_size=64', '--config.train.max_steps=40', '--config.data.max_rare_count=0']
@@ -67,7 +67,7 @@ def test_training_from_a_prepared_corpus_gives_the_same_results(tiny_files, tmp_
   assert from_prepared.returncode == 0, from_prepared.stderr
   a, b = (json.loads((tmp_path / w / 'results.json').read_text()) for w in ('direct', 'from_prepared'))
   assert (a['valid_ppl'], a['test_ppl']) == (b['valid_ppl'], b['test_ppl'])
-  ngram_out = run('nplm_jax.ngram', '--config=experiments/prepared.py', f'--config.data.path={tmp_path / "prepared"}',
+  ngram_out = run('nplm_jax.baselines.ngram', '--config=experiments/prepared.py', f'--config.data.path={tmp_path / "prepared"}',
                   '--order=3')
   assert ngram_out.returncode == 0, ngram_out.stderr
 
@@ -97,7 +97,7 @@ def test_ids_beyond_the_vocabulary_are_one_line(tmp_path):
   """A prepared split holding an id past its vocabulary (a damaged or mismatched file) is refused at
   load, not met as a 32 GiB allocation or an out-of-bounds gather later."""
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from nplm_jax import data as data_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.data import corpora as data_lib  # pylint: disable=g-import-not-at-top
   folder = tmp_path / 'prepared'
   folder.mkdir()
   (folder / 'vocab.txt').write_text('<eos>\t3\na\t2\n')

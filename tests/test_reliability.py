@@ -15,8 +15,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from nplm_jax import evaluation
-from nplm_jax import train
+from nplm_jax.training import evaluation
+from nplm_jax.training import train
 from nplm_jax.errors import UserError
 from tests import checkpoint_reader
 from tests import corpora
@@ -530,11 +530,11 @@ def test_a_read_only_workdir_is_one_line_and_still_serves(tiny_files, tmp_path):
                   '--config.train.max_steps=20', f'--workdir={folder / "run"}']
     assert subprocess.run(train_args, env=env, capture_output=True, timeout=300).returncode == 0
     subprocess.run(['mount', '-o', 'remount,ro', str(folder)], check=True)
-    score = subprocess.run([sys.executable, '-m', 'nplm_jax.score', f'--workdir={folder / "run"}',
+    score = subprocess.run([sys.executable, '-m', 'nplm_jax.tools.score', f'--workdir={folder / "run"}',
                             f'--text={tiny_files["test"]}'], env=env, capture_output=True, text=True, timeout=300)
     assert score.returncode == 0 and score.stdout.startswith('tokens '), score.stderr
     for args, says in ((train_args + ['--config.train.max_steps=40'], 'cannot be written'),
-                       ([sys.executable, '-m', 'nplm_jax.mix', f'--workdir={folder / "run"}'], 'Read-only file system')):
+                       ([sys.executable, '-m', 'nplm_jax.tools.mix', f'--workdir={folder / "run"}'], 'Read-only file system')):
       proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
       lines = proc.stderr.strip().splitlines()
       assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith('error: ') and says in lines[0], proc.stderr

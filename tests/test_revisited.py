@@ -1,4 +1,4 @@
-"""The revisited feed-forward family (nplm_jax/revisited.py): its forward pass against NumPy, its
+"""The revisited feed-forward family (nplm_jax/models/revisited.py): its forward pass against NumPy, its
 parameters, placement and configuration, and every tool on a tiny trained revisited workdir."""
 
 import json
@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 
 from nplm_jax import config as config_lib
-from nplm_jax import evaluation
-from nplm_jax import memory
-from nplm_jax import model as model_lib
-from nplm_jax import model_family
-from nplm_jax import optim
-from nplm_jax import revisited
-from nplm_jax import score as score_lib
-from nplm_jax import sharding
-from nplm_jax import trained as trained_lib
+from nplm_jax.training import evaluation
+from nplm_jax.training import memory
+from nplm_jax.models import bengio2003 as model_lib
+from nplm_jax.models import family as model_family
+from nplm_jax.training import optim
+from nplm_jax.models import revisited
+from nplm_jax.tools import score as score_lib
+from nplm_jax.parallel import sharding
+from nplm_jax.tools import trained as trained_lib
 from nplm_jax.errors import UserError
 from tests import numpy_reference
 
@@ -202,20 +202,20 @@ def test_scoring_the_test_file_gives_the_evaluation(workdir):
 
 
 def test_sample_embeddings_plot_and_extend_work_on_it(workdir):
-  out = tool('nplm_jax.sample', f'--workdir={workdir["path"]}', '--prompt=w1 w2', '--num_tokens=6',
+  out = tool('nplm_jax.tools.sample', f'--workdir={workdir["path"]}', '--prompt=w1 w2', '--num_tokens=6',
              '--num_samples=2', '--seed=3').stdout
-  assert out == tool('nplm_jax.sample', f'--workdir={workdir["path"]}', '--prompt=w1 w2', '--num_tokens=6',
+  assert out == tool('nplm_jax.tools.sample', f'--workdir={workdir["path"]}', '--prompt=w1 w2', '--num_tokens=6',
                      '--num_samples=2', '--seed=3').stdout
   assert all(line.startswith('w1 w2') for line in out.splitlines()) and len(out.splitlines()) == 2
-  neighbours = tool('nplm_jax.embeddings', 'neighbours', f'--workdir={workdir["path"]}', '--words=w1', '--topn=3').stdout
+  neighbours = tool('nplm_jax.tools.embeddings', 'neighbours', f'--workdir={workdir["path"]}', '--words=w1', '--topn=3').stdout
   assert neighbours.startswith('w1: ') and neighbours.count(',') == 2
   png = workdir['base'] / 'map.png'
-  tool('nplm_jax.plot', 'embeddings', f'--workdir={workdir["path"]}', f'--output={png}')
+  tool('nplm_jax.tools.plot', 'embeddings', f'--workdir={workdir["path"]}', f'--output={png}')
   assert png.read_bytes()[:4] == b'\x89PNG'
   text = workdir['base'] / 'new.txt'
   text.write_text('w1 w2 brand_new w3 w4\nw5 brand_new w6\n', encoding='utf-8')
   extended = workdir['base'] / 'extended'
-  tool('nplm_jax.extend', f'--workdir={workdir["path"]}', f'--text={text}', f'--output_workdir={extended}')
+  tool('nplm_jax.tools.extend', f'--workdir={workdir["path"]}', f'--text={text}', f'--output_workdir={extended}')
   before = trained_lib.TrainedModel.load(workdir['path'])
   after = trained_lib.TrainedModel.load(str(extended))
   assert after.vocab[-1] == 'brand_new' and len(after.vocab) == len(before.vocab) + 1
@@ -228,6 +228,6 @@ def test_sample_embeddings_plot_and_extend_work_on_it(workdir):
 
 
 def test_export_says_it_writes_the_2003_model_only(workdir):
-  proc = tool('nplm_jax.export', f'--workdir={workdir["path"]}', f'--output={workdir["base"] / "exported"}', check=False)
+  proc = tool('nplm_jax.tools.export', f'--workdir={workdir["path"]}', f'--output={workdir["base"] / "exported"}', check=False)
   assert proc.returncode == 1 and proc.stderr.count('\n') == 1 and "model.kind='revisited'" in proc.stderr
 

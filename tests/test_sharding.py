@@ -5,7 +5,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 import jax
 
-from nplm_jax import sharding
+from nplm_jax.parallel import sharding
 from nplm_jax.config import base_config
 from nplm_jax.errors import UserError
 
@@ -39,7 +39,7 @@ def test_configure_host_devices_keeps_an_explicit_count():
 
 
 def test_backend_settings_are_made_before_the_backends_start(tmp_path):
-  from nplm_jax import backend  # pylint: disable=g-import-not-at-top
+  from nplm_jax.parallel import backend  # pylint: disable=g-import-not-at-top
   config, environ = base_config(), {}
   config.mesh.cpu_devices = 2
   backend.configure(config, environ)
@@ -67,7 +67,7 @@ def test_bad_mesh_shape_is_a_one_line_error(data, model, devices):
 def test_optimizer_state_follows_the_parameter_it_mirrors():
   """tree_shardings gives a leaf whose path ends with a parameter's path that parameter's spec."""
   import optax  # pylint: disable=g-import-not-at-top
-  from nplm_jax import model as model_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.models import bengio2003 as model_lib  # pylint: disable=g-import-not-at-top
   mesh = sharding.make_mesh(base_config().mesh)
   model = model_lib.NPLM(vocab_size=40, context_size=2, embed_dim=4, hidden_dim=6, direct=True, vocab_pad_multiple=8)
   params = model_lib.init_params(model)
@@ -81,7 +81,7 @@ def test_optimizer_state_follows_the_parameter_it_mirrors():
 
 
 def test_bounded_dispatch_keeps_at_most_depth_results_pending():
-  from nplm_jax import steps  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import steps  # pylint: disable=g-import-not-at-top
 
   class Result:
     ready = 0

@@ -1,12 +1,12 @@
-"""The fused Pallas softmax kernels of one vocabulary shard (nplm_jax/softmax_kernel.py), in interpret
+"""The fused Pallas softmax kernels of one vocabulary shard (nplm_jax/parallel/softmax_kernel.py), in interpret
 mode, against NumPy; their use inside the sharded softmax is checked on meshes in parallel_checks.py."""
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from nplm_jax import softmax_kernel
-from nplm_jax import vocab_softmax
+from nplm_jax.parallel import softmax_kernel
+from nplm_jax.parallel import vocab_softmax
 from nplm_jax.errors import UserError
 
 

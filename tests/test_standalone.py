@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from nplm_jax import config as config_lib
-from nplm_jax import workdir as workdir_lib
-from nplm_jax import workdir_vocab
+from nplm_jax.files import workdir as workdir_lib
+from nplm_jax.data import workdir_vocab
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,16 +29,16 @@ def run(args, cwd, env=None, check=True):
 def tool_outputs(workdir: str, text: str, cwd) -> dict:
   """What score, sample, embeddings, extend and plot print for a workdir (the outputs to compare)."""
   out = {}
-  out['score'] = run(['-m', 'nplm_jax.score', f'--workdir={workdir}', f'--text={text}', '--verbosity=word'], cwd).stdout
-  out['sample'] = run(['-m', 'nplm_jax.sample', f'--workdir={workdir}', '--prompt=w1 w2', '--num_tokens=6',
+  out['score'] = run(['-m', 'nplm_jax.tools.score', f'--workdir={workdir}', f'--text={text}', '--verbosity=word'], cwd).stdout
+  out['sample'] = run(['-m', 'nplm_jax.tools.sample', f'--workdir={workdir}', '--prompt=w1 w2', '--num_tokens=6',
                        '--num_samples=2'], cwd).stdout
-  out['neighbours'] = run(['-m', 'nplm_jax.embeddings', 'neighbours', f'--workdir={workdir}', '--words=w3,w4'],
+  out['neighbours'] = run(['-m', 'nplm_jax.tools.embeddings', 'neighbours', f'--workdir={workdir}', '--words=w3,w4'],
                           cwd).stdout
   extended = os.path.join(str(cwd), f'extended_{len(os.listdir(cwd))}')
-  out['extend'] = run(['-m', 'nplm_jax.extend', f'--workdir={workdir}', f'--text={text}',
+  out['extend'] = run(['-m', 'nplm_jax.tools.extend', f'--workdir={workdir}', f'--text={text}',
                        f'--output_workdir={extended}'], cwd).stdout.replace(extended, 'EXT')
-  out['extended_score'] = run(['-m', 'nplm_jax.score', f'--workdir={extended}', f'--text={text}'], cwd).stdout
-  run(['-m', 'nplm_jax.plot', 'embeddings', f'--workdir={workdir}', '--top=20', f'--output={cwd}/map.png'], cwd)
+  out['extended_score'] = run(['-m', 'nplm_jax.tools.score', f'--workdir={extended}', f'--text={text}'], cwd).stdout
+  run(['-m', 'nplm_jax.tools.plot', 'embeddings', f'--workdir={workdir}', '--top=20', f'--output={cwd}/map.png'], cwd)
   return out
 
 
@@ -86,7 +86,7 @@ def test_tools_never_read_the_corpus(trained, tmp_path):
     elsewhere.mkdir()
     after = tool_outputs(trained['workdir'], trained['text'], elsewhere)
     assert after == before
-    mixed = run(['-m', 'nplm_jax.score', f'--workdir={trained["workdir"]}', f'--text={trained["text"]}', '--mix'],
+    mixed = run(['-m', 'nplm_jax.tools.score', f'--workdir={trained["workdir"]}', f'--text={trained["text"]}', '--mix'],
                 elsewhere, check=False)  # the n-gram of a mixture needs the training tokens: one line
     assert mixed.returncode == 1 and mixed.stderr.startswith('error: --mix reads the training corpus')
     assert len(mixed.stderr.strip().splitlines()) == 1
@@ -96,7 +96,7 @@ def test_tools_never_read_the_corpus(trained, tmp_path):
 
 def test_relative_corpus_paths_resolve_from_another_directory(trained, tmp_path):
   """config.json's absolute paths let a mixture read the corpus typed relative to another folder."""
-  out = run(['-m', 'nplm_jax.score', f'--workdir={trained["workdir"]}', f'--text={trained["text"]}', '--mix',
+  out = run(['-m', 'nplm_jax.tools.score', f'--workdir={trained["workdir"]}', f'--text={trained["text"]}', '--mix',
              '--format=json'], tmp_path)
   assert json.loads(out.stdout.splitlines()[-1])['tokens'] == 10
 
@@ -106,7 +106,7 @@ def test_an_older_workdir_gets_its_vocabulary_once(trained, tmp_path):
   shutil.copytree(trained['workdir'], old)
   for name in (workdir_vocab.VOCAB_FILE, workdir_vocab.TOKENIZER_FILE):
     (old / name).unlink()
-  args = ['-m', 'nplm_jax.score', f'--workdir={old}', f'--text={trained["text"]}']
+  args = ['-m', 'nplm_jax.tools.score', f'--workdir={old}', f'--text={trained["text"]}']
   first = run(args, trained['base'])  # the typed relative corpus paths resolve from here
   assert 'note: ' in first.stderr and 'predates stored vocabularies' in first.stderr
   assert (old / workdir_vocab.VOCAB_FILE).read_text() == (trained['base'] / 'run' / workdir_vocab.VOCAB_FILE).read_text()
@@ -118,7 +118,7 @@ def test_a_damaged_vocabulary_is_one_line(trained, tmp_path):
   copy = tmp_path / 'copy'
   shutil.copytree(trained['workdir'], copy)
   (copy / workdir_vocab.VOCAB_FILE).write_text('w1\t3\n')
-  proc = run(['-m', 'nplm_jax.score', f'--workdir={copy}', f'--text={trained["text"]}'], tmp_path, check=False)
+  proc = run(['-m', 'nplm_jax.tools.score', f'--workdir={copy}', f'--text={trained["text"]}'], tmp_path, check=False)
   assert proc.returncode == 1 and proc.stderr.startswith('error: ') and 'damaged' in proc.stderr
   assert len(proc.stderr.strip().splitlines()) == 1
 
@@ -130,20 +130,20 @@ def test_extend_and_every_tool_work_on_a_prepared_corpus(tmp_path):
   with open(tiny_files['valid'], 'a', encoding='utf-8') as f:
     f.write('w1 w2 never_in_train\n')  # the vocabulary gets <unk>, which extend needs
   prepared = tmp_path / 'prepared'
-  run(['-m', 'nplm_jax.prepare', '--config=' + os.path.join(REPO, 'experiments/text.py:tiny'), f'--output={prepared}',
+  run(['-m', 'nplm_jax.data.prepare', '--config=' + os.path.join(REPO, 'experiments/text.py:tiny'), f'--output={prepared}',
        *(f'--config.data.{s}_file={tiny_files[s]}' for s in ('train', 'valid', 'test'))], tmp_path)
   run(['-m', 'nplm_jax.main', '--config=' + os.path.join(REPO, 'experiments/prepared.py'), '--workdir=run',
        f'--config.data.path={prepared}', '--config.model.n=3', '--config.model.m=8', '--config.model.h=16',
        '--config.train.max_steps=40', '--config.mesh.cpu_devices=1'], tmp_path)
   text = tmp_path / 'new.txt'
   text.write_text('w1 w2 unseen_word w3\n')
-  run(['-m', 'nplm_jax.extend', '--workdir=run', f'--text={text}', '--output_workdir=ext'], tmp_path)
+  run(['-m', 'nplm_jax.tools.extend', '--workdir=run', f'--text={text}', '--output_workdir=ext'], tmp_path)
   vocabulary = workdir_vocab.Vocabulary.read(workdir_lib.Workdir(tmp_path / 'ext'))
   assert vocabulary.words[-1] == 'unseen_word' and vocabulary.train_counts[-1] == 0
   assert len(vocabulary.train_counts) == len(vocabulary.words)
-  run(['-m', 'nplm_jax.score', '--workdir=ext', f'--text={text}'], tmp_path)
-  run(['-m', 'nplm_jax.embeddings', 'export', '--workdir=ext', '--format=projector', '--output=proj'], tmp_path)
-  run(['-m', 'nplm_jax.plot', 'embeddings', '--workdir=ext', '--top=10', '--output=map.png'], tmp_path)
+  run(['-m', 'nplm_jax.tools.score', '--workdir=ext', f'--text={text}'], tmp_path)
+  run(['-m', 'nplm_jax.tools.embeddings', 'export', '--workdir=ext', '--format=projector', '--output=proj'], tmp_path)
+  run(['-m', 'nplm_jax.tools.plot', 'embeddings', '--workdir=ext', '--top=10', '--output=map.png'], tmp_path)
   metadata = (tmp_path / 'proj' / 'metadata.tsv').read_text().splitlines()
   assert len(metadata) == len(vocabulary.words) + 1 and metadata[-1] == 'unseen_word\t0'
 
@@ -189,8 +189,8 @@ print(json.dumps({w: float(log_p[ids[w]]) for w in sys.argv[3:]}))
 
 
 def test_export_loads_with_numpy_alone(trained, tmp_path):
-  from nplm_jax import trained as trained_lib  # pylint: disable=g-import-not-at-top
-  run(['-m', 'nplm_jax.export', f'--workdir={trained["workdir"]}', f'--output={tmp_path / "exported"}'], tmp_path)
+  from nplm_jax.tools import trained as trained_lib  # pylint: disable=g-import-not-at-top
+  run(['-m', 'nplm_jax.tools.export', f'--workdir={trained["workdir"]}', f'--output={tmp_path / "exported"}'], tmp_path)
   reader = tmp_path / 'reader.py'
   reader.write_text(NUMPY_ONLY_READER)
   proc = subprocess.run([sys.executable, '-I', str(reader), str(tmp_path / 'exported'), 'w2 w1', 'w3', 'w4', '<eos>'],
@@ -203,6 +203,6 @@ def test_export_loads_with_numpy_alone(trained, tmp_path):
     assert value == pytest.approx(log_probs[model.word_ids[word]], abs=1e-5)
   header = json.loads((tmp_path / 'exported' / 'model.json').read_text())
   assert header['format'] == 'nplm_jax' and header['version'] == 1 and header['vocabulary'] == list(model.vocab)
-  again = run(['-m', 'nplm_jax.export', f'--workdir={trained["workdir"]}', f'--output={tmp_path / "exported"}'],
+  again = run(['-m', 'nplm_jax.tools.export', f'--workdir={trained["workdir"]}', f'--output={tmp_path / "exported"}'],
               tmp_path, check=False)
   assert again.returncode == 1 and 'is not empty' in again.stderr

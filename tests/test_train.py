@@ -10,9 +10,9 @@ import time
 import numpy as np
 import pytest
 
-from nplm_jax import data
-from nplm_jax import train
-from nplm_jax import workdir as workdir_lib
+from nplm_jax.data import corpora as data
+from nplm_jax.training import train
+from nplm_jax.files import workdir as workdir_lib
 from nplm_jax.errors import UserError
 from tests import checkpoint_reader
 
@@ -128,7 +128,7 @@ def test_dispatches_never_cross_a_boundary():
 
 def test_steps_per_dispatch_is_chosen_by_backend():
   from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
-  from nplm_jax import experiment  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import experiment  # pylint: disable=g-import-not-at-top
   train_config = config_lib.base_config().train  # log_every 500
   assert experiment.steps_per_dispatch(train_config, 'cpu', resident=True) == 1
   assert experiment.steps_per_dispatch(train_config, 'gpu', resident=False) == 1  # host-fed: one a dispatch
@@ -141,7 +141,7 @@ def test_steps_per_dispatch_is_chosen_by_backend():
 
 def test_device_data_is_automatic_within_a_memory_bound(tiny_files):
   from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
-  from nplm_jax import device_data  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import device_data  # pylint: disable=g-import-not-at-top
   stream = data.TokenStream(data.text_corpus(tiny_files), 2)
   train_config = config_lib.base_config().train
   assert device_data.resident_bytes(stream) == 4 * (sum(stream.num_examples(s) + 2 for s in data.SPLITS) +
@@ -271,7 +271,7 @@ def test_cli_bad_input_is_one_line(tmp_path, args, env, match):
 
 def test_noise_samples_follow_the_unigram_power_distribution():
   import ml_collections  # pylint: disable=g-import-not-at-top
-  from nplm_jax import steps  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import steps  # pylint: disable=g-import-not-at-top
   counts = np.array([1000, 300, 100, 2, 50]) - 0.5  # make_sampled_loss adds 0.5 to every count
   config = ml_collections.ConfigDict(dict(name='nce', num_samples=200_000, noise_power=0.75))
   loss = steps.make_sampled_loss(config, counts, seed=0)
@@ -289,7 +289,7 @@ def test_noise_of_a_large_vocabulary_is_drawn_with_the_probabilities_its_correct
   entries still give every word its probability within 1e-4 (relative), and log_noise is exactly
   what is drawn."""
   import ml_collections  # pylint: disable=g-import-not-at-top
-  from nplm_jax import steps  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import steps  # pylint: disable=g-import-not-at-top
   v = 250_000
   counts = 1e8 / np.arange(1, v + 1) ** 1.1  # Zipf-like counts, the rarest about 1
   probs = (counts + 0.5) / np.sum(counts + 0.5)

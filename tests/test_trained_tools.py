@@ -10,11 +10,11 @@ import sys
 import numpy as np
 import pytest
 
-from nplm_jax import embeddings
-from nplm_jax import evaluation
-from nplm_jax import sample as sample_lib
-from nplm_jax import score as score_lib
-from nplm_jax import trained as trained_lib
+from nplm_jax.tools import embeddings
+from nplm_jax.training import evaluation
+from nplm_jax.tools import sample as sample_lib
+from nplm_jax.tools import score as score_lib
+from nplm_jax.tools import trained as trained_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -91,13 +91,13 @@ def test_summary_counts_oovs_as_kenlm_does(model):
 
 def test_score_command_word_line_and_json_output(workdir):
   text = 'w1 w2 w3\nw4 nope w5\n'
-  words = tool('nplm_jax.score', f'--workdir={workdir["path"]}', '--text=-', '--verbosity=word', '--log_base=2',
+  words = tool('nplm_jax.tools.score', f'--workdir={workdir["path"]}', '--text=-', '--verbosity=word', '--log_base=2',
                stdin=text).splitlines()
   assert [w.split('\t')[0] for w in words[:4]] == ['w1', 'w2', 'w3', '<eos>']  # word, id, log2 P
   assert words[4].startswith('line 1: log2 P = ') and words[5].startswith('w4\t')
   assert words[6].startswith('nope\t') and words[6].endswith('\tOOV') and words[9].startswith('line 2: ')
   assert words[-1].startswith('tokens 8, OOV 1, log2 P = ')
-  records = [json.loads(line) for line in tool('nplm_jax.score', f'--workdir={workdir["path"]}', '--text=-',
+  records = [json.loads(line) for line in tool('nplm_jax.tools.score', f'--workdir={workdir["path"]}', '--text=-',
                                                 '--verbosity=line', '--format=json', stdin=text).splitlines()]
   assert [r['tokens'] for r in records[:2]] == [4, 4]
   summary = records[-1]
@@ -105,7 +105,7 @@ def test_score_command_word_line_and_json_output(workdir):
   assert summary['log_base'] == '10' and summary['tokens'] == 8 and summary['oov'] == 1
   assert all(r['log_base'] == '10' and 'log_prob' in r for r in records)  # one key in every record
   assert sum(r['log_prob'] for r in records[:2]) == pytest.approx(summary['log_prob'], rel=1e-6)
-  empty = [json.loads(line) for line in tool('nplm_jax.score', f'--workdir={workdir["path"]}', '--text=-',
+  empty = [json.loads(line) for line in tool('nplm_jax.tools.score', f'--workdir={workdir["path"]}', '--text=-',
                                             '--verbosity=line', '--format=json', stdin='w1\n\nw2\n').splitlines()]
   assert empty[1]['tokens'] == 0 and str(empty[1]['log_prob']) == '0.0'  # not -0.0
 
@@ -115,9 +115,9 @@ def test_kenlm_format_parses_as_kenlms_query_output(workdir):
   summary lines; the numbers are those of the JSON output."""
   import re  # pylint: disable=g-import-not-at-top
   text = 'w1 w2 w3\nw4 nope w5\n'
-  out = tool('nplm_jax.score', f'--workdir={workdir["path"]}', '--text=-', '--format=kenlm', '--verbosity=word',
+  out = tool('nplm_jax.tools.score', f'--workdir={workdir["path"]}', '--text=-', '--format=kenlm', '--verbosity=word',
              stdin=text)
-  words = [json.loads(line) for line in tool('nplm_jax.score', f'--workdir={workdir["path"]}', '--text=-',
+  words = [json.loads(line) for line in tool('nplm_jax.tools.score', f'--workdir={workdir["path"]}', '--text=-',
                                              '--format=json', '--verbosity=word', stdin=text).splitlines()]
   words = [r for r in words if 'word' in r]
   lines = out.splitlines()
@@ -131,7 +131,7 @@ def test_kenlm_format_parses_as_kenlms_query_output(workdir):
   np.testing.assert_allclose([float(p) for *_, p in flat], [r['log_prob'] for r in words], rtol=1e-5)
   totals = [re.search(r'Total: (-?[0-9.e+-]+) OOV: (\d+)$', line) for line in lines[:2]]
   assert [int(t[2]) for t in totals] == [0, 1]
-  summary = json.loads(tool('nplm_jax.score', f'--workdir={workdir["path"]}', '--text=-', '--format=json', stdin=text))
+  summary = json.loads(tool('nplm_jax.tools.score', f'--workdir={workdir["path"]}', '--text=-', '--format=json', stdin=text))
   assert float(re.search(r'^Perplexity including OOVs:\t([0-9.]+)$', out, re.M)[1]) == pytest.approx(summary['perplexity'])
   assert float(re.search(r'^Perplexity excluding OOVs:\t([0-9.]+)$', out, re.M)[1]) == pytest.approx(
       summary['perplexity_excluding_oov'])
@@ -139,7 +139,7 @@ def test_kenlm_format_parses_as_kenlms_query_output(workdir):
 
 
 def test_score_with_the_mixture_matches_the_training_mixture(workdir):
-  out = json.loads(tool('nplm_jax.score', f'--workdir={workdir["path"]}', f'--text={workdir["files"]["test"]}',
+  out = json.loads(tool('nplm_jax.tools.score', f'--workdir={workdir["path"]}', f'--text={workdir["files"]["test"]}',
                         '--mix', '--format=json'))
   results = json.load(open(os.path.join(workdir['path'], 'results.json'), encoding='utf-8'))
   assert out['perplexity'] == pytest.approx(results['mix_test_ppl'], rel=1e-2)
@@ -207,7 +207,7 @@ def test_samples_end_at_eos(model):
 
 
 def test_sample_command_prints_one_sample_a_line(workdir):
-  out = tool('nplm_jax.sample', f'--workdir={workdir["path"]}', '--prompt=w1 w2', '--num_tokens=5',
+  out = tool('nplm_jax.tools.sample', f'--workdir={workdir["path"]}', '--prompt=w1 w2', '--num_tokens=5',
              '--num_samples=3', '--seed=0', '--no-stop_at_eos').splitlines()
   assert len(out) == 3 and all(line.startswith('w1 w2 ') and len(line.split()) == 7 for line in out)
 
@@ -245,7 +245,7 @@ def test_analogy_ranks_by_the_cosine_to_b_minus_a_plus_c(model):
 
 
 def test_word2vec_and_projector_exports(workdir, model, tmp_path):
-  tool('nplm_jax.embeddings', 'export', f'--workdir={workdir["path"]}', '--format=word2vec',
+  tool('nplm_jax.tools.embeddings', 'export', f'--workdir={workdir["path"]}', '--format=word2vec',
        f'--output={tmp_path / "vectors.txt"}')
   lines = read_text(tmp_path / 'vectors.txt')
   v, d = map(int, lines[0].split())
@@ -253,7 +253,7 @@ def test_word2vec_and_projector_exports(workdir, model, tmp_path):
   vectors = {parts[0]: np.array(parts[1:], float) for parts in (line.split(' ') for line in lines[1:])}
   assert list(vectors) == list(model.vocab) and all(len(x) == d for x in vectors.values())
   np.testing.assert_allclose(vectors['w3'], model.embeddings[model.word_ids['w3']], rtol=1e-5, atol=1e-6)
-  out = tool('nplm_jax.embeddings', 'export', f'--workdir={workdir["path"]}', '--format=projector',
+  out = tool('nplm_jax.tools.embeddings', 'export', f'--workdir={workdir["path"]}', '--format=projector',
              f'--output={tmp_path / "projector"}')
   assert 'tensorboard --logdir=' in out
   tensors = read_text(tmp_path / 'projector' / 'tensors.tsv')
@@ -264,7 +264,7 @@ def test_word2vec_and_projector_exports(workdir, model, tmp_path):
 
 
 def test_neighbours_command(workdir):
-  out = tool('nplm_jax.embeddings', 'neighbours', f'--workdir={workdir["path"]}', '--words=w1,w2', '--topn=3')
+  out = tool('nplm_jax.tools.embeddings', 'neighbours', f'--workdir={workdir["path"]}', '--words=w1,w2', '--topn=3')
   lines = out.splitlines()
   assert lines[0].startswith('w1: ') and lines[1].startswith('w2: ') and lines[0].count(',') == 2
 
@@ -272,9 +272,9 @@ def test_neighbours_command(workdir):
 # ------------------------------------------------------------------------------------------- plot
 
 def test_plots_are_png(workdir, tmp_path):
-  tool('nplm_jax.plot', 'curves', f'--workdir={workdir["path"]}', f'--workdir={workdir["path"]}',
+  tool('nplm_jax.tools.plot', 'curves', f'--workdir={workdir["path"]}', f'--workdir={workdir["path"]}',
        '--ngram=trigram=30', f'--output={tmp_path / "curves.png"}')
-  tool('nplm_jax.plot', 'embeddings', f'--workdir={workdir["path"]}', '--top=40', f'--output={tmp_path / "map.png"}')
+  tool('nplm_jax.tools.plot', 'embeddings', f'--workdir={workdir["path"]}', '--top=40', f'--output={tmp_path / "map.png"}')
   for name in ('curves.png', 'map.png'):
     data = (tmp_path / name).read_bytes()
     assert data[:8] == b'\x89PNG\r\n\x1a\n' and len(data) > 10_000
@@ -282,7 +282,7 @@ def test_plots_are_png(workdir, tmp_path):
 
 def test_map_labels_never_overlap_and_are_taken_literally():
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  from nplm_jax import plot  # pylint: disable=g-import-not-at-top
+  from nplm_jax.tools import plot  # pylint: disable=g-import-not-at-top
   xy = np.random.default_rng(0).normal(size=(300, 2))  # crowded: not every word can have a label
   words = ['$', "''", '$5', ','] + [f'word{i}' for i in range(296)]
   fig, ax = plt.subplots(figsize=(6, 5))
@@ -298,7 +298,7 @@ def test_map_labels_never_overlap_and_are_taken_literally():
 
 
 def test_curves_have_each_evaluations_wall_time(workdir):
-  from nplm_jax import plot  # pylint: disable=g-import-not-at-top
+  from nplm_jax.tools import plot  # pylint: disable=g-import-not-at-top
   curve = plot.run_curve(workdir['path'])
   assert not curve['wall_estimated'] and len(curve['wall']) == len(curve['valid_ppl']) >= 4
   assert all(b > a for a, b in zip(curve['wall'], curve['wall'][1:]))
@@ -310,7 +310,7 @@ def test_extend_gives_new_words_the_papers_vector(workdir, model, tmp_path):
   lines = ['w1 w2 newA w3 w4', 'w5 newB w6 newA']
   text = tmp_path / 'new.txt'
   text.write_text('\n'.join(lines) + '\n')
-  out = tool('nplm_jax.extend', f'--workdir={workdir["path"]}', f'--text={text}', f'--output_workdir={tmp_path / "ext"}')
+  out = tool('nplm_jax.tools.extend', f'--workdir={workdir["path"]}', f'--text={text}', f'--output_workdir={tmp_path / "ext"}')
   assert out.startswith('added 2 words (3 occurrences)')
   extended = trained_lib.TrainedModel.load(str(tmp_path / 'ext'))
   v = len(model.vocab)
@@ -348,7 +348,7 @@ def test_pos_agreement_counts_shared_tags(workdir, tmp_path):
   lines = ['w1 w2 newA w3 w4', 'w5 newB w6 newA']
   text = tmp_path / 'new.txt'
   text.write_text('\n'.join(lines) + '\n')
-  tool('nplm_jax.extend', f'--workdir={workdir["path"]}', f'--text={text}', f'--output_workdir={tmp_path / "ext"}')
+  tool('nplm_jax.tools.extend', f'--workdir={workdir["path"]}', f'--text={text}', f'--output_workdir={tmp_path / "ext"}')
   tagged = [(f'w{i}', 'A' if i % 2 else 'B') for i in range(60)] + [('newA', 'A'), ('newB', 'B')]
   rows = pos_agreement.measure(str(tmp_path / 'ext'), lines + read_text(workdir['files']['test']), tagged)
   assert rows['new words vs rows of C']['words'] == 2

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from nplm_jax import evaluation
-from nplm_jax import train
-from nplm_jax import workdir as workdir_lib
+from nplm_jax.training import evaluation
+from nplm_jax.training import train
+from nplm_jax.files import workdir as workdir_lib
 from nplm_jax.errors import UserError
 from tests import fake_gcs
 
@@ -55,7 +55,7 @@ def test_local_workdirs_are_absolute(tmp_path, monkeypatch):
 
 
 def test_local_metrics_are_appended_not_rewritten(tmp_path):
-  from nplm_jax import metrics  # pylint: disable=g-import-not-at-top
+  from nplm_jax.files import metrics  # pylint: disable=g-import-not-at-top
   workdir = workdir_lib.Workdir(tmp_path)
   (tmp_path / 'metrics.jsonl').write_text('{"step": 5, "a": 1}\n{"step": 9, "a": 2}\n')
   writer = metrics.MetricWriter(workdir, resumed_step=5)  # a run resumed from step 5: step 9 is dropped
@@ -70,7 +70,7 @@ def test_local_metrics_are_appended_not_rewritten(tmp_path):
 def test_progress_rate_and_eta_count_training_time_only(monkeypatch):
   """An evaluation or save (paused), and the first dispatch's compilation (before warmed_up), change
   neither the rate nor the ETA: 10 steps/s throughout, 1,000 steps in all."""
-  from nplm_jax import metrics  # pylint: disable=g-import-not-at-top
+  from nplm_jax.files import metrics  # pylint: disable=g-import-not-at-top
   clock = [0.0]
   monkeypatch.setattr(metrics.time, 'perf_counter', lambda: clock[0])
   progress = metrics.Progress(start_step=200, total_steps=1000, tokens_per_step=32)  # a resumed run
@@ -90,7 +90,7 @@ def test_progress_rate_and_eta_count_training_time_only(monkeypatch):
 def test_damaged_metrics_lines_are_dropped_not_fatal(tmp_path):
   """A metrics.jsonl with bytes that are not UTF-8 (a damaged disk block) still reads: resume and
   plot keep every good record."""
-  from nplm_jax import metrics  # pylint: disable=g-import-not-at-top
+  from nplm_jax.files import metrics  # pylint: disable=g-import-not-at-top
   from etils import epath  # pylint: disable=g-import-not-at-top
   path = tmp_path / 'metrics.jsonl'
   path.write_bytes(b'{"step": 1, "train_loss": 2.0}\n\xff\xfe{"step": 2}\n{"step": 3, "valid_ppl": 40.0}\n{"step": 4')
@@ -98,7 +98,7 @@ def test_damaged_metrics_lines_are_dropped_not_fatal(tmp_path):
 
 
 def test_a_failed_write_is_one_line_and_leaves_no_temporary_file(tmp_path):
-  from nplm_jax import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.files import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   from nplm_jax.errors import UserError  # pylint: disable=g-import-not-at-top
   blocker = tmp_path / 'a_file'
   blocker.write_text('x')

@@ -1,0 +1,192 @@
+"""The run folder (workdir) on any filesystem: its JSON files, made and read through etils.epath.
+
+A workdir may be a local folder or a bucket path (gs://bucket/run): every read and write of it
+goes through epath.Path, which Orbax uses for the checkpoints too. In a multi-process job every
+process reads these files and only the leader (process 0) writes them.
+"""
+
+import json
+import os
+import socket
+import time
+
+from etils import epath
+
+from nplm_jax.parallel import distributed
+from nplm_jax.errors import UserError
+
+
+def as_path(path: str | os.PathLike) -> epath.Path:
+  """An absolute epath.Path: remote paths (scheme://...) as given, local ones made absolute."""
+  text = os.fspath(path)
+  return epath.Path(text if '://' in text else os.path.abspath(text))
+
+
+class Workdir:
+  """A run's folder: config.json, results.json, metrics and the checkpoints below it."""
+
+  def __init__(self, path: str | os.PathLike):
+    self.path = as_path(path)
+
+  def __str__(self) -> str:
+    return str(self.path)
+
+  def file(self, name: str) -> epath.Path:
+    return self.path / name
+
+  def prepare(self) -> None:
+    """Creates the folder and proves it writable, without touching what is already there."""
+    try:
+      self.path.mkdir(parents=True, exist_ok=True)
+      probe = self.file(f'.write_probe_{os.getpid()}_{distributed.declared_process_id()}')
+      probe.write_text('ok')
+      probe.unlink()
+    except OSError as e:
+      raise UserError(f'--workdir={str(self.path)!r} cannot be written ({e.strerror or e}); '
+                      'choose a folder you can write to') from None
+
+  def remove_if_unused(self) -> None:
+    """Removes the folder when nothing but this run's own lock is in it (a start that failed)."""
+    if self.path.exists() and {p.name for p in self.path.iterdir()} <= {'lock'}:
+      self.path.rmtree()
+
+  def read_json(self, name: str) -> dict | None:
+    """A JSON file of the workdir, or None when it does not exist."""
+    path = self.file(name)
+    if not path.exists():
+      return None
+    try:
+      return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+      raise UserError(f'{str(path)!r} cannot be read ({e}); restore or delete it') from None
+
+  def write_json(self, name: str, value: dict, indent: int | None = 2) -> None:
+    """Writes a JSON file atomically (a temporary file, then a rename), on the leader only.
+
+    Never writes NaN or infinity: JSON has no such numbers, and a result that holds one is a bug.
+    """
+    if not distributed.is_leader():
+      return
+    self.write_text(name, json.dumps(value, indent=indent, allow_nan=False) + '\n')
+
+  def write_text(self, name: str, text: str) -> None:
+    """Writes a text file of the workdir atomically, on the leader only."""
+    if distributed.is_leader():
+      write_text_atomically(self.file(name), text)
+
+
+def write_text_atomically(path: epath.Path, text: str) -> None:
+  """Readers see the old file or the new one, never a half-written one (on object stores a
+  single write is atomic already). A write that fails (a full disk, a read-only or lost folder) is
+  one line naming the path and the cause, and leaves no temporary file."""
+  temporary = path.parent / f'.{path.name}.tmp{os.getpid()}'
+  try:
+    temporary.write_text(text)
+    temporary.replace(path)
+  except OSError as e:
+    try:
+      temporary.unlink(missing_ok=True)
+    except OSError:
+      pass
+    raise UserError(f'{str(path)!r} cannot be written ({e.strerror or e}); free space or choose a folder you can '
+                    'write to') from None
+
+
+def output_file(path: str, flag: str) -> epath.Path:
+  """The path of a file a command will write, checked before any work: not a folder, its folder
+  made if missing; one line naming the flag otherwise."""
+  where = as_path(path)
+  if where.is_dir():
+    raise UserError(f'{flag}={path!r} is a folder; give the path of a file to write')
+  try:
+    where.parent.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise UserError(f'{flag}={path!r}: its folder cannot be made ({e.strerror or e}); choose another path') from None
+  return where
+
+
+def output_folder(path: str, flag: str) -> epath.Path:
+  """A new or empty folder a command will write into, checked before any work (not made yet)."""
+  where = as_path(path)
+  if where.exists() and not where.is_dir():
+    raise UserError(f'{flag}={path!r} is a file; give a new folder')
+  if where.exists() and any(where.iterdir()):
+    raise UserError(f'{flag}={path!r} is not empty; give a new folder')
+  ancestor = where.parent
+  while not ancestor.exists() and ancestor != ancestor.parent:
+    ancestor = ancestor.parent
+  if not ancestor.is_dir():
+    raise UserError(f'{flag}={path!r} lies under {str(ancestor)!r}, which is a file; choose another path')
+  return where
+
+
+class Lock:
+  """One training per workdir: WORKDIR/lock names its holder (host, process id, since when).
+
+  A second training on the workdir is refused in one line; the lock of a process that is no longer
+  running on this host is taken over. In a multi-process job the leader holds it for all.
+  """
+
+  def __init__(self, workdir: Workdir):
+    self.path = workdir.file('lock')
+    self._held = False
+
+  def acquire(self) -> dict | None:
+    """Takes the lock; returns the holder of a stale lock it took over (None if there was none)."""
+    me = {'host': socket.gethostname(), 'pid': os.getpid(), 'since': time.strftime('%Y-%m-%d %H:%M:%S')}
+    holder = self._holder()
+    if holder is not None:
+      if not _is_stale(holder):
+        raise UserError(f'{str(self.path.parent)!r} is in use by process {holder.get("pid")} on '
+                        f'{holder.get("host")} (since {holder.get("since")}); wait for it to end, or delete '
+                        f'{str(self.path)!r} if that process is gone')
+      self.path.unlink(missing_ok=True)
+    if not _create_exclusively(self.path, json.dumps(me)):
+      raise UserError(f'{str(self.path.parent)!r} was just taken by another training; use another --workdir')
+    self._held = True
+    return holder
+
+  def release(self) -> None:
+    if self._held:
+      self.path.unlink(missing_ok=True)
+      self._held = False
+
+  def _holder(self) -> dict | None:
+    try:
+      return json.loads(self.path.read_text())
+    except FileNotFoundError:
+      return None
+    except (OSError, ValueError):
+      return {}  # unreadable: treated as stale below (a crash while writing it)
+
+
+def _is_stale(holder: dict) -> bool:
+  """True when the holder is gone: a process of this host that no longer runs, or no holder at all."""
+  if not holder.get('pid'):
+    return True
+  if holder.get('host') != socket.gethostname():
+    return False  # cannot tell: assume it runs
+  try:
+    os.kill(int(holder['pid']), 0)
+  except ProcessLookupError:
+    return True
+  except PermissionError:
+    return False  # another user's process
+  return False
+
+
+def _create_exclusively(path: epath.Path, text: str) -> bool:
+  """Creates a file that must not exist yet; False when another process created it first.
+
+  Exclusive on local filesystems; on object stores a create is a write (the last one wins).
+  """
+  if '://' in str(path):
+    path.write_text(text)
+    return True
+  try:
+    descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+  except FileExistsError:
+    return False
+  with os.fdopen(descriptor, 'w') as f:
+    f.write(text)
+  return True

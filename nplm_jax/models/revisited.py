@@ -1,0 +1,152 @@
+"""The NPLM revisited (Sun & Iyyer, NAACL 2021): the 2003 model with modern parts.
+
+The context is the n-1 words before the target (the local window, their vectors concatenated as
+in 2003) and, before those, a distant block of `distant_tokens` words that `distant_kernels` learned
+weightings summarise, each into one m-vector (a kernel is a weight per distant position, started
+uniform: the block's mean). Their concatenation x goes through a ReLU layer of width h back to
+width m, added to the sum of x's m-vectors (the residual of Sun & Iyyer's first layer), then
+`depth` residual blocks s <- s + W2 relu(W1 s + b1) + b2, each sum followed by LayerNorm (post-norm,
+as theirs) and dropout on each branch. The output layer is the 2003 one, b + U s, vocabulary-sharded
+as before; tied, U is C (Press & Wolf 2017), and the stored output layer holds the bias row alone.
+
+Differences from Sun & Iyyer's code, for a simpler model that keeps their parts: an exact
+vocabulary-sharded softmax instead of an adaptive one, the distant block's kernels at the first layer
+only (they also add the distant summary after every layer), no label smoothing.
+
+The module has the interface of model.NPLM that training and the tools use: context_size,
+features(contexts, deterministic), output_layer(params), __call__ (dense logits).
+"""
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from nplm_jax.models import bengio2003 as model_lib
+
+_with_axes = nn.with_logical_partitioning
+
+
+class ResidualBlock(nn.Module):
+  """LayerNorm(residual + dropout(W2 relu(W1 inputs + b1) + b2)): a block (inputs = residual = s), or the
+  first layer (inputs: the concatenated x, logical axis 'context'; residual: the sum of x's m-vectors)."""
+  width: int
+  hidden_dim: int
+  compute_dtype: str
+  dropout: float
+  layer_norm: bool
+  in_axis: str = 'embed'
+
+  @nn.compact
+  def __call__(self, residual, inputs, deterministic: bool):
+    inner = _dense(self, 'in', inputs, self.hidden_dim, (self.in_axis, 'hidden'), self.compute_dtype)
+    branch = _dense(self, 'out', jax.nn.relu(inner), self.width, ('hidden', 'embed'), self.compute_dtype)
+    return _norm(residual + nn.Dropout(self.dropout)(branch, deterministic=deterministic), self.layer_norm)
+
+
+def _dense(module: nn.Module, name: str, x, features: int, axes: tuple[str, str], compute_dtype: str):
+  """x W + b with W [in, features] (logical axes `axes`), operands in compute_dtype, float32 sums."""
+  kernel = module.param(f'{name}_kernel', _with_axes(nn.initializers.lecun_normal(), axes), (x.shape[-1], features))
+  bias = module.param(f'{name}_bias', _with_axes(nn.initializers.zeros, axes[1:]), (features,))
+  dtype = jnp.dtype(compute_dtype)
+  return jnp.matmul(x.astype(dtype), kernel.astype(dtype), preferred_element_type=jnp.float32) + bias
+
+
+def _norm(x, enabled: bool):
+  """LayerNorm of x (a submodule of the module being called), or x."""
+  if not enabled:
+    return x
+  return nn.LayerNorm(scale_init=_with_axes(nn.initializers.ones, ('embed',)),
+                      bias_init=_with_axes(nn.initializers.zeros, ('embed',)))(x)
+
+
+class RevisitedNPLM(nn.Module):
+  vocab_size: int
+  window: int  # n - 1 words whose vectors are concatenated
+  embed_dim: int  # m: word vectors and the residual stream
+  hidden_dim: int  # h: the inner width of the first layer and of each block
+  depth: int = 0  # residual blocks after the first layer
+  layer_norm: bool = True
+  distant_tokens: int = 0  # words before the window, summarised by the kernels
+  distant_kernels: int = 0
+  tied: bool = False
+  vocab_pad_multiple: int = 1
+  compute_dtype: str = 'float32'
+  feature_dropout: float = 0.0  # on x, the concatenated window and distant summaries
+  hidden_dropout: float = 0.0  # on every residual branch
+
+  @property
+  def context_size(self) -> int:
+    """Ids a context holds, most recent first: the window, then the distant block."""
+    return self.window + self.distant_tokens
+
+  @property
+  def has_dropout(self) -> bool:
+    return bool(self.feature_dropout or self.hidden_dropout)
+
+  @property
+  def padded_vocab_size(self) -> int:
+    return model_lib.padded_size(self.vocab_size, self.vocab_pad_multiple)
+
+  @property
+  def feature_dim(self) -> int:
+    """K: the output layer's weight rows (0 when tied: they are C)."""
+    return 0 if self.tied else self.embed_dim
+
+  def setup(self):
+    m = self.embed_dim
+    self.C = self.param('C', _with_axes(nn.initializers.normal(1.0 / math.sqrt(m)), ('words', 'embed')),
+                        (self.vocab_size, m))
+    if self.distant_tokens:
+      # a weight per distant position for each kernel, started uniform (the block's mean)
+      self.kernels = self.param('distant_kernels', _with_axes(nn.initializers.constant(1.0 / self.distant_tokens),
+                                                              ('kernels', 'distant')),
+                                (self.distant_kernels, self.distant_tokens))
+    # the 2003 hidden layer made residual (Sun & Iyyer's first layer)
+    self.first = ResidualBlock(m, self.hidden_dim, self.compute_dtype, self.hidden_dropout, self.layer_norm,
+                               in_axis='context')
+    self.blocks = [ResidualBlock(m, self.hidden_dim, self.compute_dtype, self.hidden_dropout, self.layer_norm,
+                                 name=f'block_{i}') for i in range(self.depth)]
+    self.output = self.param(model_lib.OUTPUT, _with_axes(
+        lambda key, shape: model_lib.initial_output_layer(shape, self.vocab_size), ('features', 'vocab')),
+        (self.feature_dim + 1, self.padded_vocab_size))
+    self.drop_features = nn.Dropout(self.feature_dropout)
+
+  def features(self, contexts: jax.Array, deterministic: bool = True) -> jax.Array:
+    """s [batch, m]: the residual stream after the last block (the output layer's input)."""
+    vectors = self.C[contexts]  # [batch, window + distant, m]
+    local = vectors[:, :self.window]
+    if self.distant_tokens:
+      distant = jnp.einsum('kd,bdm->bkm', self.kernels, vectors[:, self.window:])
+      local = jnp.concatenate([local, distant], axis=1)
+    x = self.drop_features(local, deterministic=deterministic)  # [batch, window + kernels, m]
+    s = self.first(x.sum(axis=1), x.reshape(x.shape[0], -1), deterministic)
+    for block in self.blocks:
+      s = block(s, s, deterministic)
+    return s
+
+  def output_layer(self, params) -> jax.Array:
+    """[U; b] [K + 1, padded |V|] as vocab_softmax takes it; tied, U is C's rows as columns."""
+    stored = params[model_lib.OUTPUT]
+    if not self.tied:
+      return stored
+    padding = self.padded_vocab_size - self.vocab_size
+    columns = jnp.pad(params['C'].T, ((0, 0), (0, padding)))  # padded columns: 0 weights, bias PADDING_LOGIT
+    return jnp.concatenate([columns.astype(stored.dtype), stored], axis=0)
+
+  def __call__(self, contexts: jax.Array) -> jax.Array:
+    """Dense logits [batch, padded |V|], padding at -inf (for tests and small vocabularies)."""
+    output = self.output_layer({'C': self.C, model_lib.OUTPUT: self.output})
+    logits = model_lib.dense_logits(self.features(contexts), output)
+    return jnp.where(jnp.arange(logits.shape[-1]) < self.vocab_size, logits, -jnp.inf)
+
+
+def from_config(model_config, vocab_size: int, compute_dtype: str) -> RevisitedNPLM:
+  """The module of a config with model.kind = 'revisited' (compute_dtype resolved for the backend)."""
+  return RevisitedNPLM(vocab_size=vocab_size, window=model_config.n - 1, embed_dim=model_config.m,
+                       hidden_dim=model_config.h, depth=model_config.depth, layer_norm=model_config.layer_norm,
+                       distant_tokens=model_config.distant_tokens, distant_kernels=model_config.distant_kernels,
+                       tied=model_config.tied, vocab_pad_multiple=model_config.vocab_pad_multiple,
+                       compute_dtype=compute_dtype, feature_dropout=model_config.feature_dropout,
+                       hidden_dropout=model_config.hidden_dropout)

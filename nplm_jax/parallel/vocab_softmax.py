@@ -1,0 +1,374 @@
+"""The paper's parameter-parallel softmax: the output layer split by vocabulary blocks.
+
+Each 'model' shard holds a block of columns of the output layer [U; W; b] and computes only its
+block of the logits. In the forward pass shards exchange per-example scalars alone: the maximum (pmax), the sum
+of exponentials (psum), and the target's logit, which only its owner contributes (masked psum);
+the backward pass sums the shards' [batch, K] feature gradients. The [batch, |V|] logits are
+never gathered. On a (1, 1) mesh this is the ordinary log-softmax.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.sharding import PartitionSpec as P
+
+from nplm_jax.parallel import softmax_kernel
+from nplm_jax.errors import UserError
+
+
+
+def _block_forward(f, w, b, targets):
+  """This shard's raw logits block z = f w [B, |V|/model], and per example -log P(target) and log Z.
+
+  b is the float32 bias of the block, or None when it is folded into f and w.
+  """
+  block = w.shape[-1]
+  first = lax.axis_index('model') * block
+  z = jnp.matmul(f, w, preferred_element_type=jnp.float32)
+  logits = z if b is None else z + b
+  global_max = lax.pmax(jnp.max(logits, axis=-1), 'model')  # only stabilises exp
+  log_z = jnp.log(lax.psum(jnp.sum(jnp.exp(logits - global_max[:, None]), axis=-1), 'model')) + global_max
+  local = targets - first
+  owned = (local >= 0) & (local < block)
+  column = jnp.clip(local, 0, block - 1)
+  picked = jnp.take_along_axis(z, column[:, None], axis=-1)[:, 0] + (0.0 if b is None else b[column])
+  target_logit = lax.psum(jnp.where(owned, picked, 0.0), 'model')
+  return log_z - target_logit, z, log_z
+
+
+def _dlogits(logits, first, log_z, targets, g):
+  """g (softmax - onehot) for a block of logits [B, size] whose first column is word `first`."""
+  columns = first + jnp.arange(logits.shape[-1])
+  return g[:, None] * (jnp.exp(logits - log_z[:, None]) - (columns[None, :] == targets[:, None]))
+
+
+def _block_backward(f, w, b, z, log_z, targets, g):
+  """Gradients of sum(g * nll) from this shard's block: dlogits = g (softmax - onehot), in one pass.
+
+  A separate bias gets its gradient summed from the float32 dlogits, whatever the matmuls' dtype.
+  """
+  block = z.shape[-1]
+  dlogits = _dlogits(z if b is None else z + b, lax.axis_index('model') * block, log_z, targets, g)
+  db = None if b is None else lax.psum(jnp.sum(dlogits, axis=0), 'data')
+  dlogits = dlogits.astype(f.dtype)
+  df = lax.psum(jnp.matmul(dlogits, w.T, preferred_element_type=jnp.float32), 'model')
+  dw = lax.psum(jnp.matmul(f.T, dlogits, preferred_element_type=jnp.float32), 'data')
+  return df.astype(f.dtype), dw.astype(w.dtype), db
+
+
+def _block_backward_recomputed(f, w, b, log_z, targets, g):
+  """_block_backward with the logits block recomputed (f w) instead of saved."""
+  return _block_backward(f, w, b, jnp.matmul(f, w, preferred_element_type=jnp.float32), log_z, targets, g)
+
+
+def _sub_blocks(block: int, vocab_block: int) -> list[tuple[int, int]]:
+  """(count, size) runs of sub-blocks covering a shard's `block` columns: full ones, then the rest."""
+  full, rest = divmod(block, vocab_block)
+  return [(n, size) for n, size in ((full, vocab_block), (1, rest)) if n and size]
+
+
+def _for_each_sub_block(block, vocab_block, body, carry, offset=0):
+  """carry = body(start, size, carry) for the sub-blocks of a shard, a loop over each run of equal sizes."""
+  for count, size in _sub_blocks(block, vocab_block):
+    carry = lax.fori_loop(0, count, lambda i, c, size=size, offset=offset: body(offset + i * size, size, c), carry)
+    offset += count * size
+  return carry
+
+
+def _varying(tree):
+  """Loop carries that will hold per-shard values: typed as varying over both mesh axes."""
+  return jax.tree.map(lambda x: lax.pcast(x, ('data', 'model'), to='varying'), tree)
+
+
+def _sub_block_logits(f, w, b, start, size):
+  """Columns [start, start + size) of the shard's block: raw z = f w and logits z (+ b)."""
+  z = jnp.matmul(f, lax.dynamic_slice_in_dim(w, start, size, axis=1), preferred_element_type=jnp.float32)
+  return z if b is None else z + lax.dynamic_slice_in_dim(b, start, size)
+
+
+def _streamed_forward(f, w, b, targets, *, vocab_block):
+  """_block_forward a sub-block of `vocab_block` columns at a time, with a running max and sum
+  (online log-sum-exp): the [B, block] logits never exist, only one [B, vocab_block] piece, which
+  stays in cache on a CPU. Returns -log P(target) and log Z (nothing to save for the backward)."""
+  block = w.shape[-1]
+  local = targets - lax.axis_index('model') * block
+
+  def body(start, size, carry):
+    running_max, running_sum, picked = carry
+    logits = _sub_block_logits(f, w, b, start, size)
+    new_max = jnp.maximum(running_max, jnp.max(logits, axis=-1))
+    running_sum = running_sum * jnp.exp(running_max - new_max) + jnp.sum(jnp.exp(logits - new_max[:, None]), axis=-1)
+    inside = (local >= start) & (local < start + size)
+    value = jnp.take_along_axis(logits, jnp.clip(local - start, 0, size - 1)[:, None], axis=-1)[:, 0]
+    return new_max, running_sum, jnp.where(inside, value, picked)
+
+  batch = f.shape[0]
+  init = (jnp.full((batch,), -jnp.inf, jnp.float32), jnp.zeros((batch,), jnp.float32), jnp.zeros((batch,), jnp.float32))
+  shard_max, shard_sum, picked = _for_each_sub_block(block, vocab_block, body, _varying(init))
+  owned = (local >= 0) & (local < block)
+  return _combine_shards(shard_max, shard_sum, jnp.where(owned, picked, 0.0))
+
+
+def _combine_shards(shard_max, shard_sum, target_part):
+  """(-log P(target), log Z) from each shard's max, sum of exp(z - max) and target logit (0 on the
+  shards that do not own the target): the per-example scalars the shards exchange."""
+  global_max = lax.pmax(shard_max, 'model')
+  log_z = jnp.log(lax.psum(shard_sum * jnp.exp(shard_max - global_max), 'model')) + global_max
+  return log_z - lax.psum(target_part, 'model'), log_z
+
+
+def _streamed_backward(f, w, b, log_z, targets, g, *, vocab_block):
+  """_block_backward a sub-block at a time: each piece's logits recomputed, its dlogits made and
+  used at once for its columns of dw (and db) and its share of df. dw is made and summed over
+  'data' in float32 whatever the matmuls' dtype (as the all-at-once path does)."""
+  block = w.shape[-1]
+  first = lax.axis_index('model') * block
+
+  def body(start, size, carry):
+    df, dw, db = carry
+    dlogits = _dlogits(_sub_block_logits(f, w, b, start, size), first + start, log_z, targets, g)
+    if db is not None:
+      db = lax.dynamic_update_slice_in_dim(db, jnp.sum(dlogits, axis=0), start, axis=0)
+    dlogits = dlogits.astype(f.dtype)
+    df = df + jnp.matmul(dlogits, lax.dynamic_slice_in_dim(w, start, size, axis=1).T,
+                         preferred_element_type=jnp.float32)
+    dw = lax.dynamic_update_slice_in_dim(dw, jnp.matmul(f.T, dlogits, preferred_element_type=jnp.float32), start,
+                                         axis=1)
+    return df, dw, db
+
+  init = (jnp.zeros(f.shape, jnp.float32), jnp.zeros(w.shape, jnp.float32),
+          None if b is None else jnp.zeros(b.shape, jnp.float32))
+  df, dw, db = _for_each_sub_block(block, vocab_block, body, _varying(init))
+  db = None if db is None else lax.psum(db, 'data')
+  return lax.psum(df, 'model').astype(f.dtype), lax.psum(dw, 'data').astype(w.dtype), db
+
+
+# train.vocab_block = -1 (auto), by backend (README, "Large corpora and vocabularies" and "GPUs and TPUs").
+# CPU: shards of at least STREAM_FROM_COLUMNS columns go over them AUTO_VOCAB_BLOCK at a time.
+# Measured on a 2-core CPU: at 50,000 and 150,000 columns a shard streaming trains 10% faster and
+# evaluates 1.8x faster in half the memory; at Brown's 8,960 it trains slower, the [B, 8,960] block
+# staying in cache anyway.
+STREAM_FROM_COLUMNS = 32_768
+AUTO_VOCAB_BLOCK = 4096
+# GPUs and TPUs: all of a shard's columns at once, measured faster on an H100 at every size (|V| 33k
+# batch 256: 1.56x; 100k and 300k at batch 4096, bfloat16: 1.65x and 1.72x, in 2.4 and 7.2 GB of
+# temporaries against 0.35 and 0.66), unless the [batch, columns] float32 logits block would exceed
+# this many bytes: then streamed, for memory.
+ACCELERATOR_STREAM_FROM_BYTES = 8 * 2**30
+
+
+# train.softmax_kernel = 'auto', by backend: the Pallas kernels only where measured faster than XLA.
+# CPU: they run in interpret mode (a test vehicle, far slower). GPUs and TPUs: not yet measured on
+# hardware (README, "A fused softmax kernel"), so XLA stays the default there.
+AUTO_SOFTMAX_KERNEL = {'cpu': 'xla', 'gpu': 'xla', 'tpu': 'xla'}
+
+
+# Where the kernels have a lowering: Mosaic TPU runs a kernel's grid in order (the accumulation over the
+# last grid axis that softmax_kernel uses), CPUs interpret it. Pallas's GPU lowering (Triton) runs grid
+# programs in parallel, so there the kernels need a loop inside each program: not written yet.
+PALLAS_PLATFORMS = ('cpu', 'tpu')
+
+
+def softmax_kernel_for(name: str, platform: str) -> str:
+  """train.softmax_kernel with 'auto' resolved for the backend `platform`; one line of error for
+  'pallas' where the kernels have no lowering."""
+  if name == 'pallas' and platform not in PALLAS_PLATFORMS:
+    raise UserError(f"train.softmax_kernel='pallas' has no {platform.upper()} lowering yet (it runs on TPUs, and "
+                    "on CPUs in interpret mode); use --config.train.softmax_kernel=auto or xla")
+  return AUTO_SOFTMAX_KERNEL.get(platform, 'xla') if name == 'auto' else name
+
+
+def streamed_vocab_block(vocab_block: int, shard_columns: int, batch: int = 0, platform: str = 'cpu') -> int:
+  """The sub-block size a shard of `shard_columns` goes over its columns with (0: all at once,
+  also when the sub-block would hold them all); -1 is resolved for the backend `platform`."""
+  if vocab_block < 0:
+    if platform == 'cpu':
+      stream = shard_columns >= STREAM_FROM_COLUMNS
+    else:
+      stream = 4 * batch * shard_columns > ACCELERATOR_STREAM_FROM_BYTES
+    vocab_block = AUTO_VOCAB_BLOCK if stream else 0
+  return vocab_block if vocab_block < shard_columns else 0
+
+
+def _kernel_forward(f, w, b, targets):
+  """_streamed_forward with the shard's pass in the fused Pallas kernel (softmax_kernel.shard_stats)."""
+  local = targets - lax.axis_index('model') * w.shape[-1]
+  shard_max, shard_sum, target_part = softmax_kernel.shard_stats(f, w, b, local)
+  return _combine_shards(shard_max, shard_sum, target_part)
+
+
+def _kernel_backward(f, w, b, log_z, targets, g):
+  """_streamed_backward with the shard's pass in the fused Pallas kernels (softmax_kernel.shard_grads)."""
+  local = targets - lax.axis_index('model') * w.shape[-1]
+  df, dw, db = softmax_kernel.shard_grads(f, w, b, log_z, local, g)
+  db = None if db is None else lax.psum(db, 'data')
+  return lax.psum(df, 'model').astype(f.dtype), lax.psum(dw, 'data').astype(w.dtype), db
+
+
+def _vocab_parallel_nll(f, w, b, targets, *, mesh, recompute=False, vocab_block=0, kernel='xla'):
+  """-log P(target) for features f [B, K], output weights w [K, |V|] and a float32 bias b [|V|]
+  (None when it is folded into f and w).
+
+  A custom VJP: autodiff of the log-softmax makes several [B, |V|] passes (exp, normalise, the
+  target's scatter, the sum for the bias); here the gradient of the logits is one fused pass over
+  the saved raw logits, followed by the two matmuls. With bfloat16 f and w the matmuls run in
+  bfloat16 (float32 accumulation); the bias, the softmax and the bias gradient stay float32.
+  recompute: save only f, log Z and the targets, and recompute the logits block in the backward
+  pass (one more matmul): a step over chunks then holds one chunk's [chunk, |V| / model] logits at
+  a time instead of every chunk's.
+  vocab_block > 0 (and below a shard's |V| / model): each pass goes over a shard's block
+  `vocab_block` columns at a time (_streamed_forward/_backward), so it holds [B, vocab_block]
+  logits instead of [B, |V| / model], and recomputes them in the backward pass; -1: resolved by
+  streamed_vocab_block.
+  kernel 'pallas': each shard's passes in the fused Pallas kernels (softmax_kernel), which never write
+  the logits to memory; recompute and vocab_block then do not apply (the kernels tile the columns).
+  """
+  if kernel == 'pallas':
+    return _tiled_nll(f, w, b, targets, mesh=mesh, forward_body=_kernel_forward, backward_body=_kernel_backward,
+                      check_vma=False)
+  vocab_block = streamed_vocab_block(vocab_block, w.shape[-1] // mesh.shape['model'], f.shape[0] // mesh.shape['data'],
+                                     mesh.devices.flat[0].platform)
+  if vocab_block:
+    return _streamed_nll(f, w, b, targets, mesh=mesh, vocab_block=vocab_block)
+  forward = jax.shard_map(_block_forward, mesh=mesh,
+                          in_specs=(P('data', None), P(None, 'model'), P('model'), P('data')),
+                          out_specs=(P('data'), P('data', 'model'), P('data')))
+  gradients = (P('data', None), P(None, 'model'), P('model'))
+  backward = jax.shard_map(_block_backward, mesh=mesh, out_specs=gradients, in_specs=(
+      P('data', None), P(None, 'model'), P('model'), P('data', 'model'), P('data'), P('data'), P('data')))
+  backward_recomputed = jax.shard_map(_block_backward_recomputed, mesh=mesh, out_specs=gradients, in_specs=(
+      P('data', None), P(None, 'model'), P('model'), P('data'), P('data'), P('data')))
+
+  @jax.custom_vjp
+  def nll(f, w, b, targets):
+    return forward(f, w, b, targets)[0]
+
+  def nll_fwd(f, w, b, targets):
+    value, z, log_z = forward(f, w, b, targets)
+    return value, (f, w, b, None if recompute else z, log_z, targets)
+
+  def nll_bwd(residuals, g):
+    f, w, b, z, log_z, targets = residuals
+    if z is None:
+      return (*backward_recomputed(f, w, b, log_z, targets, g), None)
+    return (*backward(f, w, b, z, log_z, targets, g), None)
+
+  nll.defvjp(nll_fwd, nll_bwd)
+  return nll(f, w, b, targets)
+
+
+def _streamed_nll(f, w, b, targets, *, mesh, vocab_block):
+  """_vocab_parallel_nll through _streamed_forward/_backward: saves f, log Z and the targets only."""
+  return _tiled_nll(f, w, b, targets, mesh=mesh,
+                    forward_body=functools.partial(_streamed_forward, vocab_block=vocab_block),
+                    backward_body=functools.partial(_streamed_backward, vocab_block=vocab_block))
+
+
+def _tiled_nll(f, w, b, targets, *, mesh, forward_body, backward_body, check_vma=True):
+  """A custom-VJP NLL whose shard passes (forward_body, backward_body) recompute the logits: only f,
+  log Z and the targets are saved for the backward pass."""
+  specs = (P('data', None), P(None, 'model'), P('model'))
+  forward = jax.shard_map(forward_body, mesh=mesh, in_specs=(*specs, P('data')), out_specs=(P('data'), P('data')),
+                          check_vma=check_vma)
+  backward = jax.shard_map(backward_body, mesh=mesh, in_specs=(*specs, P('data'), P('data'), P('data')),
+                           out_specs=specs, check_vma=check_vma)
+
+  @jax.custom_vjp
+  def nll(f, w, b, targets):
+    return forward(f, w, b, targets)[0]
+
+  def nll_fwd(f, w, b, targets):
+    value, log_z = forward(f, w, b, targets)
+    return value, (f, w, b, log_z, targets)
+
+  def nll_bwd(residuals, g):
+    return (*backward(*residuals, g), None)
+
+  nll.defvjp(nll_fwd, nll_bwd)
+  return nll(f, w, b, targets)
+
+
+def with_bias_column(f):
+  """[f, 1]: multiplied by the output layer [U; W; b] it gives the logits, bias included."""
+  return jnp.concatenate([f, jnp.ones((f.shape[0], 1), f.dtype)], axis=-1)
+
+
+def token_nll(f, output, targets, *, mesh, compute_dtype='float32', recompute=False, vocab_block=0, kernel='xla'):
+  """-log P(target | context) per example, batch sharded on 'data', vocabulary on 'model'.
+
+  f [B, K] are the features, output [K + 1, |V|] the output layer [U; W; b]. In float32 the bias
+  is folded into the matmul, [f, 1] @ output: no pass of its own over the [B, |V|] logits (a
+  separate add made the float32 step 10-17% slower on CPU) and no copy of the output layer. In
+  bfloat16 the weight rows are cast (a pass that cast needs anyway) and the bias stays float32.
+  recompute: the backward pass recomputes the logits instead of keeping them (_vocab_parallel_nll).
+  vocab_block: go over each shard's columns this many at a time (_vocab_parallel_nll); 0 = at once.
+  kernel: 'xla', or 'pallas' for the fused kernels (softmax_kernel).
+  """
+  if compute_dtype == 'float32':
+    return _vocab_parallel_nll(with_bias_column(f), output, None, targets, mesh=mesh, recompute=recompute,
+                               vocab_block=vocab_block, kernel=kernel)
+  dtype = jnp.dtype(compute_dtype)
+  return _vocab_parallel_nll(f.astype(dtype), output[:-1].astype(dtype), output[-1], targets, mesh=mesh,
+                             recompute=recompute, vocab_block=vocab_block, kernel=kernel)
+
+
+def dense_token_nll(logits, targets):
+  """The reference: -log_softmax(logits)[target] on the full logits."""
+  log_p = jax.nn.log_softmax(logits, axis=-1)
+  return -jnp.take_along_axis(log_p, targets[:, None], axis=-1)[:, 0]
+
+
+def _owned_columns(ids, first, block):
+  local = ids - first
+  return (local >= 0) & (local < block), jnp.clip(local, 0, block - 1)
+
+
+def _block_sampled_logits(f, output, targets, samples):
+  """Logits of each example's target [B] and of the shared noise samples [B, k], from all shards.
+
+  f = [features, 1]; each shard scores only the columns it owns; a psum of per-example scalars
+  combines them.
+  """
+  block = output.shape[-1]
+  first = lax.axis_index('model') * block
+  t_owned, t_idx = _owned_columns(targets, first, block)
+  s_owned, s_idx = _owned_columns(samples, first, block)
+  target_logit = jnp.einsum('bk,kb->b', f, output[:, t_idx], preferred_element_type=jnp.float32)
+  sample_logits = jnp.matmul(f, output[:, s_idx], preferred_element_type=jnp.float32)
+  target_logit = lax.psum(jnp.where(t_owned, target_logit, 0.0), 'model')
+  sample_logits = lax.psum(jnp.where(s_owned[None, :], sample_logits, 0.0), 'model')
+  return target_logit, sample_logits
+
+
+def sampled_loss_from_logits(kind, target_logit, sample_logits, targets, samples, log_q):
+  """Per-example sampled loss; `log_q` holds log noise probabilities over the vocabulary.
+
+  sampled_softmax: importance-sampled softmax over {target} + samples, logits corrected by
+  -log(k q(w)), samples equal to the target removed. nce: noise-contrastive estimation with k
+  noise words per example and the network's logits taken as self-normalised log-probabilities.
+  """
+  k = samples.shape[0]
+  log_kq_t = jnp.log(k) + log_q[targets]
+  log_kq_s = jnp.log(k) + log_q[samples]
+  if kind == 'sampled_softmax':
+    t = target_logit - log_kq_t
+    s = jnp.where(samples[None, :] == targets[:, None], -jnp.inf, sample_logits - log_kq_s[None, :])
+    return jax.nn.logsumexp(jnp.concatenate([t[:, None], s], axis=1), axis=1) - t
+  if kind == 'nce':
+    return jax.nn.softplus(-(target_logit - log_kq_t)) + jnp.sum(
+        jax.nn.softplus(sample_logits - log_kq_s[None, :]), axis=1)
+  raise ValueError(f'unknown sampled loss {kind!r}')
+
+
+def sampled_token_loss(f, output, targets, samples, log_q, *, mesh, kind):
+  """A sampled training loss per example, batch on 'data', vocabulary on 'model'.
+
+  Costs O(B k) output-layer work instead of O(B |V|); `samples` [k] are shared by the batch.
+  """
+  logits = jax.shard_map(_block_sampled_logits, mesh=mesh,
+                         in_specs=(P('data', None), P(None, 'model'), P('data'), P()),
+                         out_specs=(P('data'), P('data', None)))
+  target_logit, sample_logits = logits(with_bias_column(f), output, targets, samples)
+  return sampled_loss_from_logits(kind, target_logit, sample_logits, targets, samples, log_q)

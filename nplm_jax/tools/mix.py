@@ -1,0 +1,82 @@
+"""The paper's mixture: the network's probabilities averaged with an interpolated trigram's.
+
+Inside training (`config.mix.enabled`), or on a finished workdir without retraining:
+python -m nplm_jax.tools.mix --workdir=runs/brown_mlp1   (writes WORKDIR/mix_results.json)
+"""
+
+import json
+import math
+import sys
+
+import numpy as np
+
+from nplm_jax.data import corpora as data_lib
+from nplm_jax.baselines import ngram
+from nplm_jax.files import workdir as workdir_lib
+from nplm_jax.errors import UserError
+
+
+def mixture_results(corpus: data_lib.Corpus, network_nll: dict, mix_config) -> dict:
+  """Perplexities of the n-gram alone and of its mixture with the network, fixed and fitted weight.
+
+  `network_nll` maps 'valid' and 'test' to the network's per-token -log P, in stream order.
+  """
+  model = ngram.build(corpus, mix_config.ngram_order, mix_config.smoothing,
+                      mix_config.max_memory_gb)
+  p_ngram = {s: model.token_probs(s) for s in ('valid', 'test')}
+  p_net = {s: np.exp(-network_nll[s]) for s in ('valid', 'test')}
+  fitted = ngram.fit_mixture_weight(p_net['valid'], p_ngram['valid'])
+  out = {'mix_ngram': f'{mix_config.smoothing}_{mix_config.ngram_order}', 'mix_weight': mix_config.weight,
+         'mix_fitted_weight': fitted}
+  for s in ('valid', 'test'):
+    out[f'ngram_{s}_ppl'] = ngram.perplexity(p_ngram[s])
+    out[f'mix_{s}_ppl'] = ngram.perplexity(ngram.mixture_probs(p_net[s], p_ngram[s], mix_config.weight))
+    out[f'mix_fitted_{s}_ppl'] = ngram.perplexity(ngram.mixture_probs(p_net[s], p_ngram[s], fitted))
+    out[f'mix_{s}_bits'] = math.log2(out[f'mix_{s}_ppl'])  # bits per token: per character at data.unit='char'
+  return out
+
+
+def summary_line(results: dict) -> str:
+  return (f'mixture with {results["mix_ngram"]}: valid ppl {results["mix_valid_ppl"]:.2f}, test ppl '
+          f'{results["mix_test_ppl"]:.2f} (weight {results["mix_weight"]}); fitted weight '
+          f'{results["mix_fitted_weight"]:.3f}: test ppl {results["mix_fitted_test_ppl"]:.2f}')
+
+
+def parse_args(argv=None):
+  from nplm_jax import cli as cli_lib  # pylint: disable=g-import-not-at-top
+  parser = cli_lib.ArgumentParser('nplm_jax.tools.mix', description=__doc__)
+  parser.add_argument('--workdir', required=True, help='a finished training workdir (with best/ and config.json)')
+  parser.add_argument('--order', type=int, default=3, help='n-gram order of the mixed-in model')
+  parser.add_argument('--smoothing', default='interpolated', choices=list(ngram.SMOOTHINGS), help='its smoothing')
+  parser.add_argument('--weight', type=float, default=0.5,
+                      help="the network's fixed weight (a weight fitted on validation is reported too)")
+  return parser.parse_args(argv)
+
+
+def main(argv=None):
+  from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.parallel import backend
+  from nplm_jax.training import evaluation  # pylint: disable=g-import-not-at-top
+  cli = parse_args(argv)
+  try:
+    config = evaluation.load_config(cli.workdir)
+    config.mix.update(ngram_order=cli.order, smoothing=cli.smoothing, weight=cli.weight)
+    try:
+      config_lib.validate(config)
+    except UserError as e:  # name the flag the user gave, not the config key it sets
+      raise UserError(str(e).replace('mix.ngram_order', '--order').replace('mix.weight', '--weight')
+                      .replace('--config.--', '--')) from None
+    backend.configure(config)
+    nll = evaluation.evaluate_workdir(cli.workdir)
+    results = mixture_results(data_lib.load_corpus(config.data), nll, config.mix)
+    results.update(valid_ppl=ngram.perplexity(np.exp(-nll['valid'])), test_ppl=ngram.perplexity(np.exp(-nll['test'])))
+    workdir_lib.Workdir(cli.workdir).write_json('mix_results.json', results)
+  except UserError as e:
+    sys.exit(f'error: {e}')
+  print(json.dumps(results), flush=True)
+
+
+
+if __name__ == '__main__':
+  from nplm_jax import entry  # pylint: disable=g-import-not-at-top
+  entry.run_command('__main__')

@@ -1,0 +1,243 @@
+"""A trained workdir's best parameters, ready to use: its text tokenised as its corpus was, scored,
+continued, and its word feature vectors C.
+
+Every command that reads a trained model (score, sample, embeddings, extend, plot) loads it here:
+the workdir's config.json says which model it is, its vocab.tsv and tokenizer.json which words and
+how text becomes them (workdir_vocab: the corpus is never read); the best parameters are restored onto
+the mesh the config asks for on this machine (any shape, as checkpoints move between meshes), and
+all work is batched through jitted, sharded functions, never a Python loop over the vocabulary.
+"""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from nplm_jax.parallel import backend
+from nplm_jax.training import checkpoint as ckpt_lib
+from nplm_jax.data import corpora as data_lib
+from nplm_jax.training import evaluation
+from nplm_jax.training import experiment as experiment_lib
+from nplm_jax import progress as progress_lib
+from nplm_jax.models import bengio2003 as model_lib
+from nplm_jax.parallel import sharding
+from nplm_jax.training import steps as steps_lib
+from nplm_jax.files import workdir as workdir_lib
+from nplm_jax.data import workdir_vocab
+from nplm_jax.errors import UserError
+
+
+@dataclasses.dataclass
+class Scored:
+  """Per-token results of scoring text: the tokens as the model saw them, and -log P of each."""
+  words: list[str]
+  ids: np.ndarray  # int32
+  oov: np.ndarray  # bool: the word is not in the vocabulary (scored as the rare-word symbol)
+  nll: np.ndarray  # float64, natural log
+
+
+@dataclasses.dataclass
+class TrainedModel:
+  config: ml_collections.ConfigDict
+  vocabulary: workdir_vocab.Vocabulary
+  run: experiment_lib.Experiment  # built for evaluation, over the stored vocabulary
+  params: dict
+  step: int  # the training step of the best parameters
+
+  @classmethod
+  def load(cls, workdir_path: str) -> 'TrainedModel':
+    """The best parameters of a finished or running training (one line of error otherwise)."""
+    if not workdir_path:
+      raise UserError('--workdir is required; give the folder of a training (e.g. runs/brown_mlp1)')
+    if not workdir_lib.as_path(workdir_path).exists():
+      raise UserError(f'--workdir={workdir_path!r} does not exist; give the folder of a training (e.g. runs/brown_mlp1)')
+    config = evaluation.load_config(workdir_path)
+    workdir = workdir_lib.Workdir(workdir_path)
+    if not workdir.file('best').exists():
+      raise UserError(f'--workdir={workdir_path!r} holds no best checkpoint yet; train it until its first evaluation')
+    vocabulary = workdir_vocab.load(workdir, config)
+    backend.configure(config)  # before anything starts JAX's backends
+    run = experiment_lib.Experiment(config, workdir, training=False, corpus=vocabulary.as_corpus())
+    checkpoints = ckpt_lib.Checkpoints(workdir, read_only=True)
+    try:
+      step = evaluation.best_step(run, checkpoints)
+      with jax.set_mesh(run.mesh):
+        params = run.restore_best_params(checkpoints, step)
+    finally:
+      checkpoints.close()
+    return cls(config, vocabulary, run, params, step)
+
+  # ------------------------------------------------------------------------- vocabulary and text
+
+  @property
+  def vocab(self) -> tuple[str, ...]:
+    return self.vocabulary.words
+
+  @property
+  def train_counts(self) -> np.ndarray:
+    """How often each word occurred in the training tokens (0 for words added by extend)."""
+    return self.vocabulary.train_counts
+
+  @functools.cached_property
+  def word_ids(self) -> dict[str, int]:
+    return {w: i for i, w in enumerate(self.vocab)}
+
+  @property
+  def context_size(self) -> int:
+    """Words a context holds (the revisited family's distant block included)."""
+    return self.run.model.context_size
+
+  @property
+  def boundary_id(self) -> int:
+    return self.vocabulary.boundary_id
+
+  @property
+  def rare_id(self) -> int | None:
+    return self.word_ids.get(data_lib.RARE)
+
+  def training_corpus(self, purpose: str) -> data_lib.Corpus:
+    """The corpus the model was trained on, read again (for what needs its tokens, e.g. the n-gram
+    of a mixture): one line when it is gone or is not that corpus any more."""
+    try:
+      corpus = data_lib.load_corpus(self.config.data)
+    except UserError as e:
+      raise UserError(f'{purpose} reads the training corpus, which cannot be read now ({e})') from None
+    if self.vocab[:corpus.vocab_size] != corpus.vocab:
+      raise UserError(f'{purpose} reads the training corpus, but the corpus the config names now has another '
+                      'vocabulary than this model; restore the corpus it was trained on')
+    # with the words extend added (never seen in training: counted 0)
+    return dataclasses.replace(corpus, vocab=self.vocab, stored_train_counts=self.train_counts)
+
+  def line_tokens(self, line: str) -> list[str]:
+    """A line's tokens as the corpus reader made them: Brown is a plain word stream; text and PTB
+    corpora end every line with <eos> and may be character-level (data.unit)."""
+    return self.vocabulary.tokenizer.line_tokens(line)
+
+  @property
+  def text_unit(self) -> str | None:
+    return self.vocabulary.tokenizer.unit
+
+  @property
+  def char_level(self) -> bool:
+    return self.text_unit == 'char'
+
+  def prompt_tokens(self, prompt: str) -> list[str]:
+    """A prompt's tokens: as a line of the corpus, without the end-of-line token."""
+    tokens = self.line_tokens(prompt)
+    return tokens[:-1] if tokens and tokens[-1] == data_lib.EOS else tokens
+
+  def join(self, tokens: list[str]) -> str:
+    """Tokens back to text: words with spaces between; characters together, SPACE as a space."""
+    if self.char_level:
+      return ''.join(' ' if t == data_lib.SPACE else t for t in tokens)
+    return ' '.join(tokens)
+
+  def to_ids(self, words: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, oov): words outside the vocabulary become the rare-word symbol and are marked."""
+    ids = np.fromiter((self.word_ids.get(w, -1) for w in words), np.int32, count=len(words))
+    oov = ids < 0
+    if oov.any():
+      if self.rare_id is None:
+        raise UserError(f'{words[int(np.argmax(oov))]!r} is not in the vocabulary, and this model\'s corpus has '
+                        f'no {data_lib.RARE} symbol to score it as; give text in its vocabulary')
+      ids[oov] = self.rare_id
+    return ids, oov
+
+  def check_words(self, words: list[str]) -> list[int]:
+    """Ids of words a user named; one line naming the first unknown one."""
+    for w in words:
+      if w not in self.word_ids:
+        raise UserError(f'{w!r} is not in the vocabulary ({len(self.vocab):,} words of the {self.config.data.corpus} '
+                        'corpus, case-sensitive); choose another word')
+    return [self.word_ids[w] for w in words]
+
+  # ------------------------------------------------------------------------------------ scoring
+
+  def contexts(self, ids: np.ndarray) -> np.ndarray:
+    """The context [N, n-1] of every token of a sequence that starts after n-1 boundary symbols
+    (most recent word first, as data.TokenStream)."""
+    padded = np.concatenate([np.full(self.context_size, self.boundary_id, np.int32), ids])
+    return data_lib.context_windows(padded, np.arange(len(ids)) + self.context_size, self.context_size)
+
+  def score(self, sequences: list[list[str]]) -> list[Scored]:
+    """Each sequence scored on its own from boundary symbols, all in one batched pass."""
+    converted = [self.to_ids(words) for words in sequences]
+    contexts = [self.contexts(ids) for ids, _ in converted]
+    targets = np.concatenate([ids for ids, _ in converted]) if converted else np.zeros(0, np.int32)
+    contexts = np.concatenate(contexts) if contexts else np.zeros((0, self.context_size), np.int32)
+    with jax.set_mesh(self.run.mesh):
+      nll = evaluation.examples_nll(self.run.steps, self.params, contexts, targets, self.config.train.eval_batch_size,
+                                    progress_lib.StderrProgress('tokens scored'))
+    out, start = [], 0
+    for words, (ids, oov) in zip(sequences, converted):
+      out.append(Scored(words, ids, oov, nll[start:start + len(ids)]))
+      start += len(ids)
+    return out
+
+  # ------------------------------------------------------------------------ next-word distribution
+
+  def _jit(self, fn):
+    """fn(params, contexts) jitted with the parameters as trained and everything else replicated."""
+    replicated = sharding.replicated(self.run.mesh)
+    precision = self.config.model.matmul_precision
+    precise = steps_lib.with_matmul_precision(fn, precision, self.run.platform)
+    return jax.jit(precise, in_shardings=(self.run.steps.param_shardings, replicated), out_shardings=replicated)
+
+  @functools.cached_property
+  def _log_probs_fn(self):
+    return self._jit(functools.partial(next_word_log_probs, self.run.model))
+
+  def next_word_log_probs(self, contexts: np.ndarray) -> np.ndarray:
+    """log P(w | context) for every word of the vocabulary: [batch, |V|], float64, exactly normalised."""
+    with jax.set_mesh(self.run.mesh):
+      return np.asarray(self._log_probs_fn(self.params, np.asarray(contexts, np.int32)), np.float64)
+
+  @functools.cached_property
+  def _expected_fns(self) -> dict:
+    model = self.run.model
+
+    def expected(params, contexts, with_columns):
+      p = jnp.exp(next_word_log_probs(model, params, contexts))
+      return p @ params['C'], (p @ params[model_lib.OUTPUT][:, :model.vocab_size].T if with_columns else None)
+    return {flag: self._jit(functools.partial(expected, with_columns=flag)) for flag in (False, True)}
+
+  def expected_rows(self, contexts: np.ndarray, with_columns: bool = True):
+    """The paper's vector for an unknown word in each context: sum_i C(i) P(i | context) [N, m], and
+    (with_columns) the same average of the output layer's columns [N, K + 1] (its U, W and b for
+    word i), else None; in fixed-size batches."""
+    batch, n = self.config.train.eval_batch_size, len(contexts)
+    fn, features, columns = self._expected_fns[with_columns], [], []
+    with jax.set_mesh(self.run.mesh):
+      progress = progress_lib.StderrProgress('contexts averaged')
+      for positions, weights in data_lib.padded_positions(n, batch):
+        progress(int(min(positions[0] + batch, n)), n)
+        f, c = fn(self.params, np.asarray(contexts[positions], np.int32))
+        kept = int(weights.sum())
+        features.append(np.asarray(f)[:kept])
+        if with_columns:
+          columns.append(np.asarray(c)[:kept])
+    return np.concatenate(features), (np.concatenate(columns) if with_columns else None)
+
+  # ------------------------------------------------------------------------------ word features
+
+  @property
+  def embeddings(self) -> np.ndarray:
+    """C: the feature vector of every word, [|V|, m] float32."""
+    return np.asarray(jax.device_get(self.params['C']), np.float32)
+
+
+def next_word_log_probs(model, params, contexts):
+  """[batch, |V|] exactly normalised log P(w | context) (the vocabulary's padding left out)."""
+  logits = model.apply({'params': params}, contexts)  # dense, padding at -inf
+  return jax.nn.log_softmax(logits, axis=-1)[:, :model.vocab_size]
+
+
+def group_means(rows: np.ndarray, groups: np.ndarray, num_groups: int) -> tuple[np.ndarray, np.ndarray]:
+  """(mean row of each group [num_groups, d] in float64 (0 for an empty group), rows per group)."""
+  sums = np.zeros((num_groups, rows.shape[1]))
+  np.add.at(sums, groups, rows)
+  counts = np.bincount(groups, minlength=num_groups)
+  return sums / np.maximum(counts, 1)[:, None], counts

@@ -1,0 +1,387 @@
+"""Orbax checkpoints: the latest train state for resuming, and the best parameters by validation.
+
+Restoring takes an abstract target that carries the shardings of the mesh in use, so a
+checkpoint written under one mesh (or number of processes) loads under any other. Every process
+of a multi-process job takes part in each save and restore; Orbax coordinates them.
+
+Saves are asynchronous: training goes on while they are written (the arrays are copied off the
+devices first). Crash consistency: a best save and the latest save of the same step commit in
+either order. A latest checkpoint whose own step is its best step, but whose best save never
+committed, is set aside at start-up and the run resumes from the one before it; best steps newer
+than the latest checkpoint resumed (a crash between the two commits) are dropped. Either way the
+run recomputes the lost steps exactly. best/ keeps every step that a latest checkpoint names, and
+the newest (_prune_best), so the best step of whichever latest checkpoint a run resumes from is there.
+
+Integrity: every step records a checksum of each of its arrays (integrity.checksums, in Orbax's
+per-step custom metadata), checked on every restore. An unreadable checkpoint step, or one whose
+arrays no longer match their checksums, is set aside (renamed STEP.unreadable-TIME, never deleted)
+with a warning, and the run resumes from the newest good one; best parameters that do not match
+are one line of error. Steps saved before checksums were kept are read as they are (noted once).
+"""
+
+import contextlib
+import gc
+import logging as logging_lib
+import os
+import signal
+import sys
+import threading
+import time
+
+import jax
+import orbax.checkpoint as ocp
+
+from nplm_jax.parallel import distributed
+from nplm_jax.training import integrity
+from nplm_jax.files import metrics
+from nplm_jax.models import bengio2003 as model_lib
+from nplm_jax.training import run_state as run_state_lib
+from nplm_jax.files import workdir as workdir_lib
+from nplm_jax.errors import UserError
+
+
+CHECKSUMS = 'checksums'  # each step's custom metadata: integrity.checksums of its arrays
+
+
+def _options(max_to_keep: int | None, name: str, create: bool = True) -> ocp.CheckpointManagerOptions:
+  # Orbax names the barriers of a save by its step: the two managers save the same step one
+  # after the other, so in a multi-process job each needs barriers of its own.
+  return ocp.CheckpointManagerOptions(
+      max_to_keep=max_to_keep, create=create, cleanup_tmp_directories=create,  # a failed save's leftovers
+      multiprocessing_options=ocp.options.MultiprocessingOptions(barrier_sync_key_prefix=name))
+
+
+class SaveFailed(UserError):
+  """A checkpoint could not be written (a full disk, a read-only or lost folder)."""
+
+
+# What a failed write says, in the words of the OS (TensorStore and Orbax wrap them in long messages).
+WRITE_FAILURES = ('No space left on device', 'Read-only file system', 'Permission denied', 'Disk quota exceeded',
+                  'Input/output error', 'No such file or directory', 'Stale file handle')
+
+
+def _write_failure(error: Exception) -> str:
+  text = str(error)
+  found = next((reason for reason in WRITE_FAILURES if reason in text), None)
+  if found:
+    return found
+  lines = [line.strip() for line in text.splitlines() if line.strip()]
+  return (lines[0][:200] if lines else type(error).__name__)
+
+
+class _OrbaxErrorLogs(logging_lib.Filter):
+  """Drops Orbax's own error logs (each with a traceback) of a failed save: every such failure is
+  raised again by the next check, save or wait, which Checkpoints reports as one SaveFailed line."""
+
+  def filter(self, record) -> bool:
+    return not (f'{os.sep}orbax{os.sep}' in record.pathname and record.levelno >= logging_lib.ERROR)
+
+
+logging_lib.getLogger('absl').addFilter(_OrbaxErrorLogs())
+
+
+# Fault injection for tests/test_reliability.py: NPLM_CRASH_AT=POINT:STEP kills the process with
+# SIGKILL at that point of the saves of STEP (inside a save, between the two), where a timed kill
+# would rarely land.
+CRASH_POINTS = ('best_writing', 'between_saves', 'latest_writing')
+
+
+def _injected_disk_full(step: int) -> None:
+  """NPLM_SAVES_FAIL_FROM=STEP (tests): saves of STEP and later fail as on a full disk, where a test
+  cannot mount a small filesystem."""
+  first = os.environ.get('NPLM_SAVES_FAIL_FROM')
+  if first and step >= int(first):
+    raise OSError(28, 'No space left on device')
+
+
+def _crash_point(point: str, step: int) -> None:
+  if os.environ.get('NPLM_CRASH_AT') == f'{point}:{step}':
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def _closed_event_loops_quiet():
+  """While restores are tried: a failed Orbax restore leaves TensorStore callbacks for an asyncio
+  loop it has closed, and Python prints an 'Exception ignored' traceback for each, which tells a user
+  nothing. Within this block (its garbage collected at the end) only those are silenced; the hook in
+  place before is restored after, and every other unraisable exception reaches it."""
+  previous = sys.unraisablehook
+
+  def hook(unraisable):
+    if not (isinstance(unraisable.exc_value, RuntimeError) and 'Event loop is closed' in str(unraisable.exc_value)):
+      previous(unraisable)
+  sys.unraisablehook = hook
+  try:
+    yield
+  finally:
+    gc.collect()
+    sys.unraisablehook = previous
+
+
+def _quiet_closed_event_loops() -> None:
+  """When a save fails in the background, TensorStore's callbacks for its writes still call into
+  the asyncio loops Orbax has closed: each prints a 'RuntimeError: Event loop is closed' traceback
+  (through sys.excepthook, threads' excepthook or the unraisable hook) before and after the one
+  error line that says what failed. A process that writes checkpoints drops those, and only
+  those, from then on (once: the hooks are wrapped a single time)."""
+  if getattr(sys.excepthook, 'drops_closed_event_loops', False):
+    return
+  closed = lambda error: isinstance(error, RuntimeError) and 'Event loop is closed' in str(error)
+  previous_excepthook, previous_thread_hook, previous_unraisable = sys.excepthook, threading.excepthook, sys.unraisablehook
+
+  def excepthook(kind, value, traceback):
+    if not closed(value):
+      previous_excepthook(kind, value, traceback)
+
+  excepthook.drops_closed_event_loops = True
+  sys.excepthook = excepthook
+  threading.excepthook = lambda args: None if closed(args.exc_value) else previous_thread_hook(args)
+  sys.unraisablehook = lambda unraisable: None if closed(unraisable.exc_value) else previous_unraisable(unraisable)
+
+
+def _reason(error: Exception) -> str:
+  lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+  return f'{type(error).__name__}: {lines[0][:160] if lines else ""}'
+
+
+class Checkpoints:
+  def __init__(self, workdir: workdir_lib.Workdir, keep: int = 2, read_only: bool = False):
+    """read_only: for tools that only read a workdir; folders it lacks are not created."""
+    self.save_seconds = 0.0  # what the training loop spent in save calls (copies off the devices, mostly)
+    self._noted_unverified = False
+    self.latest = ocp.CheckpointManager(
+        workdir.file('checkpoints'), options=_options(keep, 'latest', create=not read_only),
+        item_handlers={'state': ocp.StandardCheckpointHandler(), 'meta': ocp.JsonCheckpointHandler()})
+    # best/ is pruned here, not by a count: it keeps every step a latest checkpoint names (_prune_best)
+    self.best = ocp.CheckpointManager(workdir.file('best'), options=_options(None, 'best', create=not read_only),
+                                      item_handlers=ocp.StandardCheckpointHandler())
+    if not read_only:  # a save that fails in the background: its callbacks' tracebacks tell a user nothing
+      _quiet_closed_event_loops()
+
+  @contextlib.contextmanager
+  def _writing(self, manager, step: int):
+    """A save, a wait or a check of saves in the background: any failure becomes one SaveFailed line
+    (the step's temporary folders removed, so that the workdir resumes from its last saved step)."""
+    try:
+      yield
+    except UserError:
+      raise
+    except Exception as e:  # pylint: disable=broad-except  # Orbax/TensorStore raise many kinds
+      self._remove_temporaries()
+      what = f'step {step} to {manager.directory}' if step is not None else f'to {manager.directory}'
+      raise SaveFailed(f'saving {what} failed ({_write_failure(e)}); free space or fix the folder, then run the '
+                       'same command to resume from the last saved step') from None
+
+  def _remove_temporaries(self) -> None:
+    if not distributed.is_leader():
+      return
+    for manager in (self.latest, self.best):
+      try:
+        for leftover in manager.directory.glob('*.orbax-checkpoint-tmp*'):
+          leftover.rmtree()
+      except OSError:
+        pass  # a lost folder: nothing to clean; the next start cleans what it finds (cleanup_tmp_directories)
+
+  def check(self) -> None:
+    """Raises SaveFailed when a save running in the background has failed (the loop checks between
+    dispatches, so training stops at the first failed save)."""
+    for manager in (self.latest, self.best):
+      with self._writing(manager, None):
+        manager.check_for_errors()
+
+  def save_latest(self, step: int, state, run_state: run_state_lib.RunState) -> None:
+    _crash_point('between_saves', step)
+    with self._writing(self.latest, step):
+      _injected_disk_full(step)
+      self.latest.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                     meta=ocp.args.JsonSave(run_state.to_json())),
+                       custom_metadata={CHECKSUMS: integrity.checksums(state)}, force=True)
+    _crash_point('latest_writing', step)
+    self._prune_best(step, run_state.best_step)
+
+  def _prune_best(self, saving: int, best_step: int | None) -> None:
+    """Deletes the best steps that neither a committed latest checkpoint nor the one being saved names,
+    except the newest: whatever latest checkpoint a crash leaves, its best step is still there (with
+    train.checkpoint_every > eval_every several best saves come between two latest ones). A latest
+    checkpoint whose record cannot be read keeps every best step."""
+    named = {best_step}
+    for step in self.latest.all_steps():
+      if step == saving:
+        continue  # in flight: its record is run_state, above
+      recorded = self._run_state_at(step)
+      if recorded is None:
+        return
+      named.add(recorded.best_step)
+    steps = self.best.all_steps()
+    for step in steps:
+      if step not in named and step != max(steps):
+        self.best.delete(step)
+
+  def _run_state_at(self, step: int) -> run_state_lib.RunState | None:
+    try:
+      return run_state_lib.RunState.from_json(self.latest.restore(step, args=ocp.args.Composite(
+          meta=ocp.args.JsonRestore())).meta)
+    except Exception:  # pylint: disable=broad-except  # a damaged step: its arrays' restore says how
+      return None
+
+  def save_best(self, step: int, params) -> None:
+    """Starts saving the best parameters; it commits in the background (module docstring)."""
+    with self._writing(self.best, step):
+      _injected_disk_full(step)
+      self.best.save(step, args=ocp.args.StandardSave(params),
+                     custom_metadata={CHECKSUMS: integrity.checksums(params)}, force=True)
+    _crash_point('best_writing', step)
+
+  def _changed_arrays(self, manager, step: int, tree) -> list[str]:
+    """The arrays of a restored step that differ from the checksums saved with it ([] when they
+    match, or for a step saved before checksums were kept: noted once)."""
+    try:
+      expected = (manager.metadata(step).custom_metadata or {}).get(CHECKSUMS)
+    except Exception:  # pylint: disable=broad-except  # unreadable metadata: the restore itself would have failed
+      expected = None
+    if expected is None:
+      if not self._noted_unverified:
+        metrics.log(f'{manager.directory}/{step} was saved without checksums (by an older nplm_jax): read as it is')
+        self._noted_unverified = True
+      return []
+    return integrity.mismatches(tree, expected)
+
+  def _best_committed(self, step: int, run_state: run_state_lib.RunState) -> bool:
+    """False for a latest checkpoint saved with a best save of its own step that never committed."""
+    return run_state.best_step != step or step in self.best.all_steps()
+
+  def restore_latest(self, abstract_state):
+    """(state, RunState) of the newest readable checkpoint, or None when there is none.
+
+    Unreadable newer steps are set aside with a warning; when none is readable, one line says so.
+    """
+    self.wait()  # saves still being committed in the background are part of what to restore
+    with _closed_event_loops_quiet():
+      return self._restore_newest_readable(abstract_state)
+
+  def _restore_newest_readable(self, abstract_state):
+    steps = sorted(self.latest.all_steps(), reverse=True)
+    problems = []
+    for step in steps:
+      if self._separate_layout(self.latest, step, 'state'):
+        raise UserError(f'{self.latest.directory}/{step} was saved by an older nplm_jax (the output layer as U, W '
+                        'and b): resume it with that version; evaluation, mix and the tools for trained models read '
+                        'it as it is')
+      try:
+        restored = self.latest.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+        state, run_state = restored.state, run_state_lib.RunState.from_json(restored.meta)
+      except Exception as e:  # pylint: disable=broad-except  # any way a checkpoint can be damaged
+        problems.append((step, _reason(e)))
+        continue
+      if not self._best_committed(step, run_state):
+        problems.append((step, f'its best save of step {step} did not commit'))
+        continue
+      changed = self._changed_arrays(self.latest, step, state)
+      if changed:
+        problems.append((step, f'{changed[0]} differs from its checksum: the files changed after they were saved'))
+        continue
+      for bad_step, reason in problems:
+        aside = self._set_aside(self.latest, bad_step)
+        metrics.warn(f'checkpoint step {bad_step} cannot be read ({reason}); set aside as {aside}, '
+                     f'resuming from step {step}')
+      return state, run_state
+    if problems:
+      folder = self.latest.directory
+      raise UserError(f'no checkpoint in {folder} can be read (step {problems[0][0]}: {problems[0][1]}); restore '
+                      f'them, or move {folder} away to train from the start')
+    return None
+
+  def latest_run_state(self) -> run_state_lib.RunState | None:
+    """The RunState of the newest checkpoint whose JSON part is readable (the arrays are not read)."""
+    self.wait()
+    for step in sorted(self.latest.all_steps(), reverse=True):
+      run_state = self._run_state_at(step)
+      if run_state is not None and self._best_committed(step, run_state):
+        return run_state
+    return None
+
+  def restore_best(self, abstract_params, step: int, model: model_lib.NPLM):
+    """The best parameters, saved at `step` (in the older layout too: converted)."""
+    self.wait()
+    if step not in self.best.all_steps():
+      raise UserError(f'{self.best.directory} holds no step {step}, the best one of this run; restore it, or '
+                      'move best/ and checkpoints/ away to train from the start')
+    try:
+      with _closed_event_loops_quiet():
+        if self._separate_layout(self.best, step):
+          separate = self.best.restore(step, args=ocp.args.StandardRestore(
+              model_lib.separate_output_layer_target(model, abstract_params)))
+          return model_lib.stack_separate_output_layer(model, separate, abstract_params[model_lib.OUTPUT].sharding)
+        params = self.best.restore(step, args=ocp.args.StandardRestore(abstract_params))
+    except Exception as e:  # pylint: disable=broad-except
+      raise UserError(f'the best parameters in {self.best.directory}/{step} cannot be read ({_reason(e)}); '
+                      'restore them from a copy, or move best/ and checkpoints/ away to train again') from None
+    changed = self._changed_arrays(self.best, step, params)
+    if changed:
+      raise UserError(f'the best parameters in {self.best.directory}/{step} differ from their checksums ({changed[0]}: '
+                      'the files changed after they were saved); restore them from a copy, or move best/ and '
+                      'checkpoints/ away to train again')
+    return params
+
+  def reconcile(self, resumed_step: int) -> None:
+    """Drops best steps newer than the step the run resumes from: a crash came between the two saves
+    of that step (or its latest checkpoint was unreadable), and resuming recomputes it exactly."""
+    for step in self.best.all_steps():
+      if step > resumed_step:
+        metrics.warn(f'best step {step} is newer than the latest checkpoint ({resumed_step}); it is recomputed')
+        self.best.delete(step)
+
+  def drop_latest_after(self, step: int) -> list[int]:
+    """Deletes latest checkpoints after `step` (those of a diverged stretch); returns their steps."""
+    dropped = [s for s in self.latest.all_steps() if s > step]
+    for s in dropped:
+      self.latest.delete(s)
+    return dropped
+
+  @staticmethod
+  def _separate_layout(manager, step: int, item: str | None = None) -> bool:
+    """Whether a step holds the older layout of the output layer (U, W, b); False if unreadable."""
+    try:
+      tree = manager.item_metadata(step)
+      tree = tree[item] if item else tree
+      params = tree['params'] if 'params' in tree else tree
+      return model_lib.has_separate_output_layer(set(params))
+    except Exception:  # pylint: disable=broad-except  # a damaged step: restoring it will say so
+      return False
+
+  def _set_aside(self, manager, step: int) -> str:
+    """Renames an unreadable step folder out of Orbax's way (it must not block saving that step again)."""
+    folder = manager.directory / str(step)
+    aside = folder.parent / f'{step}.unreadable-{time.strftime("%Y%m%d-%H%M%S")}'
+    if distributed.is_leader():
+      folder.rename(aside)
+    distributed.barrier(f'set_aside_{step}')
+    manager.reload()
+    return str(aside)
+
+  def wait(self) -> None:
+    for manager in (self.latest, self.best):
+      with self._writing(manager, None):
+        manager.wait_until_finished()
+
+  def close(self) -> None:
+    self.latest.close()
+    self.best.close()
+
+  def finish(self, failing: bool) -> None:
+    """Waits for the saves in flight, then closes. `failing` (an error is already on its way out):
+    a save that fails now, or a close, does not replace that error, which comes first."""
+    try:
+      self.wait()
+      self.close()
+    except Exception:  # pylint: disable=broad-except
+      if not failing:
+        raise
+    if failing:  # a save still in flight when the first one failed may have left its temporary folder since
+      self._remove_temporaries()
+
+
+def abstract_with_shardings(tree, shardings):
+  """ShapeDtypeStructs that tell Orbax which devices each restored array goes to."""
+  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)

@@ -1,0 +1,139 @@
+"""The built experiment: a config made into a mesh, a corpus, a model and its compiled steps.
+
+Training builds it with its optimiser, batches and (by default) the data resident on the devices;
+the tools and evaluation build it for evaluation alone (no optimiser, no training batches).
+"""
+
+import dataclasses
+
+import jax
+
+from nplm_jax.training import checkpoint as ckpt_lib
+from nplm_jax import config as config_lib
+from nplm_jax.data import corpora as data_lib
+from nplm_jax.training import device_data as device_data_lib
+from nplm_jax.training import memory
+from nplm_jax.files import metrics as metrics_lib
+from nplm_jax.models import family as model_family
+from nplm_jax.training import optim
+from nplm_jax.parallel import sharding
+from nplm_jax.training import steps as steps_lib
+from nplm_jax.parallel import vocab_softmax
+from nplm_jax.files import workdir as workdir_lib
+from nplm_jax.data import workdir_vocab
+from nplm_jax.errors import UserError
+# train.steps_per_dispatch = -1 on GPUs and TPUs: the largest divisor of train.log_every up to this
+# (README, "GPUs and TPUs": Brown reg4_n7, batch 128, on an H100: 1.3x the loop's rate of one step a dispatch).
+AUTO_STEPS_PER_DISPATCH = 64
+
+
+def steps_plan(config, train_examples: int) -> dict:
+  steps_per_epoch = train_examples // config.train.batch_size
+  if steps_per_epoch < 1:
+    raise UserError(f'train.batch_size={config.train.batch_size} exceeds the {train_examples} training '
+                    'tokens; lower it')
+  total = config.train.max_steps if config.train.max_steps > 0 else config.train.num_epochs * steps_per_epoch
+  eval_every = config.train.eval_every if config.train.eval_every > 0 else steps_per_epoch
+  checkpoint_every = config.train.checkpoint_every if config.train.checkpoint_every > 0 else eval_every
+  return dict(steps_per_epoch=steps_per_epoch, total=total, eval_every=eval_every,
+              checkpoint_every=checkpoint_every)
+
+
+def steps_per_dispatch(train_config, platform: str, resident: bool) -> int:
+  """train.steps_per_dispatch with -1 resolved: 1 on CPU or with host-fed batches; on accelerators
+  the largest divisor of log_every up to AUTO_STEPS_PER_DISPATCH, so that dispatches end exactly on
+  log steps (the loop runs the few steps left before another boundary one a dispatch: each length
+  is a program of its own to compile), or AUTO_STEPS_PER_DISPATCH when that divisor is small."""
+  requested = train_config.steps_per_dispatch
+  if requested > 0:
+    return requested
+  if not resident or platform == 'cpu':
+    return 1
+  divisor = max(d for d in range(1, AUTO_STEPS_PER_DISPATCH + 1) if train_config.log_every % d == 0)
+  return divisor if divisor >= AUTO_STEPS_PER_DISPATCH // 4 else AUTO_STEPS_PER_DISPATCH
+
+
+class Experiment:
+  """One run's pieces, built from a config: mesh, corpus, model, compiled steps.
+
+  training=False builds what evaluation needs (the tools): no optimiser, no training batches, no
+  resident training order, and no log lines. `corpus` (evaluation only) replaces the corpus the
+  config names: the tools pass the workdir's stored vocabulary (workdir_vocab), with no tokens.
+  """
+
+  def __init__(self, config, workdir: workdir_lib.Workdir, devices=None, training: bool = True,
+               corpus: data_lib.Corpus | None = None):
+    config_lib.validate(config)
+    self.config, self.workdir = config, workdir
+    log = metrics_lib.log if training else (lambda message: None)
+    self.mesh = sharding.make_mesh(config.mesh, devices)
+    self.platform = self.mesh.devices.flat[0].platform
+    if corpus is not None and training:
+      raise ValueError('a training experiment reads the corpus its config names')
+    self.corpus = corpus if corpus is not None else data_lib.load_corpus(config.data)
+    added = None if corpus is not None else workdir.read_json(workdir_vocab.ADDED_WORDS_FILE)
+    if added:  # a workdir made by nplm_jax.tools.extend: words appended to V
+      self.corpus = dataclasses.replace(self.corpus, vocab=self.corpus.vocab + tuple(added['words']))
+    log(f'corpus {config.data.corpus}: {self.corpus.summary()}')
+    self.model = model_family.from_config(config.model, self.corpus.vocab_size, self.platform)
+    sharding.check_divisibility(self.mesh, config.train.batch_size, config.train.eval_batch_size,
+                                self.model.padded_vocab_size)
+    self.stream = data_lib.TokenStream(self.corpus, self.model.context_size)
+    # before anything is allocated: what cannot fit a device is one line, not a hang or an abort
+    memory.check(config, self.model.padded_vocab_size, self.corpus.vocab_size, self.mesh, training)
+    self.num_parameters = model_family.num_parameters(self.model)
+    common = dict(chunk_size=config.train.chunk_size, seed=config.seed,
+                  vocab_block=config.train.vocab_block,
+                  matmul_precision=config.model.matmul_precision, axis_rules=config.mesh.axis_rules,
+                  softmax_kernel=vocab_softmax.softmax_kernel_for(config.train.softmax_kernel, self.platform))
+    self.device_data = None
+    if not training:
+      self.steps = steps_lib.compile_steps(self.model, None, self.mesh, **common)
+      return
+    self.plan = steps_plan(config, self.stream.num_examples('train'))
+    resident = device_data_lib.wanted(config.train, self.stream, self.platform)
+    self.steps_per_dispatch = steps_per_dispatch(config.train, self.platform, resident)
+    self.rows = sharding.process_rows(self.mesh, config.train.batch_size)  # of each batch, this process's
+    self.step_batches = data_lib.StepBatches(self.stream, config.seed, config.train.batch_size,
+                                             self.plan['steps_per_epoch'], self.plan['total'], self.rows)
+    self.train_counts = train_counts = self.corpus.unigram_counts('train')  # a pass unless stored (prepared)
+    self.optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size)
+    sampled = steps_lib.make_sampled_loss(config.loss, train_counts, config.seed)
+    bias_counts = train_counts if config.model.unigram_bias_init else None
+    self.steps = steps_lib.compile_steps(self.model, self.optimizer, self.mesh, bias_counts, sampled,
+                                         steps_per_epoch=self.plan['steps_per_epoch'],
+                                         batch_size=config.train.batch_size, **common)
+    self.device_data = device_data_lib.ResidentData(self.stream, self.mesh, config.seed) if resident else None
+    feed = (f'data on the devices ({device_data_lib.resident_bytes(self.stream) / 2**20:.1f} MiB each), '
+            f'{self.steps_per_dispatch} step(s) a dispatch') if resident else 'batches gathered on the host'
+    log(f'model: {self.num_parameters:,} parameters (|V| padded to {self.model.padded_vocab_size}), mesh '
+        f'{dict(self.mesh.shape)} on {jax.device_count()} {self.platform} device(s), {self.model.compute_dtype} matmuls; '
+        f'{feed}')
+
+  def restore_best_params(self, checkpoints: ckpt_lib.Checkpoints, step: int):
+    """The best parameters (saved at `step`), laid out for this run's mesh."""
+    return checkpoints.restore_best(ckpt_lib.abstract_with_shardings(
+        self.steps.abstract_params, self.steps.param_shardings), step, self.model)
+
+  def batch_reader(self, start_step: int):
+    """step -> the step's batch on the mesh, for steps start_step, start_step + 1, ... in order: gathered
+    when asked (train.input_threads = 0), or read ahead by grain threads; the same batches either way."""
+    threads = self.config.train.input_threads
+    if not threads:
+      return self.train_batch
+    from nplm_jax.data import input_pipeline  # pylint: disable=g-import-not-at-top  # grain only when asked for
+    batches = input_pipeline.train_batches(self.step_batches, start_step, num_threads=threads)
+    return lambda step: self.on_mesh(*next(batches))  # the iterator is at `step`
+
+  def train_batch(self, step: int):
+    """The batch of a global step (data.StepBatches: a function of (seed, step) only), on the mesh."""
+    return self.on_mesh(*self.step_batches[step])
+
+  def on_mesh(self, contexts, targets):
+    """This process's rows of a training batch, as the global batch on the mesh."""
+    b = self.config.train.batch_size
+    return steps_lib.put_process_rows(self.mesh, contexts, b), steps_lib.put_process_rows(self.mesh, targets, b)
+
+  def resident_ids(self, split: str):
+    """A split's ids on the devices, when they are there (evaluation reads them), else None."""
+    return None if self.device_data is None else self.device_data.ids[split]

@@ -1,0 +1,79 @@
+"""Optimisers from optax, chosen by `config.optimizer.name`.
+
+'paper_sgd' is the paper's per-example SGD expressed on mean-loss minibatch gradients: the paper
+adds lr_t * grad for every example, so a batch of B examples moves B times as far per step, and
+t counts examples: lr_t = B * lr_0 / (1 + r * B * step).
+
+`optimizer.weight_decay` is on C, H and the output layer's U and W rows (the revisited family: its
+kernels too), never on the biases b and d (nor LayerNorm's parameters), and means what each optimiser's literature means by it:
+- paper_sgd: the paper's L2 penalty, weight_decay * theta added to each example's gradient (so the
+  step shrinks theta by lr_t * weight_decay per example);
+- adamw: decoupled decay (Loshchilov & Hutter), theta shrinks by learning_rate * weight_decay per
+  step whatever the gradients; typical values are 1e-2 to 1e-1.
+"""
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from nplm_jax.models import bengio2003 as model_lib
+
+
+# Biases (d; the revisited family's *_bias and LayerNorm's scale and bias) and the distant-context
+# kernels (weightings, started at the block's mean) are not decayed.
+NOT_DECAYED = ('d', 'bias', 'scale', 'distant_kernels')
+
+
+def decay_weights_not_biases(weight_decay: float) -> optax.GradientTransformation:
+  """updates + weight_decay * params on C, H and the output layer's weight rows; d and the output
+  layer's bias row are left alone (optax's own masks select whole parameters, not rows)."""
+  def factor(path, param):
+    name = path[-1].key
+    if name in NOT_DECAYED or name.endswith('_bias'):
+      return 0.0
+    if name == model_lib.OUTPUT:
+      return jnp.asarray(model_lib.bias_row_mask(param.shape))
+    return 1.0
+
+  def update(updates, state, params):
+    factors = jax.tree_util.tree_map_with_path(factor, params)
+    return jax.tree.map(lambda u, p, f: u + weight_decay * f * p, updates, params, factors), state
+
+  return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
+def paper_schedule(learning_rate: float, decay_rate: float, batch_size: int) -> optax.Schedule:
+  def schedule(step):
+    return batch_size * learning_rate / (1.0 + decay_rate * batch_size * step)
+  return schedule
+
+
+def make_optimizer(opt_config, batch_size: int) -> optax.GradientTransformation:
+  name = opt_config.name
+  if name == 'paper_sgd':
+    return optax.chain(
+        decay_weights_not_biases(opt_config.weight_decay),
+        optax.sgd(paper_schedule(opt_config.learning_rate, opt_config.decay_rate, batch_size)))
+  if name == 'adamw':  # optax.adamw, with the decay by rows
+    return optax.chain(
+        optax.scale_by_adam(b1=opt_config.b1, b2=opt_config.b2),
+        decay_weights_not_biases(opt_config.weight_decay),
+        optax.scale_by_learning_rate(adamw_schedule(opt_config)))
+  raise ValueError(f'optimizer {name!r} has no implementation (config.validate lists the names)')
+
+
+def adamw_schedule(opt_config) -> optax.Schedule | float:
+  """AdamW's rate: constant, after a linear rise from 0 over optimizer.warmup_steps steps."""
+  warmup = opt_config.get('warmup_steps', 0)
+  if not warmup:
+    return opt_config.learning_rate
+  return optax.linear_schedule(0.0, opt_config.learning_rate, warmup)
+
+
+def learning_rate_at(opt_config, batch_size: int, step: int) -> float:
+  if opt_config.name == 'paper_sgd':
+    return float(paper_schedule(opt_config.learning_rate, opt_config.decay_rate, batch_size)(step))
+  schedule = adamw_schedule(opt_config)
+  return float(schedule(step) if callable(schedule) else schedule)
+
+

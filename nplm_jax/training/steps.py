@@ -1,0 +1,340 @@
+"""Pure train and eval steps, and their jitted, sharded forms.
+
+`train_step(state, contexts, targets, lr_scale) -> (state, metrics)` and `eval_step(params,
+contexts, targets) -> per-token NLL` are plain functions of arrays; `train_dispatch` runs several
+train steps in one call, each gathering its batch from token ids on the devices (device_data), and
+`eval_resident` a split's batches likewise. `compile_steps` jits them once with explicit in/out
+shardings and a donated train state. `lr_scale` multiplies the optimiser's step (learning-rate
+annealing) without recompiling or changing the saved state.
+"""
+
+import collections
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh
+
+from nplm_jax.training import device_data
+from nplm_jax.models import bengio2003 as model_lib
+from nplm_jax.parallel import sharding
+from nplm_jax.parallel import vocab_softmax
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array
+  params: dict[str, jax.Array]
+  opt_state: Any
+
+
+def features(model, params, contexts, dropout_key=None):
+  """The output layer's inputs f [batch, K] (either model family). With a dropout key (training) the
+  model's dropout applies to them; without, none does."""
+  return model.apply({'params': params}, contexts, dropout_key is None, method='features',
+                     rngs=None if dropout_key is None else {'dropout': dropout_key})
+
+
+def token_nll(model, mesh: Mesh, params, contexts, targets):
+  """-log P(target | context) per example, with the vocabulary-parallel softmax."""
+  return vocab_softmax.token_nll(features(model, params, contexts), model.output_layer(params), targets, mesh=mesh,
+                                 compute_dtype=model.compute_dtype)
+
+
+def dropout_key(seed: int, step):
+  """The dropout masks of a step are a function of (seed, step): a resumed run draws the same."""
+  return jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), DROPOUT_STREAM), step)
+
+
+DROPOUT_STREAM = 1  # keeps dropout's random numbers apart from the initialisation's (stream 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class SampledLoss:
+  """Training with a sampled output layer instead of the exact softmax (evaluation stays exact)."""
+  kind: str  # 'sampled_softmax' | 'nce'
+  num_samples: int
+  log_noise: Any  # [|V|] log probabilities of the noise distribution: exactly those draw_noise samples from
+  noise_accept: Any  # [|V|] float32 alias table (Walker): keep a uniformly drawn word w with this probability,
+  noise_alias: Any  # [|V|] int32 else take this word instead
+  seed: int
+
+
+def draw_noise(loss: SampledLoss, step) -> jax.Array:
+  """The step's k noise words; a function of (seed, step), so a resumed run draws the same ones.
+
+  Walker's alias method: a uniform word and one uniform number each, O(k) whatever |V|.
+  (categorical() would draw k x |V| Gumbels, which on a CPU cost more than the sampled output
+  layer itself; an inverse CDF in float32 cannot resolve the tail of a 250k-word Zipf
+  distribution, whose words are below the CDF's rounding near 1.)
+  """
+  key = jax.random.fold_in(jax.random.PRNGKey(loss.seed), step)
+  word_key, accept_key = jax.random.split(key)
+  words = jax.random.randint(word_key, (loss.num_samples,), 0, loss.noise_accept.shape[0])
+  keep = jax.random.uniform(accept_key, (loss.num_samples,)) < loss.noise_accept[words]
+  return jnp.where(keep, words, loss.noise_alias[words])
+
+
+def alias_table(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """(accept float32, alias int32) with Vose's algorithm: word w is drawn with probability
+  (accept[w] + sum over v with alias[v] = w of (1 - accept[v])) / |V|."""
+  n = len(probs)
+  scaled = np.asarray(probs, np.float64) * n
+  accept, alias = np.ones(n, np.float64), np.arange(n, dtype=np.int32)
+  small = [i for i in range(n) if scaled[i] < 1.0]
+  large = [i for i in range(n) if scaled[i] >= 1.0]
+  while small and large:
+    s, g = small.pop(), large.pop()
+    accept[s], alias[s] = scaled[s], g
+    scaled[g] -= 1.0 - scaled[s]
+    (small if scaled[g] < 1.0 else large).append(g)
+  return accept.astype(np.float32), alias  # words left over keep accept 1 (rounding)
+
+
+def alias_probs(accept: np.ndarray, alias: np.ndarray) -> np.ndarray:
+  """The probabilities an alias table really draws with (float64, from its float32 entries)."""
+  accept = np.asarray(accept, np.float64)
+  return (accept + np.bincount(alias, weights=1.0 - accept, minlength=len(accept))) / len(accept)
+
+
+def chunked_map(per_example, inputs, chunk_size: int):
+  """per_example(inputs) [batch] for a pytree of [batch, ...] inputs, `chunk_size` examples at a time.
+
+  Evaluation then holds one [chunk, |V|] block of logits at a time, and on a CPU that block stays
+  in cache (faster at batch >= 1024). Training chunked recomputes each chunk's logits in the
+  backward pass (one more matmul), so it too holds one chunk's block at a time: chunk_size bounds
+  the step's temporary memory by chunk x |V| / model; unchunked it runs fastest. Chunk i takes
+  examples i, i + n, i + 2n, ... so each chunk keeps the batch's 'data' sharding; the result
+  comes back in the batch's order.
+  """
+  batch = jax.tree.leaves(inputs)[0].shape[0]
+  if not chunk_size or chunk_size >= batch:
+    return per_example(inputs)
+  n = batch // chunk_size
+  chunks = jax.tree.map(lambda x: x.reshape(chunk_size, n, *x.shape[1:]).swapaxes(0, 1), inputs)
+  return jax.lax.map(per_example, chunks).swapaxes(0, 1).reshape(batch)
+
+
+NO_NONFINITE_STEP = np.int32(-1)
+
+
+def train_step(state: TrainState, contexts, targets, lr_scale=1.0, first_nonfinite=NO_NONFINITE_STEP, *, model,
+               mesh, optimizer, loss=None, chunk_size=0, seed=0, vocab_block=-1, softmax_kernel='xla'):
+  """One optimiser step on the mean loss of a batch: the exact softmax, or `loss` (sampled).
+
+  metrics['first_nonfinite'] carries the first step whose loss was not finite (-1: none yet) from
+  step to step on the device, so the host checks every step's loss without waiting for each.
+  """
+  def loss_fn(params):
+    key = dropout_key(seed, state.step) if model.has_dropout else None
+    feats, out = features(model, params, contexts, key), model.output_layer(params)
+    if loss is None:  # chunked: the logits are recomputed chunk by chunk in the backward pass, not kept for all
+      per_example = lambda ft: vocab_softmax.token_nll(ft[0], out, ft[1], mesh=mesh, compute_dtype=model.compute_dtype,
+                                                       recompute=bool(chunk_size), vocab_block=vocab_block,
+                                                       kernel=softmax_kernel)
+    else:
+      samples = draw_noise(loss, state.step)  # shared by the whole batch
+      per_example = lambda ft: vocab_softmax.sampled_token_loss(ft[0], out, ft[1], samples, loss.log_noise,
+                                                                mesh=mesh, kind=loss.kind)
+    return jnp.mean(chunked_map(per_example, (feats, targets), chunk_size))
+
+  loss_value, grads = jax.value_and_grad(loss_fn)(state.params)
+  updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+  # Fused by XLA into the parameter update itself: no extra pass over the parameters.
+  params = jax.tree.map(lambda p, u: p + lr_scale * u, state.params, updates)
+  step = state.step + 1
+  first_nonfinite = jnp.where((first_nonfinite < 0) & ~jnp.isfinite(loss_value), step, first_nonfinite)
+  return TrainState(step=step, params=params, opt_state=opt_state), {'loss': loss_value,
+                                                                     'first_nonfinite': first_nonfinite}
+
+
+def eval_step(params, contexts, targets, *, model, mesh, chunk_size=0, vocab_block=-1, softmax_kernel='xla'):
+  feats, out = features(model, params, contexts), model.output_layer(params)
+  return chunked_map(lambda ft: vocab_softmax.token_nll(ft[0], out, ft[1], mesh=mesh, compute_dtype=model.compute_dtype,
+                                                        vocab_block=vocab_block, kernel=softmax_kernel),
+                     (feats, targets), chunk_size)
+
+
+def train_dispatch(state: TrainState, ids, order, lr_scale, first_nonfinite, *, num_steps: int, steps_per_epoch: int,
+                   batch_size: int, mesh, model, **step_options):
+  """`num_steps` training steps in one call, each gathering its batch on the devices from the train
+  split's resident ids and the epoch's permutation `order` (device_data). The steps lie in one epoch.
+
+  One step is the plain step with the gather before it; more are a lax.scan of it. Returns the last
+  step's loss and the first non-finite step, as train_step does.
+  """
+  def one(carry, _):
+    state, first_nonfinite = carry
+    contexts, targets = device_data.step_batch(ids, order, state.step % steps_per_epoch, batch_size=batch_size,
+                                               context_size=model.context_size, mesh=mesh)
+    state, metrics = train_step(state, contexts, targets, lr_scale, first_nonfinite, model=model, mesh=mesh,
+                                **step_options)
+    return (state, metrics['first_nonfinite']), metrics['loss']
+
+  if num_steps == 1:
+    (state, first_nonfinite), loss = one((state, first_nonfinite), None)
+  else:
+    (state, first_nonfinite), losses = jax.lax.scan(one, (state, first_nonfinite), None, length=num_steps)
+    loss = losses[-1]
+  return state, {'loss': loss, 'first_nonfinite': first_nonfinite}
+
+
+def eval_resident(params, ids, positions, *, model, mesh, **eval_options):
+  """Per-token NLLs [G, B] of a split's batches of positions [G, B], gathered from its resident ids,
+  one batch after the other in one call (one batch's logits at a time)."""
+  def one(batch_positions):
+    batch_positions = jax.lax.with_sharding_constraint(batch_positions, sharding.batch_sharding(mesh, 1))
+    contexts, targets = device_data.windows(ids, batch_positions, model.context_size)
+    return eval_step(params, contexts, targets, model=model, mesh=mesh, **eval_options)
+  return jax.lax.map(one, positions)
+
+
+def with_matmul_precision(fn, precision: str, platform: str):
+  """fn traced with float32 matmuls at `precision` ('highest': exact; 'default': the backend's own).
+
+  On CPUs float32 matmuls are exact whatever the precision asked, so their programs stay as they were.
+  """
+  if precision == 'default' or platform == 'cpu':
+    return fn
+
+  def traced(*args, **kwargs):
+    with jax.default_matmul_precision(precision):
+      return fn(*args, **kwargs)
+  # jit names its program after the function (jit_train_step): profiles find the step by it
+  traced.__name__ = getattr(fn, '__name__', None) or getattr(getattr(fn, 'func', None), '__name__', 'step')
+  return traced
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledSteps:
+  """The jitted steps of a model on a mesh. The training parts are None when built for evaluation."""
+  mesh: Mesh
+  abstract_params: Any
+  param_shardings: Any
+  eval: Callable  # (params, contexts, targets) -> nll [batch]
+  eval_resident: Callable  # (params, split ids, positions [G, B]) -> nll [G, B] (device_data)
+  init: Callable[[], TrainState] | None = None
+  state_from_params: Callable | None = None  # params -> a fresh TrainState around them
+  train: Callable | None = None  # (state, contexts, targets, lr_scale=1.0, first_nonfinite=-1) -> (state, metrics)
+  lower_train: Callable | None = None  # (state, contexts, targets) -> the lowered train step (memory_analysis)
+  dispatch: Callable | None = None  # num_steps -> jitted (state, ids, order, lr_scale, first_nonfinite)
+  state_shardings: Any = None
+  abstract_state: Any = None
+
+
+def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: Mesh,
+                  unigram_counts=None, loss: SampledLoss | None = None, chunk_size: int = 0,
+                  seed: int = 0, vocab_block: int = -1, matmul_precision: str = 'highest',
+                  steps_per_epoch: int = 0, batch_size: int = 0, axis_rules=None,
+                  softmax_kernel: str = 'xla') -> CompiledSteps:
+  """Jitted init/train/eval with explicit shardings; parameters are born sharded, drawn from `seed`.
+
+  optimizer None: evaluation only. steps_per_epoch and batch_size shape the resident-data dispatch.
+  axis_rules (config.mesh.axis_rules) places the parameters; None: the output layer's vocabulary on
+  'model', the rest replicated. softmax_kernel: 'xla' or 'pallas' (config.train.softmax_kernel resolved).
+  """
+  precise = functools.partial(with_matmul_precision, precision=matmul_precision,
+                              platform=mesh.devices.flat[0].platform)
+  replicated = sharding.replicated(mesh)
+  ctx_sh, tgt_sh = sharding.batch_sharding(mesh, 2), sharding.batch_sharding(mesh, 1)
+  abstract_params = jax.eval_shape(lambda: model_lib.init_params(model, unigram_counts, seed))
+  axis_rules = axis_rules or {'vocab': 'model'}
+  logical = model_lib.logical_specs(model)
+  sharding.check_param_divisibility(mesh, abstract_params, logical, axis_rules)
+  specs = sharding.param_specs(logical, axis_rules)
+  param_sh = sharding.tree_shardings(mesh, abstract_params, specs)
+  eval_options = dict(model=model, mesh=mesh, chunk_size=chunk_size, vocab_block=vocab_block,
+                      softmax_kernel=softmax_kernel)
+  # Per-token NLLs come back replicated (B scalars) so every host of a multi-host job can read them.
+  evaluate = jax.jit(precise(functools.partial(eval_step, **eval_options)),
+                     in_shardings=(param_sh, ctx_sh, tgt_sh), out_shardings=replicated)
+  evaluate_resident = jax.jit(precise(functools.partial(eval_resident, **eval_options)),
+                              in_shardings=(param_sh, replicated, replicated), out_shardings=replicated)
+  compiled = CompiledSteps(mesh=mesh, abstract_params=abstract_params, param_shardings=param_sh, eval=evaluate,
+                           eval_resident=evaluate_resident)
+  if optimizer is None:
+    return compiled
+
+  def init_state():
+    params = model_lib.init_params(model, unigram_counts, seed)
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params))
+
+  abstract = jax.eval_shape(init_state)
+  state_sh = sharding.tree_shardings(mesh, abstract, specs)
+  step_options = dict(optimizer=optimizer, loss=loss, chunk_size=chunk_size, seed=seed, vocab_block=vocab_block,
+                      softmax_kernel=softmax_kernel)
+  jitted_train = jax.jit(
+      precise(functools.partial(train_step, model=model, mesh=mesh, **step_options)),
+      in_shardings=(state_sh, ctx_sh, tgt_sh, replicated, replicated),
+      out_shardings=(state_sh, replicated), donate_argnums=0)
+
+  def train(state, contexts, targets, lr_scale=1.0, first_nonfinite=NO_NONFINITE_STEP):
+    return jitted_train(state, contexts, targets, np.float32(lr_scale), first_nonfinite)
+
+  @functools.cache
+  def dispatch(num_steps: int):
+    return jax.jit(precise(functools.partial(
+        train_dispatch, num_steps=num_steps, steps_per_epoch=steps_per_epoch, batch_size=batch_size, mesh=mesh,
+        model=model, **step_options)), in_shardings=(state_sh, replicated, replicated, replicated, replicated),
+        out_shardings=(state_sh, replicated), donate_argnums=0)
+
+  from_params = jax.jit(
+      lambda p: TrainState(step=jnp.zeros((), jnp.int32), params=p, opt_state=optimizer.init(p)),
+      in_shardings=(state_sh.params,), out_shardings=state_sh)
+  return dataclasses.replace(
+      compiled, init=jax.jit(init_state, out_shardings=state_sh), state_from_params=from_params, train=train,
+      lower_train=lambda state, contexts, targets: jitted_train.lower(state, contexts, targets, np.float32(1.0),
+                                                                      NO_NONFINITE_STEP),
+      dispatch=dispatch, state_shardings=state_sh, abstract_state=abstract)
+
+
+class BoundedDispatch:
+  """Keeps at most `depth` steps queued on the devices.
+
+  Dispatch is asynchronous, so the host prepares the next batch while the devices compute. An
+  unbounded queue of multi-device executions can deadlock XLA's CPU collectives (two host devices
+  waiting in different steps' all-reduces); two in flight keep the overlap without that risk.
+  """
+
+  def __init__(self, depth: int = 2):
+    self._depth, self._pending = depth, collections.deque()
+
+  def push(self, result):
+    self._pending.append(result)
+    if len(self._pending) > self._depth:
+      jax.block_until_ready(self._pending.popleft())
+    return result
+
+  def drain(self) -> None:
+    """Waits for everything still queued (independent executions can finish out of order)."""
+    while self._pending:
+      jax.block_until_ready(self._pending.popleft())
+
+
+def make_sampled_loss(loss_config, unigram_counts, seed: int) -> SampledLoss | None:
+  """None for the exact softmax; else the sampled loss with a unigram**power noise distribution."""
+  if loss_config.name == 'softmax':
+    return None
+  counts = np.asarray(unigram_counts, np.float64) + 0.5  # every word can be drawn
+  weights = counts ** loss_config.noise_power
+  accept, alias = alias_table(weights / weights.sum())
+  return SampledLoss(kind=loss_config.name, num_samples=loss_config.num_samples,
+                     log_noise=jnp.asarray(np.log(alias_probs(accept, alias)), jnp.float32),  # what is drawn
+                     noise_accept=jnp.asarray(accept), noise_alias=jnp.asarray(alias), seed=seed)
+
+
+def put_batch(mesh: Mesh, array):
+  """A host batch as a global array sharded on 'data' (each process holds the whole batch)."""
+  sh = sharding.batch_sharding(mesh, array.ndim)
+  return jax.make_array_from_callback(array.shape, sh, lambda index: array[index])
+
+
+def put_process_rows(mesh: Mesh, rows, global_rows: int):
+  """A global batch of `global_rows` from this process's rows only (sharding.process_rows' order)."""
+  sh = sharding.batch_sharding(mesh, rows.ndim)
+  return jax.make_array_from_process_local_data(sh, rows, (global_rows, *rows.shape[1:]))

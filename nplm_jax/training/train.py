@@ -1,0 +1,544 @@
+"""train_and_evaluate: the training loop with evaluation, early stopping, checkpoints, results.
+
+The loop dispatches steps to the devices (several a dispatch from data resident there, or one batch
+gathered on the host: experiment.Experiment decides), and acts between dispatches: logging,
+evaluation, checkpoints, signals and the non-finite check. Dispatches never cross a log, evaluation
+or checkpoint step or an epoch's end (next_boundary), so those keep their meaning.
+
+What a run survives (README, "Reliability"): a kill at any moment (re-running the command resumes
+and ends bit-equal to an uninterrupted run), SIGTERM / SIGINT (the step in progress is saved
+first), unreadable checkpoint steps (set aside; the newest readable one is resumed), a second
+training on the same workdir (refused by a lock), a resume with settings or a corpus that would
+change the trajectory (refused), and divergence (stopped at the first non-finite loss, nothing
+non-finite is saved or reported).
+"""
+
+import json
+import math
+import os
+import signal
+import threading
+import time
+from typing import Callable
+
+import jax
+import ml_collections
+import numpy as np
+
+from nplm_jax.training import checkpoint as ckpt_lib
+from nplm_jax import config as config_lib
+from nplm_jax.data import corpora as data_lib
+from nplm_jax.parallel import distributed
+from nplm_jax.training import evaluation
+from nplm_jax.training import experiment as experiment_lib
+from nplm_jax.files import metrics as metrics_lib
+from nplm_jax.baselines import ngram
+from nplm_jax.training import optim
+from nplm_jax.training import run_state as run_state_lib
+from nplm_jax.training import steps as steps_lib
+from nplm_jax.files import workdir as workdir_lib
+from nplm_jax.data import workdir_vocab
+from nplm_jax.errors import UserError
+
+# Config keys that must match for a workdir to be resumed (besides its corpus, corpus.json): they
+# change the steps already taken. Others may change (README, "Reliability").
+RESUME_KEYS = ('seed', 'data', 'model', 'optimizer', 'loss', 'train.batch_size')
+
+
+# Fault injection for tests/test_reliability.py: NPLM_SIGNAL_AT=POINT:SIGNAL[:COUNT] sends this
+# process SIGNAL (COUNT times, 20 ms apart, from a thread: a user pressing Ctrl-C twice) at POINT,
+# 'start' (the experiment built, nothing trained) or 'final_evaluation'.
+SIGNAL_POINTS = ('start', 'final_evaluation')
+
+
+def _signal_point(point: str) -> None:
+  spec = os.environ.get('NPLM_SIGNAL_AT', '').split(':')
+  if spec[0] != point:
+    return
+  signum, count = getattr(signal, spec[1]), int(spec[2]) if len(spec) > 2 else 1
+
+  def send():
+    for _ in range(count):
+      os.kill(os.getpid(), signum)
+      time.sleep(0.02)
+  sender = threading.Thread(target=send, daemon=True)
+  sender.start()
+  sender.join()  # the signal is handled in this (the main) thread, at its next instruction
+  time.sleep(1.0)  # never reached: the handler raises first
+
+
+class TrainingDiverged(UserError):
+  """The loss or the validation perplexity stopped being finite."""
+
+
+class Preempted(Exception):
+  """SIGTERM or SIGINT arrived; the step in progress was saved."""
+
+  def __init__(self, signum: int, step: int, workdir: workdir_lib.Workdir):
+    self.signum = signum
+    super().__init__(f'stopped by {signal.Signals(signum).name} at step {step}; its checkpoint is saved in '
+                     f'{workdir}: run the same command to resume')
+
+
+def check_resumable(workdir: workdir_lib.Workdir, config) -> None:
+  """A workdir may only be resumed by the run that made it; other runs get their own.
+
+  Its vocabulary padding is kept whatever the config says now: the checkpoints' shapes depend on
+  it and no result does (older workdirs were padded to a multiple of 8). So is the compute dtype of a
+  run saved before model.compute_dtype='auto' existed, when the config says 'auto'.
+  """
+  saved = workdir.read_json('config.json')
+  if saved is None:
+    return
+  saved_padding = config_lib.value_at(saved, 'model.vocab_pad_multiple')
+  if saved_padding is not None and saved_padding != config.model.vocab_pad_multiple:
+    metrics_lib.log(f'keeping the vocabulary padding of {workdir} (a multiple of {saved_padding}, '
+                    'the shape of its checkpoints)')
+    config.model.vocab_pad_multiple = saved_padding
+  saved_dtype = config_lib.value_at(saved, 'model.compute_dtype')
+  if config.model.compute_dtype == 'auto' and saved_dtype not in (None, 'auto'):
+    config.model.compute_dtype = saved_dtype  # a run made before 'auto' existed keeps its arithmetic
+  current = json.loads(config.to_json_best_effort())
+  for key in RESUME_KEYS:
+    changed = _changed_keys(config_lib.value_at(saved, key), config_lib.value_at(current, key), key)
+    if changed:
+      raise UserError(f'--workdir={str(workdir)!r} holds a run with a different config.{changed[0]}; '
+                      'use a new --workdir (nothing in this one was changed)')
+
+
+def check_corpus(workdir: workdir_lib.Workdir, corpus: data_lib.Corpus) -> None:
+  """Refuses to resume on a corpus other than the run's (its vocabulary or token ids changed)."""
+  saved = workdir.read_json('corpus.json')
+  if saved is None:
+    return
+  current = corpus.description()
+  if saved.get('fingerprint') != current['fingerprint']:
+    differences = [f'{k} {saved.get(k)} -> {v}' for k, v in current.items() if k != 'fingerprint' and saved.get(k) != v]
+    detail = ', '.join(differences) or 'same sizes, other token ids or words'
+    raise UserError(f'--workdir={str(workdir)!r} was trained on another corpus than the one the config reads now '
+                    f'({detail}); restore that corpus or use a new --workdir')
+
+
+def _changed_keys(saved, current, prefix: str) -> list[str]:
+  """Keys whose value differs, over the keys the saved config has: keys that newer code added
+  (at defaults that keep the old behaviour) do not block resuming an older run."""
+  if saved is None:
+    return []
+  if isinstance(saved, dict) and isinstance(current, dict):
+    return [k for name in saved for k in _changed_keys(saved[name], current.get(name), f'{prefix}.{name}')]
+  return [] if saved == current else [prefix]
+
+
+def _start(config, workdir: workdir_lib.Workdir, lock: workdir_lib.Lock) -> experiment_lib.Experiment:
+  """Checks everything a run needs before any work, leaving the workdir as it was if one fails."""
+  config_lib.validate(config)
+  existed = workdir.path.exists()
+  try:
+    workdir.prepare()
+    if distributed.is_leader():
+      stale = lock.acquire()
+      if stale is not None:
+        metrics_lib.warn(f'took over the lock of process {stale.get("pid")} on {stale.get("host")}, which no '
+                         'longer runs')
+    check_resumable(workdir, config)
+    if workdir.file(workdir_vocab.ADDED_WORDS_FILE).exists():
+      raise UserError(f'{str(workdir)!r} was made by nplm_jax.tools.extend (its vocabulary outgrew its corpus): score, '
+                      'sample and embeddings read it; train in another --workdir')
+    run = experiment_lib.Experiment(config, workdir)
+    _signal_point('start')
+    check_corpus(workdir, run.corpus)
+    if config.mix.enabled:  # the mixture's n-gram is estimated after training: refuse now if it cannot be
+      ngram.check_memory(run.corpus, config.mix.ngram_order, config.mix.max_memory_gb,
+                         flag='config.mix.max_memory_gb')
+    return run
+  except BaseException:
+    lock.release()
+    if not existed and distributed.is_leader():
+      workdir.remove_if_unused()
+    raise
+
+
+ExtraResults = Callable[[data_lib.Corpus, dict], dict]
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir_path: str,
+                       extra_results: ExtraResults | None = None) -> dict:
+  """Trains, early-stops on validation, evaluates the best parameters; writes and returns results.json.
+
+  `extra_results(corpus, {'valid': nll, 'test': nll})` adds results computed from the best
+  parameters' per-token NLLs (main passes the n-gram mixture). In a multi-process job every
+  process runs this; start-up errors on any process stop all of them together, and only the
+  leader writes the workdir's files.
+  """
+  started = time.time()
+  workdir = workdir_lib.Workdir(workdir_path)
+  lock = workdir_lib.Lock(workdir)
+  run = distributed.agree_on_errors(lambda: _start(config, workdir, lock))
+  try:
+    return _train_and_report(run, config, workdir, extra_results, started)
+  finally:
+    lock.release()
+
+
+def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_lib.Workdir, extra_results, started: float) -> dict:
+  checkpoints, writer, failing = ckpt_lib.Checkpoints(workdir), None, True
+  try:
+    with jax.set_mesh(run.mesh):
+      state, run_state = distributed.agree_on_errors(lambda: _initial_state(run, checkpoints))
+      checkpoints.reconcile(int(state.step))
+      finished = workdir.read_json('results.json')
+      if _nothing_to_train(run, state, run_state) and finished is not None:
+        metrics_lib.log(f'{workdir} finished at step {int(state.step)}'
+                        f'{f" ({run_state.stop_reason})" if run_state.stopped_early else ""}; nothing to train '
+                        f'(results: {workdir.file("results.json")})')
+        failing = False
+        return finished
+      # Only now, every process having read the old ones and found nothing wrong.
+      workdir.write_json('config.json', config_lib.to_saved(config))
+      if workdir.read_json('corpus.json') is None:
+        workdir.write_json('corpus.json', run.corpus.description())
+      if not workdir.file(workdir_vocab.TOKENIZER_FILE).exists():  # the tools read these, never the corpus
+        workdir_vocab.Vocabulary.from_corpus(config.data, run.corpus, run.train_counts).write(workdir)
+      earlier_seconds = run_state.wall_seconds  # spent by the processes before this one
+      writer = metrics_lib.MetricWriter(workdir, resumed_step=int(state.step))
+      with Preemption() as preemption:
+        state = _train_loop(run, state, run_state, checkpoints, writer, preemption)
+      has_best = run_state.best_step is not None
+      params = run.restore_best_params(checkpoints, run_state.best_step) if has_best else state.params
+      _signal_point('final_evaluation')
+      nll = {split: evaluation.split_nll(run, params, split) for split in ('valid', 'test')}
+    failing = False
+  finally:  # a preempted or failed run's saves complete before it exits (a failing save: the first error is told)
+    checkpoints.finish(failing)
+    if writer is not None:
+      writer.close()
+  results = {
+      'corpus': config.data.corpus,
+      'vocab_size': run.corpus.vocab_size,
+      'train_tokens': run.corpus.num_tokens('train'),
+      'valid_tokens': run.corpus.num_tokens('valid'),
+      'test_tokens': run.corpus.num_tokens('test'),
+      'num_parameters': run.num_parameters,
+      'valid_ppl': evaluation.perplexity(nll['valid']),
+      'test_ppl': evaluation.perplexity(nll['test']),
+      'step': run_state.best_step if has_best else int(state.step),
+      'steps_trained': int(state.step),
+      'epochs': int(state.step) / run.plan['steps_per_epoch'],
+      'stopped_early': run_state.stopped_early,
+      'stop_reason': run_state.stop_reason,
+      'wall_seconds': earlier_seconds + (time.time() - started),
+      'checkpoint_save_seconds': checkpoints.save_seconds,  # this process's, in the loop: saves are asynchronous
+      'mesh': dict(run.mesh.shape),
+      'platform': jax.devices()[0].platform,
+      'history': run_state.history,
+      'config': json.loads(config.to_json_best_effort()),
+  }
+  if data_lib.text_unit(config.data) == 'char':  # character-level results are read in bits per character
+    results.update(valid_bpc=math.log2(results['valid_ppl']), test_bpc=math.log2(results['test_ppl']))
+  if extra_results is not None and distributed.is_leader():  # host work, for the writer alone
+    results.update(extra_results(run.corpus, nll))
+  workdir.write_json('results.json', results)
+  bpc = f' ({results["valid_bpc"]:.3f} / {results["test_bpc"]:.3f} bits per character)' if 'test_bpc' in results else ''
+  metrics_lib.log(f'done: valid ppl {results["valid_ppl"]:.2f}, test ppl {results["test_ppl"]:.2f}{bpc} '
+                  f'(best step {results["step"]}, {results["wall_seconds"]:.0f} s)')
+  return results
+
+
+def _initial_state(run: experiment_lib.Experiment, checkpoints: ckpt_lib.Checkpoints):
+  abstract = ckpt_lib.abstract_with_shardings(run.steps.abstract_state, run.steps.state_shardings)
+  restored = checkpoints.restore_latest(abstract)
+  if restored is None:
+    return run.steps.init(), run_state_lib.RunState()
+  state, run_state = restored
+  metrics_lib.log(f'resumed from step {int(state.step)} in {run.workdir}')
+  return _reopen_if_asked(run, state, run_state, checkpoints), run_state
+
+
+def _nothing_to_train(run: experiment_lib.Experiment, state, run_state: run_state_lib.RunState) -> bool:
+  return run_state.stopped_early or int(state.step) >= run.plan['total']
+
+
+# What the progress line calls the training loss: the exact softmax's is the NLL of the batch
+# (its exp is a perplexity), the sampled losses are not.
+LOSS_NAMES = {'softmax': 'nll', 'nce': 'nce', 'sampled_softmax': 'sampled'}
+
+# Why a run stopped early; a resumed run may go on when its new settings allow more.
+PATIENCE_STOP = 'no improvement in {} evaluations'
+ANNEALS_STOP = 'improvement below {:.2%} after {} anneals'
+TIME_STOP = 'train.max_seconds={:g} spent'
+
+
+def _reopen_if_asked(run: experiment_lib.Experiment, state, run_state: run_state_lib.RunState, checkpoints):
+  """Goes on with a run that stopped early when the resumed config asks for more training.
+
+  A larger train.max_seconds (or none) reopens a run that ran out of time; more patience (or none)
+  reopens a run that ran out of it; annealing allowed (again) anneals at
+  once from the best parameters, since the last evaluation stalled: this is how the paper's
+  setting is annealed at the end.
+  """
+  train_config = run.config.train
+  if not run_state.stopped_early:
+    return state
+  if run_state.stop_reason.startswith('train.max_seconds'):  # out of time, not stalled: go on as it was
+    budget = train_config.get('max_seconds', 0.0)
+    if not budget or run_state.wall_seconds < budget:
+      run_state.stopped_early, run_state.stop_reason = False, ''
+      metrics_lib.log(f'the run had used its time; train.max_seconds={budget:g} lets it go on')
+    return state
+  if train_config.anneal_factor > 0 and run_state.anneals < train_config.max_anneals:
+    run_state.stopped_early, run_state.stop_reason = False, ''
+    run_state.anneal(train_config.anneal_factor)
+    metrics_lib.log(f'the run had stopped early; anneal {run_state.anneals}/{train_config.max_anneals}: learning '
+                    f'rate x{run_state.lr_scale:.4g}, from the parameters of step {run_state.best_step}')
+    return state.replace(params=run.restore_best_params(checkpoints, run_state.best_step))
+  patience_left = train_config.patience == 0 or run_state.evals_since_best < train_config.patience
+  if run_state.stop_reason.startswith('no improvement') and patience_left:
+    run_state.stopped_early, run_state.stop_reason = False, ''
+    metrics_lib.log(f'the run had stopped early; patience {train_config.patience} lets it go on')
+  return state
+
+
+class Preemption:
+  """SIGTERM and SIGINT end training with a checkpoint of the step in progress.
+
+  Alone, a signal sets a flag the loop reads between dispatches. In a multi-process job JAX's
+  preemption service catches SIGTERM and has every process stop at the same step
+  (multihost_utils.reached_preemption_sync_point); SIGINT is passed on to it as SIGTERM.
+  """
+
+  def __init__(self):
+    self.signum = None
+    self._previous = {}
+    self._dispatches = 0
+
+  def __enter__(self) -> 'Preemption':
+    many = jax.process_count() > 1
+    handlers = {signal.SIGINT: self._forward if many else self._note}
+    if not many:
+      handlers[signal.SIGTERM] = self._note
+    try:
+      for signum, handler in handlers.items():
+        self._previous[signum] = signal.signal(signum, handler)
+    except ValueError:  # not the main thread: signals keep their default handling
+      pass
+    return self
+
+  def __exit__(self, *exc) -> None:
+    for signum, handler in self._previous.items():
+      signal.signal(signum, handler)
+
+  def _note(self, signum, frame) -> None:
+    del frame
+    self.signum = signum
+
+  def _forward(self, signum, frame) -> None:
+    del frame
+    self.signum = signum
+    os.kill(os.getpid(), signal.SIGTERM)
+
+  def reached(self) -> bool:
+    """Whether to save and stop after the dispatch just made (the same answer on every process)."""
+    if jax.process_count() > 1:
+      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+      # The service agrees on the call after the latest one any process made (max + 1) and expects a
+      # call per step; counted in dispatches, which every process makes alike, none is skipped.
+      self._dispatches += 1
+      if multihost_utils.reached_preemption_sync_point(self._dispatches):
+        self.signum = self.signum or signal.SIGTERM
+        return True
+      return False
+    return self.signum is not None
+
+
+def _agreed(flag: bool) -> bool:
+  """The leader's value of a host-side decision, on every process."""
+  if jax.process_count() == 1:
+    return flag
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  return bool(multihost_utils.broadcast_one_to_all(np.int32(flag)))
+
+
+def _diverged(run: experiment_lib.Experiment, checkpoints, run_state: run_state_lib.RunState, message: str) -> TrainingDiverged:
+  """Drops the checkpoints saved since the last finite evaluation and describes the divergence."""
+  last_good = run_state.history[-1]['step'] if run_state.history else 0
+  dropped = checkpoints.drop_latest_after(last_good)
+  kept = f'; checkpoints after step {last_good} were dropped ({dropped})' if dropped else ''
+  return TrainingDiverged(f'training diverged: {message}; lower --config.optimizer.learning_rate and use a new '
+                          f'--workdir{kept}')
+
+
+def next_boundary(step: int, plan: dict, log_every: int, extra: tuple[int, ...] = ()) -> int:
+  """The first step after `step` at which the loop must act: a log, evaluation or checkpoint step, an
+  epoch's end (a dispatch reads one epoch's order), the last step, or one of `extra` (profiling)."""
+  periods = (log_every, plan['eval_every'], plan['checkpoint_every'], plan['steps_per_epoch'])
+  candidates = [(step // p + 1) * p for p in periods] + [s for s in extra if s > step] + [plan['total']]
+  return min(candidates)
+
+
+class _Dispatcher:
+  """Runs the next steps of training: several a call from the data on the devices, or one batch
+  gathered on the host. Each resident length is compiled once, ahead of time; the first prints its
+  memory."""
+
+  def __init__(self, run: experiment_lib.Experiment, start_step: int):
+    self.run, self._executables = run, {}
+    self._next_batch = None if run.device_data is not None else run.batch_reader(start_step)
+
+  def __call__(self, state, step: int, num_steps: int, lr_scale: float, first_nonfinite):
+    run = self.run
+    if self._next_batch is not None:
+      return run.steps.train(state, *self._next_batch(step), lr_scale, first_nonfinite)
+    order = run.device_data.train_order(step // run.plan['steps_per_epoch'])
+    args = (state, run.device_data.ids['train'], order, np.float32(lr_scale), first_nonfinite)
+    if num_steps not in self._executables:
+      self._executables[num_steps] = run.steps.dispatch(num_steps).lower(*args).compile()
+      if len(self._executables) == 1:
+        _log_memory(self._executables[num_steps], num_steps)
+    return self._executables[num_steps](*args)
+
+
+def _log_memory(executable, num_steps: int) -> None:
+  stats = executable.memory_analysis()
+  if stats is None:
+    return
+  mib = lambda x: f'{x / 2**20:,.1f} MiB'
+  metrics_lib.log(f'compiled training ({num_steps} step(s) a dispatch), per device: arguments '
+                  f'{mib(stats.argument_size_in_bytes)}, temporaries {mib(stats.temp_size_in_bytes)}')
+
+
+class _Profile:
+  """A jax.profiler trace of train.profile_steps ('FIRST:LAST') into WORKDIR/profile."""
+
+  def __init__(self, spec: str, workdir: workdir_lib.Workdir):
+    self.first, self.last = (int(x) for x in spec.split(':')) if spec else (-1, -1)
+    self.folder, self.active = str(workdir.file('profile')), False
+
+  @property
+  def boundaries(self) -> tuple[int, ...]:
+    return (self.first, self.last) if self.first >= 0 else ()
+
+  def before(self, step: int) -> None:
+    if step == self.first and not self.active and distributed.is_leader():
+      jax.profiler.start_trace(self.folder)
+      self.active = True
+
+  def after(self, step: int, state) -> None:
+    if self.active and step >= self.last:
+      jax.block_until_ready(state)
+      jax.profiler.stop_trace()
+      self.active = False
+      metrics_lib.log(f'profile of steps {self.first + 1}-{self.last} written to {self.folder}')
+
+
+def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.RunState, checkpoints, writer,
+                preemption):
+  config, plan = run.config, run.plan
+  step = int(state.step)
+  segment_start, wall_before = time.time(), run_state.wall_seconds
+  last_save = time.time()
+  progress = metrics_lib.Progress(step, plan['total'], config.train.batch_size)
+  warm = False
+  loss_name = LOSS_NAMES[config.loss.name]
+  if config.optimizer.name == 'paper_sgd':
+    metrics_lib.log(f'lr is per example, as in the paper: lr_0 / (1 + r t), t counting examples; a step of '
+                    f'{config.train.batch_size} examples moves {config.train.batch_size} x lr')
+  in_flight = steps_lib.BoundedDispatch()
+  first_nonfinite = steps_lib.NO_NONFINITE_STEP
+  dispatch = _Dispatcher(run, step)
+  profile = _Profile(config.train.profile_steps, run.workdir)
+  while step < plan['total'] and not run_state.stopped_early:
+    # Full dispatches up to the next boundary, then single steps: two programs to compile, not one a length.
+    boundary = next_boundary(step, plan, config.train.log_every, profile.boundaries)
+    num_steps = run.steps_per_dispatch if boundary - step >= run.steps_per_dispatch else 1
+    profile.before(step)
+    state, metrics = dispatch(state, step, num_steps, run_state.lr_scale, first_nonfinite)
+    first_nonfinite = metrics['first_nonfinite']  # stays on the device: read only below
+    in_flight.push(metrics)  # not the state: it is donated to the next dispatch
+    step += num_steps
+    if not warm:  # the first dispatch compiled: the rate and ETA start after it (one wait a run)
+      jax.block_until_ready(metrics['loss'])
+      progress.warmed_up(step)
+      warm = True
+    profile.after(step, state)
+    log_now = step % config.train.log_every == 0 or step == plan['total']
+    eval_now = step % plan['eval_every'] == 0 or step == plan['total']
+    save_now = step % plan['checkpoint_every'] == 0 or step == plan['total']
+    preempted = preemption.reached()
+    if log_now or eval_now or save_now or preempted:  # nothing non-finite is logged, evaluated or saved
+      checkpoints.check()  # a save that failed in the background stops training here
+      bad_step = int(first_nonfinite)
+      if bad_step >= 0:
+        raise _diverged(run, checkpoints, run_state, f'the training loss is not finite from step {bad_step} on')
+    if log_now:
+      loss = float(metrics['loss'])
+      rate = progress.report(step)
+      lr = optim.learning_rate_at(config.optimizer, config.train.batch_size, step) * run_state.lr_scale
+      writer.write(step, {'train_loss': loss, 'learning_rate': lr, 'tokens_per_sec': rate['tokens_per_sec']})
+      shown_lr = lr / config.train.batch_size if config.optimizer.name == 'paper_sgd' else lr
+      metrics_lib.log(f'step {step}/{plan["total"]} epoch {step / plan["steps_per_epoch"]:.2f} '
+                      f'{loss_name} {loss:.4f} lr {shown_lr:.4g} {rate["tokens_per_sec"]:,.0f} tok/s ETA {rate["eta"]}')
+      every = config.train.checkpoint_every_seconds
+      save_now = save_now or _agreed(bool(every) and time.time() - last_save >= every)
+    if eval_now or save_now or run_state.stopped_early or preempted:
+      jax.block_until_ready(metrics['loss'])  # the steps before are training time, not the evaluation's
+    if eval_now:
+      run_state.wall_seconds = wall_before + (time.time() - segment_start)  # for the evaluation's record
+      with progress.paused():
+        state = _evaluate_and_track(run, state, run_state, step, checkpoints, writer)
+    if save_now or run_state.stopped_early or preempted:
+      run_state.wall_seconds = wall_before + (time.time() - segment_start)
+      with progress.paused():
+        saving = time.perf_counter()
+        checkpoints.save_latest(step, state, run_state)
+        checkpoints.save_seconds += time.perf_counter() - saving
+      last_save = time.time()
+    if preempted:
+      raise Preempted(preemption.signum, step, run.workdir)
+  run_state.wall_seconds = wall_before + (time.time() - segment_start)
+  return state
+
+
+def _evaluate_and_track(run: experiment_lib.Experiment, state, run_state: run_state_lib.RunState, step, checkpoints, writer):
+  """Validation perplexity, the best parameters so far, annealing, and early stopping with patience.
+
+  Returns the state to go on from: the best parameters when the learning rate was just annealed
+  after an evaluation that did not improve. With annealing on, a stalled evaluation after the last
+  anneal ends training.
+  """
+  train_config = run.config.train
+  valid_ppl = evaluation.perplexity(evaluation.split_nll(run, state.params, 'valid'))
+  if not math.isfinite(valid_ppl):
+    raise _diverged(run, checkpoints, run_state, f'the validation perplexity overflows at step {step}')
+  previous_best = run_state.best_valid_ppl
+  epoch = step / run.plan['steps_per_epoch']
+  improved = run_state.record_evaluation(step, epoch, valid_ppl)
+  if improved:
+    saving = time.perf_counter()
+    checkpoints.save_best(step, state.params)
+    checkpoints.save_seconds += time.perf_counter() - saving
+  writer.write(step, {'valid_ppl': valid_ppl, 'wall_seconds': run_state.wall_seconds})
+  metrics_lib.log(f'eval step {step} epoch {epoch:.2f}: valid ppl {valid_ppl:.2f} '
+                  f'(best {run_state.best_valid_ppl:.2f} at step {run_state.best_step})')
+  stalled = previous_best is not None and valid_ppl > previous_best * (1.0 - train_config.anneal_threshold)
+  # Only at scheduled evaluations: the extra one at the end of a shortened run must not anneal,
+  # or resuming it would not follow the uninterrupted run.
+  scheduled = step % run.plan['eval_every'] == 0
+  if train_config.anneal_factor > 0 and stalled and scheduled:
+    if run_state.anneals < train_config.max_anneals:
+      run_state.anneal(train_config.anneal_factor)
+      if not improved:
+        state = state.replace(params=run.restore_best_params(checkpoints, run_state.best_step))
+      metrics_lib.log(f'anneal {run_state.anneals}/{train_config.max_anneals}: learning rate '
+                      f'x{run_state.lr_scale:.4g}, from the parameters of step {run_state.best_step}')
+    else:
+      run_state.stop(ANNEALS_STOP.format(train_config.anneal_threshold, train_config.max_anneals))
+      metrics_lib.log(f'early stop: {run_state.stop_reason}')  # every rate cut spent and still stalled
+  patience = train_config.patience
+  if patience > 0 and run_state.evals_since_best >= patience and not run_state.stopped_early:
+    run_state.stop(PATIENCE_STOP.format(patience))
+    metrics_lib.log(f'early stop: {run_state.stop_reason}')
+  budget = train_config.get('max_seconds', 0.0)
+  if budget and run_state.wall_seconds >= budget and not run_state.stopped_early:
+    run_state.stop(TIME_STOP.format(budget))
+    metrics_lib.log(f'stop: {run_state.stop_reason}')
+  return state

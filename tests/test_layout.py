@@ -1,0 +1,64 @@
+"""The package's folders are its layers: no module imports from a layer above its own.
+
+Bottom to top: the leaves (config, errors, progress: they import only each other), parallel/
+(mesh, shardings, the vocabulary-sharded softmax, joining processes), files/ (the run folder and its
+logs), data/ and models/, baselines/, training/, tools/, and the command layer (main, entry, cli).
+A module may import its own layer and those below it. One exception, by design: any module with a
+command of its own (`parse_args`/`main`, run as `python -m nplm_jax.tools.score`) uses the command
+layer's argument parser and entry point (cli, entry) for it.
+"""
+
+import ast
+import pathlib
+
+import nplm_jax
+
+PACKAGE = pathlib.Path(nplm_jax.__file__).parent
+RANK = {'config': 0, 'errors': 0, 'progress': 0, 'parallel': 1, 'files': 2, 'data': 3, 'models': 3,
+        'baselines': 4, 'training': 5, 'tools': 6, 'main': 7, 'entry': 7, 'cli': 7}
+COMMAND_LAYER = {'cli', 'entry'}
+
+
+def layer(dotted: str) -> str:
+  """'nplm_jax.training.steps' -> 'training'; 'nplm_jax.config.base_config' -> 'config'."""
+  return dotted.split('.')[1]
+
+
+def imported_modules(path: pathlib.Path):
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith('nplm_jax'):
+      yield from (f'{node.module}.{a.name}' if node.module.count('.') < 2 else node.module for a in node.names)
+    elif isinstance(node, ast.Import):
+      yield from (a.name for a in node.names if a.name.startswith('nplm_jax.'))
+
+
+def modules():
+  for path in sorted(PACKAGE.rglob('*.py')):
+    dotted = '.'.join(('nplm_jax',) + path.relative_to(PACKAGE).with_suffix('').parts)
+    if dotted != 'nplm_jax.__init__':
+      yield dotted, path
+
+
+def test_every_module_sits_in_a_known_layer():
+  unknown = {layer(d.removesuffix('.__init__')) for d, _ in modules()} - set(RANK)
+  assert not unknown, f'modules outside the layers this test knows: {sorted(unknown)}'
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+  upward = []
+  for dotted, path in modules():
+    own = RANK[layer(dotted)]
+    for target in imported_modules(path):
+      if layer(target) in COMMAND_LAYER:
+        continue
+      if RANK[layer(target)] > own:
+        upward.append(f'{dotted} imports {target}')
+  assert not upward, '\n'.join(upward)
+
+
+def test_the_check_sees_an_upward_import(tmp_path):
+  """Positive control: a training module importing a tool is reported."""
+  bad = tmp_path / 'bad.py'
+  bad.write_text('from nplm_jax.tools import score\nfrom nplm_jax import data\n')
+  assert list(imported_modules(bad)) == ['nplm_jax.tools.score', 'nplm_jax.data']
+  assert RANK[layer('nplm_jax.tools.score')] > RANK['training']
