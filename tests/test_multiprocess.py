@@ -49,7 +49,7 @@ def results(workdir):
 
 
 def losses(workdir):
-  return [r['train_loss'] for r in metrics.read_jsonl(epath.Path(workdir) / 'metrics.jsonl') if 'train_loss' in r]
+  return [r['train_loss_mean'] for r in metrics.read_jsonl(epath.Path(workdir) / 'metrics.jsonl') if 'train_loss_mean' in r]
 
 
 def assert_same_run(a, b, rtol=1e-5):

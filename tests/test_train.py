@@ -78,8 +78,8 @@ def test_resume_equals_uninterrupted(tiny_config, tmp_path, anneal, dropout):
 
 def _losses(workdir, with_steps: bool = False) -> list:
   with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
-    return [(r['step'], r['train_loss']) if with_steps else r['train_loss'] for r in map(json.loads, f)
-            if 'train_loss' in r]
+    return [(r['step'], r['train_loss_mean']) if with_steps else r['train_loss_mean'] for r in map(json.loads, f)
+            if 'train_loss_mean' in r]
 
 
 @pytest.mark.parametrize('steps_per_dispatch', [1, 4])
@@ -110,11 +110,68 @@ def test_several_steps_a_dispatch_resume_exactly(tiny_config, tmp_path):
   interrupted.train.max_steps = 37
   train.train_and_evaluate(interrupted, str(tmp_path / 'parts'))
   resumed = train.train_and_evaluate(tiny_config, str(tmp_path / 'parts'))
-  logged = lambda w: [x for x in _losses(w, with_steps=True) if x[0] % 10 == 0]  # the cut run logged step 37 too
+  # The cut run logged step 37 too, so its interval to step 40 holds 3 steps, not 10: that mean differs.
+  logged = lambda w: [x for x in _losses(w, with_steps=True) if x[0] % 10 == 0 and x[0] != 40]
   assert resumed['valid_ppl'] == whole['valid_ppl'] and logged(tmp_path / 'parts') == logged(tmp_path / 'whole')
   a, b = checkpoint_reader.latest_params(str(tmp_path / 'whole')), checkpoint_reader.latest_params(str(tmp_path / 'parts'))
   for k in a:
     np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_host_fed_batches_with_several_steps_a_dispatch_train_every_step_counted(tiny_config, tmp_path, monkeypatch):
+  """train.steps_per_dispatch=4 where device_data='auto' falls back to host-fed batches (the resident
+  bound lowered to 0): the run trains the 40 steps it counts, bit-equal to one step a dispatch."""
+  from nplm_jax.training import device_data  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(device_data, 'DEVICE_DATA_AUTO_MIB', {'cpu': 0, 'accelerator': 0})
+  tiny_config.train.update(max_steps=40, eval_every=20, log_every=10, device_data='auto', steps_per_dispatch=4)
+  fed = train.train_and_evaluate(tiny_config, str(tmp_path / 'fed'))
+  single = tiny_config.copy_and_resolve_references()
+  single.train.update(device_data='off', steps_per_dispatch=1)
+  one = train.train_and_evaluate(single, str(tmp_path / 'one'))
+  assert fed['steps_trained'] == 40 and [h['step'] for h in fed['history']] == [20, 40]
+  assert fed['history'] == one['history'] and _losses(tmp_path / 'fed') == _losses(tmp_path / 'one')
+  a, b = checkpoint_reader.latest_params(str(tmp_path / 'fed')), checkpoint_reader.latest_params(str(tmp_path / 'one'))
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_the_logged_loss_is_the_mean_over_the_interval(tiny_config, tmp_path):
+  """A resident run of 4 steps a dispatch logging every 8 steps logs the mean of those 8 steps' losses
+  (as a run logging every step sees them), not the last dispatch's last loss."""
+  tiny_config.train.update(max_steps=24, eval_every=24, device_data='on')
+  every = tiny_config.copy_and_resolve_references()
+  every.train.update(log_every=1, steps_per_dispatch=1)
+  train.train_and_evaluate(every, str(tmp_path / 'every'))
+  per_step = dict(_losses(tmp_path / 'every', with_steps=True))
+  tiny_config.train.update(log_every=8, steps_per_dispatch=4)
+  train.train_and_evaluate(tiny_config, str(tmp_path / 'interval'))
+  logged = _losses(tmp_path / 'interval', with_steps=True)
+  assert [s for s, _ in logged] == [8, 16, 24]
+  for step, loss in logged:
+    window = [per_step[s] for s in range(step - 7, step + 1)]
+    np.testing.assert_allclose(loss, np.mean(window), rtol=1e-5)
+    assert abs(loss - per_step[step]) > 1e-4  # the last step alone is another number
+
+
+def test_every_dispatch_is_as_long_as_the_boundaries_allow(tiny_config, tmp_path, monkeypatch):
+  """steps_per_dispatch=64 with log_every=50 (the review's case): dispatches of up to 64 steps that end
+  on each log, evaluation and epoch boundary; none of one step where more were allowed."""
+  lengths = []
+  original = train._Dispatcher.__call__
+
+  def counting(self, state, step, num_steps, lr_scale, interval):
+    lengths.append((step, num_steps))
+    return original(self, state, step, num_steps, lr_scale, interval)
+  monkeypatch.setattr(train._Dispatcher, '__call__', counting)
+  tiny_config.train.update(max_steps=300, eval_every=150, log_every=50, steps_per_dispatch=64, device_data='on')
+  plan_epoch = train.experiment_lib.steps_plan(tiny_config, data.TokenStream(
+      data.text_corpus({k: tiny_config.data[f'{k}_file'] for k in data.SPLITS}), 2).num_examples('train'))['steps_per_epoch']
+  train.train_and_evaluate(tiny_config, str(tmp_path))
+  assert sum(n for _, n in lengths) == 300
+  plan = dict(eval_every=150, checkpoint_every=150, steps_per_epoch=plan_epoch, total=300)
+  for step, n in lengths:
+    assert n == min(64, train.next_boundary(step, plan, 50) - step), (step, n)
+  assert all(n == 50 for _, n in lengths[:3]) or plan_epoch < 150
 
 
 def test_dispatches_never_cross_a_boundary():
@@ -137,6 +194,7 @@ def test_steps_per_dispatch_is_chosen_by_backend():
   assert experiment.steps_per_dispatch(train_config, 'tpu', resident=True) == experiment.AUTO_STEPS_PER_DISPATCH
   train_config.steps_per_dispatch = 7
   assert experiment.steps_per_dispatch(train_config, 'cpu', resident=True) == 7
+  assert experiment.steps_per_dispatch(train_config, 'gpu', resident=False) == 1  # host-fed: one a dispatch
 
 
 def test_device_data_is_automatic_within_a_memory_bound(tiny_files):
@@ -401,7 +459,7 @@ def test_the_pallas_softmax_kernel_trains_as_xla_does(tiny_config, tmp_path):
     tiny_config.train.softmax_kernel = kernel
     results[kernel] = train.train_and_evaluate(tiny_config, str(tmp_path / kernel))
     with open(tmp_path / kernel / 'metrics.jsonl', encoding='utf-8') as f:
-      losses[kernel] = [r['train_loss'] for r in map(json.loads, f) if 'train_loss' in r]
+      losses[kernel] = [r['train_loss_mean'] for r in map(json.loads, f) if 'train_loss_mean' in r]
   assert len(losses['xla']) == 6
   np.testing.assert_allclose(losses['pallas'], losses['xla'], rtol=1e-5)
   for key in ('valid_ppl', 'test_ppl'):

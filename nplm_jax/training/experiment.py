@@ -40,14 +40,16 @@ def steps_plan(config, train_examples: int) -> dict:
 
 
 def steps_per_dispatch(train_config, platform: str, resident: bool) -> int:
-  """train.steps_per_dispatch with -1 resolved: 1 on CPU or with host-fed batches; on accelerators
-  the largest divisor of log_every up to AUTO_STEPS_PER_DISPATCH, so that dispatches end exactly on
-  log steps (the loop runs the few steps left before another boundary one a dispatch: each length
-  is a program of its own to compile), or AUTO_STEPS_PER_DISPATCH when that divisor is small."""
+  """The most steps one dispatch runs: 1 with host-fed batches (a dispatch takes one batch from the
+  host), else train.steps_per_dispatch, its -1 resolved: 1 on CPU; on accelerators the largest
+  divisor of log_every up to AUTO_STEPS_PER_DISPATCH, or AUTO_STEPS_PER_DISPATCH when that divisor
+  is small (the loop shortens a dispatch to the next boundary in the same compiled program)."""
   requested = train_config.steps_per_dispatch
+  if not resident:
+    return 1
   if requested > 0:
     return requested
-  if not resident or platform == 'cpu':
+  if platform == 'cpu':
     return 1
   divisor = max(d for d in range(1, AUTO_STEPS_PER_DISPATCH + 1) if train_config.log_every % d == 0)
   return divisor if divisor >= AUTO_STEPS_PER_DISPATCH // 4 else AUTO_STEPS_PER_DISPATCH
@@ -93,6 +95,9 @@ class Experiment:
     self.plan = steps_plan(config, self.stream.num_examples('train'))
     resident = device_data_lib.wanted(config.train, self.stream, self.platform)
     self.steps_per_dispatch = steps_per_dispatch(config.train, self.platform, resident)
+    if not resident and config.train.steps_per_dispatch > 1:
+      log(f'train.steps_per_dispatch={config.train.steps_per_dispatch} applies to data on the devices; these '
+          'batches are gathered on the host, one step a dispatch (train.device_data)')
     self.rows = sharding.process_rows(self.mesh, config.train.batch_size)  # of each batch, this process's
     self.step_batches = data_lib.StepBatches(self.stream, config.seed, config.train.batch_size,
                                              self.plan['steps_per_epoch'], self.plan['total'], self.rows)

@@ -1,11 +1,18 @@
 """Pure train and eval steps, and their jitted, sharded forms.
 
-`train_step(state, contexts, targets, lr_scale) -> (state, metrics)` and `eval_step(params,
-contexts, targets) -> per-token NLL` are plain functions of arrays; `train_dispatch` runs several
-train steps in one call, each gathering its batch from token ids on the devices (device_data), and
-`eval_resident` a split's batches likewise. `compile_steps` jits them once with explicit in/out
-shardings and a donated train state. `lr_scale` multiplies the optimiser's step (learning-rate
-annealing) without recompiling or changing the saved state.
+`train_step(state, contexts, targets, lr_scale) -> (state, loss)` and `eval_step(params,
+contexts, targets) -> per-token NLL` are plain functions of arrays; `train_dispatch` runs up to
+steps_per_dispatch train steps in one call (the count is an argument of the one compiled program),
+each gathering its batch from token ids on the devices (device_data), and `eval_resident` a split's
+batches likewise. Both training forms add each step's loss to an `Interval` carried on the devices
+from call to call, which the loop reads at a log step: the mean loss over the logging interval and
+the first non-finite step. `compile_steps` jits them once with explicit in/out shardings and a
+donated train state. `lr_scale` multiplies the optimiser's step (learning-rate annealing) without
+recompiling or changing the saved state.
+
+Random streams: the parameters are drawn from PRNGKey(seed) (stream 0), a step's dropout masks from
+(seed, DROPOUT_STREAM, step), a sampled loss's noise words from (seed, step); each a function of the
+step alone, so a resumed run draws what the uninterrupted one would.
 """
 
 import collections
@@ -120,16 +127,38 @@ def chunked_map(per_example, inputs, chunk_size: int):
   return jax.lax.map(per_example, chunks).swapaxes(0, 1).reshape(batch)
 
 
-NO_NONFINITE_STEP = np.int32(-1)
+@flax.struct.dataclass
+class Interval:
+  """What the devices accumulate between two looks of the host, carried from call to call.
 
-
-def train_step(state: TrainState, contexts, targets, lr_scale=1.0, first_nonfinite=NO_NONFINITE_STEP, *, model,
-               mesh, optimizer, loss=None, chunk_size=0, seed=0, vocab_block=-1, softmax_kernel='xla'):
-  """One optimiser step on the mean loss of a batch: the exact softmax, or `loss` (sampled).
-
-  metrics['first_nonfinite'] carries the first step whose loss was not finite (-1: none yet) from
-  step to step on the device, so the host checks every step's loss without waiting for each.
+  loss_sum / steps is the mean training loss over the steps since the interval began (every step has
+  the same batch size, so it is also the mean over their examples); first_nonfinite is the first step
+  whose loss was not finite (-1: none yet), so the host checks every step's loss without waiting for
+  each. The loop starts a new interval after each log.
   """
+  loss_sum: jax.Array  # float32 []
+  steps: jax.Array  # int32 []
+  first_nonfinite: jax.Array  # int32 []
+
+  @classmethod
+  def start(cls, first_nonfinite=-1) -> 'Interval':
+    return cls(loss_sum=np.float32(0.0), steps=np.int32(0), first_nonfinite=np.asarray(first_nonfinite, np.int32))
+
+  def add(self, loss, step) -> 'Interval':
+    """The interval with one more step's loss; `step` is the step count after it (state.step)."""
+    bad = (self.first_nonfinite < 0) & ~jnp.isfinite(loss)
+    return Interval(loss_sum=self.loss_sum + loss.astype(jnp.float32), steps=self.steps + 1,
+                    first_nonfinite=jnp.where(bad, step, self.first_nonfinite).astype(jnp.int32))
+
+  def mean_loss(self) -> float:
+    """On the host: the interval's mean loss (waits for its steps)."""
+    return float(self.loss_sum) / max(int(self.steps), 1)
+
+
+def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mesh, optimizer, loss=None,
+               chunk_size=0, seed=0, vocab_block=-1, softmax_kernel='xla'):
+  """One optimiser step on the mean loss of a batch: the exact softmax, or `loss` (sampled).
+  Returns the new state and the batch's loss."""
   def loss_fn(params):
     key = dropout_key(seed, state.step) if model.has_dropout else None
     feats, out = features(model, params, contexts, key), model.output_layer(params)
@@ -147,10 +176,13 @@ def train_step(state: TrainState, contexts, targets, lr_scale=1.0, first_nonfini
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   # Fused by XLA into the parameter update itself: no extra pass over the parameters.
   params = jax.tree.map(lambda p, u: p + lr_scale * u, state.params, updates)
-  step = state.step + 1
-  first_nonfinite = jnp.where((first_nonfinite < 0) & ~jnp.isfinite(loss_value), step, first_nonfinite)
-  return TrainState(step=step, params=params, opt_state=opt_state), {'loss': loss_value,
-                                                                     'first_nonfinite': first_nonfinite}
+  return TrainState(step=state.step + 1, params=params, opt_state=opt_state), loss_value
+
+
+def train_step_in_interval(state: TrainState, contexts, targets, lr_scale, interval: Interval, **step_options):
+  """train_step with its loss added to the interval: (state, {'loss': the batch's, 'interval': ...})."""
+  state, loss = train_step(state, contexts, targets, lr_scale, **step_options)
+  return state, {'loss': loss, 'interval': interval.add(loss, state.step)}
 
 
 def eval_step(params, contexts, targets, *, model, mesh, chunk_size=0, vocab_block=-1, softmax_kernel='xla'):
@@ -160,28 +192,25 @@ def eval_step(params, contexts, targets, *, model, mesh, chunk_size=0, vocab_blo
                      (feats, targets), chunk_size)
 
 
-def train_dispatch(state: TrainState, ids, order, lr_scale, first_nonfinite, *, num_steps: int, steps_per_epoch: int,
-                   batch_size: int, mesh, model, **step_options):
-  """`num_steps` training steps in one call, each gathering its batch on the devices from the train
-  split's resident ids and the epoch's permutation `order` (device_data). The steps lie in one epoch.
+def train_dispatch(state: TrainState, ids, order, lr_scale, interval: Interval, num_steps, *, max_steps: int,
+                   steps_per_epoch: int, batch_size: int, mesh, model, **step_options):
+  """`num_steps` (1 .. max_steps, a traced count) training steps in one call, each gathering its batch
+  on the devices from the train split's resident ids and the epoch's permutation `order`
+  (device_data). The steps lie in one epoch. Returns the state and the interval with their losses.
 
-  One step is the plain step with the gather before it; more are a lax.scan of it. Returns the last
-  step's loss and the first non-finite step, as train_step does.
+  max_steps 1 is the plain step with the gather before it; more are a loop of it whose length is an
+  argument, so one program runs every dispatch between two boundaries at full length.
   """
-  def one(carry, _):
-    state, first_nonfinite = carry
+  def one(_, carry):
+    state, interval = carry
     contexts, targets = device_data.step_batch(ids, order, state.step % steps_per_epoch, batch_size=batch_size,
                                                context_size=model.context_size, mesh=mesh)
-    state, metrics = train_step(state, contexts, targets, lr_scale, first_nonfinite, model=model, mesh=mesh,
-                                **step_options)
-    return (state, metrics['first_nonfinite']), metrics['loss']
+    state, loss = train_step(state, contexts, targets, lr_scale, model=model, mesh=mesh, **step_options)
+    return state, interval.add(loss, state.step)
 
-  if num_steps == 1:
-    (state, first_nonfinite), loss = one((state, first_nonfinite), None)
-  else:
-    (state, first_nonfinite), losses = jax.lax.scan(one, (state, first_nonfinite), None, length=num_steps)
-    loss = losses[-1]
-  return state, {'loss': loss, 'first_nonfinite': first_nonfinite}
+  if max_steps == 1:
+    return one(0, (state, interval))
+  return jax.lax.fori_loop(0, num_steps, one, (state, interval))
 
 
 def eval_resident(params, ids, positions, *, model, mesh, **eval_options):
@@ -220,9 +249,9 @@ class CompiledSteps:
   eval_resident: Callable  # (params, split ids, positions [G, B]) -> nll [G, B] (device_data)
   init: Callable[[], TrainState] | None = None
   state_from_params: Callable | None = None  # params -> a fresh TrainState around them
-  train: Callable | None = None  # (state, contexts, targets, lr_scale=1.0, first_nonfinite=-1) -> (state, metrics)
+  train: Callable | None = None  # (state, contexts, targets, lr_scale=1.0, interval=None) -> (state, metrics)
   lower_train: Callable | None = None  # (state, contexts, targets) -> the lowered train step (memory_analysis)
-  dispatch: Callable | None = None  # num_steps -> jitted (state, ids, order, lr_scale, first_nonfinite)
+  dispatch: Callable | None = None  # max_steps -> jitted (state, ids, order, lr_scale, interval, num_steps)
   state_shardings: Any = None
   abstract_state: Any = None
 
@@ -269,18 +298,18 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
   step_options = dict(optimizer=optimizer, loss=loss, chunk_size=chunk_size, seed=seed, vocab_block=vocab_block,
                       softmax_kernel=softmax_kernel)
   jitted_train = jax.jit(
-      precise(functools.partial(train_step, model=model, mesh=mesh, **step_options)),
+      precise(functools.partial(train_step_in_interval, model=model, mesh=mesh, **step_options)),
       in_shardings=(state_sh, ctx_sh, tgt_sh, replicated, replicated),
       out_shardings=(state_sh, replicated), donate_argnums=0)
 
-  def train(state, contexts, targets, lr_scale=1.0, first_nonfinite=NO_NONFINITE_STEP):
-    return jitted_train(state, contexts, targets, np.float32(lr_scale), first_nonfinite)
+  def train(state, contexts, targets, lr_scale=1.0, interval=None):
+    return jitted_train(state, contexts, targets, np.float32(lr_scale), interval or Interval.start())
 
   @functools.cache
-  def dispatch(num_steps: int):
+  def dispatch(max_steps: int):
     return jax.jit(precise(functools.partial(
-        train_dispatch, num_steps=num_steps, steps_per_epoch=steps_per_epoch, batch_size=batch_size, mesh=mesh,
-        model=model, **step_options)), in_shardings=(state_sh, replicated, replicated, replicated, replicated),
+        train_dispatch, max_steps=max_steps, steps_per_epoch=steps_per_epoch, batch_size=batch_size, mesh=mesh,
+        model=model, **step_options)), in_shardings=(state_sh,) + (replicated,) * 5,
         out_shardings=(state_sh, replicated), donate_argnums=0)
 
   from_params = jax.jit(
@@ -289,7 +318,7 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
   return dataclasses.replace(
       compiled, init=jax.jit(init_state, out_shardings=state_sh), state_from_params=from_params, train=train,
       lower_train=lambda state, contexts, targets: jitted_train.lower(state, contexts, targets, np.float32(1.0),
-                                                                      NO_NONFINITE_STEP),
+                                                                      Interval.start()),
       dispatch=dispatch, state_shardings=state_sh, abstract_state=abstract)
 
 

@@ -376,25 +376,27 @@ def next_boundary(step: int, plan: dict, log_every: int, extra: tuple[int, ...] 
 
 
 class _Dispatcher:
-  """Runs the next steps of training: several a call from the data on the devices, or one batch
-  gathered on the host. Each resident length is compiled once, ahead of time; the first prints its
-  memory."""
+  """Runs the next steps of training: up to train.steps_per_dispatch a call from the data on the
+  devices (one compiled program, the count an argument: compiled ahead of time, its memory printed),
+  or one batch gathered on the host. Returns the state, the interval with the steps' losses added,
+  and how many steps ran: the loop counts those, not the ones it asked for."""
 
   def __init__(self, run: experiment_lib.Experiment, start_step: int):
-    self.run, self._executables = run, {}
+    self.run, self._executable = run, None
     self._next_batch = None if run.device_data is not None else run.batch_reader(start_step)
 
-  def __call__(self, state, step: int, num_steps: int, lr_scale: float, first_nonfinite):
+  def __call__(self, state, step: int, num_steps: int, lr_scale: float, interval: steps_lib.Interval):
     run = self.run
-    if self._next_batch is not None:
-      return run.steps.train(state, *self._next_batch(step), lr_scale, first_nonfinite)
+    if self._next_batch is not None:  # host-fed batches: one step a call
+      state, metrics = run.steps.train(state, *self._next_batch(step), lr_scale, interval)
+      return state, metrics['interval'], 1
     order = run.device_data.train_order(step // run.plan['steps_per_epoch'])
-    args = (state, run.device_data.ids['train'], order, np.float32(lr_scale), first_nonfinite)
-    if num_steps not in self._executables:
-      self._executables[num_steps] = run.steps.dispatch(num_steps).lower(*args).compile()
-      if len(self._executables) == 1:
-        _log_memory(self._executables[num_steps], num_steps)
-    return self._executables[num_steps](*args)
+    args = (state, run.device_data.ids['train'], order, np.float32(lr_scale), interval, np.int32(num_steps))
+    if self._executable is None:
+      self._executable = run.steps.dispatch(run.steps_per_dispatch).lower(*args).compile()
+      _log_memory(self._executable, run.steps_per_dispatch)
+    state, interval = self._executable(*args)
+    return state, interval, num_steps
 
 
 def _log_memory(executable, num_steps: int) -> None:
@@ -443,20 +445,19 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
     metrics_lib.log(f'lr is per example, as in the paper: lr_0 / (1 + r t), t counting examples; a step of '
                     f'{config.train.batch_size} examples moves {config.train.batch_size} x lr')
   in_flight = steps_lib.BoundedDispatch()
-  first_nonfinite = steps_lib.NO_NONFINITE_STEP
+  interval = steps_lib.Interval.start()  # the losses since the last log, summed on the devices
   dispatch = _Dispatcher(run, step)
   profile = _Profile(config.train.profile_steps, run.workdir)
   while step < plan['total'] and not run_state.stopped_early:
-    # Full dispatches up to the next boundary, then single steps: two programs to compile, not one a length.
+    # Every dispatch as long as it can be: up to steps_per_dispatch, never past the next boundary.
     boundary = next_boundary(step, plan, config.train.log_every, profile.boundaries)
-    num_steps = run.steps_per_dispatch if boundary - step >= run.steps_per_dispatch else 1
     profile.before(step)
-    state, metrics = dispatch(state, step, num_steps, run_state.lr_scale, first_nonfinite)
-    first_nonfinite = metrics['first_nonfinite']  # stays on the device: read only below
-    in_flight.push(metrics)  # not the state: it is donated to the next dispatch
-    step += num_steps
+    state, interval, ran = dispatch(state, step, min(run.steps_per_dispatch, boundary - step), run_state.lr_scale,
+                                    interval)
+    in_flight.push(interval)  # not the state: it is donated to the next dispatch
+    step += ran
     if not warm:  # the first dispatch compiled: the rate and ETA start after it (one wait a run)
-      jax.block_until_ready(metrics['loss'])
+      jax.block_until_ready(interval)
       progress.warmed_up(step)
       warm = True
     profile.after(step, state)
@@ -466,21 +467,23 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
     preempted = preemption.reached()
     if log_now or eval_now or save_now or preempted:  # nothing non-finite is logged, evaluated or saved
       checkpoints.check()  # a save that failed in the background stops training here
-      bad_step = int(first_nonfinite)
+      bad_step = int(interval.first_nonfinite)
       if bad_step >= 0:
         raise _diverged(run, checkpoints, run_state, f'the training loss is not finite from step {bad_step} on')
     if log_now:
-      loss = float(metrics['loss'])
+      loss = interval.mean_loss()  # over the steps since the last log
+      interval = steps_lib.Interval.start()
       rate = progress.report(step)
       lr = optim.learning_rate_at(config.optimizer, config.train.batch_size, step) * run_state.lr_scale
-      writer.write(step, {'train_loss': loss, 'learning_rate': lr, 'tokens_per_sec': rate['tokens_per_sec']})
+      writer.write(step, {'train_loss_mean': loss, 'learning_rate': lr, 'tokens_per_sec': rate['tokens_per_sec']})
       shown_lr = lr / config.train.batch_size if config.optimizer.name == 'paper_sgd' else lr
       metrics_lib.log(f'step {step}/{plan["total"]} epoch {step / plan["steps_per_epoch"]:.2f} '
-                      f'{loss_name} {loss:.4f} lr {shown_lr:.4g} {rate["tokens_per_sec"]:,.0f} tok/s ETA {rate["eta"]}')
+                      f'mean {loss_name} {loss:.4f} lr {shown_lr:.4g} {rate["tokens_per_sec"]:,.0f} tok/s '
+                      f'ETA {rate["eta"]}')
       every = config.train.checkpoint_every_seconds
       save_now = save_now or _agreed(bool(every) and time.time() - last_save >= every)
     if eval_now or save_now or run_state.stopped_early or preempted:
-      jax.block_until_ready(metrics['loss'])  # the steps before are training time, not the evaluation's
+      jax.block_until_ready(interval)  # the steps before are training time, not the evaluation's
     if eval_now:
       run_state.wall_seconds = wall_before + (time.time() - segment_start)  # for the evaluation's record
       with progress.paused():

@@ -1,0 +1,129 @@
+"""The pure train and eval steps: random streams, deterministic evaluation, and the interval the
+devices accumulate (the mean loss the loop logs). Each test fails when the thing it names breaks."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from nplm_jax import config as config_lib
+from nplm_jax.models import family as model_family
+from nplm_jax.parallel import sharding
+from nplm_jax.training import integrity
+from nplm_jax.training import optim
+from nplm_jax.training import steps as steps_lib
+
+VOCAB = 41
+FAMILIES = {
+    'bengio2003': dict(kind='bengio2003', n=4, m=8, h=16, direct=True, feature_dropout=0.3, hidden_dropout=0.3),
+    'revisited': dict(kind='revisited', n=4, m=8, h=16, depth=2, distant_tokens=3, distant_kernels=1, tied=True,
+                      layer_norm=True, feature_dropout=0.3, hidden_dropout=0.3),
+}
+
+
+def adamw():
+  config = config_lib.base_config().optimizer
+  config.update(name='adamw', learning_rate=1e-2)
+  return optim.make_optimizer(config, 16)
+
+
+def built(family: str, steps_per_epoch: int = 0, **overrides):
+  config = config_lib.base_config()
+  config.model.update(FAMILIES[family])
+  config.model.update(overrides)
+  config.model.vocab_pad_multiple = 8
+  model = model_family.from_config(config.model, VOCAB, 'cpu')
+  mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
+  compiled = steps_lib.compile_steps(model, adamw(), mesh, seed=3, axis_rules=dict(config.mesh.axis_rules),
+                                     steps_per_epoch=steps_per_epoch, batch_size=16)
+  return model, mesh, compiled
+
+
+def moved(state, seed=0):
+  """The state with every parameter moved off its start (the 2003 output layer starts at zero, where
+  the features, and so their dropout, do not change the loss)."""
+  leaves, tree = jax.tree.flatten(state.params)
+  keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
+  return state.replace(params=jax.tree.unflatten(
+      tree, [x + 0.2 * jax.random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)]))
+
+
+def batch(model, rows=16, seed=0):
+  rng = np.random.default_rng(seed)
+  return (rng.integers(0, VOCAB, (rows, model.context_size)).astype(np.int32),
+          rng.integers(0, VOCAB, (rows,)).astype(np.int32))
+
+
+def step_loss(model, mesh, state, contexts, targets):
+  _, loss = steps_lib.train_step(state, contexts, targets, model=model, mesh=mesh,
+                                 optimizer=adamw(), seed=3)
+  return float(loss)
+
+
+@pytest.mark.parametrize('family', sorted(FAMILIES))
+def test_dropout_masks_differ_between_consecutive_steps(family):
+  """The same parameters and batch at steps 0 and 1: the losses differ only through the masks, which
+  are a function of (seed, step). A key reused at every step gives equal losses."""
+  model, mesh, compiled = built(family)
+  state = moved(compiled.init())
+  contexts, targets = batch(model)
+  at0 = step_loss(model, mesh, state, contexts, targets)
+  at1 = step_loss(model, mesh, state.replace(step=jnp.ones((), jnp.int32)), contexts, targets)
+  again = step_loss(model, mesh, state, contexts, targets)
+  assert at0 == again  # a function of the step ...
+  assert at0 != at1  # ... that changes with it
+
+
+@pytest.mark.parametrize('family', sorted(FAMILIES))
+def test_evaluation_applies_no_dropout(family):
+  """Evaluation of a model with dropout equals that of the same parameters in the same model without
+  it (dropout draws no parameters): no mask, whatever key a step would have."""
+  model, _, compiled = built(family)
+  _, _, plain = built(family, feature_dropout=0.0, hidden_dropout=0.0)
+  params = moved(compiled.init()).params
+  contexts, targets = batch(model, seed=1)
+  with_dropout = np.asarray(compiled.eval(params, contexts, targets))
+  without = np.asarray(plain.eval(params, contexts, targets))
+  np.testing.assert_array_equal(with_dropout, without)
+  train_mode = np.asarray(steps_lib.features(model, params, contexts, jax.random.PRNGKey(0)))
+  eval_mode = np.asarray(steps_lib.features(model, params, contexts))
+  assert not np.array_equal(train_mode, eval_mode)  # the dropout is there to be left out
+
+
+def test_a_dispatch_of_several_steps_reports_the_mean_of_their_losses():
+  """A resident dispatch of 4 steps adds each step's loss to the interval (not only its first or
+  last): the mean equals that of the same 4 steps run one a call on the same batches."""
+  from nplm_jax.training import device_data  # pylint: disable=g-import-not-at-top
+  steps_per_epoch, batch_size = 6, 16
+  model, mesh, compiled = built('bengio2003', steps_per_epoch=steps_per_epoch)
+  ids = np.random.default_rng(2).integers(0, VOCAB, steps_per_epoch * batch_size + model.context_size).astype(np.int32)
+  order = np.random.default_rng(3).permutation(steps_per_epoch * batch_size).astype(np.int32)
+  ids_d, order_d = device_data.put_replicated(mesh, ids), device_data.put_replicated(mesh, order)
+
+  singles, state = [], compiled.init()
+  run_one = compiled.dispatch(1)
+  for _ in range(4):
+    state, interval = run_one(state, ids_d, order_d, np.float32(1.0), steps_lib.Interval.start(), np.int32(1))
+    singles.append(float(interval.loss_sum))
+  state, interval = compiled.dispatch(5)(compiled.init(), ids_d, order_d, np.float32(1.0),
+                                         steps_lib.Interval.start(), np.int32(4))
+  assert int(state.step) == 4 and int(interval.steps) == 4  # the count asked, not the program's most
+  np.testing.assert_allclose(interval.mean_loss(), np.mean(singles), rtol=1e-6)
+  assert len(set(singles)) == 4  # distinct losses: a first or last one alone would not match the mean
+
+
+def test_the_interval_marks_the_first_nonfinite_step():
+  interval = steps_lib.Interval.start()
+  for step, loss in [(1, 2.0), (2, np.inf), (3, np.nan)]:
+    interval = interval.add(jnp.float32(loss), step)
+  assert int(interval.first_nonfinite) == 2 and int(interval.steps) == 3
+
+
+def test_two_swapped_elements_of_a_saved_array_change_its_checksum():
+  rng = np.random.default_rng(0)
+  for dtype in (np.float32, jnp.bfloat16, np.int32):
+    x = np.asarray(rng.normal(size=(7, 9)) * 100).astype(dtype)
+    swapped = x.copy()
+    swapped[1, 2], swapped[5, 6] = x[5, 6], x[1, 2]
+    assert x[1, 2] != x[5, 6]
+    assert integrity.mismatches({'w': jnp.asarray(swapped)}, integrity.checksums({'w': jnp.asarray(x)})) == ["['w']"]
