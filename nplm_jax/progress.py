@@ -17,11 +17,13 @@ EVERY_SECONDS = 10.0  # at most one line this often
 
 
 class StderrProgress:
-  """progress(done, total) for a long tool: a line on stderr at most every `every` seconds, with the
-  rate and the time left, once the work has run `after` seconds (short work prints nothing)."""
+  """progress(done, total) for long work: a line (on stderr, or given to `emit`) at most every `every`
+  seconds, with the rate and the time left, once the work has run `after` seconds (short work
+  prints nothing)."""
 
-  def __init__(self, what: str, after: float | None = None, every: float | None = None):
+  def __init__(self, what: str, after: float | None = None, every: float | None = None, emit=None):
     self.what = what
+    self._emit = emit or (lambda line: print(line, file=sys.stderr, flush=True))
     self.after = AFTER_SECONDS if after is None else after
     self.every = EVERY_SECONDS if every is None else every
     self._start = self._last = time.perf_counter()
@@ -33,5 +35,4 @@ class StderrProgress:
     self._last = now
     rate = done / max(now - self._start, 1e-9)
     shown = f'{rate:,.0f}' if rate >= 10 else f'{rate:.2g}'  # orders of an n-gram come slower than 1/s
-    print(f'{done:,}/{total:,} {self.what} ({shown}/s, ETA {format_duration((total - done) / rate)})',
-          file=sys.stderr, flush=True)
+    self._emit(f'{done:,}/{total:,} {self.what} ({shown}/s, ETA {format_duration((total - done) / rate)})')

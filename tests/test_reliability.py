@@ -463,6 +463,34 @@ def test_signals_outside_the_loop_are_one_line_and_resumable(tiny_files, tmp_pat
   assert_resumes_to(args, workdir, env, tmp_path / 'reference')
 
 
+@pytest.mark.parametrize('point,signame', [('inside_evaluation', 'SIGINT'), ('inside_evaluation', 'SIGTERM'),
+                                           ('inside_final_evaluation', 'SIGINT'),
+                                           ('inside_final_evaluation', 'SIGTERM')])
+def test_signals_during_an_evaluation_stop_it_and_resume(tiny_files, tmp_path, point, signame):
+  """A signal after the first call of an evaluation (the loop's, or the final one) is answered before
+  the evaluation's next call: one line, exit 128 + the signal, and the same command then ends with the
+  uninterrupted run's results (a step saved before its evaluation is evaluated first on resume)."""
+  args = [sys.executable, '-m', 'nplm_jax.main', '--config=' + os.path.join(REPO, 'experiments', 'text.py:tiny'),
+          *(f'--config.data.{s}_file={tiny_files[s]}' for s in ('train', 'valid', 'test')),
+          '--config.train.max_steps=30', '--config.train.eval_every=10', '--config.train.eval_batch_size=8']
+  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO)
+  reference = subprocess.run([*args, f'--workdir={tmp_path / "reference"}'], env=env, capture_output=True, text=True,
+                             timeout=300)
+  assert reference.returncode == 0, reference.stderr
+  workdir = tmp_path / 'stopped'
+  stopped = subprocess.run([*args, f'--workdir={workdir}'], env=dict(env, NPLM_SIGNAL_AT=f'{point}:{signame}'),
+                           capture_output=True, text=True, timeout=300)
+  signum = getattr(signal, signame)
+  assert stopped.returncode == 128 + signum, stopped.stderr
+  lines = stopped.stderr.strip().splitlines()
+  assert len(lines) == 1 and f'stopped by {signame}' in lines[0], stopped.stderr
+  assert 'Traceback' not in stopped.stdout + stopped.stderr
+  if point == 'inside_evaluation':  # stopped in the first evaluation (step 10), before training on
+    assert 'eval step 10' not in stopped.stdout and 'step 20' not in stopped.stdout
+  assert not (workdir / 'results.json').exists()
+  assert_resumes_to(args, workdir, env, tmp_path / 'reference')
+
+
 def test_ctrl_c_during_a_tools_imports_is_one_line(tmp_path):
   """The commands take their signals before importing JAX (nplm_jax.entry): a Ctrl-C at once is one line."""
   proc = subprocess.Popen([sys.executable, '-c', 'from nplm_jax import entry; entry.score()', '--workdir=x', '--text=y'],

@@ -437,10 +437,13 @@ def test_regularised_variants_add_one_change_at_a_time():
   assert (previous.model.n, previous.model.m, previous.model.h) == (7, 100, 300)
 
 
-def test_a_time_budget_ends_at_an_evaluation_and_a_larger_one_goes_on(tiny_config, tmp_path):
+def test_a_time_budget_stops_at_the_next_dispatch_and_a_larger_one_goes_on(tiny_config, tmp_path):
+  """train.max_seconds is checked after every dispatch, not at the next scheduled evaluation: a spent
+  budget stops after the first step, which is then evaluated (the run's one final evaluation)."""
   tiny_config.train.update(max_seconds=1e-3, eval_every=40, num_epochs=2)
   budgeted = train.train_and_evaluate(tiny_config, str(tmp_path))
-  assert budgeted['stopped_early'] and budgeted['steps_trained'] == 40  # the first evaluation after the budget
+  assert budgeted['stopped_early'] and budgeted['steps_trained'] == 1  # before the first evaluation at 40
+  assert [h['step'] for h in budgeted['history']] == [1] and budgeted['step'] == 1
   assert budgeted['test_ppl'] > 0 and budgeted['stop_reason'].startswith('train.max_seconds')
   tiny_config.train.max_seconds = 0.0  # no budget: the same run goes on to its end
   finished = train.train_and_evaluate(tiny_config, str(tmp_path))

@@ -137,7 +137,9 @@ class Progress:
     finally:
       self._paused += time.perf_counter() - began
 
-  def report(self, step: int) -> dict:
+  def report(self, step: int, seconds_left: float | None = None) -> dict:
+    """The rate since the last report and the ETA: the steps left at the measured rate, or the time
+    budget's `seconds_left` when that comes first."""
     now = time.perf_counter()
     steps, seconds = step - self._last_step, max(now - self._last_time - self._paused, 1e-9)
     self._last_step, self._last_time, self._paused = step, now, 0.0
@@ -146,6 +148,8 @@ class Progress:
     steps_per_sec = steps / seconds
     overall = self._measured_steps / self._measured_seconds
     eta = (self._total - step) / overall if overall > 0 else float('inf')
+    if seconds_left is not None:
+      eta = min(eta, max(seconds_left, 0.0))
     return {'steps_per_sec': steps_per_sec, 'tokens_per_sec': steps_per_sec * self._tokens_per_step,
             'eta': format_duration(eta) if eta != float('inf') else '?'}
 

@@ -324,11 +324,12 @@ class Checkpoints:
                       'checkpoints/ away to train again')
     return params
 
-  def reconcile(self, resumed_step: int) -> None:
+  def reconcile(self, resumed_step: int, evaluation_due: bool = False) -> None:
     """Drops best steps newer than the step the run resumes from: a crash came between the two saves
-    of that step (or its latest checkpoint was unreadable), and resuming recomputes it exactly."""
+    of that step (or its latest checkpoint was unreadable), and resuming recomputes it exactly. With
+    the resumed step's own evaluation still to run (a signal stopped it), its best save goes too."""
     for step in self.best.all_steps():
-      if step > resumed_step:
+      if step > resumed_step or (evaluation_due and step == resumed_step):
         metrics.warn(f'best step {step} is newer than the latest checkpoint ({resumed_step}); it is recomputed')
         self.best.delete(step)
 

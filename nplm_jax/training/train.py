@@ -38,7 +38,11 @@ from nplm_jax.training import run_state as run_state_lib
 from nplm_jax.training import steps as steps_lib
 from nplm_jax.files import workdir as workdir_lib
 from nplm_jax.data import workdir_vocab
+from nplm_jax import progress as progress_lib
 from nplm_jax.errors import UserError
+
+# A progress line at least this often, whatever train.log_every says (and during long evaluations).
+PROGRESS_SECONDS = 30.0
 
 # Config keys that must match for a workdir to be resumed (besides its corpus, corpus.json): they
 # change the steps already taken. Others may change (README, "Reliability").
@@ -46,9 +50,10 @@ RESUME_KEYS = ('seed', 'data', 'model', 'optimizer', 'loss', 'train.batch_size')
 
 
 # Fault injection for tests/test_reliability.py: NPLM_SIGNAL_AT=POINT:SIGNAL[:COUNT] sends this
-# process SIGNAL (COUNT times, 20 ms apart, from a thread: a user pressing Ctrl-C twice) at POINT,
-# 'start' (the experiment built, nothing trained) or 'final_evaluation'.
-SIGNAL_POINTS = ('start', 'final_evaluation')
+# process SIGNAL (COUNT times, 20 ms apart, from a thread: a user pressing Ctrl-C twice) at POINT:
+# 'start' (the experiment built, nothing trained), 'final_evaluation' (before it), or
+# 'inside_evaluation' / 'inside_final_evaluation' (after the first call of the loop's first
+# evaluation, or of the final one's first split).
 
 
 def _signal_point(point: str) -> None:
@@ -185,7 +190,7 @@ def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_l
   try:
     with jax.set_mesh(run.mesh):
       state, run_state = distributed.agree_on_errors(lambda: _initial_state(run, checkpoints))
-      checkpoints.reconcile(int(state.step))
+      checkpoints.reconcile(int(state.step), _evaluation_due(int(state.step), run.plan, run_state))
       finished = workdir.read_json('results.json')
       if _nothing_to_train(run, state, run_state) and finished is not None:
         metrics_lib.log(f'{workdir} finished at step {int(state.step)}'
@@ -202,11 +207,15 @@ def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_l
       earlier_seconds = run_state.wall_seconds  # spent by the processes before this one
       writer = metrics_lib.MetricWriter(workdir, resumed_step=int(state.step))
       with Preemption() as preemption:
-        state = _train_loop(run, state, run_state, checkpoints, writer, preemption)
+        state, best_valid = _train_loop(run, state, run_state, checkpoints, writer, preemption)
       has_best = run_state.best_step is not None
       params = run.restore_best_params(checkpoints, run_state.best_step) if has_best else state.params
       _signal_point('final_evaluation')
-      nll = {split: evaluation.split_nll(run, params, split) for split in ('valid', 'test')}
+      between = _evaluation_hooks('inside_final_evaluation')  # a signal here raises entry.Stopped between calls
+      # The best step's validation NLLs are known when this process evaluated it: not computed again.
+      known = best_valid is not None and has_best and best_valid[0] == run_state.best_step
+      nll = {'valid': best_valid[1] if known else evaluation.split_nll(run, params, 'valid', between),
+             'test': evaluation.split_nll(run, params, 'test', between)}
     failing = False
   finally:  # a preempted or failed run's saves complete before it exits (a failing save: the first error is told)
     checkpoints.finish(failing)
@@ -358,6 +367,27 @@ def _agreed(flag: bool) -> bool:
   return bool(multihost_utils.broadcast_one_to_all(np.int32(flag)))
 
 
+class _EvaluationStopped(Exception):
+  """A signal arrived during an evaluation in the loop: the loop saves the step and stops."""
+
+
+def _evaluation_hooks(point: str, stop_requested: Callable[[], bool] | None = None):
+  """between(done, total) for evaluation.split_nll: a progress line on long evaluations, the fault
+  injection point, and a stop between calls once a signal has arrived."""
+  progress = progress_lib.StderrProgress('tokens evaluated', after=PROGRESS_SECONDS, every=PROGRESS_SECONDS,
+                                         emit=metrics_lib.log)
+  calls = [0]
+
+  def between(done: int, total: int) -> None:
+    progress(done, total)
+    calls[0] += 1
+    if calls[0] == 1:
+      _signal_point(point)
+    if stop_requested is not None and stop_requested():
+      raise _EvaluationStopped()
+  return between
+
+
 def _diverged(run: experiment_lib.Experiment, checkpoints, run_state: run_state_lib.RunState, message: str) -> TrainingDiverged:
   """Drops the checkpoints saved since the last finite evaluation and describes the divergence."""
   last_good = run_state.history[-1]['step'] if run_state.history else 0
@@ -432,12 +462,23 @@ class _Profile:
       metrics_lib.log(f'profile of steps {self.first + 1}-{self.last} written to {self.folder}')
 
 
+def _evaluation_due(step: int, plan: dict, run_state: run_state_lib.RunState) -> bool:
+  """A resumed step whose evaluation has not run: a signal stopped it (the step was saved, not its
+  evaluation). The resumed run evaluates it first, as the uninterrupted run did."""
+  scheduled = step > 0 and (step % plan['eval_every'] == 0 or step == plan['total'])
+  return scheduled and not run_state.stopped_early and all(h['step'] != step for h in run_state.history)
+
+
 def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.RunState, checkpoints, writer,
-                preemption):
+                preemption) -> tuple:
+  """Trains to the end of the plan, an early stop or the time budget. Returns the state and the best
+  evaluation's per-token validation NLLs when this process computed them (else None)."""
   config, plan = run.config, run.plan
   step = int(state.step)
   segment_start, wall_before = time.time(), run_state.wall_seconds
-  last_save = time.time()
+  wall = lambda: wall_before + (time.time() - segment_start)
+  budget = config.train.get('max_seconds', 0.0)
+  last_save = last_line = time.time()
   progress = metrics_lib.Progress(step, plan['total'], config.train.batch_size)
   warm = False
   loss_name = LOSS_NAMES[config.loss.name]
@@ -448,6 +489,35 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
   interval = steps_lib.Interval.start()  # the losses since the last log, summed on the devices
   dispatch = _Dispatcher(run, step)
   profile = _Profile(config.train.profile_steps, run.workdir)
+  # Between the calls of an evaluation, a signal stops it (one process: a multi-process job agrees on
+  # its stop step through JAX's preemption service, which counts dispatches, so it stops after).
+  stop_requested = (lambda: preemption.signum is not None) if jax.process_count() == 1 else None
+  best_valid = None  # (step, per-token NLLs) of the best evaluation this process ran
+
+  def evaluate(state):
+    nonlocal best_valid
+    run_state.wall_seconds = wall()  # for the evaluation's record
+    with progress.paused():
+      try:
+        state, nll = _evaluate_and_track(run, state, run_state, step, checkpoints, writer,
+                                         _evaluation_hooks('inside_evaluation', stop_requested))
+      except _EvaluationStopped:  # the step is saved, not its evaluation: a resume runs it first
+        _save(step, state)
+        raise Preempted(preemption.signum, step, run.workdir) from None
+    if run_state.best_step == step:
+      best_valid = (step, nll)
+    return state
+
+  def _save(step, state):
+    run_state.wall_seconds = wall()
+    with progress.paused():
+      saving = time.perf_counter()
+      checkpoints.save_latest(step, state, run_state)
+      checkpoints.save_seconds += time.perf_counter() - saving
+
+  if _evaluation_due(step, plan, run_state):  # its record is saved with the next checkpoint
+    metrics_lib.log(f'evaluating step {step}, which the stopped run saved before its evaluation')
+    state = evaluate(state)
   while step < plan['total'] and not run_state.stopped_early:
     # Every dispatch as long as it can be: up to steps_per_dispatch, never past the next boundary.
     boundary = next_boundary(step, plan, config.train.log_every, profile.boundaries)
@@ -461,8 +531,13 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
       progress.warmed_up(step)
       warm = True
     profile.after(step, state)
-    log_now = step % config.train.log_every == 0 or step == plan['total']
-    eval_now = step % plan['eval_every'] == 0 or step == plan['total']
+    out_of_time = bool(budget) and _agreed(wall() >= budget)  # stops within a dispatch of the budget
+    if out_of_time:
+      run_state.stop(TIME_STOP.format(budget))
+      metrics_lib.log(f'stop at step {step}: {run_state.stop_reason}')
+    log_now = step % config.train.log_every == 0 or step == plan['total'] or out_of_time
+    line_now = log_now or time.time() - last_line >= PROGRESS_SECONDS  # a line at least this often
+    eval_now = step % plan['eval_every'] == 0 or step == plan['total'] or out_of_time
     save_now = step % plan['checkpoint_every'] == 0 or step == plan['total']
     preempted = preemption.reached()
     if log_now or eval_now or save_now or preempted:  # nothing non-finite is logged, evaluated or saved
@@ -470,46 +545,44 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
       bad_step = int(interval.first_nonfinite)
       if bad_step >= 0:
         raise _diverged(run, checkpoints, run_state, f'the training loss is not finite from step {bad_step} on')
-    if log_now:
-      loss = interval.mean_loss()  # over the steps since the last log
-      interval = steps_lib.Interval.start()
-      rate = progress.report(step)
+    if line_now:
+      loss = interval.mean_loss()  # over the steps since the last logged step
+      rate = progress.report(step, seconds_left=budget - wall() if budget else None)
       lr = optim.learning_rate_at(config.optimizer, config.train.batch_size, step) * run_state.lr_scale
-      writer.write(step, {'train_loss_mean': loss, 'learning_rate': lr, 'tokens_per_sec': rate['tokens_per_sec']})
       shown_lr = lr / config.train.batch_size if config.optimizer.name == 'paper_sgd' else lr
       metrics_lib.log(f'step {step}/{plan["total"]} epoch {step / plan["steps_per_epoch"]:.2f} '
                       f'mean {loss_name} {loss:.4f} lr {shown_lr:.4g} {rate["tokens_per_sec"]:,.0f} tok/s '
                       f'ETA {rate["eta"]}')
+      last_line = time.time()
+    if log_now:
+      writer.write(step, {'train_loss_mean': loss, 'learning_rate': lr, 'tokens_per_sec': rate['tokens_per_sec']})
+      interval = steps_lib.Interval.start()
       every = config.train.checkpoint_every_seconds
       save_now = save_now or _agreed(bool(every) and time.time() - last_save >= every)
     if eval_now or save_now or run_state.stopped_early or preempted:
       jax.block_until_ready(interval)  # the steps before are training time, not the evaluation's
     if eval_now:
-      run_state.wall_seconds = wall_before + (time.time() - segment_start)  # for the evaluation's record
-      with progress.paused():
-        state = _evaluate_and_track(run, state, run_state, step, checkpoints, writer)
+      state = evaluate(state)
     if save_now or run_state.stopped_early or preempted:
-      run_state.wall_seconds = wall_before + (time.time() - segment_start)
-      with progress.paused():
-        saving = time.perf_counter()
-        checkpoints.save_latest(step, state, run_state)
-        checkpoints.save_seconds += time.perf_counter() - saving
+      _save(step, state)
       last_save = time.time()
     if preempted:
       raise Preempted(preemption.signum, step, run.workdir)
-  run_state.wall_seconds = wall_before + (time.time() - segment_start)
-  return state
+  run_state.wall_seconds = wall()
+  return state, best_valid
 
 
-def _evaluate_and_track(run: experiment_lib.Experiment, state, run_state: run_state_lib.RunState, step, checkpoints, writer):
+def _evaluate_and_track(run: experiment_lib.Experiment, state, run_state: run_state_lib.RunState, step, checkpoints,
+                        writer, between=None):
   """Validation perplexity, the best parameters so far, annealing, and early stopping with patience.
 
-  Returns the state to go on from: the best parameters when the learning rate was just annealed
-  after an evaluation that did not improve. With annealing on, a stalled evaluation after the last
-  anneal ends training.
+  Returns the state to go on from (the best parameters when the learning rate was just annealed
+  after an evaluation that did not improve) and the per-token validation NLLs. With annealing on, a
+  stalled evaluation after the last anneal ends training. The time budget is the loop's.
   """
   train_config = run.config.train
-  valid_ppl = evaluation.perplexity(evaluation.split_nll(run, state.params, 'valid'))
+  nll = evaluation.split_nll(run, state.params, 'valid', between)
+  valid_ppl = evaluation.perplexity(nll)
   if not math.isfinite(valid_ppl):
     raise _diverged(run, checkpoints, run_state, f'the validation perplexity overflows at step {step}')
   previous_best = run_state.best_valid_ppl
@@ -540,8 +613,4 @@ def _evaluate_and_track(run: experiment_lib.Experiment, state, run_state: run_st
   if patience > 0 and run_state.evals_since_best >= patience and not run_state.stopped_early:
     run_state.stop(PATIENCE_STOP.format(patience))
     metrics_lib.log(f'early stop: {run_state.stop_reason}')
-  budget = train_config.get('max_seconds', 0.0)
-  if budget and run_state.wall_seconds >= budget and not run_state.stopped_early:
-    run_state.stop(TIME_STOP.format(budget))
-    metrics_lib.log(f'stop: {run_state.stop_reason}')
-  return state
+  return state, nll
