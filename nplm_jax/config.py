@@ -41,6 +41,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.max_rare_count = 3  # words seen this often or less share the rare-word symbol
   c.data.vocab_scope = 'corpus'  # count frequencies over the 'corpus' (paper) or 'train' only
   c.data.unit = 'word'  # text and ptb: 'word' or 'char' (characters; '_' for a space, <eos> per line)
+  c.data.blank_lines = 'eos'  # text and ptb: a blank line is one <eos> (WikiText, AWD-LSTM, fairseq); 'skip': none
 
   c.model = ml_collections.ConfigDict()
   # 'bengio2003': the paper's y = b + W x + U tanh(d + H x). 'revisited': Sun & Iyyer (2021)'s modern
@@ -184,7 +185,7 @@ CHAR_TRAINING = {'optimizer.name': 'adamw', 'train.batch_size': 512, 'train.num_
 
 # Keys a workdir saved by older code may lack, where the behaviour it was trained with differs from
 # today's default (every other missing key takes base_config's value, which kept the old behaviour).
-LEGACY_DEFAULTS = {'model.compute_dtype': 'float32'}
+LEGACY_DEFAULTS = {'model.compute_dtype': 'float32', 'data.blank_lines': 'skip'}
 # The corpus paths of a data section: config.json also stores them absolute (ABSOLUTE_PATHS_KEY).
 DATA_PATH_KEYS = ('path', 'train_file', 'valid_file', 'test_file')
 ABSOLUTE_PATHS_KEY = 'absolute_data_paths'
@@ -326,6 +327,7 @@ _CHOICES = [
     ('data.corpus', ('brown', 'ptb', 'text', 'prepared')),
     ('data.vocab_scope', ('corpus', 'train')),
     ('data.unit', ('word', 'char')),
+    ('data.blank_lines', ('eos', 'skip')),
     ('model.kind', ('bengio2003', 'revisited')),
     ('model.compute_dtype', ('auto', 'float32', 'bfloat16')),
     ('model.matmul_precision', ('highest', 'default')),

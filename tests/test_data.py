@@ -53,7 +53,7 @@ def test_text_corpus_adds_eos_and_maps_unseen_words(tmp_path):
   words = lambda s: [corpus.vocab[i] for i in corpus.splits[s]]
   assert words('train') == ['a', 'b', 'c', '<eos>', 'b', 'c', 'a', '<eos>']
   assert words('valid') == ['a', '<unk>', '<eos>']  # z was never seen in train
-  assert words('test') == ['c', '<eos>']  # empty lines add nothing
+  assert words('test') == ['<eos>', 'c', '<eos>']  # a blank line is one <eos> (data.blank_lines)
 
 
 def test_stream_context_crosses_split_boundaries():
@@ -101,3 +101,24 @@ def test_brown_words_are_read_from_their_cache_as_nltk_gives_them(nltk_data, tmp
   assert data.load_brown_words() == first[:5]
   (tmp_path / cached[0]).unlink()
   assert data.load_brown_words() == first and len(first) == 1_161_192
+
+
+def test_blank_lines_are_one_eos_each_as_the_field_counts(tmp_path):
+  """data.blank_lines='eos' (the default): a blank line is one <eos>, as the WikiText, AWD-LSTM and
+  fairseq readers count; 'skip' keeps the older reading (no token), which older workdirs keep."""
+  from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.data import workdir_vocab  # pylint: disable=g-import-not-at-top
+  path = tmp_path / 'text.txt'
+  path.write_text('a b\n\n  \nc\n')
+  assert data.read_lines_with_eos(str(path)) == ['a', 'b', data.EOS, data.EOS, data.EOS, 'c', data.EOS]
+  assert data.read_lines_with_eos(str(path), blank_lines='skip') == ['a', 'b', data.EOS, 'c', data.EOS]
+  assert data.line_tokens('', 'char') == [data.EOS]
+  assert config_lib.base_config().data.blank_lines == 'eos'
+  assert config_lib.from_saved({'data': {'corpus': 'text'}}).data.blank_lines == 'skip'  # a workdir saved before
+  old = {'corpus': 'text', 'unit': 'word', 'boundary': data.EOS, 'rare_word': None, 'max_rare_count': 0,
+         'vocab_scope': 'train'}  # a tokenizer.json written before blank_lines existed
+  assert workdir_vocab.Tokenizer.from_json(old).line_tokens('') == []
+  assert workdir_vocab.Tokenizer.from_json({**old, 'blank_lines': 'eos'}).line_tokens('') == [data.EOS]
+  (tmp_path / 'empty.txt').write_text('\n\n')
+  with pytest.raises(data.DataError, match='holds no tokens'):
+    data.read_lines_with_eos(str(tmp_path / 'empty.txt'))

@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import io
 import os
+import sys
 import threading
 from typing import Iterator, Sequence
 
@@ -197,29 +198,36 @@ def _scope_words(scope: str, corpus_words: Sequence[str], train_words: Sequence[
 SPACE = '_'  # a space, as a character-level token (Mikolov's character-level PTB writes it so)
 
 
-def line_tokens(line: str, unit: str = 'word') -> list[str]:
+# How a blank line is read (data.blank_lines): 'eos', one end-of-line token as after any other line
+# (the field's word-level protocol: the WikiText data, the AWD-LSTM and fairseq readers), or 'skip', no
+# token (how nplm_jax read text before it had this setting; workdirs and prepared corpora made then
+# keep it).
+BLANK_LINES = ('eos', 'skip')
+
+
+def line_tokens(line: str, unit: str = 'word', blank_lines: str = 'eos') -> list[str]:
   """A line's tokens: its whitespace-separated words, or (unit 'char') its characters with single
-  spaces as SPACE; an end-of-line token after a non-empty line. Training, scoring and the n-gram
-  models all tokenise through here."""
+  spaces as SPACE, then an end-of-line token; a blank line is that token alone, or nothing when
+  blank_lines is 'skip'. Training, scoring and the n-gram models all tokenise through here."""
   words = line.split()
   if not words:
-    return []
+    return [EOS] if blank_lines == 'eos' else []
   tokens = words if unit == 'word' else list(SPACE.join(words))
   return tokens + [EOS]
 
 
-def read_lines_with_eos(path: str, unit: str = 'word') -> list[str]:
+def read_lines_with_eos(path: str, unit: str = 'word', blank_lines: str = 'eos') -> list[str]:
   """The tokens of a text file (line_tokens of each line)."""
   check_text_file(path)
   words = []
   with open(path, encoding='utf-8') as f:
     try:
       for line in f:
-        words.extend(line_tokens(line, unit))
+        words.extend(line_tokens(line, unit, blank_lines))
     except UnicodeDecodeError as e:
       raise DataError(f'corpus file {path!r} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start} '
                       'of a block); convert it, e.g. iconv -f latin1 -t utf-8') from None
-  if not words:
+  if all(w == EOS for w in words):
     raise DataError(f'corpus file {path!r} holds no tokens; give a non-empty text file')
   return words
 
@@ -231,9 +239,10 @@ def check_text_file(path: str) -> None:
     raise DataError(f'corpus file {path!r} does not exist; point the config at an existing file')
 
 
-def text_corpus(files: dict[str, str], max_rare_count: int = 0, vocab_scope: str = 'train', unit: str = 'word') -> Corpus:
+def text_corpus(files: dict[str, str], max_rare_count: int = 0, vocab_scope: str = 'train', unit: str = 'word',
+                blank_lines: str = 'eos') -> Corpus:
   """A whitespace-tokenised corpus, one sentence or paragraph a line (PTB's format)."""
-  split_words = {s: read_lines_with_eos(files[s], unit) for s in SPLITS}
+  split_words = {s: read_lines_with_eos(files[s], unit, blank_lines) for s in SPLITS}
   vocab = text_vocab({s: collections.Counter(split_words[s]) for s in SPLITS}, max_rare_count, vocab_scope)
   ids = {s: to_ids(split_words[s], vocab) for s in SPLITS}
   return Corpus(vocab, ids, boundary_id=vocab.index(EOS))
@@ -265,8 +274,8 @@ def ptb_files(path: str) -> dict[str, str]:
   return {s: os.path.join(path, f'ptb.{s}.txt') for s in SPLITS}
 
 
-def ptb_corpus(path: str, unit: str = 'word') -> Corpus:
-  return text_corpus(ptb_files(path), unit=unit)
+def ptb_corpus(path: str, unit: str = 'word', blank_lines: str = 'eos') -> Corpus:
+  return text_corpus(ptb_files(path), unit=unit, blank_lines=blank_lines)  # Mikolov's files have no blank line
 
 
 def split_files(data_config) -> dict[str, str]:
@@ -287,10 +296,10 @@ def load_corpus(data_config) -> Corpus:
     return brown_corpus(data_config.train_tokens, data_config.valid_tokens,
                         data_config.max_rare_count, data_config.vocab_scope)
   if name == 'ptb':
-    return ptb_corpus(data_config.path, data_config.unit)
+    return ptb_corpus(data_config.path, data_config.unit, data_config.blank_lines)
   if name == 'text':
     return text_corpus(split_files(data_config), data_config.max_rare_count, data_config.vocab_scope,
-                       data_config.unit)
+                       data_config.unit, data_config.blank_lines)
   if name == 'prepared':
     return prepared_corpus(data_config.path)
   raise DataError(f"data.corpus={name!r} is unknown; use 'brown', 'ptb', 'text' or 'prepared'")
@@ -326,6 +335,10 @@ def prepared_corpus(path: str) -> Corpus:
     if largest >= len(vocab):
       raise DataError(f'the prepared corpus in {path!r} holds id {largest} in {s}.npy, beyond its {len(vocab)}-word '
                       'vocabulary; prepare it again')
+  source = meta.get('source', {})
+  if source.get('corpus') in ('text', 'ptb') and 'blank_lines' not in source:
+    print(f'note: {path} was prepared before blank lines were read as <eos>: its blank lines have none '
+          '(prepare it again for the current protocol, data.blank_lines)', file=sys.stderr, flush=True)
   return Corpus(vocab, splits, boundary_id=meta['boundary_id'], stored_train_counts=counts, stored_fingerprint=stored)
 
 

@@ -47,11 +47,11 @@ def stream_lines(path: str, what: str = 'read'):
                                'e.g. iconv -f latin1 -t utf-8') from None
 
 
-def count_tokens(path: str, unit: str) -> tuple[collections.Counter, int]:
+def count_tokens(path: str, unit: str, blank_lines: str = 'eos') -> tuple[collections.Counter, int]:
   """Word counts in order of first appearance, and the number of tokens."""
   counts, total = collections.Counter(), 0
   for line in stream_lines(path, 'counted'):
-    tokens = data_lib.line_tokens(line, unit)
+    tokens = data_lib.line_tokens(line, unit, blank_lines)
     counts.update(tokens)
     total += len(tokens)
   if not total:
@@ -59,11 +59,12 @@ def count_tokens(path: str, unit: str) -> tuple[collections.Counter, int]:
   return counts, total
 
 
-def write_ids(path: str, unit: str, index: dict[str, int], rare_id: int, out: np.ndarray) -> None:
+def write_ids(path: str, unit: str, index: dict[str, int], rare_id: int, out: np.ndarray,
+              blank_lines: str = 'eos') -> None:
   """The ids of a file's tokens into `out` (a memory-mapped array of exactly their number)."""
   buffer, at = [], 0
   for line in stream_lines(path, 'written as ids'):
-    buffer.extend(index.get(w, rare_id) for w in data_lib.line_tokens(line, unit))
+    buffer.extend(index.get(w, rare_id) for w in data_lib.line_tokens(line, unit, blank_lines))
     if len(buffer) >= WRITE_CHUNK:
       out[at:at + len(buffer)] = buffer
       at, buffer = at + len(buffer), []
@@ -75,7 +76,7 @@ def text_vocab(data_config, files: dict[str, str], unit: str):
   counts, sizes = {}, {}
   for s in data_lib.SPLITS:
     metrics.log(f'counting {files[s]}')
-    counts[s], sizes[s] = count_tokens(files[s], unit)
+    counts[s], sizes[s] = count_tokens(files[s], unit, data_config.blank_lines)
   return data_lib.text_vocab(counts, data_config.max_rare_count, data_config.vocab_scope), sizes
 
 
@@ -104,7 +105,7 @@ def prepare(data_config, output: str) -> dict:
       ids[:] = corpus.splits[s]
     else:
       metrics.log(f'writing the ids of {files[s]}')
-      write_ids(files[s], unit, index, rare_id, ids)
+      write_ids(files[s], unit, index, rare_id, ids, data_config.blank_lines)
     ids.flush()
     del ids
   boundary = index[data_lib.EOS] if data_lib.EOS in index and data_config.corpus != 'brown' else 0

@@ -36,6 +36,7 @@ class Tokenizer:
   rare_word: str | None  # the symbol words outside the vocabulary are read as (None: the corpus had none)
   max_rare_count: int  # training words seen this often or less became rare_word
   vocab_scope: str  # where those counts were taken: 'corpus' or 'train'
+  blank_lines: str = 'skip'  # 'eos' or 'skip' (data.blank_lines; tokenizer.json written before it: 'skip')
 
   @property
   def end_of_line(self) -> str | None:
@@ -43,7 +44,7 @@ class Tokenizer:
 
   def line_tokens(self, line: str) -> list[str]:
     """A line's tokens as the corpus reader made them (data.line_tokens for text and PTB)."""
-    return line.split() if self.unit is None else data_lib.line_tokens(line, self.unit)
+    return line.split() if self.unit is None else data_lib.line_tokens(line, self.unit, self.blank_lines)
 
   def to_json(self) -> dict:
     return {'format_version': FORMAT_VERSION, **dataclasses.asdict(self), 'end_of_line': self.end_of_line,
@@ -51,7 +52,7 @@ class Tokenizer:
 
   @classmethod
   def from_json(cls, value: dict) -> 'Tokenizer':
-    return cls(**{f.name: value[f.name] for f in dataclasses.fields(cls)})
+    return cls(**{f.name: value[f.name] for f in dataclasses.fields(cls) if f.name in value})
 
   @classmethod
   def for_corpus(cls, data_config, corpus: data_lib.Corpus) -> 'Tokenizer':
@@ -60,7 +61,7 @@ class Tokenizer:
     return cls(corpus=source['corpus'], unit=unit, boundary=corpus.vocab[corpus.boundary_id],
                rare_word=data_lib.RARE if data_lib.RARE in corpus.vocab else None,
                max_rare_count=int(source.get('max_rare_count', 0) if source['corpus'] != 'ptb' else 0),
-               vocab_scope=source.get('vocab_scope', 'corpus'))
+               vocab_scope=source.get('vocab_scope', 'corpus'), blank_lines=source.get('blank_lines', 'skip'))
 
 
 @dataclasses.dataclass(frozen=True)
