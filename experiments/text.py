@@ -3,6 +3,13 @@
 python -m nplm_jax.main --config=experiments/text.py --workdir=runs/mytext \
   --config.data.train_file=train.txt --config.data.valid_file=valid.txt --config.data.test_file=test.txt
 
+Your own text (README, "Your own text"): 'quick' is the 2003 model with brown.py:quick's setting (MLP1
+tuned, noise-contrastive estimation with 1,000 noise words, batch 512), a usable model fast;
+'revisited' is the revisited family as PTB's measured row (ptb.py:ladder4_tied: window 8, 240 distant
+words in 4 kernels, 4 residual blocks, tied vectors, dropout 0.3, AdamW warmed up), mixed with a
+Kneser-Ney 5-gram. Both progress at least every 30 s, evaluate once an epoch and take
+--config.train.max_seconds as a budget.
+
 Variant 'tiny' is a seconds-long model for smoke tests: --config=experiments/text.py:tiny, and
 'tiny_revisited' the same for the revisited family (every part on: blocks, distant kernels, tied).
 Variant 'char' models the text as characters ('_' for a space, <eos> per line), n = 11, with
@@ -10,10 +17,26 @@ results also in bits per character: --config=experiments/text.py:char, and 'char
 revisited family on characters (config.CHAR_REVISITED).
 """
 
-from nplm_jax.config import CHAR_REVISITED, apply_overrides, base_config, char_level
+from nplm_jax.config import CHAR_REVISITED, apply_overrides, base_config, char_level, load_experiment
+
+TEXT_DATA = {'data.corpus': 'text', 'data.max_rare_count': 0, 'data.vocab_scope': 'train', 'data.path': ''}
+
+
+def recipe(experiment: str, variant: str, name: str, epochs: int):
+  """An experiment's measured setting read as plain text files: its model and training, this corpus."""
+  config = apply_overrides(load_experiment(experiment).get_config(variant), TEXT_DATA)
+  config.name = name
+  config.train.update(num_epochs=epochs, eval_every=-1, log_every=100)
+  return config
 
 
 def get_config(arg: str = ''):
+  if arg == 'quick':
+    return recipe('experiments/brown.py', 'quick', 'text_quick', epochs=8)
+  if arg == 'revisited':
+    config = recipe('experiments/ptb.py', 'ladder4_tied', 'text_revisited', epochs=20)
+    config.mix.update(enabled=True, ngram_order=5, smoothing='kneser_ney')
+    return config
   config = base_config()
   config.name = f'text_{arg}' if arg else 'text'
   config.data.corpus = 'text'
@@ -32,5 +55,6 @@ def get_config(arg: str = ''):
     if arg == 'char_revisited':
       apply_overrides(config, CHAR_REVISITED)
   elif arg:
-    raise ValueError(f"unknown text variant {arg!r}; use '', 'tiny', 'tiny_revisited', 'char' or 'char_revisited'")
+    raise ValueError(f"unknown text variant {arg!r}; use '', 'quick', 'revisited', 'tiny', 'tiny_revisited', 'char' "
+                     "or 'char_revisited'")
   return config

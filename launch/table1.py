@@ -78,11 +78,11 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   try:
     if not workdir_lib.as_path(args.root).exists():
-      raise UserError(f'--root={args.root!r} does not exist; run python -m launch.sweep --sweep=table1 '
+      raise UserError(f'--root={args.root!r} does not exist; run nplm-sweep --sweep=table1 '
                       f'--root={args.root} first')
     if not any(our_numbers(args.root, row[0]) for row in PAPER):
       raise UserError(f'--root={args.root!r} holds no run of a Table 1 row (mlp1 ... mlp10, the n-gram points); give '
-                      'the root of python -m launch.sweep --config=experiments/brown.py --sweep=table1')
+                      'the root of nplm-sweep --config=experiments/brown.py --sweep=table1')
     print(render(args.root), end='')
   except UserError as e:
     print(f'error: {e}', file=sys.stderr)

@@ -131,9 +131,9 @@ CASES = [
     ('config_syntax_error', lambda w: ['nplm_jax.main', f'--config={w["broken"]}', f'--workdir={w["base"] / "new"}'],
      'syntax error at line 1'),
     ('no_brown_data', lambda w: ['nplm_jax.main', '--config=experiments/brown.py', f'--workdir={w["base"] / "new"}'],
-     'Brown corpus was not found', {'NLTK_DATA': '/nonexistent'}),
+     'Brown corpus was not found', {'NLTK_DATA': '{base}/no_such_folder'}),
     ('no_ptb_folder', lambda w: ['nplm_jax.main', '--config=experiments/ptb.py', f'--workdir={w["base"] / "new"}',
-                                 '--config.data.path=/nonexistent'], "data.path='/nonexistent' is not a folder"),
+                                 f'--config.data.path={w["base"]}/no_such_folder'], 'no_such_folder\' is not a folder'),
     ('resume_other_model', lambda w: main_args(w, '--config.model.h=17', workdir=w['finished']),
      'different config.model.h'),
     ('resume_other_batch', lambda w: main_args(w, '--config.train.batch_size=16', workdir=w['finished']),
@@ -265,7 +265,8 @@ def test_the_matrix_is_large():
 @pytest.mark.parametrize('case', CASES, ids=[c[0] for c in CASES])
 def test_bad_input_is_one_line_and_touches_nothing(world, case):
   name, build, expected = case[:3]
-  env = dict(os.environ, JAX_PLATFORMS='cpu', **(case[3] if len(case) > 3 else {}))
+  extra = {k: v.format(base=world['base']) for k, v in (case[3] if len(case) > 3 else {}).items()}
+  env = dict(os.environ, JAX_PLATFORMS='cpu', **extra)
   args = build(world)
   before = checksums(world['base'])
   proc = subprocess.run([sys.executable, '-m', *map(str, args)], cwd=REPO, env=env, capture_output=True, text=True,

@@ -206,3 +206,29 @@ def test_export_loads_with_numpy_alone(trained, tmp_path):
   again = run(['-m', 'nplm_jax.tools.export', f'--workdir={trained["workdir"]}', f'--output={tmp_path / "exported"}'],
               tmp_path, check=False)
   assert again.returncode == 1 and 'is not empty' in again.stderr
+
+
+def test_mix_on_a_brown_workdir_reads_the_cached_words_without_nltk_data(nltk_data, tmp_path, monkeypatch):
+  """nplm-mix needs Brown's tokens for its n-gram; with NLTK_DATA unset it reads the words an earlier
+  read cached, when they give the corpus the workdir was trained on, and says so; without a cache, the
+  usual one line about NLTK_DATA."""
+  from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import train  # pylint: disable=g-import-not-at-top
+  cache = tmp_path / 'cache'
+  monkeypatch.setenv('NPLM_CACHE_DIR', str(cache))
+  config = config_lib.load_experiment('experiments/brown.py').get_config('mlp1')
+  config.model.update(m=4, h=4, n=3)
+  config.train.update(max_steps=2, eval_every=2, batch_size=64, eval_batch_size=1024)
+  workdir = tmp_path / 'brown'
+  train.train_and_evaluate(config, str(workdir))
+  assert list(cache.glob('brown-*.txt'))
+  env = {k: v for k, v in os.environ.items() if k != 'NLTK_DATA'}
+  env.update(JAX_PLATFORMS='cpu', PYTHONPATH=REPO, NPLM_CACHE_DIR=str(cache), NLTK_DATA=str(tmp_path / 'none'))
+  mixed = subprocess.run([sys.executable, '-m', 'nplm_jax.tools.mix', f'--workdir={workdir}'], env=env,
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+  assert mixed.returncode == 0, mixed.stderr
+  assert 'read from the cache' in mixed.stderr and json.loads(mixed.stdout)['mix_test_ppl'] > 0
+  env['NPLM_CACHE_DIR'] = str(tmp_path / 'empty_cache')
+  refused = subprocess.run([sys.executable, '-m', 'nplm_jax.tools.mix', f'--workdir={workdir}'], env=env,
+                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
+  assert refused.returncode != 0 and 'NLTK_DATA' in refused.stderr and 'Traceback' not in refused.stderr

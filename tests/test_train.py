@@ -314,12 +314,14 @@ def test_cli_end_to_end_writes_results(tiny_files, tmp_path):
 @pytest.mark.parametrize('args,env,match', [
     (['--config=experiments/brown.py', '--config.model.hh=3'], {}, '--config.model.hh is not a config key'),
     (['--config=experiments/brown.py:mlp11'], {}, "unknown Brown variant 'mlp11'"),
-    (['--config=experiments/brown.py'], {'NLTK_DATA': '/nonexistent'}, 'Brown corpus was not found'),
-    (['--config=experiments/ptb.py', '--config.data.path=/nonexistent'], {}, 'data.path'),
+    (['--config=experiments/brown.py'], {'NLTK_DATA': '{tmp}/no_such_folder'}, 'Brown corpus was not found'),
+    (['--config=experiments/ptb.py', '--config.data.path={tmp}/no_such_folder'], {}, 'data.path'),
     (['--config=experiments/brown.py', '--config.model.n=1'], {}, 'model.n=1'),
 ])
 def test_cli_bad_input_is_one_line(tmp_path, args, env, match):
   (tmp_path / 'keep.txt').write_text('precious')
+  args = [a.format(tmp=tmp_path) for a in args]
+  env = {k: v.format(tmp=tmp_path) for k, v in env.items()}
   proc = run_cli(*args, f'--workdir={tmp_path}', env=env)
   assert proc.returncode != 0
   lines = proc.stderr.strip().splitlines()

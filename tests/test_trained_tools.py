@@ -353,3 +353,12 @@ def test_pos_agreement_counts_shared_tags(workdir, tmp_path):
   rows = pos_agreement.measure(str(tmp_path / 'ext'), lines + read_text(workdir['files']['test']), tagged)
   assert rows['new words vs rows of C']['words'] == 2
   assert all(r['words'] == 0 or 0.0 <= r['agreement'] <= 1.0 for r in rows.values())  # nan: no such words
+
+
+def test_a_prompt_word_outside_the_vocabulary_is_noted_on_stderr(workdir):
+  proc = subprocess.run([sys.executable, '-m', 'nplm_jax.tools.sample', f'--workdir={workdir["path"]}',
+                         '--prompt=w1 zzzunseen', '--num_tokens=3', '--no-stop_at_eos'], capture_output=True, text=True,
+                        env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO), timeout=300)
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stderr.strip().splitlines() == ['note: prompt word(s) outside the vocabulary, read as <unk>: zzzunseen']
+  assert proc.stdout.startswith('w1 zzzunseen ')

@@ -147,6 +147,10 @@ def load_brown_words() -> list[str]:
   return words
 
 
+def _cache_folder() -> str:
+  return os.environ.get('NPLM_CACHE_DIR') or os.path.join(os.path.expanduser('~'), '.cache', 'nplm_jax')
+
+
 def _brown_cache_path(zip_path: str) -> str | None:
   """NPLM_CACHE_DIR (default ~/.cache/nplm_jax)/brown-<hash of the zip's path, size, mtime>.txt."""
   try:
@@ -154,8 +158,27 @@ def _brown_cache_path(zip_path: str) -> str | None:
   except OSError:
     return None
   key = hashlib.sha256(f'{os.path.abspath(zip_path)}:{stat.st_size}:{stat.st_mtime_ns}'.encode()).hexdigest()[:16]
-  folder = os.environ.get('NPLM_CACHE_DIR') or os.path.join(os.path.expanduser('~'), '.cache', 'nplm_jax')
-  return os.path.join(folder, f'brown-{key}.txt')
+  return os.path.join(_cache_folder(), f'brown-{key}.txt')
+
+
+def cached_brown_words() -> tuple[list[str], str] | None:
+  """(words, cache file) of the newest Brown cache, for a tool that needs the corpus where NLTK finds
+  none (its caller checks the words against the workdir's corpus fingerprint); None without one."""
+  import glob  # pylint: disable=g-import-not-at-top
+  caches = sorted(glob.glob(os.path.join(_cache_folder(), 'brown-*.txt')), key=os.path.getmtime)
+  if not caches:
+    return None
+  with open(caches[-1], encoding='utf-8') as f:
+    return f.read().split('\n'), caches[-1]
+
+
+def brown_zip_found() -> bool:
+  import nltk  # pylint: disable=g-import-not-at-top
+  try:
+    nltk.data.find('corpora/brown.zip')
+    return True
+  except LookupError:
+    return False
 
 
 def _write_cache(path: str, words: list[str]) -> None:
@@ -173,9 +196,10 @@ def _write_cache(path: str, words: list[str]) -> None:
 
 
 def brown_corpus(train_tokens: int = 800_000, valid_tokens: int = 200_000,
-                 max_rare_count: int = 3, vocab_scope: str = 'corpus') -> Corpus:
-  """Bengio et al.'s protocol: corpus order, case kept, first 800k train, next 200k valid."""
-  words = load_brown_words()
+                 max_rare_count: int = 3, vocab_scope: str = 'corpus', words: list[str] | None = None) -> Corpus:
+  """Bengio et al.'s protocol: corpus order, case kept, first 800k train, next 200k valid. `words`:
+  Brown's tokens when the caller has them (else read through NLTK)."""
+  words = load_brown_words() if words is None else words
   if train_tokens + valid_tokens >= len(words):
     raise DataError(f'data.train_tokens + data.valid_tokens = {train_tokens + valid_tokens} leaves '
                     f'no test tokens in Brown ({len(words)} tokens); lower them')

@@ -42,6 +42,26 @@ def summary_line(results: dict) -> str:
           f'{results["mix_fitted_weight"]:.3f}: test ppl {results["mix_fitted_test_ppl"]:.2f}')
 
 
+def _corpus(data_config, workdir: workdir_lib.Workdir) -> data_lib.Corpus:
+  """The workdir's corpus for the n-gram. Brown without NLTK_DATA: the words cached by an earlier
+  read, taken only when they give the corpus the workdir was trained on (its corpus.json)."""
+  if data_config.corpus != 'brown' or data_lib.brown_zip_found():
+    return data_lib.load_corpus(data_config)
+  cached = data_lib.cached_brown_words()
+  if cached is None:
+    return data_lib.load_corpus(data_config)  # its one-line error: where to find Brown
+  words, path = cached
+  corpus = data_lib.brown_corpus(data_config.train_tokens, data_config.valid_tokens, data_config.max_rare_count,
+                                 data_config.vocab_scope, words=words)
+  trained_on = (workdir.read_json('corpus.json') or {}).get('fingerprint')
+  if corpus.description()['fingerprint'] != trained_on:
+    raise UserError(f'NLTK finds no Brown corpus and the cached words in {path} are not the corpus {workdir} was '
+                    'trained on; set NLTK_DATA to the folder holding corpora/brown.zip')
+  print(f'note: NLTK finds no Brown corpus: its words read from the cache {path} (the corpus {workdir} was '
+        'trained on)', file=sys.stderr, flush=True)
+  return corpus
+
+
 def parse_args(argv=None):
   from nplm_jax import cli as cli_lib  # pylint: disable=g-import-not-at-top
   parser = cli_lib.ArgumentParser('nplm_jax.tools.mix', description=__doc__)
@@ -67,8 +87,9 @@ def main(argv=None):
       raise UserError(str(e).replace('mix.ngram_order', '--order').replace('mix.weight', '--weight')
                       .replace('--config.--', '--')) from None
     backend.configure(config)
-    nll = evaluation.evaluate_workdir(cli.workdir)
-    results = mixture_results(data_lib.load_corpus(config.data), nll, config.mix)
+    corpus = _corpus(config.data, workdir_lib.Workdir(cli.workdir))
+    nll = evaluation.evaluate_workdir(cli.workdir, corpus=corpus)
+    results = mixture_results(corpus, nll, config.mix)
     results.update(valid_ppl=ngram.perplexity(np.exp(-nll['valid'])), test_ppl=ngram.perplexity(np.exp(-nll['test'])))
     workdir_lib.Workdir(cli.workdir).write_json('mix_results.json', results)
   except UserError as e:

@@ -105,7 +105,12 @@ def iter_samples(model: trained_lib.TrainedModel, prompt: str, num_tokens: int, 
   if stop_at_eos and eos is None:
     raise UserError("--stop_at_eos: this model's corpus has no <eos> (Brown is a plain word stream); use "
                     '--no-stop_at_eos')
-  prompt_ids, _ = model.to_ids(model.prompt_tokens(prompt))
+  prompt_words = model.prompt_tokens(prompt)
+  prompt_ids, oov = model.to_ids(prompt_words)
+  if oov.any():  # on stderr: the samples stay the only output
+    unknown = sorted({w for w, out in zip(prompt_words, oov) if out})
+    print(f'note: prompt word(s) outside the vocabulary, read as {model.vocab[model.rare_id]}: {", ".join(unknown)}',
+          file=sys.stderr, flush=True)
   history = np.concatenate([np.full(model.context_size, model.boundary_id, np.int32), prompt_ids])
   symbols = {model.rare_id, model.boundary_id, eos} - ({eos} if stop_at_eos else set())
   banned = [] if allow_unk else sorted(i for i in symbols if i is not None)

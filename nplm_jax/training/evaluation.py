@@ -125,13 +125,15 @@ def best_params(experiment: experiment_lib.Experiment, checkpoints: ckpt_lib.Che
   return experiment.restore_best_params(checkpoints, best_step(experiment, checkpoints))
 
 
-def evaluate_workdir(workdir_path: str, splits=('valid', 'test'), mesh=None, devices=None) -> dict:
-  """Per-token NLLs of a workdir's best parameters, restored onto `mesh` (any shape) over `devices`."""
+def evaluate_workdir(workdir_path: str, splits=('valid', 'test'), mesh=None, devices=None,
+                     corpus: data_lib.Corpus | None = None) -> dict:
+  """Per-token NLLs of a workdir's best parameters, restored onto `mesh` (any shape) over `devices`,
+  on its config's corpus (or `corpus`, when the caller has read it)."""
   config = load_config(workdir_path)
   if mesh is not None:
     config.mesh.data, config.mesh.model = mesh
   workdir = workdir_lib.Workdir(workdir_path)
-  experiment = experiment_lib.Experiment(config, workdir, devices, training=False)
+  experiment = experiment_lib.Experiment(config, workdir, devices, training=False, corpus=corpus)
   checkpoints = ckpt_lib.Checkpoints(workdir)
   try:
     with jax.set_mesh(experiment.mesh):
