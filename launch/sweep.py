@@ -300,6 +300,8 @@ def main(argv=None) -> int:
   try:
     if bool(args.sweep) == bool(args.grid):
       raise SweepError('give exactly one of --sweep=NAME or --grid=...')
+    if args.parallel < 1:
+      raise SweepError(f'--parallel={args.parallel} runs no point; give 1 or more points at a time')
     if args.sweep:
       experiment = config_lib.load_experiment(args.config.split(':', 1)[0])
       if not hasattr(experiment, 'get_sweep'):

@@ -432,6 +432,10 @@ def _validate_relations(config) -> None:
   cpu_devices = config.mesh.cpu_devices
   if not isinstance(cpu_devices, int) or cpu_devices == 0 or cpu_devices < -1:
     raise UserError(f'mesh.cpu_devices={cpu_devices!r} is invalid; use a positive count or -1 for one per core')
+  most = max_cpu_devices()
+  if cpu_devices > most:  # XLA starts threads for each: 1,000 aborted in its thread creation under a memory limit
+    raise UserError(f'mesh.cpu_devices={cpu_devices} is more host devices than this machine serves ({most}: 4 a core, '
+                    'at least 16); use -1 (one per core) or fewer')
   if train.get('steps_per_dispatch', -1) == 0:
     raise UserError('train.steps_per_dispatch=0 is invalid; use a positive number of steps or -1 for the automatic '
                     'choice')
@@ -471,6 +475,30 @@ def _validate_axis_rules(rules) -> None:
   if dict(rules).get('vocab', 'model') != 'model':
     raise UserError("mesh.axis_rules.vocab must be 'model' (the softmax is vocabulary-parallel over 'model'); "
                     'drop the override')
+
+
+def max_cpu_devices() -> int:
+  """The most CPU host devices a run may ask for: 4 a core, at least 16 (the multi-device tests use 8)."""
+  return max(16, 4 * (os.cpu_count() or 1))
+
+
+def validate_against_corpus(config, vocab_size: int, train_tokens: int) -> None:
+  """The ranges that depend on the corpus, checked in one line once it is read and before anything is
+  built: the context against the training split, the vocabulary padding and the noise samples
+  against |V|."""
+  model = config.model
+  context = model.n - 1 + (model.get('distant_tokens', 0) if model.get('kind', 'bengio2003') == 'revisited' else 0)
+  if context >= train_tokens:
+    raise UserError(f'model.n={model.n} (a context of {context:,} tokens) is longer than the {train_tokens:,} training '
+                    'tokens; lower model.n' + (' or model.distant_tokens' if context != model.n - 1 else ''))
+  most_padding = max(1024, vocab_size)
+  if model.vocab_pad_multiple > most_padding:
+    raise UserError(f'model.vocab_pad_multiple={model.vocab_pad_multiple:,} would pad the {vocab_size:,}-word '
+                    f'vocabulary to {model.vocab_pad_multiple:,} columns; use at most {most_padding:,} (128, the '
+                    'default, suits every backend)')
+  if config.loss.name != 'softmax' and config.loss.num_samples > vocab_size:
+    raise UserError(f'loss.num_samples={config.loss.num_samples:,} exceeds the {vocab_size:,} words of the '
+                    'vocabulary (the exact softmax costs less); use at most that many, or --config.loss.name=softmax')
 
 
 def experiment_file(path: str) -> str:

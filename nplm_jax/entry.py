@@ -57,11 +57,23 @@ def run_command(module: str, function: str = 'main', after_stop: str = AFTER_TOO
   except UserError as e:  # each command reports its own; this catches any that escaped it
     print(f'error: {e}', file=sys.stderr, flush=True)
     status = 1
+  except Exception as e:  # pylint: disable=broad-except  # out of memory at run time: one line, not a traceback
+    if not _out_of_memory(e):
+      raise
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    print(f'error: out of memory ({first[:200]}); lower the sizes the memory estimate could not see (batch, '
+          f'model, samples) or free memory, then run the same command again', file=sys.stderr, flush=True)
+    status = 1
   except KeyboardInterrupt:
     _stop(signal.SIGINT, after_stop)
   except Stopped as stopped:
     _stop(stopped.signum, after_stop)
   sys.exit(status)
+
+
+def _out_of_memory(error: BaseException) -> bool:
+  """Python's MemoryError, or an XLA allocation failure (RESOURCE_EXHAUSTED)."""
+  return isinstance(error, MemoryError) or 'RESOURCE_EXHAUSTED' in str(error)[:500]
 
 
 def _stop(signum: int, after_stop: str) -> None:

@@ -41,9 +41,22 @@ def world(tmp_path_factory):
   (base / 'empty.txt').write_text('\n \n')
   (base / 'unfinished').mkdir()  # a training that has not evaluated yet: its config, no best/
   (base / 'unfinished' / 'config.json').write_text((base / 'finished' / 'config.json').read_text())
+  (base / 'nul.txt').write_bytes(b'the cat\x00 sat\n')
+  (base / 'utf16.txt').write_bytes('the cat sat on the mat\n'.encode('utf-16-le'))  # no byte-order mark
+  (base / 'foreign').mkdir()  # another program's folder: training must not write into it
+  (base / 'foreign' / 'results.json').write_text('{"theirs": 1}\n')
+  (base / 'foreign' / 'notes.txt').write_text('mine\n')
+  prepared = subprocess.run([sys.executable, '-m', 'nplm_jax.data.prepare', '--config=experiments/text.py:tiny', *data,
+                             f'--output={base / "prepared_twice"}'], cwd=REPO, env=env, capture_output=True, text=True,
+                            timeout=300)
+  assert prepared.returncode == 0, prepared.stderr
+  vocab = (base / 'prepared_twice' / 'vocab.txt').read_text().splitlines()
+  vocab[3] = vocab[2].split('\t')[0] + '\t' + vocab[3].split('\t')[1]  # a word listed twice, the sizes kept
+  (base / 'prepared_twice' / 'vocab.txt').write_text('\n'.join(vocab) + '\n')
   return dict(base=base, files=files, data=data, finished=base / 'finished', sweep=sweep_root,
               broken=base / 'broken.py', latin1=base / 'latin1.txt', empty=base / 'empty.txt',
-              unfinished=base / 'unfinished')
+              unfinished=base / 'unfinished', nul=base / 'nul.txt', utf16=base / 'utf16.txt',
+              foreign=base / 'foreign', prepared_twice=base / 'prepared_twice')
 
 
 def tool_args(module, w, *extra, workdir=None, text=None):
@@ -134,6 +147,29 @@ CASES = [
      'Brown corpus was not found', {'NLTK_DATA': '{base}/no_such_folder'}),
     ('no_ptb_folder', lambda w: ['nplm_jax.main', '--config=experiments/ptb.py', f'--workdir={w["base"] / "new"}',
                                  f'--config.data.path={w["base"]}/no_such_folder'], 'no_such_folder\' is not a folder'),
+    # Reliability, third round: binary and inconsistent inputs, values bounded by the corpus and machine
+    ('nul_bytes_corpus', lambda w: main_args(w, f'--config.data.train_file={w["nul"]}'), 'control character U+0000'),
+    ('utf16_without_bom', lambda w: main_args(w, f'--config.data.train_file={w["utf16"]}'), 'UTF-16'),
+    ('prepare_nul_bytes', lambda w: ['nplm_jax.data.prepare', '--config=experiments/text.py:tiny', *w['data'],
+                                     f'--config.data.train_file={w["nul"]}', f'--output={w["base"] / "nothing"}'],
+     'control character U+0000'),
+    ('prepared_vocab_twice', lambda w: ['nplm_jax.main', '--config=experiments/prepared.py',
+                                        f'--workdir={w["base"] / "new"}', f'--config.data.path={w["prepared_twice"]}'],
+     'twice in vocab.txt'),
+    ('workdir_of_another_program', lambda w: main_args(w, workdir=w['foreign']), 'did not write (notes.txt, results.json)'),
+    ('every_word_rare', lambda w: main_args(w, '--config.data.max_rare_count=1000000000'), 'would learn almost nothing'),
+    ('window_beyond_the_corpus', lambda w: main_args(w, '--config.model.n=100000'), 'longer than the'),
+    ('pad_multiple_beyond_the_vocabulary', lambda w: main_args(w, '--config.model.vocab_pad_multiple=10000000'),
+     'would pad the'),
+    ('noise_samples_beyond_the_vocabulary', lambda w: main_args(w, '--config.loss.name=sampled_softmax',
+                                                                '--config.loss.num_samples=10000000'), 'exceeds the'),
+    ('host_devices_beyond_the_machine', lambda w: main_args(w, '--config.mesh.cpu_devices=1000'), 'more host devices'),
+    ('sample_beyond_memory', lambda w: tool_args('sample', w, '--num_tokens=1000000000000', '--no-stop_at_eos'),
+     'GiB available'),
+    ('plot_nan_label', lambda w: tool_args('plot', w, 'curves', '--ngram=kn=nan', f'--output={w["base"] / "nothing.png"}'),
+     'not a perplexity'),
+    ('sweep_parallel_0', lambda w: ['launch.sweep', '--config=experiments/text.py', '--grid=model.h=1,2',
+                                    f'--root={w["base"] / "nothing"}', '--parallel=0'], '--parallel=0'),
     ('resume_other_model', lambda w: main_args(w, '--config.model.h=17', workdir=w['finished']),
      'different config.model.h'),
     ('resume_other_batch', lambda w: main_args(w, '--config.train.batch_size=16', workdir=w['finished']),

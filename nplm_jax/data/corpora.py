@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import io
 import os
+import re
 import sys
 import threading
 from typing import Iterator, Sequence
@@ -240,13 +241,31 @@ def line_tokens(line: str, unit: str = 'word', blank_lines: str = 'eos') -> list
   return tokens + [EOS]
 
 
+# Control characters no text corpus holds (tab, newline, vertical tab, form feed and carriage return
+# are whitespace): a binary file, or text in another encoding (UTF-16 without a byte-order mark reads
+# as UTF-8 with a NUL after every ASCII character).
+_CONTROL = re.compile('[\x00-\x08\x0e-\x1f\x7f]')
+
+
+def check_text_line(line: str, path: str, number: int) -> None:
+  """One line of error for a line holding a control character (line numbers from 1)."""
+  found = _CONTROL.search(line)
+  if found is None:
+    return
+  code = ord(found.group())
+  hint = ('NUL bytes: binary data, or UTF-16 text without a byte-order mark; convert it, e.g. iconv -f utf-16le '
+          '-t utf-8' if code == 0 else 'a binary file? give UTF-8 text')
+  raise DataError(f'corpus file {path!r} holds control character U+{code:04X} on line {number} ({hint})')
+
+
 def read_lines_with_eos(path: str, unit: str = 'word', blank_lines: str = 'eos') -> list[str]:
   """The tokens of a text file (line_tokens of each line)."""
   check_text_file(path)
   words = []
   with open(path, encoding='utf-8') as f:
     try:
-      for line in f:
+      for number, line in enumerate(f, 1):
+        check_text_line(line, path, number)
         words.extend(line_tokens(line, unit, blank_lines))
     except UnicodeDecodeError as e:
       raise DataError(f'corpus file {path!r} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start} '
@@ -346,6 +365,10 @@ def prepared_corpus(path: str) -> Corpus:
     with open(os.path.join(path, 'vocab.txt'), encoding='utf-8') as f:
       rows = [line.rstrip('\n').split('\t') for line in f]
     vocab = tuple(row[0] for row in rows)
+    if len(set(vocab)) != len(vocab):
+      twice = next(w for w, n in collections.Counter(vocab).items() if n > 1)
+      raise DataError(f'the prepared corpus in {path!r} lists {twice!r} twice in vocab.txt (each word must have one '
+                      'id); prepare it again')
     splits = {s: np.load(os.path.join(path, f'{s}.npy'), mmap_mode='r') for s in SPLITS}
     # Folders prepared before meta.json held a fingerprint counted words, not ids: counted again here.
     stored = meta.get('fingerprint')

@@ -41,6 +41,7 @@ def stream_lines(path: str, what: str = 'read'):
       for i, line in enumerate(f):
         if not i % PROGRESS_LINES:
           progress(f.buffer.tell(), total)  # the bytes read ahead of the decoder: within a chunk
+        data_lib.check_text_line(line, path, i + 1)
         yield line
     except UnicodeDecodeError as e:
       raise data_lib.DataError(f'corpus file {path!r} is not UTF-8 text (byte 0x{e.object[e.start]:02x}); convert it, '

@@ -22,6 +22,13 @@ def as_path(path: str | os.PathLike) -> epath.Path:
   return epath.Path(text if '://' in text else os.path.abspath(text))
 
 
+# What a training workdir holds: the run's own files (RUN_FILES, written once config.json is) and the
+# folders and lock that exist from the start (checkpoints, best/, the TensorBoard events, a profile).
+RUN_FILES = frozenset({'config.json', 'corpus.json', 'vocab.tsv', 'tokenizer.json', 'metrics.jsonl', 'results.json',
+                       'mix_results.json', 'added_words.json'})
+RUN_ENTRIES = RUN_FILES | {'lock', 'checkpoints', 'best', 'tensorboard', 'profile'}
+
+
 class Workdir:
   """A run's folder: config.json, results.json, metrics and the checkpoints below it."""
 
@@ -44,6 +51,20 @@ class Workdir:
     except OSError as e:
       raise UserError(f'--workdir={str(self.path)!r} cannot be written ({e.strerror or e}); '
                       'choose a folder you can write to') from None
+
+  def check_only_ours(self) -> None:
+    """Refuses a folder holding files this program did not write (training would overwrite or append
+    to them): every entry must be one of a run's, and the run files need the run's config.json."""
+    if not self.path.exists():
+      return
+    names = {p.name for p in self.path.iterdir()}
+    foreign = sorted(n for n in names if n not in RUN_ENTRIES and not n.startswith('.write_probe_'))
+    if 'config.json' not in names:
+      foreign = sorted(set(foreign) | (names & RUN_FILES))  # a run's names, but no run of ours made them
+    if foreign:
+      shown = ', '.join(foreign[:5]) + (f' and {len(foreign) - 5} more' if len(foreign) > 5 else '')
+      raise UserError(f'--workdir={str(self.path)!r} holds files this program did not write ({shown}); use a new or '
+                      'empty --workdir (nothing in this one was changed)')
 
   def remove_if_unused(self) -> None:
     """Removes the folder when nothing but this run's own lock is in it (a start that failed)."""

@@ -12,6 +12,7 @@ training words' feature vectors C, projected on their first two principal compon
 """
 
 import json
+import math
 import sys
 
 import matplotlib
@@ -74,10 +75,13 @@ def ngram_line(spec: str) -> tuple[str, float]:
   label, eq, value = spec.partition('=')
   if eq:
     try:
-      return label, float(value)
+      ppl = float(value)
     except ValueError:
-      raise UserError(f'--ngram={spec!r}: {value!r} is not a perplexity; use LABEL=NUMBER or an n-gram '
-                      'results.json') from None
+      ppl = math.nan
+    if not math.isfinite(ppl) or ppl < 1:  # a perplexity is at least 1; nan or inf would draw nothing
+      raise UserError(f'--ngram={spec!r}: {value!r} is not a perplexity (a finite number >= 1); use LABEL=NUMBER or '
+                      'an n-gram results.json')
+    return label, ppl
   path = workdir_lib.as_path(spec)
   if path.is_dir():
     path = path / 'results.json'

@@ -82,6 +82,20 @@ def check_settings(num_tokens: int, temperature: float, top_k: int, top_p: float
 # Samples drawn together, at most this many at a time: memory stays [SAMPLES_AT_ONCE, |V|] whatever
 # --num_samples (each sample is a function of (seed, its index) alone, so chunks change nothing).
 SAMPLES_AT_ONCE = 256
+# Host bytes a drawn word costs while its chunk of samples is drawn: its id in the histories (int32)
+# and among the drawn rows (int64), and the text it becomes (a word and a space, 16 bytes on average).
+BYTES_A_WORD = 4 + 8 + 16
+
+
+def check_memory(model, num_tokens: int, num_samples: int, prompt_words: int) -> None:
+  """Refuses in one line a draw whose chunk of samples cannot be held (e.g. --num_tokens=10**12)."""
+  from nplm_jax.training import memory  # pylint: disable=g-import-not-at-top
+  words = min(num_samples, SAMPLES_AT_ONCE) * (model.context_size + prompt_words + num_tokens)
+  needed, available = words * BYTES_A_WORD, memory.host_available_bytes()
+  if available is not None and needed > available:
+    raise UserError(f'--num_tokens={num_tokens:,} x {min(num_samples, SAMPLES_AT_ONCE)} samples at a time needs about '
+                    f'{needed / 2**30:,.1f} GiB and this host has {available / 2**30:,.1f} GiB available; draw fewer '
+                    'words a sample')
 
 
 def sample(model: trained_lib.TrainedModel, prompt: str, num_tokens: int, temperature: float = 1.0, top_k: int = 0,
@@ -105,6 +119,7 @@ def iter_samples(model: trained_lib.TrainedModel, prompt: str, num_tokens: int, 
   if stop_at_eos and eos is None:
     raise UserError("--stop_at_eos: this model's corpus has no <eos> (Brown is a plain word stream); use "
                     '--no-stop_at_eos')
+  check_memory(model, num_tokens, num_samples, len(prompt.split()))
   prompt_words = model.prompt_tokens(prompt)
   prompt_ids, oov = model.to_ids(prompt_words)
   if oov.any():  # on stderr: the samples stay the only output

@@ -55,6 +55,26 @@ def steps_per_dispatch(train_config, platform: str, resident: bool) -> int:
   return divisor if divisor >= AUTO_STEPS_PER_DISPATCH // 4 else AUTO_STEPS_PER_DISPATCH
 
 
+# Shares of the training tokens read as the rare-word symbol above which a run is warned, and refused:
+# a model of almost nothing but <unk> reports a low perplexity that means nothing (every word of a
+# corpus rare gave |V| = 2 and valid ppl 1.20).
+RARE_SHARE_WARNING = 0.5
+RARE_SHARE_LIMIT = 0.9
+
+
+def check_rare_share(data_config, corpus: data_lib.Corpus, train_counts) -> None:
+  if data_lib.RARE not in corpus.vocab or not train_counts.sum():
+    return
+  share = float(train_counts[corpus.vocab.index(data_lib.RARE)]) / float(train_counts.sum())
+  setting = f'data.max_rare_count={data_config.get("max_rare_count", 0)}'
+  if share >= RARE_SHARE_LIMIT:
+    raise UserError(f'{share:.1%} of the training tokens are {data_lib.RARE} (|V| = {corpus.vocab_size}, {setting}): '
+                    'the model would learn almost nothing; lower data.max_rare_count')
+  if share >= RARE_SHARE_WARNING:
+    metrics_lib.warn(f'{share:.1%} of the training tokens are {data_lib.RARE} (|V| = {corpus.vocab_size}, {setting}); '
+                     'perplexities then say little about the words')
+
+
 class Experiment:
   """One run's pieces, built from a config: mesh, corpus, model, compiled steps.
 
@@ -77,6 +97,8 @@ class Experiment:
     if added:  # a workdir made by nplm_jax.tools.extend: words appended to V
       self.corpus = dataclasses.replace(self.corpus, vocab=self.corpus.vocab + tuple(added['words']))
     log(f'corpus {config.data.corpus}: {self.corpus.summary()}')
+    if training:
+      config_lib.validate_against_corpus(config, self.corpus.vocab_size, self.corpus.num_tokens('train'))
     self.model = model_family.from_config(config.model, self.corpus.vocab_size, self.platform)
     sharding.check_divisibility(self.mesh, config.train.batch_size, config.train.eval_batch_size,
                                 self.model.padded_vocab_size)
@@ -102,6 +124,7 @@ class Experiment:
     self.step_batches = data_lib.StepBatches(self.stream, config.seed, config.train.batch_size,
                                              self.plan['steps_per_epoch'], self.plan['total'], self.rows)
     self.train_counts = train_counts = self.corpus.unigram_counts('train')  # a pass unless stored (prepared)
+    check_rare_share(config.data, self.corpus, train_counts)
     self.optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size)
     sampled = steps_lib.make_sampled_loss(config.loss, train_counts, config.seed)
     bias_counts = train_counts if config.model.unigram_bias_init else None

@@ -65,8 +65,7 @@ def parameter_shapes(model_config, vocab_size: int) -> tuple[int, int]:
   return model_family.parameter_split(model_family.from_config(model_config, vocab_size))
 
 
-def host_available_bytes() -> int | None:
-  """The memory this host can still give (MemAvailable), or None where it cannot be read."""
+def _meminfo_available() -> int | None:
   try:
     with open('/proc/meminfo', encoding='ascii') as f:
       fields = dict(line.split(':', 1) for line in f)
@@ -76,6 +75,45 @@ def host_available_bytes() -> int | None:
       return os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
     except (ValueError, OSError, AttributeError):
       return None
+
+
+def _cgroup_available() -> int | None:
+  """What this process's cgroup lets it still take (v2 memory.max - memory.current, or v1's limit)."""
+  for limit_file, usage_file in (('/sys/fs/cgroup/memory.max', '/sys/fs/cgroup/memory.current'),
+                                 ('/sys/fs/cgroup/memory/memory.limit_in_bytes',
+                                  '/sys/fs/cgroup/memory/memory.usage_in_bytes')):
+    try:
+      with open(limit_file, encoding='ascii') as f:
+        limit = f.read().strip()
+      with open(usage_file, encoding='ascii') as f:
+        usage = int(f.read().strip())
+    except (OSError, ValueError):
+      continue
+    if limit == 'max' or not limit.isdigit() or int(limit) >= 2**60:  # no limit (v1 writes a huge number)
+      return None
+    return max(int(limit) - usage, 0)
+  return None
+
+
+def _address_space_available() -> int | None:
+  """What `ulimit -v` (RLIMIT_AS) leaves this process beyond its present address space."""
+  try:
+    import resource  # pylint: disable=g-import-not-at-top  # POSIX only
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+      return None
+    with open('/proc/self/statm', encoding='ascii') as f:
+      size = int(f.read().split()[0]) * os.sysconf('SC_PAGE_SIZE')
+    return max(soft - size, 0)
+  except (ImportError, OSError, ValueError, AttributeError):
+    return None
+
+
+def host_available_bytes() -> int | None:
+  """The memory this process can still take: the least of the host's MemAvailable, its cgroup's room
+  and its address-space limit (ulimit -v), or None where none can be read."""
+  known = [b for b in (_meminfo_available(), _cgroup_available(), _address_space_available()) if b is not None]
+  return min(known) if known else None
 
 
 def available_bytes(mesh) -> tuple[int | None, str]:

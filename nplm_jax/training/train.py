@@ -139,6 +139,7 @@ def _start(config, workdir: workdir_lib.Workdir, lock: workdir_lib.Lock) -> expe
   config_lib.validate(config)
   existed = workdir.path.exists()
   try:
+    workdir.check_only_ours()  # before anything is written into it
     workdir.prepare()
     if distributed.is_leader():
       stale = lock.acquire()
