@@ -337,8 +337,11 @@ def test_checkpoints_saved_without_checksums_still_load_with_a_note(two_checkpoi
   for step_dir in [workdir / 'checkpoints' / s for s in ('20', '40')] + [workdir / 'best' / s for s in os.listdir(
       workdir / 'best') if s.isdigit()]:
     drop_checksums(str(step_dir))
+  os.remove(workdir / 'integrity.json')  # written by nplm_jax since checksums are kept
   train.train_and_evaluate(config, str(workdir))
-  assert capsys.readouterr().out.count('was saved without checksums') == 1  # once a run
+  captured = capsys.readouterr()
+  assert captured.err.count('was saved without checksums') == 1  # once a run, on stderr
+  assert 'without checksums' not in captured.out
   assert_same_outcome(workdir, folder / 'reference', logged_steps=False)  # the base run logged its last step, 40
 
 
@@ -357,7 +360,7 @@ def test_no_readable_checkpoint_is_one_line_and_nothing_is_deleted(two_checkpoin
 @pytest.mark.parametrize('damage,match', [
     (lambda w: (w / 'best' / '40' / 'default' / 'manifest.ocdbt').write_bytes(b'xx'), 'best parameters .* cannot be read'),
     (lambda w: (w / 'config.json').write_text('{garbled'), 'config.json.*cannot be read'),
-    (lambda w: flip_one_bit(str(w / 'best' / '40' / 'default')), 'best parameters .* differ from their checksums'),
+    (lambda w: flip_one_bit(str(w / 'best' / '40' / 'default')), 'best parameters .* cannot be trusted .*differs from'),
 ])
 def test_a_damaged_best_or_config_is_one_line(two_checkpoints, tmp_path, damage, match):
   config, folder = two_checkpoints
@@ -370,6 +373,74 @@ def test_a_damaged_best_or_config_is_one_line(two_checkpoints, tmp_path, damage,
   with pytest.raises(UserError, match=match) as e:
     train.train_and_evaluate(finished, str(workdir))
   assert '\n' not in str(e.value)
+
+
+def _metadata_damage(kind: str, path: str) -> None:
+  if kind == 'deleted':
+    os.remove(path)
+  elif kind == 'truncated':
+    with open(path, 'r+b') as f:
+      f.truncate(os.path.getsize(path) // 2)
+  else:  # garbled
+    with open(path, 'wb') as f:
+      f.write(b'\x00garbled{')
+
+
+@pytest.mark.parametrize('kind', ['truncated', 'garbled', 'deleted'])
+@pytest.mark.parametrize('flip', [False, True], ids=['intact', 'bit_flipped'])
+def test_a_damaged_checksum_record_fails_closed(two_checkpoints, tmp_path, kind, flip):
+  """The best step's _CHECKPOINT_METADATA truncated, garbled or deleted (with its arrays intact, or one
+  bit flipped in them): no tool reads the parameters unchecked (one line), with integrity.json there or
+  deleted too (the latest steps' own checksums then say the workdir keeps them)."""
+  from nplm_jax.tools import trained as trained_lib  # pylint: disable=g-import-not-at-top
+  _, folder = two_checkpoints
+  for without_record in (False, True):
+    workdir = tmp_path / f'run_{without_record}'
+    shutil.copytree(folder / 'base', workdir)
+    if flip:
+      flip_one_bit(str(workdir / 'best' / '40' / 'default'))
+    _metadata_damage(kind, str(workdir / 'best' / '40' / '_CHECKPOINT_METADATA'))
+    if without_record:
+      os.remove(workdir / 'integrity.json')
+    with pytest.raises(UserError) as e:
+      trained_lib.TrainedModel.load(str(workdir))
+    assert '\n' not in str(e.value) and ('cannot be trusted' in str(e.value) or 'cannot be read' in str(e.value))
+
+
+@pytest.mark.parametrize('kind', ['truncated', 'garbled', 'deleted'])
+def test_a_damaged_latest_checksum_record_sets_the_step_aside(two_checkpoints, tmp_path, capsys, kind):
+  config, folder = two_checkpoints
+  workdir = tmp_path / 'run'
+  shutil.copytree(folder / 'base', workdir)
+  _metadata_damage(kind, str(workdir / 'checkpoints' / '40' / '_CHECKPOINT_METADATA'))
+  train.train_and_evaluate(config, str(workdir))
+  assert 'checkpoint step 40 cannot be read' in capsys.readouterr().err
+  assert_same_outcome(workdir, folder / 'reference')
+
+
+@pytest.mark.parametrize('damage,match', [
+    (lambda w: (w / 'vocab.tsv').write_text(_swapped_lines((w / 'vocab.tsv').read_text(), 3, 4)), 'vocab.tsv differs'),
+    (lambda w: (w / 'tokenizer.json').write_text((w / 'tokenizer.json').read_text().replace('"train"', '"corpus"')),
+     'tokenizer.json differs'),
+    (lambda w: (w / 'integrity.json').write_text((w / 'integrity.json').read_text()[:-20]), 'integrity.json is damaged'),
+])
+def test_the_files_beside_the_checkpoints_are_checked(two_checkpoints, tmp_path, damage, match):
+  """Two lines of vocab.tsv swapped (it still parses), tokenizer.json changed, or the integrity record
+  itself damaged: the tools refuse in one line instead of scoring with the wrong words."""
+  from nplm_jax.tools import trained as trained_lib  # pylint: disable=g-import-not-at-top
+  _, folder = two_checkpoints
+  workdir = tmp_path / 'run'
+  shutil.copytree(folder / 'base', workdir)
+  damage(workdir)
+  with pytest.raises(UserError, match=match) as e:
+    trained_lib.TrainedModel.load(str(workdir))
+  assert '\n' not in str(e.value)
+
+
+def _swapped_lines(text: str, i: int, j: int) -> str:
+  lines = text.splitlines(keepends=True)
+  lines[i], lines[j] = lines[j], lines[i]
+  return ''.join(lines)
 
 
 def test_a_best_step_newer_than_the_latest_is_recomputed(two_checkpoints, tmp_path, capsys):

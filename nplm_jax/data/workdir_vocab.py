@@ -99,6 +99,7 @@ class Vocabulary:
     tokenizer = workdir.read_json(TOKENIZER_FILE)
     if tokenizer is None:
       return None
+    workdir.check_files((VOCAB_FILE, TOKENIZER_FILE))  # two lines swapped still parse: the digest sees them
     path = workdir.file(VOCAB_FILE)
     try:
       rows = [line.split('\t') for line in path.read_text().splitlines()]

@@ -5,6 +5,7 @@ goes through epath.Path, which Orbax uses for the checkpoints too. In a multi-pr
 process reads these files and only the leader (process 0) writes them.
 """
 
+import hashlib
 import json
 import os
 import socket
@@ -25,7 +26,12 @@ def as_path(path: str | os.PathLike) -> epath.Path:
 # What a training workdir holds: the run's own files (RUN_FILES, written once config.json is) and the
 # folders and lock that exist from the start (checkpoints, best/, the TensorBoard events, a profile).
 RUN_FILES = frozenset({'config.json', 'corpus.json', 'vocab.tsv', 'tokenizer.json', 'metrics.jsonl', 'results.json',
-                       'mix_results.json', 'added_words.json'})
+                       'mix_results.json', 'added_words.json', 'integrity.json'})
+# The workdir's integrity record: that its checkpoints carry checksums, and the SHA-256 of the files the
+# tools read beside them (vocab.tsv, tokenizer.json), itself closed by a digest of its content. Whether
+# a checkpoint must carry checksums is known from here and from every other step's metadata, so one
+# damaged or deleted file cannot make a check pass unseen.
+INTEGRITY_FILE = 'integrity.json'
 RUN_ENTRIES = RUN_FILES | {'lock', 'checkpoints', 'best', 'tensorboard', 'profile'}
 
 
@@ -66,6 +72,44 @@ class Workdir:
       raise UserError(f'--workdir={str(self.path)!r} holds files this program did not write ({shown}); use a new or '
                       'empty --workdir (nothing in this one was changed)')
 
+  def file_digest(self, name: str) -> str | None:
+    path = self.file(name)
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+
+  def write_integrity(self, files: tuple[str, ...]) -> None:
+    """Records that checkpoints carry checksums and the digests of `files` (leader only). An existing
+    record is checked instead, so a file damaged between runs is not recorded as good."""
+    if self.integrity() is not None:
+      self.check_files(files)
+      return
+    record = {'format': 1, 'checkpoint_checksums': True, 'files': {n: self.file_digest(n) for n in files}}
+    self.write_json(INTEGRITY_FILE, {**record, 'digest': _record_digest(record)})
+
+  def integrity(self) -> dict | None:
+    """The integrity record; None for a workdir written before it; one line for a damaged one."""
+    try:
+      record = self.read_json(INTEGRITY_FILE)
+    except UserError:
+      record = {'digest': None}
+    if record is None:
+      return None
+    body = {k: v for k, v in record.items() if k != 'digest'}
+    if record.get('digest') != _record_digest(body):
+      raise UserError(f'{self.file(INTEGRITY_FILE)} is damaged (its digest does not match); restore it from a copy '
+                      'of the workdir')
+    return body
+
+  def check_files(self, files: tuple[str, ...]) -> None:
+    """One line when a recorded file changed since training wrote it (or was deleted)."""
+    record = self.integrity()
+    if record is None:
+      return
+    for name in files:
+      expected = record.get('files', {}).get(name)
+      if expected is not None and self.file_digest(name) != expected:
+        raise UserError(f'{self.file(name)} differs from the file training wrote (its SHA-256 in {INTEGRITY_FILE}); '
+                        'restore it from a copy of the workdir')
+
   def remove_if_unused(self) -> None:
     """Removes the folder when nothing but this run's own lock is in it (a start that failed)."""
     if self.path.exists() and {p.name for p in self.path.iterdir()} <= {'lock'}:
@@ -94,6 +138,10 @@ class Workdir:
     """Writes a text file of the workdir atomically, on the leader only."""
     if distributed.is_leader():
       write_text_atomically(self.file(name), text)
+
+
+def _record_digest(record: dict) -> str:
+  return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 
 def write_text_atomically(path: epath.Path, text: str) -> None:

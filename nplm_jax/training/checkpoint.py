@@ -149,6 +149,7 @@ class Checkpoints:
     """read_only: for tools that only read a workdir; folders it lacks are not created."""
     self.save_seconds = 0.0  # what the training loop spent in save calls (copies off the devices, mostly)
     self._noted_unverified = False
+    self._workdir = workdir
     self.latest = ocp.CheckpointManager(
         workdir.file('checkpoints'), options=_options(keep, 'latest', create=not read_only),
         item_handlers={'state': ocp.StandardCheckpointHandler(), 'meta': ocp.JsonCheckpointHandler()})
@@ -232,19 +233,42 @@ class Checkpoints:
                      custom_metadata={CHECKSUMS: integrity.checksums(params)}, force=True)
     _crash_point('best_writing', step)
 
-  def _changed_arrays(self, manager, step: int, tree) -> list[str]:
-    """The arrays of a restored step that differ from the checksums saved with it ([] when they
-    match, or for a step saved before checksums were kept: noted once)."""
+  def _checksums_of(self, manager, step: int) -> tuple[dict | None, str]:
+    """(the checksums saved with a step or None, why none: 'missing' or 'unreadable')."""
     try:
-      expected = (manager.metadata(step).custom_metadata or {}).get(CHECKSUMS)
-    except Exception:  # pylint: disable=broad-except  # unreadable metadata: the restore itself would have failed
-      expected = None
+      return (manager.metadata(step).custom_metadata or {}).get(CHECKSUMS), 'missing'
+    except Exception:  # pylint: disable=broad-except  # truncated, garbled or deleted metadata
+      return None, 'unreadable'
+
+  def _checksums_expected(self, manager, step: int) -> bool:
+    """Whether this workdir saves checksums, known without the step's own metadata: its integrity
+    record (a damaged one: yes), or any other step of latest or best carrying them."""
+    try:
+      record = self._workdir.integrity()
+    except UserError:
+      return True
+    if record is not None and record.get('checkpoint_checksums'):
+      return True
+    for other in (self.latest, self.best):
+      for s in other.all_steps():
+        if not (other is manager and s == step) and self._checksums_of(other, s)[0] is not None:
+          return True
+    return False
+
+  def _changed_arrays(self, manager, step: int, tree) -> str | None:
+    """Why a restored step cannot be trusted (an array that differs from its checksum, or the checksum
+    record missing or unreadable in a workdir that saves them), or None; a step saved before
+    checksums were kept is read as it is, with one note on stderr."""
+    expected, why = self._checksums_of(manager, step)
     if expected is None:
+      if self._checksums_expected(manager, step):
+        return f'its checksum record is {why}'
       if not self._noted_unverified:
-        metrics.log(f'{manager.directory}/{step} was saved without checksums (by an older nplm_jax): read as it is')
+        metrics.note(f'{manager.directory}/{step} was saved without checksums (by an older nplm_jax): read as it is')
         self._noted_unverified = True
-      return []
-    return integrity.mismatches(tree, expected)
+      return None
+    changed = integrity.mismatches(tree, expected)
+    return f'{changed[0]} differs from its checksum: the files changed after they were saved' if changed else None
 
   def _best_committed(self, step: int, run_state: run_state_lib.RunState) -> bool:
     """False for a latest checkpoint saved with a best save of its own step that never committed."""
@@ -277,9 +301,9 @@ class Checkpoints:
       if not self._best_committed(step, run_state):
         problems.append((step, f'its best save of step {step} did not commit'))
         continue
-      changed = self._changed_arrays(self.latest, step, state)
-      if changed:
-        problems.append((step, f'{changed[0]} differs from its checksum: the files changed after they were saved'))
+      untrusted = self._changed_arrays(self.latest, step, state)
+      if untrusted:
+        problems.append((step, untrusted))
         continue
       for bad_step, reason in problems:
         aside = self._set_aside(self.latest, bad_step)
@@ -317,11 +341,10 @@ class Checkpoints:
     except Exception as e:  # pylint: disable=broad-except
       raise UserError(f'the best parameters in {self.best.directory}/{step} cannot be read ({_reason(e)}); '
                       'restore them from a copy, or move best/ and checkpoints/ away to train again') from None
-    changed = self._changed_arrays(self.best, step, params)
-    if changed:
-      raise UserError(f'the best parameters in {self.best.directory}/{step} differ from their checksums ({changed[0]}: '
-                      'the files changed after they were saved); restore them from a copy, or move best/ and '
-                      'checkpoints/ away to train again')
+    untrusted = self._changed_arrays(self.best, step, params)
+    if untrusted:
+      raise UserError(f'the best parameters in {self.best.directory}/{step} cannot be trusted ({untrusted}); restore '
+                      'them from a copy, or move best/ and checkpoints/ away to train again')
     return params
 
   def reconcile(self, resumed_step: int, evaluation_due: bool = False) -> None:

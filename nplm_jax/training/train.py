@@ -205,6 +205,7 @@ def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_l
         workdir.write_json('corpus.json', run.corpus.description())
       if not workdir.file(workdir_vocab.TOKENIZER_FILE).exists():  # the tools read these, never the corpus
         workdir_vocab.Vocabulary.from_corpus(config.data, run.corpus, run.train_counts).write(workdir)
+      workdir.write_integrity((workdir_vocab.VOCAB_FILE, workdir_vocab.TOKENIZER_FILE))
       earlier_seconds = run_state.wall_seconds  # spent by the processes before this one
       writer = metrics_lib.MetricWriter(workdir, resumed_step=int(state.step))
       with Preemption() as preemption:
