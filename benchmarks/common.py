@@ -7,7 +7,9 @@ import jax
 import numpy as np
 
 from benchmarks import timing
-from nplm_jax.models import bengio2003 as model_lib
+from nplm_jax.training import in_flight as in_flight_lib
+from nplm_jax.training import sampled_noise
+from nplm_jax.models import output_layer
 from nplm_jax.models import family as model_family
 from nplm_jax.training import optim
 from nplm_jax.parallel import sharding
@@ -44,7 +46,7 @@ def peak_matmul_tflops(dtype: str, size: int, repeats: int = 5, steps: int = 10)
   jax.block_until_ready(matmul(a, b))
 
   def run():
-    in_flight = steps_lib.BoundedDispatch()
+    in_flight = in_flight_lib.InFlightLimit()
     for _ in range(steps):
       in_flight.push(matmul(a, b))
     in_flight.drain()
@@ -96,7 +98,7 @@ def build_train_step(config, vocab: int, mesh):
   """(compiled steps, fresh state) for `config`'s model over a vocabulary of `vocab` words."""
   model = model_family.from_config(config.model, vocab, mesh.devices.flat[0].platform)
   optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size)
-  sampled = steps_lib.make_sampled_loss(config.loss, np.ones(vocab), config.seed)  # uniform noise: random data
+  sampled = sampled_noise.make_sampled_loss(config.loss, np.ones(vocab), config.seed)  # uniform noise: random data
   compiled = steps_lib.compile_steps(model, optimizer, mesh, loss=sampled, chunk_size=config.train.chunk_size,
                                       vocab_block=config.train.vocab_block,
                                       matmul_precision=config.model.matmul_precision,
@@ -114,7 +116,7 @@ def time_train_step(config, vocab: int, mesh, steps: int, repeats: int) -> dict:
   batch_size = config.train.batch_size
   model, compiled, state = build_train_step(config, vocab, mesh)
   rows = sharding.process_rows(mesh, batch_size)
-  batches = [tuple(steps_lib.put_process_rows(mesh, x[rows], batch_size) for x in b)
+  batches = [tuple(sharding.put_process_rows(mesh, x[rows], batch_size) for x in b)
              for b in random_batches(vocab, model.context_size, batch_size, steps)]
   with jax.set_mesh(mesh):
     executable = compiled.lower_train(state, *batches[0]).compile()
@@ -134,4 +136,4 @@ def time_train_step(config, vocab: int, mesh, steps: int, repeats: int) -> dict:
   return {'mesh': f'{data}x{model_axis}', 'batch_size': batch_size, 'step_ms': round(1e3 * seconds, 2),
           'train_tokens_per_sec': round(batch_size / seconds, 1), **memory_mib(executable),
           'output_layer_mib_per_device': round(
-              holder[0].params[model_lib.OUTPUT].addressable_shards[0].data.nbytes / 2**20, 2)}
+              holder[0].params[output_layer.OUTPUT].addressable_shards[0].data.nbytes / 2**20, 2)}

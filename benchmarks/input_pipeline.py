@@ -17,6 +17,7 @@ from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-positio
 from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 from ml_collections import config_flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from nplm_jax.training import in_flight as in_flight_lib
 from nplm_jax import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
 from nplm_jax.parallel import sharding  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -36,7 +37,6 @@ def main(argv):
   import jax  # pylint: disable=g-import-not-at-top
   from benchmarks import common  # pylint: disable=g-import-not-at-top
   from nplm_jax.data import input_pipeline  # pylint: disable=g-import-not-at-top
-  from nplm_jax.training import steps as steps_lib  # pylint: disable=g-import-not-at-top
   from nplm_jax.training import experiment as experiment_lib  # pylint: disable=g-import-not-at-top
   from nplm_jax.files import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
 
@@ -50,7 +50,7 @@ def main(argv):
 
     def stretch(next_batch) -> float:
       nonlocal state
-      in_flight = steps_lib.BoundedDispatch()
+      in_flight = in_flight_lib.InFlightLimit()
       start = time.perf_counter()
       for _ in range(FLAGS.steps):
         state, metrics = run.steps.train(state, *next_batch())

@@ -74,13 +74,12 @@ def op_times(trace_dir: str, module: str) -> collections.Counter:
 def main(argv):
   del argv
   import jax  # pylint: disable=g-import-not-at-top
-  from nplm_jax.training import steps as steps_lib  # pylint: disable=g-import-not-at-top
   config = ARGS.config
   config.train.batch_size = ARGS.batch_size
   backend.configure(config)  # before JAX starts its backends
   mesh = sharding.make_mesh(config.mesh)
   model, compiled, state = common.build_train_step(config, ARGS.vocab, mesh)
-  batches = [tuple(steps_lib.put_batch(mesh, x) for x in b)
+  batches = [tuple(sharding.put_batch(mesh, x) for x in b)
              for b in common.random_batches(ARGS.vocab, model.context_size, ARGS.batch_size, ARGS.steps)]
   trace_dir = ARGS.trace_dir or tempfile.mkdtemp(prefix='nplm_profile_')
   with jax.set_mesh(mesh):

@@ -25,6 +25,7 @@ from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-positio
 from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 from ml_collections import config_flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from nplm_jax.training import in_flight as in_flight_lib
 from nplm_jax import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
 from nplm_jax.parallel import sharding  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -69,14 +70,13 @@ def measure(config, batch_size: int) -> dict:
   from jax.sharding import NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top
   from benchmarks import common  # pylint: disable=g-import-not-at-top
   from benchmarks import timing  # pylint: disable=g-import-not-at-top
-  from nplm_jax.training import steps as steps_lib  # pylint: disable=g-import-not-at-top
 
   config.train.batch_size = batch_size
   mesh = sharding.make_mesh(config.mesh)
   sharding.check_divisibility(mesh, batch_size, batch_size, -(-FLAGS.vocab // config.model.vocab_pad_multiple) *
                               config.model.vocab_pad_multiple)
   model, compiled, state = common.build_train_step(config, FLAGS.vocab, mesh)
-  batches = [tuple(steps_lib.put_batch(mesh, x) for x in b)
+  batches = [tuple(sharding.put_batch(mesh, x) for x in b)
              for b in common.random_batches(FLAGS.vocab, model.context_size, batch_size, FLAGS.steps)]
   m = config.model
   train_flops = common.train_flops_per_token(model.padded_vocab_size, m.n, m.m, m.h, m.direct)
@@ -86,7 +86,7 @@ def measure(config, batch_size: int) -> dict:
     holder = [state]
 
     def train_steps():
-      s, in_flight = holder[0], steps_lib.BoundedDispatch()
+      s, in_flight = holder[0], in_flight_lib.InFlightLimit()
       for b in batches:
         s, metrics = compiled.train(s, *b)
         in_flight.push(metrics)
@@ -94,7 +94,7 @@ def measure(config, batch_size: int) -> dict:
       holder[0] = s
 
     def eval_steps():
-      in_flight = steps_lib.BoundedDispatch()
+      in_flight = in_flight_lib.InFlightLimit()
       for b in batches:
         in_flight.push(compiled.eval(holder[0].params, *b))
       in_flight.drain()
@@ -117,7 +117,7 @@ def measure(config, batch_size: int) -> dict:
     jax.block_until_ready(fn(*args))
 
     def products(fn=fn, args=args):  # two [B, |V|] results alive at most (they may finish out of order)
-      in_flight = steps_lib.BoundedDispatch()
+      in_flight = in_flight_lib.InFlightLimit()
       for _ in range(FLAGS.steps):
         in_flight.push(fn(*args))
       in_flight.drain()

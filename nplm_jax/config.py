@@ -63,7 +63,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.vocab_pad_multiple = 128
   # 'float32' | 'bfloat16' | 'auto': the dtype of every matmul's operands (the hidden layer's and the
   # output layer's), with float32 accumulation; parameters, optimiser state, tanh, the softmax and
-  # the loss stay float32. 'auto': bfloat16 on GPUs and TPUs, float32 on CPUs (model.AUTO_COMPUTE_DTYPE;
+  # the loss stay float32. 'auto': bfloat16 on GPUs and TPUs, float32 on CPUs (backend_defaults.TABLE;
   # README, "GPUs and TPUs": what it costs in perplexity and gains in speed).
   c.model.compute_dtype = 'auto'
   # What float32 matmuls mean: 'highest' = exact float32 on every backend (the paper's arithmetic; the
@@ -100,22 +100,22 @@ def base_config() -> ml_collections.ConfigDict:
   # > 0: the softmax goes over each shard's vocabulary this many columns at a time (online log-sum-exp,
   # logits recomputed in the backward pass): bounds the step's logits by batch x vocab_block and keeps
   # them in cache on a CPU. 0: all of a shard's columns at once. -1: 4096 for shards of 32,768 columns
-  # or more, else 0 (measured: vocab_softmax.STREAM_FROM_COLUMNS).
+  # or more, else 0 (measured: backend_defaults.TABLE).
   c.train.vocab_block = -1
   # The exact softmax's output layer: 'xla' (the matmul, then the softmax, as XLA fuses them), 'pallas'
   # (fused Pallas kernels that never write a shard's logits to memory: nplm_jax/parallel/softmax_kernel.py; on CPU
   # in interpret mode, for tests only), 'auto': the one measured faster on the backend
-  # (vocab_softmax.AUTO_SOFTMAX_KERNEL). Sampled losses are unaffected.
+  # (backend_defaults.TABLE). Sampled losses are unaffected.
   c.train.softmax_kernel = 'auto'
   # Token ids on the devices ('on'), each step's batch gathered inside the jitted step from the epoch's
   # permutation (sent once an epoch): no host work per step. 'off': gathered on the host each step.
-  # 'auto': on when the train split's ids and permutation take at most DEVICE_DATA_AUTO_MIB a device
+  # 'auto': on when the train split's ids and permutation take at most backend_defaults.TABLE's MiB a device
   # (data.device_data_fits), and no input_threads.
   c.train.device_data = 'auto'
   # Training steps per dispatch (a lax.scan of steps in one jitted call; needs device data). Logging,
   # evaluation, checkpoints and signals act between dispatches, which never cross log_every,
   # eval_every, checkpoint_every or an epoch's end. -1: 1 on CPU (the host is not the bound there),
-  # AUTO_STEPS_PER_DISPATCH on GPUs and TPUs (README, "GPUs and TPUs").
+  # backend_defaults.TABLE's most on GPUs and TPUs (README, "GPUs and TPUs").
   c.train.steps_per_dispatch = -1
   # Deterministic GPU reductions (XLA's --xla_gpu_deterministic_ops): the same run gives the same
   # bits, so a resumed run ends bit-equal to an uninterrupted one there too. No effect on CPU/TPU.

@@ -11,6 +11,7 @@ from jax.sharding import AxisType, Mesh
 
 from nplm_jax.training import evaluation
 from nplm_jax.models import bengio2003 as model_lib
+from nplm_jax.models import output_layer
 from nplm_jax.training import optim
 from nplm_jax.models import revisited
 from nplm_jax.parallel import softmax_kernel
@@ -38,12 +39,12 @@ def small_model(**kw):
 
 
 def random_params(model, seed=0):
-  params = model_lib.init_params(model)
+  params = output_layer.init_params(model)
   keys = jax.random.split(jax.random.PRNGKey(seed), len(params))
   out = {k: 0.3 * jax.random.normal(key, v.shape) for key, (k, v) in zip(keys, sorted(params.items()))}
   # the padded columns hold what init gives them (zero weights, PADDING_LOGIT bias), to check they keep it
-  out[model_lib.OUTPUT] = out[model_lib.OUTPUT].at[:, model.vocab_size:].set(
-      params[model_lib.OUTPUT][:, model.vocab_size:])
+  out[output_layer.OUTPUT] = out[output_layer.OUTPUT].at[:, model.vocab_size:].set(
+      params[output_layer.OUTPUT][:, model.vocab_size:])
   return out
 
 
@@ -96,25 +97,25 @@ def test_sharded_training_matches_dense(shape, chunk, vocab_block, dense_referen
   with jax.set_mesh(mesh):
     grad_fn = jax.jit(jax.grad(lambda p, c, t: jnp.mean(steps_lib.token_nll(model, mesh, p, c, t))),
                       out_shardings=compiled.param_shardings)
-    grads = grad_fn(params, *(steps_lib.put_batch(mesh, x) for x in batch(0)))
+    grads = grad_fn(params, *(sharding.put_batch(mesh, x) for x in batch(0)))
     state = compiled.state_from_params(params)
     losses = []
     for step in range(3):
-      state, metrics = compiled.train(state, *(steps_lib.put_batch(mesh, x) for x in batch(step)))
+      state, metrics = compiled.train(state, *(sharding.put_batch(mesh, x) for x in batch(step)))
       losses.append(float(metrics['loss']))
   np.testing.assert_allclose(losses, dense_reference['losses'], rtol=1e-5)
   with jax.set_mesh(mesh):  # the (chunked) eval step gives the dense per-token NLL, in batch order
     contexts, targets = batch(9)
-    nll = compiled.eval(state.params, steps_lib.put_batch(mesh, contexts), steps_lib.put_batch(mesh, targets))
+    nll = compiled.eval(state.params, sharding.put_batch(mesh, contexts), sharding.put_batch(mesh, targets))
   dense_nll = vocab_softmax.dense_token_nll(model.apply({'params': dense_reference['params']}, contexts), targets)
   np.testing.assert_allclose(np.asarray(nll), np.asarray(dense_nll), rtol=1e-4)
   for k, g in dense_reference['grads'].items():
     assert rel_err(grads[k], g) <= 1e-5, (k, rel_err(grads[k], g))
   for k, p in dense_reference['params'].items():
     assert rel_err(state.params[k], p) <= 1e-5, (k, rel_err(state.params[k], p))
-    if k == model_lib.OUTPUT:  # padded columns got no gradient and kept their initial values
+    if k == output_layer.OUTPUT:  # padded columns got no gradient and kept their initial values
       np.testing.assert_array_equal(np.asarray(state.params[k])[:, VOCAB:],
-                                    np.asarray(model_lib.init_params(model)[k])[:, VOCAB:])
+                                    np.asarray(output_layer.init_params(model)[k])[:, VOCAB:])
 
 
 @pytest.mark.parametrize('shape', [(1, 8), (2, 4)], ids=lambda s: f'mesh{s[0]}x{s[1]}')
@@ -126,15 +127,15 @@ def test_vocab_parallel_softmax_equals_dense(shape, vocab):
   targets = targets % vocab
   targets[:3] = [0, vocab - 1, vocab // 2]  # first, last and a middle shard own a target
   feats = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
-  out = params[model_lib.OUTPUT]
+  out = params[output_layer.OUTPUT]
   masked = lambda lg: jnp.where(jnp.arange(lg.shape[-1]) < vocab, lg, -jnp.inf)
-  logits = masked(model_lib.dense_logits(feats, out))
+  logits = masked(output_layer.dense_logits(feats, out))
 
   def sharded(f, o):
     return jnp.sum(vocab_softmax.token_nll(f, o, targets, mesh=mesh) * jnp.arange(1.0, BATCH + 1))
 
   def dense(f, o):
-    return jnp.sum(vocab_softmax.dense_token_nll(masked(model_lib.dense_logits(f, o)), targets) *
+    return jnp.sum(vocab_softmax.dense_token_nll(masked(output_layer.dense_logits(f, o)), targets) *
                    jnp.arange(1.0, BATCH + 1))
 
   with jax.set_mesh(mesh):
@@ -160,7 +161,7 @@ def test_bfloat16_streamed_gradient_is_summed_over_data_in_float32():
     loss = lambda o, vb=vocab_block: jnp.sum(vocab_softmax.token_nll(feats, o, targets, mesh=mesh, compute_dtype='bfloat16',
                                                                      vocab_block=vb))
     with jax.set_mesh(mesh):
-      grads[vocab_block] = jax.jit(jax.grad(loss))(params[model_lib.OUTPUT])
+      grads[vocab_block] = jax.jit(jax.grad(loss))(params[output_layer.OUTPUT])
   assert rel_err(grads[8], grads[0]) < 3e-4, rel_err(grads[8], grads[0])
 
 
@@ -171,8 +172,8 @@ def test_checksums_do_not_depend_on_the_mesh():
   found = set()
   for shape in MESHES:
     mesh = mesh_of(shape)
-    specs = sharding.param_specs(model_lib.logical_specs(small_model(vocab_size=64)), {'vocab': 'model'})
-    placed = jax.device_put(params, sharding.tree_shardings(mesh, params, specs))
+    placed = jax.device_put(params, sharding.named_shardings(
+        mesh, output_layer.logical_specs(small_model(vocab_size=64)), {'vocab': 'model'}))
     found.add(tuple(sorted(integrity.checksums(placed).items())))
   assert len(found) == 1
 
@@ -194,13 +195,13 @@ def test_train_step_never_gathers_the_vocabulary():
   contexts, targets = batch(0)
   with jax.set_mesh(mesh):
     state = compiled.init()
-    hlo = compiled.lower_train(state, steps_lib.put_batch(mesh, contexts), steps_lib.put_batch(mesh, targets % vocab)
+    hlo = compiled.lower_train(state, sharding.put_batch(mesh, contexts), sharding.put_batch(mesh, targets % vocab)
                                ).compile().as_text()
     assert 'all-reduce' in hlo  # the pmax/psum of the softmax are there
     assert not [s for s in all_gather_shapes(hlo) if {vocab, 1000} & set(s)], all_gather_shapes(hlo)
     # the detector does find a gather of the full logits when one is asked for
     gather = jax.jit(lambda p, c: model.apply({'params': p}, c), out_shardings=sharding.replicated(mesh))
-    gathered = gather.lower(state.params, steps_lib.put_batch(mesh, contexts)).compile().as_text()
+    gathered = gather.lower(state.params, sharding.put_batch(mesh, contexts)).compile().as_text()
   assert [s for s in all_gather_shapes(gathered) if 1000 in s]
 
 
@@ -210,7 +211,7 @@ def test_output_layer_bytes_split_over_the_model_axis():
   compiled = steps_lib.compile_steps(model, optimizer(), mesh)
   with jax.set_mesh(mesh):
     state = compiled.init()
-  for name in (model_lib.OUTPUT,):
+  for name in (output_layer.OUTPUT,):
     array = state.params[name]
     per_device = {}
     for shard in array.addressable_shards:
@@ -275,13 +276,13 @@ def test_sampled_losses_match_dense(shape, kind):
   q = np.random.default_rng(4).uniform(0.1, 10.0, size=VOCAB)  # far from uniform: the correction matters
   log_q = jnp.log(jnp.asarray(q / q.sum(), jnp.float32))
   feats = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
-  out = params[model_lib.OUTPUT]
+  out = params[output_layer.OUTPUT]
 
   def sharded(f, o):
     return jnp.mean(vocab_softmax.sampled_token_loss(f, o, targets, samples, log_q, mesh=mesh, kind=kind))
 
   def dense(f, o):
-    return jnp.mean(reference_sampled_loss(kind, model_lib.dense_logits(f, o), targets, samples, log_q))
+    return jnp.mean(reference_sampled_loss(kind, output_layer.dense_logits(f, o), targets, samples, log_q))
 
   with jax.set_mesh(mesh):
     value, grads = jax.jit(jax.value_and_grad(sharded, argnums=(0, 1)))(feats, out)
@@ -317,7 +318,7 @@ def train_three_steps(model, shape, axis_rules=None, softmax_kernel='xla'):
     for _ in range(3):
       contexts = rng.integers(0, VOCAB, size=(BATCH, model.context_size)).astype(np.int32)
       targets = rng.integers(0, VOCAB, size=BATCH).astype(np.int32)
-      state, metrics = compiled.train(state, steps_lib.put_batch(mesh, contexts), steps_lib.put_batch(mesh, targets))
+      state, metrics = compiled.train(state, sharding.put_batch(mesh, contexts), sharding.put_batch(mesh, targets))
       losses.append(float(metrics['loss']))
   return losses, jax.device_get(state.params), compiled.param_shardings
 
@@ -375,15 +376,15 @@ def test_pallas_softmax_kernel_equals_dense(shape, dtype, monkeypatch):
     return jnp.sum(nll * jnp.linspace(0.5, 1.5, len(targets))), nll  # unequal weights: g differs per row
 
   def dense(f, out):
-    nll = vocab_softmax.dense_token_nll(model_lib.dense_logits(f, out)[:, :vocab], targets)
+    nll = vocab_softmax.dense_token_nll(output_layer.dense_logits(f, out)[:, :vocab], targets)
     return jnp.sum(nll * jnp.linspace(0.5, 1.5, len(targets))), nll
 
   with jax.set_mesh(mesh):
     grad = lambda fn, *a: jax.jit(jax.grad(fn, argnums=(0, 1), has_aux=True), static_argnums=(2, 3))(*a)
-    (df, dout), nll = grad(loss, feats, params[model_lib.OUTPUT], 'pallas', dtype)
-    (ref_df, ref_dout), ref_nll = jax.jit(jax.grad(dense, argnums=(0, 1), has_aux=True))(feats, params[model_lib.OUTPUT])
+    (df, dout), nll = grad(loss, feats, params[output_layer.OUTPUT], 'pallas', dtype)
+    (ref_df, ref_dout), ref_nll = jax.jit(jax.grad(dense, argnums=(0, 1), has_aux=True))(feats, params[output_layer.OUTPUT])
     if dtype == 'bfloat16':
-      (xla_df, xla_dout), xla_nll = grad(loss, feats, params[model_lib.OUTPUT], 'xla', dtype)
+      (xla_df, xla_dout), xla_nll = grad(loss, feats, params[output_layer.OUTPUT], 'xla', dtype)
   bound = 1e-5 if dtype == 'float32' else 2e-2
   assert rel_err(nll, ref_nll) <= bound and rel_err(df, ref_df) <= bound and rel_err(dout, ref_dout) <= bound, (
       rel_err(nll, ref_nll), rel_err(df, ref_df), rel_err(dout, ref_dout))

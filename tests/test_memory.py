@@ -7,6 +7,7 @@ import pytest
 
 from nplm_jax.training import memory
 from nplm_jax.models import bengio2003 as model_lib
+from nplm_jax.models import output_layer
 from nplm_jax.training import optim
 from nplm_jax.errors import UserError
 
@@ -17,14 +18,14 @@ def test_parameters_and_optimizer_state_are_counted_exactly(tiny_config, direct,
   tiny_config.optimizer.name = optimizer
   vocab_size = 61
   model = model_lib.from_config(tiny_config.model, vocab_size)
-  params = model_lib.init_params(model)
+  params = output_layer.init_params(model)
   state = optim.make_optimizer(tiny_config.optimizer, tiny_config.train.batch_size).init(params)
   nbytes = lambda tree: sum(np.asarray(x).nbytes for x in jax.tree.leaves(tree) if np.ndim(x))  # not step counters
   estimate = memory.estimate(tiny_config, model.padded_vocab_size, vocab_size, {'data': 1, 'model': 1}, training=True)
   assert estimate.parameters == nbytes(params)
   assert estimate.optimizer == nbytes(state) + nbytes(params)  # the moments (if any) and the gradients
   halves = memory.estimate(tiny_config, model.padded_vocab_size, vocab_size, {'data': 2, 'model': 2}, training=True)
-  output = np.asarray(params[model_lib.OUTPUT]).nbytes
+  output = np.asarray(params[output_layer.OUTPUT]).nbytes
   assert halves.parameters == nbytes(params) - output // 2  # the output layer is split over 'model'
 
 

@@ -8,25 +8,29 @@ import numpy as np
 import pytest
 
 from nplm_jax.models import bengio2003 as model_lib
+from nplm_jax.models import output_layer
 from nplm_jax.parallel import vocab_softmax
 from tests import numpy_reference
+from nplm_jax import backend_defaults
+
+AUTO_VOCAB_BLOCK = backend_defaults.TABLE["train.vocab_block"].cpu[1]
 
 
 def random_params(model, seed=0):
   """The model's parameter tree with every entry random (init zeros the output layer), the padded
   columns' bias at PADDING_LOGIT as the model keeps it."""
-  params = model_lib.init_params(model)
+  params = output_layer.init_params(model)
   keys = jax.random.split(jax.random.PRNGKey(seed), len(params))
   out = {k: 0.5 * jax.random.normal(key, v.shape) for key, (k, v) in zip(keys, sorted(params.items()))}
-  out[model_lib.OUTPUT] = out[model_lib.OUTPUT].at[-1, model.vocab_size:].set(model_lib.PADDING_LOGIT)
+  out[output_layer.OUTPUT] = out[output_layer.OUTPUT].at[-1, model.vocab_size:].set(output_layer.PADDING_LOGIT)
   return out
 
 
 def separate(model, params) -> dict:
   """The paper's U, W, b out of the output layer's rows (for the NumPy reference)."""
-  out = {k: np.asarray(v) for k, v in params.items() if k != model_lib.OUTPUT}
+  out = {k: np.asarray(v) for k, v in params.items() if k != output_layer.OUTPUT}
   for name, rows in model.output_rows().items():
-    out[name] = np.asarray(params[model_lib.OUTPUT])[rows]
+    out[name] = np.asarray(params[output_layer.OUTPUT])[rows]
   out['b'] = out['b'][0]
   return out
 
@@ -49,7 +53,7 @@ def test_padding_columns_are_minus_infinity_and_real_ones_match():
   contexts = np.random.default_rng(2).integers(0, 37, size=(8, 2)).astype(np.int32)
   logits = np.asarray(padded.apply({'params': params}, contexts))
   assert np.all(np.isneginf(logits[:, 37:]))
-  trimmed = {k: (v[..., :37] if k == model_lib.OUTPUT else v) for k, v in params.items()}
+  trimmed = {k: (v[..., :37] if k == output_layer.OUTPUT else v) for k, v in params.items()}
   np.testing.assert_allclose(logits[:, :37], np.asarray(unpadded.apply({'params': trimmed}, contexts)), rtol=1e-6)
 
 
@@ -58,7 +62,7 @@ def test_padding_columns_are_minus_infinity_and_real_ones_match():
 def test_parameter_count_formula(n, m, h, direct):
   vocab = 101
   model = model_lib.NPLM(vocab_size=vocab, context_size=n - 1, embed_dim=m, hidden_dim=h, direct=direct)
-  counted = sum(x.size for x in jax.tree.leaves(model_lib.init_params(model)))
+  counted = sum(x.size for x in jax.tree.leaves(output_layer.init_params(model)))
   paper = vocab * (1 + n * m + h) + h * (1 + (n - 1) * m) if direct else vocab * (1 + m + h) + h * (1 + (n - 1) * m)
   assert counted == paper == model_lib.num_parameters(vocab, n, m, h, direct)
 
@@ -66,10 +70,10 @@ def test_parameter_count_formula(n, m, h, direct):
 def test_unigram_bias_init_is_log_unigram():
   model = model_lib.NPLM(vocab_size=4, context_size=1, embed_dim=2, hidden_dim=0, direct=True, vocab_pad_multiple=8)
   counts = np.array([10, 0, 5, 85])
-  output = np.asarray(model_lib.init_params(model, counts)[model_lib.OUTPUT])
+  output = np.asarray(output_layer.init_params(model, counts)[output_layer.OUTPUT])
   p = (counts + 0.5) / (counts + 0.5).sum()
   np.testing.assert_allclose(output[-1, :4], np.log(p), rtol=1e-6)
-  np.testing.assert_array_equal(output[-1, 4:], np.float32(model_lib.PADDING_LOGIT))  # padded: no probability
+  np.testing.assert_array_equal(output[-1, 4:], np.float32(output_layer.PADDING_LOGIT))  # padded: no probability
   np.testing.assert_array_equal(output[:-1], 0)
 
 
@@ -80,7 +84,7 @@ def test_single_device_vocab_softmax_equals_dense_log_softmax():
   targets = np.random.default_rng(4).integers(0, 50, size=(12,)).astype(np.int32)
   mesh = jax.make_mesh((1, 1), ('data', 'model'), axis_types=(jax.sharding.AxisType.Auto,) * 2)
   feats = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
-  sharded = vocab_softmax.token_nll(feats, params[model_lib.OUTPUT], jnp.asarray(targets), mesh=mesh)
+  sharded = vocab_softmax.token_nll(feats, params[output_layer.OUTPUT], jnp.asarray(targets), mesh=mesh)
   dense = vocab_softmax.dense_token_nll(model.apply({'params': params}, contexts), targets)
   np.testing.assert_allclose(np.asarray(sharded), np.asarray(dense), rtol=1e-5)
   expected = numpy_reference.token_nll(separate(model, params), contexts, targets, vocab_size=50)
@@ -116,7 +120,7 @@ def test_streaming_the_vocabulary_gives_the_same_nll_and_gradients(compute_dtype
 
   def loss(p, vocab_block):
     feats = model.apply({'params': p}, contexts, method=model_lib.NPLM.features)
-    return vocab_softmax.token_nll(feats, p[model_lib.OUTPUT], jnp.asarray(targets), mesh=mesh,
+    return vocab_softmax.token_nll(feats, p[output_layer.OUTPUT], jnp.asarray(targets), mesh=mesh,
                                    compute_dtype=compute_dtype, vocab_block=vocab_block)
 
   with jax.set_mesh(mesh):
@@ -129,19 +133,19 @@ def test_streaming_the_vocabulary_gives_the_same_nll_and_gradients(compute_dtype
 
 def test_the_automatic_vocab_block_streams_only_large_shards():
   assert vocab_softmax.streamed_vocab_block(-1, 8_960) == 0  # Brown on 2 devices: all at once (faster)
-  assert vocab_softmax.streamed_vocab_block(-1, 50_000) == vocab_softmax.AUTO_VOCAB_BLOCK
+  assert vocab_softmax.streamed_vocab_block(-1, 50_000) == AUTO_VOCAB_BLOCK
   assert vocab_softmax.streamed_vocab_block(0, 150_000) == 0 and vocab_softmax.streamed_vocab_block(512, 8_960) == 512
 
 
 def test_accelerators_stream_the_vocabulary_only_for_memory():
   """On GPUs and TPUs all of a shard's columns at once (measured faster at every size), unless the
-  [batch, columns] float32 logits would pass ACCELERATOR_STREAM_FROM_BYTES."""
+  [batch, columns] float32 logits would pass the accelerator's bound (backend_defaults)."""
   for platform in ('gpu', 'tpu'):
     assert vocab_softmax.streamed_vocab_block(-1, 300_032, batch=4096, platform=platform) == 0  # 4.9 GB of logits
     assert vocab_softmax.streamed_vocab_block(-1, 1_000_064, batch=4096, platform=platform) == (
-        vocab_softmax.AUTO_VOCAB_BLOCK)  # 16 GB
+        AUTO_VOCAB_BLOCK)  # 16 GB
     assert vocab_softmax.streamed_vocab_block(4096, 300_032, batch=4096, platform=platform) == 4096  # asked for
-  assert vocab_softmax.streamed_vocab_block(-1, 50_000, batch=4096, platform='cpu') == vocab_softmax.AUTO_VOCAB_BLOCK
+  assert vocab_softmax.streamed_vocab_block(-1, 50_000, batch=4096, platform='cpu') == AUTO_VOCAB_BLOCK
 
 
 def test_the_automatic_compute_dtype_is_bfloat16_on_accelerators_only():
@@ -154,7 +158,7 @@ def test_bfloat16_runs_the_hidden_layer_matmul_in_bfloat16():
   float32 accumulation, and tanh stays float32."""
   model32 = model_lib.NPLM(vocab_size=50, context_size=3, embed_dim=8, hidden_dim=16, direct=False)
   model16 = model32.clone(compute_dtype='bfloat16')
-  params = model_lib.init_params(model32, seed=1)
+  params = output_layer.init_params(model32, seed=1)
   contexts = np.arange(30, dtype=np.int32).reshape(10, 3)
   text = jax.jit(lambda p: model16.apply({'params': p}, contexts, method=model_lib.NPLM.features)).lower(
       params).as_text()
@@ -165,8 +169,8 @@ def test_bfloat16_runs_the_hidden_layer_matmul_in_bfloat16():
 
 def test_seed_draws_the_initialisation():
   model = model_lib.NPLM(vocab_size=11, context_size=2, embed_dim=3, hidden_dim=4, direct=True)
-  default, zero, one = (model_lib.init_params(model), model_lib.init_params(model, seed=0),
-                        model_lib.init_params(model, seed=1))
+  default, zero, one = (output_layer.init_params(model), output_layer.init_params(model, seed=0),
+                        output_layer.init_params(model, seed=1))
   np.testing.assert_array_equal(default['C'], zero['C'])  # seed 0 is the initialisation runs had before
   assert not np.allclose(zero['C'], one['C']) and not np.allclose(zero['H'], one['H'])
 
@@ -181,18 +185,18 @@ def test_bfloat16_keeps_the_bias_and_its_gradient_in_float32():
                            vocab_pad_multiple=8)
   model16 = model32.clone(compute_dtype='bfloat16')
   params = random_params(model32)
-  params[model_lib.OUTPUT] = params[model_lib.OUTPUT].at[-1, :50].set(-10.0 + 0.3 * params[model_lib.OUTPUT][-1, :50])
+  params[output_layer.OUTPUT] = params[output_layer.OUTPUT].at[-1, :50].set(-10.0 + 0.3 * params[output_layer.OUTPUT][-1, :50])
   contexts = np.random.default_rng(3).integers(0, 50, size=(8, 2)).astype(np.int32)
   targets = np.arange(8, dtype=np.int32) * 5
 
   nll = lambda model, p: steps.token_nll(model, mesh, p, contexts, targets)
-  moved = dict(params, output=params[model_lib.OUTPUT].at[-1, targets].add(0.02))
+  moved = dict(params, output=params[output_layer.OUTPUT].at[-1, targets].add(0.02))
   with jax.set_mesh(mesh):
     shift = lambda model: np.asarray(jax.jit(lambda p, q: nll(model, q) - nll(model, p))(params, moved))
     float32_shift = shift(model32)
     assert np.all(float32_shift < -0.005)  # about -0.02: each example's normaliser moves a little too
     np.testing.assert_allclose(shift(model16), float32_shift, atol=1e-3)
-    grad = lambda model: jax.jit(jax.grad(lambda p: jnp.sum(nll(model, p))))(params)[model_lib.OUTPUT][-1]
+    grad = lambda model: jax.jit(jax.grad(lambda p: jnp.sum(nll(model, p))))(params)[output_layer.OUTPUT][-1]
     g16, g32 = grad(model16), grad(model32)
   assert g16.dtype == jnp.float32
   np.testing.assert_allclose(np.asarray(g16), np.asarray(g32), atol=2e-2)
@@ -201,7 +205,7 @@ def test_bfloat16_keeps_the_bias_and_its_gradient_in_float32():
 def test_dropout_only_while_training():
   model = model_lib.NPLM(vocab_size=11, context_size=2, embed_dim=50, hidden_dim=40, direct=True,
                          feature_dropout=0.5, hidden_dropout=0.25)
-  params = model_lib.init_params(model)
+  params = output_layer.init_params(model)
   contexts = np.zeros((64, 2), np.int32)
   plain = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
   again = model.apply({'params': params}, contexts, True, method=model_lib.NPLM.features)
@@ -223,8 +227,8 @@ def test_weight_decay_spares_the_bias_row_and_d():
   zeros = jax.tree.map(jnp.zeros_like, params)
   updates, _ = optim.decay_weights_not_biases(0.1).update(zeros, optax_empty(), params)
   np.testing.assert_allclose(updates['C'], 0.1 * params['C'], rtol=1e-6)
-  np.testing.assert_allclose(updates[model_lib.OUTPUT][:-1], 0.1 * params[model_lib.OUTPUT][:-1], rtol=1e-6)
-  np.testing.assert_array_equal(updates[model_lib.OUTPUT][-1], 0)
+  np.testing.assert_allclose(updates[output_layer.OUTPUT][:-1], 0.1 * params[output_layer.OUTPUT][:-1], rtol=1e-6)
+  np.testing.assert_array_equal(updates[output_layer.OUTPUT][-1], 0)
   np.testing.assert_array_equal(updates['d'], 0)
 
 
@@ -239,13 +243,13 @@ def test_the_older_separate_layout_stacks_into_the_output_layer():
   old = separate(model, params)
   old['b'] = np.where(np.arange(16) < 13, old['b'], 0.0)  # the older layout kept zeros in padded columns
   device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-  stacked = model_lib.stack_separate_output_layer(model, old, device)
-  np.testing.assert_array_equal(stacked[model_lib.OUTPUT], params[model_lib.OUTPUT])
+  stacked = output_layer.stack_separate_output_layer(model, old, device)
+  np.testing.assert_array_equal(stacked[output_layer.OUTPUT], params[output_layer.OUTPUT])
   mesh = jax.make_mesh((1, 1), ('data', 'model'), axis_types=(jax.sharding.AxisType.Auto,) * 2)
-  spec = lambda k: jax.sharding.PartitionSpec(None, 'model') if k == model_lib.OUTPUT else jax.sharding.PartitionSpec()
+  spec = lambda k: jax.sharding.PartitionSpec(None, 'model') if k == output_layer.OUTPUT else jax.sharding.PartitionSpec()
   abstract = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=jax.sharding.NamedSharding(mesh, spec(k)))
               for k, v in params.items()}
-  target = model_lib.separate_output_layer_target(model, abstract)
+  target = output_layer.separate_output_layer_target(model, abstract)
   assert {k: v.shape for k, v in target.items() if k in 'UWb'} == {'U': (4, 16), 'W': (6, 16), 'b': (16,)}
 
 

@@ -16,6 +16,7 @@ from nplm_jax import config as config_lib
 from nplm_jax.training import evaluation
 from nplm_jax.training import memory
 from nplm_jax.models import bengio2003 as model_lib
+from nplm_jax.models import output_layer
 from nplm_jax.models import family as model_family
 from nplm_jax.training import optim
 from nplm_jax.models import revisited
@@ -51,9 +52,9 @@ def contexts_for(model, rows=6, seed=1):
                                 {'layer_norm': False}], ids=['full', 'tied', 'no_distant', 'depth0', 'no_layer_norm'])
 def test_logits_equal_a_numpy_forward(kw):
   model = make(**kw)
-  params = perturbed(model_lib.init_params(model, np.arange(VOCAB) + 1.0))
+  params = perturbed(output_layer.init_params(model, np.arange(VOCAB) + 1.0))
   if model.tied:  # padded bias columns stay at PADDING_LOGIT (-inf in the dense logits)
-    params[model_lib.OUTPUT] = params[model_lib.OUTPUT].at[:, VOCAB:].set(model_lib.PADDING_LOGIT)
+    params[output_layer.OUTPUT] = params[output_layer.OUTPUT].at[:, VOCAB:].set(output_layer.PADDING_LOGIT)
   contexts = contexts_for(model)
   logits = np.asarray(model.apply({'params': params}, contexts))
   reference = numpy_reference.revisited_logits(jax.device_get(params), contexts, model.window, model.layer_norm)
@@ -64,7 +65,7 @@ def test_logits_equal_a_numpy_forward(kw):
 def test_the_context_is_the_window_then_the_distant_block():
   model = make()
   assert model.context_size == 3 + 5
-  params = perturbed(model_lib.init_params(model))
+  params = perturbed(output_layer.init_params(model))
   contexts = contexts_for(model)
   base = np.asarray(model.apply({'params': params}, contexts))
   for position in (0, 2, 3, 7):  # a window word, the oldest window word, distant words
@@ -75,14 +76,14 @@ def test_the_context_is_the_window_then_the_distant_block():
 
 def test_kernels_start_as_the_distant_blocks_mean():
   model = make()
-  params = model_lib.init_params(model)
+  params = output_layer.init_params(model)
   np.testing.assert_allclose(np.asarray(params['distant_kernels']), np.full((2, 5), 0.2))
 
 
 def test_tied_output_layer_is_C_and_stores_only_the_bias():
   model = make(tied=True)
-  params = perturbed(model_lib.init_params(model))
-  assert params[model_lib.OUTPUT].shape == (1, model.padded_vocab_size)
+  params = perturbed(output_layer.init_params(model))
+  assert params[output_layer.OUTPUT].shape == (1, model.padded_vocab_size)
   output = np.asarray(model.output_layer(params))
   np.testing.assert_array_equal(output[:-1, :VOCAB], np.asarray(params['C']).T)
   np.testing.assert_array_equal(output[:-1, VOCAB:], 0.0)
@@ -101,17 +102,17 @@ def test_parameter_count_and_memory_estimate_match_the_parameters(overrides):
   config.model.update(kind='revisited', n=4, m=8, h=12, depth=2, distant_tokens=5, distant_kernels=2)
   config_lib.apply_overrides(config, overrides)
   model = model_family.from_config(config.model, VOCAB)
-  params = model_lib.init_params(model)
+  params = output_layer.init_params(model)
   counted = sum(x.size for x in jax.tree.leaves(params))
-  output_rows = params[model_lib.OUTPUT].shape[0]
+  output_rows = params[output_layer.OUTPUT].shape[0]
   assert model_family.num_parameters(model) == counted - output_rows * (model.padded_vocab_size - VOCAB)
   replicated, rows = memory.parameter_shapes(config.model, VOCAB)
-  assert rows == output_rows and replicated == counted - params[model_lib.OUTPUT].size
+  assert rows == output_rows and replicated == counted - params[output_layer.OUTPUT].size
 
 
 def test_weight_decay_skips_biases_layer_norm_and_kernels():
   model = make()
-  params = jax.tree.map(jnp.ones_like, model_lib.init_params(model))
+  params = jax.tree.map(jnp.ones_like, output_layer.init_params(model))
   decay = optim.decay_weights_not_biases(0.5)
   updates, _ = decay.update(jax.tree.map(jnp.zeros_like, params), decay.init(params), params)
   decayed = {jax.tree_util.keystr(p): float(np.asarray(u).max())
@@ -120,17 +121,17 @@ def test_weight_decay_skips_biases_layer_norm_and_kernels():
   for name in ("['first']['in_bias']", "['block_0']['LayerNorm_0']['scale']", "['block_0']['LayerNorm_0']['bias']",
                "['distant_kernels']"):
     assert decayed[name] == 0.0, name
-  assert np.asarray(updates[model_lib.OUTPUT])[-1].max() == 0.0 and np.asarray(updates[model_lib.OUTPUT])[0].max() == 0.5
+  assert np.asarray(updates[output_layer.OUTPUT])[-1].max() == 0.0 and np.asarray(updates[output_layer.OUTPUT])[0].max() == 0.5
 
 
 def test_logical_axis_rules_place_both_families():
   P = jax.sharding.PartitionSpec
   for model in (make(), model_lib.NPLM(vocab_size=VOCAB, context_size=3, embed_dim=8, hidden_dim=12, direct=True)):
-    default = sharding.param_specs(model_lib.logical_specs(model), config_lib.base_config().mesh.axis_rules)
-    assert default[model_lib.OUTPUT] == P(None, 'model')
+    default = sharding.param_specs(output_layer.logical_specs(model), config_lib.base_config().mesh.axis_rules)
+    assert default[output_layer.OUTPUT] == P(None, 'model')
     assert all(spec == P(*[None] * len(spec)) for path, spec in jax.tree_util.tree_flatten_with_path(
-        default, is_leaf=lambda x: isinstance(x, P))[0] if path[0].key != model_lib.OUTPUT)
-    split = sharding.param_specs(model_lib.logical_specs(model), {'vocab': 'model', 'hidden': 'model', 'words': 'model'})
+        default, is_leaf=lambda x: isinstance(x, P))[0] if path[0].key != output_layer.OUTPUT)
+    split = sharding.param_specs(output_layer.logical_specs(model), {'vocab': 'model', 'hidden': 'model', 'words': 'model'})
     assert split['C'] == P('model', None)
     hidden = split['H'] if 'H' in split else split['block_0']['in_kernel']
     assert hidden == P(None, 'model')
@@ -223,8 +224,8 @@ def test_sample_embeddings_plot_and_extend_work_on_it(workdir):
   new = np.asarray(after.params['C'])[-1]
   np.testing.assert_allclose(np.asarray(after.run.model.output_layer(after.params))[:-1, len(before.vocab)], new)
   unk = before.word_ids['<unk>']
-  assert float(np.asarray(after.params[model_lib.OUTPUT])[-1, len(before.vocab)]) == pytest.approx(
-      float(np.asarray(before.params[model_lib.OUTPUT])[-1, unk]))
+  assert float(np.asarray(after.params[output_layer.OUTPUT])[-1, len(before.vocab)]) == pytest.approx(
+      float(np.asarray(before.params[output_layer.OUTPUT])[-1, unk]))
 
 
 def test_export_says_it_writes_the_2003_model_only(workdir):

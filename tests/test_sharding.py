@@ -5,6 +5,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 import jax
 
+from nplm_jax.training import in_flight as in_flight_lib
 from nplm_jax.parallel import sharding
 from nplm_jax.config import base_config
 from nplm_jax.errors import UserError
@@ -65,23 +66,27 @@ def test_bad_mesh_shape_is_a_one_line_error(data, model, devices):
 
 
 def test_optimizer_state_follows_the_parameter_it_mirrors():
-  """tree_shardings gives a leaf whose path ends with a parameter's path that parameter's spec."""
+  """The optimiser state initialised from boxed parameters carries their logical axes (flax's way):
+  each moment is placed as its parameter, counts replicated; no path matching."""
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
   import optax  # pylint: disable=g-import-not-at-top
   from nplm_jax.models import bengio2003 as model_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.models import output_layer  # pylint: disable=g-import-not-at-top
   mesh = sharding.make_mesh(base_config().mesh)
   model = model_lib.NPLM(vocab_size=40, context_size=2, embed_dim=4, hidden_dim=6, direct=True, vocab_pad_multiple=8)
-  params = model_lib.init_params(model)
-  specs = sharding.param_specs(model_lib.logical_specs(model), {'vocab': 'model', 'hidden': 'model'})
-  state = {'params': params, 'opt_state': optax.adam(1e-3).init(params), 'step': jax.numpy.zeros(())}
-  placed = sharding.tree_shardings(mesh, state, specs)
+
+  def state():
+    boxed = output_layer.boxed_params(model)
+    return {'params': boxed, 'opt_state': optax.adam(1e-3).init(boxed), 'step': jax.numpy.zeros(())}
+  placed = sharding.named_shardings(mesh, nn.get_partition_spec(jax.eval_shape(state)),
+                                    {'vocab': 'model', 'hidden': 'model'})
   assert placed['params']['output'].spec == placed['opt_state'][0].mu['output'].spec == P(None, 'model')
   assert placed['opt_state'][0].nu['H'].spec == P(None, 'model') and placed['opt_state'][0].nu['d'].spec == P('model')
   assert placed['params']['C'].spec == P(None, None)
   assert placed['step'].spec == placed['opt_state'][0].count.spec == P()
 
 
-def test_bounded_dispatch_keeps_at_most_depth_results_pending():
-  from nplm_jax.training import steps  # pylint: disable=g-import-not-at-top
+def test_in_flight_limit_keeps_at_most_depth_results_pending():
 
   class Result:
     ready = 0
@@ -90,7 +95,7 @@ def test_bounded_dispatch_keeps_at_most_depth_results_pending():
       Result.ready += 1
       return self
 
-  in_flight = steps.BoundedDispatch(depth=2)
+  in_flight = in_flight_lib.InFlightLimit(depth=2)
   results = [in_flight.push(Result()) for _ in range(5)]
   assert len(results) == 5 and Result.ready == 3  # every push beyond the second waited for the oldest
   in_flight.drain()

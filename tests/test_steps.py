@@ -101,11 +101,11 @@ def test_a_dispatch_of_several_steps_reports_the_mean_of_their_losses():
   ids_d, order_d = device_data.put_replicated(mesh, ids), device_data.put_replicated(mesh, order)
 
   singles, state = [], compiled.init()
-  run_one = compiled.dispatch(1)
+  run_one = compiled.resident_steps(1)
   for _ in range(4):
     state, interval = run_one(state, ids_d, order_d, np.float32(1.0), steps_lib.Interval.start(), np.int32(1))
     singles.append(float(interval.loss_sum))
-  state, interval = compiled.dispatch(5)(compiled.init(), ids_d, order_d, np.float32(1.0),
+  state, interval = compiled.resident_steps(5)(compiled.init(), ids_d, order_d, np.float32(1.0),
                                          steps_lib.Interval.start(), np.int32(4))
   assert int(state.step) == 4 and int(interval.steps) == 4  # the count asked, not the program's most
   np.testing.assert_allclose(interval.mean_loss(), np.mean(singles), rtol=1e-6)

@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 
+from nplm_jax.training import sampled_noise
 from nplm_jax.data import corpora as data
 from nplm_jax.training import train
 from nplm_jax.files import workdir as workdir_lib
@@ -122,7 +123,9 @@ def test_host_fed_batches_with_several_steps_a_dispatch_train_every_step_counted
   """train.steps_per_dispatch=4 where device_data='auto' falls back to host-fed batches (the resident
   bound lowered to 0): the run trains the 40 steps it counts, bit-equal to one step a dispatch."""
   from nplm_jax.training import device_data  # pylint: disable=g-import-not-at-top
-  monkeypatch.setattr(device_data, 'DEVICE_DATA_AUTO_MIB', {'cpu': 0, 'accelerator': 0})
+  from nplm_jax import backend_defaults  # pylint: disable=g-import-not-at-top
+  del device_data
+  monkeypatch.setitem(backend_defaults.TABLE, 'train.device_data', backend_defaults.BackendDefault(0, 0, 'a test'))
   tiny_config.train.update(max_steps=40, eval_every=20, log_every=10, device_data='auto', steps_per_dispatch=4)
   fed = train.train_and_evaluate(tiny_config, str(tmp_path / 'fed'))
   single = tiny_config.copy_and_resolve_references()
@@ -157,12 +160,12 @@ def test_every_dispatch_is_as_long_as_the_boundaries_allow(tiny_config, tmp_path
   """steps_per_dispatch=64 with log_every=50 (the review's case): dispatches of up to 64 steps that end
   on each log, evaluation and epoch boundary; none of one step where more were allowed."""
   lengths = []
-  original = train._Dispatcher.__call__
+  original = train._StepRunner.__call__
 
   def counting(self, state, step, num_steps, lr_scale, interval):
     lengths.append((step, num_steps))
     return original(self, state, step, num_steps, lr_scale, interval)
-  monkeypatch.setattr(train._Dispatcher, '__call__', counting)
+  monkeypatch.setattr(train._StepRunner, '__call__', counting)
   tiny_config.train.update(max_steps=300, eval_every=150, log_every=50, steps_per_dispatch=64, device_data='on')
   plan_epoch = train.experiment_lib.steps_plan(tiny_config, data.TokenStream(
       data.text_corpus({k: tiny_config.data[f'{k}_file'] for k in data.SPLITS}), 2).num_examples('train'))['steps_per_epoch']
@@ -191,7 +194,7 @@ def test_steps_per_dispatch_is_chosen_by_backend():
   assert experiment.steps_per_dispatch(train_config, 'gpu', resident=False) == 1  # host-fed: one a dispatch
   assert experiment.steps_per_dispatch(train_config, 'gpu', resident=True) == 50  # divides log_every
   train_config.log_every = 499  # prime: no useful divisor
-  assert experiment.steps_per_dispatch(train_config, 'tpu', resident=True) == experiment.AUTO_STEPS_PER_DISPATCH
+  assert experiment.steps_per_dispatch(train_config, 'tpu', resident=True) == 64  # backend_defaults
   train_config.steps_per_dispatch = 7
   assert experiment.steps_per_dispatch(train_config, 'cpu', resident=True) == 7
   assert experiment.steps_per_dispatch(train_config, 'gpu', resident=False) == 1  # host-fed: one a dispatch
@@ -209,7 +212,8 @@ def test_device_data_is_automatic_within_a_memory_bound(tiny_files):
   assert not device_data.wanted(train_config, stream, 'gpu')
   train_config.update(input_threads=0, device_data='off')
   assert not device_data.wanted(train_config, stream, 'gpu')
-  limit = device_data.DEVICE_DATA_AUTO_MIB['cpu'] * 2**20
+  from nplm_jax import backend_defaults  # pylint: disable=g-import-not-at-top
+  limit = backend_defaults.backend_default('train.device_data', 'cpu') * 2**20
   assert device_data.resident_bytes(stream) < limit  # Brown (8.8 MB) too; 100M tokens (0.9 GB) is host-fed on CPU
 
 
@@ -319,10 +323,10 @@ def test_cli_end_to_end_writes_results(tiny_files, tmp_path):
     (['--config=experiments/brown.py', '--config.model.n=1'], {}, 'model.n=1'),
 ])
 def test_cli_bad_input_is_one_line(tmp_path, args, env, match):
-  (tmp_path / 'keep.txt').write_text('precious')
+  (tmp_path / 'keep.txt').write_text('precious')  # beside the workdir: a refused run touches nothing
   args = [a.format(tmp=tmp_path) for a in args]
   env = {k: v.format(tmp=tmp_path) for k, v in env.items()}
-  proc = run_cli(*args, f'--workdir={tmp_path}', env=env)
+  proc = run_cli(*args, f'--workdir={tmp_path / "run"}', env=env)
   assert proc.returncode != 0
   lines = proc.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith('error: ') and match in lines[0], proc.stderr
@@ -331,17 +335,16 @@ def test_cli_bad_input_is_one_line(tmp_path, args, env, match):
 
 def test_noise_samples_follow_the_unigram_power_distribution():
   import ml_collections  # pylint: disable=g-import-not-at-top
-  from nplm_jax.training import steps  # pylint: disable=g-import-not-at-top
   counts = np.array([1000, 300, 100, 2, 50]) - 0.5  # make_sampled_loss adds 0.5 to every count
   config = ml_collections.ConfigDict(dict(name='nce', num_samples=200_000, noise_power=0.75))
-  loss = steps.make_sampled_loss(config, counts, seed=0)
+  loss = sampled_noise.make_sampled_loss(config, counts, seed=0)
   expected = (counts + 0.5) ** 0.75 / np.sum((counts + 0.5) ** 0.75)
   np.testing.assert_allclose(np.exp(np.asarray(loss.log_noise)), expected, rtol=1e-5)
-  samples = np.asarray(steps.draw_noise(loss, step=3))
+  samples = np.asarray(sampled_noise.draw_noise(loss, step=3))
   frequencies = np.bincount(samples, minlength=5) / samples.size
   np.testing.assert_allclose(frequencies, expected, atol=4e-3)
-  assert not np.array_equal(samples[:100], np.asarray(steps.draw_noise(loss, step=4))[:100])
-  np.testing.assert_array_equal(samples, np.asarray(steps.draw_noise(loss, step=3)))
+  assert not np.array_equal(samples[:100], np.asarray(sampled_noise.draw_noise(loss, step=4))[:100])
+  np.testing.assert_array_equal(samples, np.asarray(sampled_noise.draw_noise(loss, step=3)))
 
 
 def test_noise_of_a_large_vocabulary_is_drawn_with_the_probabilities_its_correction_uses():
@@ -349,16 +352,15 @@ def test_noise_of_a_large_vocabulary_is_drawn_with_the_probabilities_its_correct
   entries still give every word its probability within 1e-4 (relative), and log_noise is exactly
   what is drawn."""
   import ml_collections  # pylint: disable=g-import-not-at-top
-  from nplm_jax.training import steps  # pylint: disable=g-import-not-at-top
   v = 250_000
   counts = 1e8 / np.arange(1, v + 1) ** 1.1  # Zipf-like counts, the rarest about 1
   probs = (counts + 0.5) / np.sum(counts + 0.5)
   cdf32 = np.cumsum(probs).astype(np.float32).astype(np.float64)
   float32_cdf_probs = np.diff(np.concatenate([[0.0], cdf32]))
   assert np.sum(np.abs(float32_cdf_probs / probs - 1) > 0.1) > 1000  # what an inverse float32 CDF draws
-  loss = steps.make_sampled_loss(ml_collections.ConfigDict(dict(name='nce', num_samples=10, noise_power=1.0)),
+  loss = sampled_noise.make_sampled_loss(ml_collections.ConfigDict(dict(name='nce', num_samples=10, noise_power=1.0)),
                                  counts, seed=0)
-  drawn = steps.alias_probs(np.asarray(loss.noise_accept), np.asarray(loss.noise_alias))
+  drawn = sampled_noise.alias_probs(np.asarray(loss.noise_accept), np.asarray(loss.noise_alias))
   assert np.max(np.abs(drawn / probs - 1)) < 1e-4
   np.testing.assert_allclose(np.exp(np.asarray(loss.log_noise, np.float64)), drawn, rtol=1e-6)
 

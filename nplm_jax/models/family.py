@@ -6,6 +6,7 @@ import math
 import jax
 
 from nplm_jax.models import bengio2003 as model_lib
+from nplm_jax.models import output_layer
 from nplm_jax.models import revisited
 
 BENGIO2003, REVISITED = 'bengio2003', 'revisited'
@@ -26,8 +27,8 @@ def from_config(model_config, vocab_size: int, platform: str = 'cpu'):
 def parameter_split(model) -> tuple[int, int]:
   """(numbers outside the output layer, the output layer's rows), from the parameters' shapes alone
   (nothing is allocated, whatever the sizes)."""
-  shapes = jax.eval_shape(lambda: model_lib.init_params(model))
-  output = shapes[model_lib.OUTPUT].shape
+  shapes = jax.eval_shape(lambda: output_layer.init_params(model))
+  output = shapes[output_layer.OUTPUT].shape
   return sum(math.prod(x.shape) for x in jax.tree.leaves(shapes)) - math.prod(output), output[0]
 
 

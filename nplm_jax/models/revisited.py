@@ -23,9 +23,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from nplm_jax.models import bengio2003 as model_lib
-
-_with_axes = nn.with_logical_partitioning
+from nplm_jax.models import output_layer
 
 
 class ResidualBlock(nn.Module):
@@ -47,8 +45,8 @@ class ResidualBlock(nn.Module):
 
 def _dense(module: nn.Module, name: str, x, features: int, axes: tuple[str, str], compute_dtype: str):
   """x W + b with W [in, features] (logical axes `axes`), operands in compute_dtype, float32 sums."""
-  kernel = module.param(f'{name}_kernel', _with_axes(nn.initializers.lecun_normal(), axes), (x.shape[-1], features))
-  bias = module.param(f'{name}_bias', _with_axes(nn.initializers.zeros, axes[1:]), (features,))
+  kernel = module.param(f'{name}_kernel', output_layer.with_axes(nn.initializers.lecun_normal(), axes), (x.shape[-1], features))
+  bias = module.param(f'{name}_bias', output_layer.with_axes(nn.initializers.zeros, axes[1:]), (features,))
   dtype = jnp.dtype(compute_dtype)
   return jnp.matmul(x.astype(dtype), kernel.astype(dtype), preferred_element_type=jnp.float32) + bias
 
@@ -57,11 +55,11 @@ def _norm(x, enabled: bool):
   """LayerNorm of x (a submodule of the module being called), or x."""
   if not enabled:
     return x
-  return nn.LayerNorm(scale_init=_with_axes(nn.initializers.ones, ('embed',)),
-                      bias_init=_with_axes(nn.initializers.zeros, ('embed',)))(x)
+  return nn.LayerNorm(scale_init=output_layer.with_axes(nn.initializers.ones, ('embed',)),
+                      bias_init=output_layer.with_axes(nn.initializers.zeros, ('embed',)))(x)
 
 
-class RevisitedNPLM(nn.Module):
+class RevisitedNPLM(output_layer.OutputLayerModel, nn.Module):
   vocab_size: int
   window: int  # n - 1 words whose vectors are concatenated
   embed_dim: int  # m: word vectors and the residual stream
@@ -82,25 +80,17 @@ class RevisitedNPLM(nn.Module):
     return self.window + self.distant_tokens
 
   @property
-  def has_dropout(self) -> bool:
-    return bool(self.feature_dropout or self.hidden_dropout)
-
-  @property
-  def padded_vocab_size(self) -> int:
-    return model_lib.padded_size(self.vocab_size, self.vocab_pad_multiple)
-
-  @property
   def feature_dim(self) -> int:
     """K: the output layer's weight rows (0 when tied: they are C)."""
     return 0 if self.tied else self.embed_dim
 
   def setup(self):
     m = self.embed_dim
-    self.C = self.param('C', _with_axes(nn.initializers.normal(1.0 / math.sqrt(m)), ('words', 'embed')),
+    self.C = self.param('C', output_layer.with_axes(nn.initializers.normal(1.0 / math.sqrt(m)), ('words', 'embed')),
                         (self.vocab_size, m))
     if self.distant_tokens:
       # a weight per distant position for each kernel, started uniform (the block's mean)
-      self.kernels = self.param('distant_kernels', _with_axes(nn.initializers.constant(1.0 / self.distant_tokens),
+      self.kernels = self.param('distant_kernels', output_layer.with_axes(nn.initializers.constant(1.0 / self.distant_tokens),
                                                               ('kernels', 'distant')),
                                 (self.distant_kernels, self.distant_tokens))
     # the 2003 hidden layer made residual (Sun & Iyyer's first layer)
@@ -108,8 +98,8 @@ class RevisitedNPLM(nn.Module):
                                in_axis='context')
     self.blocks = [ResidualBlock(m, self.hidden_dim, self.compute_dtype, self.hidden_dropout, self.layer_norm,
                                  name=f'block_{i}') for i in range(self.depth)]
-    self.output = self.param(model_lib.OUTPUT, _with_axes(
-        lambda key, shape: model_lib.initial_output_layer(shape, self.vocab_size), ('features', 'vocab')),
+    self.output = self.param(output_layer.OUTPUT, output_layer.with_axes(
+        lambda key, shape: output_layer.initial_output_layer(shape, self.vocab_size), ('features', 'vocab')),
         (self.feature_dim + 1, self.padded_vocab_size))
     self.drop_features = nn.Dropout(self.feature_dropout)
 
@@ -128,7 +118,7 @@ class RevisitedNPLM(nn.Module):
 
   def output_layer(self, params) -> jax.Array:
     """[U; b] [K + 1, padded |V|] as vocab_softmax takes it; tied, U is C's rows as columns."""
-    stored = params[model_lib.OUTPUT]
+    stored = params[output_layer.OUTPUT]
     if not self.tied:
       return stored
     padding = self.padded_vocab_size - self.vocab_size
@@ -137,8 +127,8 @@ class RevisitedNPLM(nn.Module):
 
   def __call__(self, contexts: jax.Array) -> jax.Array:
     """Dense logits [batch, padded |V|], padding at -inf (for tests and small vocabularies)."""
-    output = self.output_layer({'C': self.C, model_lib.OUTPUT: self.output})
-    logits = model_lib.dense_logits(self.features(contexts), output)
+    output = self.output_layer({'C': self.C, output_layer.OUTPUT: self.output})
+    logits = output_layer.dense_logits(self.features(contexts), output)
     return jnp.where(jnp.arange(logits.shape[-1]) < self.vocab_size, logits, -jnp.inf)
 
 

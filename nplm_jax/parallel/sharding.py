@@ -86,7 +86,7 @@ def check_divisibility(mesh: Mesh, batch_size: int, eval_batch_size: int, padded
 
 
 def param_specs(logical_specs, axis_rules) -> dict:
-  """Each parameter's PartitionSpec on the mesh: its logical axis names (model.logical_specs) mapped
+  """Each parameter's PartitionSpec on the mesh: its logical axis names (output_layer.logical_specs) mapped
   by config.mesh.axis_rules ({'vocab': 'model', 'hidden': '', ...}; '' or a name not in the rules =
   replicated)."""
   rules = {name: axis or None for name, axis in dict(axis_rules).items()}
@@ -108,26 +108,12 @@ def check_param_divisibility(mesh: Mesh, abstract_params, logical, axis_rules) -
                         f"multiple of {mesh.shape[axis]} or set --config.mesh.axis_rules.{name}=''")
 
 
-def _names(path) -> tuple:
-  return tuple(getattr(k, 'key', getattr(k, 'name', None)) for k in path)
-
-
-def tree_shardings(mesh: Mesh, abstract_tree, specs: dict):
-  """NamedShardings for every leaf of a (possibly abstract) pytree of params or train state, from the
-  parameters' specs (param_specs): a leaf whose path ends with a parameter's path (the parameter
-  itself, or optimiser state that mirrors it: opt_state...mu['output']) takes that parameter's spec;
-  anything else (step counts, scalars) is replicated."""
-  by_path = {_names(path): spec for path, spec in
-             jax.tree_util.tree_flatten_with_path(specs, is_leaf=lambda x: isinstance(x, P))[0]}
-  longest = max(map(len, by_path), default=0)
-
-  def leaf(path, x):
-    names, spec = _names(path), P()
-    if getattr(x, 'ndim', 0):
-      spec = next((by_path[names[-k:]] for k in range(min(longest, len(names)), 0, -1) if names[-k:] in by_path),
-                  P())
-    return NamedSharding(mesh, spec)
-  return jax.tree_util.tree_map_with_path(leaf, abstract_tree)
+def named_shardings(mesh: Mesh, logical_tree, axis_rules):
+  """NamedShardings for a tree of logical PartitionSpecs (flax's nn.get_partition_spec of boxed
+  parameters, or of a train state whose optimiser state was initialised from them: its moments carry
+  their parameter's axis names, its counts none), each name mapped by config.mesh.axis_rules."""
+  return jax.tree.map(lambda spec: NamedSharding(mesh, spec), param_specs(logical_tree, axis_rules),
+                      is_leaf=lambda x: isinstance(x, P))
 
 
 def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
@@ -147,3 +133,15 @@ def process_rows(mesh: Mesh, global_rows: int) -> np.ndarray:
 
 def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
+
+
+def put_batch(mesh: Mesh, array):
+  """A host batch as a global array sharded on 'data' (each process holds the whole batch)."""
+  sh = batch_sharding(mesh, array.ndim)
+  return jax.make_array_from_callback(array.shape, sh, lambda index: array[index])
+
+
+def put_process_rows(mesh: Mesh, rows, global_rows: int):
+  """A global batch of `global_rows` from this process's rows only (sharding.process_rows' order)."""
+  sh = batch_sharding(mesh, rows.ndim)
+  return jax.make_array_from_process_local_data(sh, rows, (global_rows, *rows.shape[1:]))

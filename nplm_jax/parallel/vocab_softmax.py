@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
+from nplm_jax import backend_defaults
 from nplm_jax.parallel import softmax_kernel
 from nplm_jax.errors import UserError
 
@@ -145,26 +146,6 @@ def _streamed_backward(f, w, b, log_z, targets, g, *, vocab_block):
   return lax.psum(df, 'model').astype(f.dtype), lax.psum(dw, 'data').astype(w.dtype), db
 
 
-# train.vocab_block = -1 (auto), by backend (README, "Large corpora and vocabularies" and "GPUs and TPUs").
-# CPU: shards of at least STREAM_FROM_COLUMNS columns go over them AUTO_VOCAB_BLOCK at a time.
-# Measured on a 2-core CPU: at 50,000 and 150,000 columns a shard streaming trains 10% faster and
-# evaluates 1.8x faster in half the memory; at Brown's 8,960 it trains slower, the [B, 8,960] block
-# staying in cache anyway.
-STREAM_FROM_COLUMNS = 32_768
-AUTO_VOCAB_BLOCK = 4096
-# GPUs and TPUs: all of a shard's columns at once, measured faster on an H100 at every size (|V| 33k
-# batch 256: 1.56x; 100k and 300k at batch 4096, bfloat16: 1.65x and 1.72x, in 2.4 and 7.2 GB of
-# temporaries against 0.35 and 0.66), unless the [batch, columns] float32 logits block would exceed
-# this many bytes: then streamed, for memory.
-ACCELERATOR_STREAM_FROM_BYTES = 8 * 2**30
-
-
-# train.softmax_kernel = 'auto', by backend: the Pallas kernels only where measured faster than XLA.
-# CPU: they run in interpret mode (a test vehicle, far slower). GPUs and TPUs: not yet measured on
-# hardware (README, "A fused softmax kernel"), so XLA stays the default there.
-AUTO_SOFTMAX_KERNEL = {'cpu': 'xla', 'gpu': 'xla', 'tpu': 'xla'}
-
-
 # Where the kernels have a lowering: Mosaic TPU runs a kernel's grid in order (the accumulation over the
 # last grid axis that softmax_kernel uses), CPUs interpret it. Pallas's GPU lowering (Triton) runs grid
 # programs in parallel, so there the kernels need a loop inside each program: not written yet.
@@ -177,18 +158,16 @@ def softmax_kernel_for(name: str, platform: str) -> str:
   if name == 'pallas' and platform not in PALLAS_PLATFORMS:
     raise UserError(f"train.softmax_kernel='pallas' has no {platform.upper()} lowering yet (it runs on TPUs, and "
                     "on CPUs in interpret mode); use --config.train.softmax_kernel=auto or xla")
-  return AUTO_SOFTMAX_KERNEL.get(platform, 'xla') if name == 'auto' else name
+  return backend_defaults.backend_default('train.softmax_kernel', platform) if name == 'auto' else name
 
 
 def streamed_vocab_block(vocab_block: int, shard_columns: int, batch: int = 0, platform: str = 'cpu') -> int:
   """The sub-block size a shard of `shard_columns` goes over its columns with (0: all at once,
   also when the sub-block would hold them all); -1 is resolved for the backend `platform`."""
-  if vocab_block < 0:
-    if platform == 'cpu':
-      stream = shard_columns >= STREAM_FROM_COLUMNS
-    else:
-      stream = 4 * batch * shard_columns > ACCELERATOR_STREAM_FROM_BYTES
-    vocab_block = AUTO_VOCAB_BLOCK if stream else 0
+  if vocab_block < 0:  # backend_defaults: from a shard's columns on CPUs, its logits' bytes on accelerators
+    threshold, block = backend_defaults.backend_default('train.vocab_block', platform)
+    stream = shard_columns >= threshold if platform == 'cpu' else 4 * batch * shard_columns > threshold
+    vocab_block = block if stream else 0
   return vocab_block if vocab_block < shard_columns else 0
 
 

@@ -21,7 +21,7 @@ import sys
 import numpy as np
 
 from nplm_jax import cli as cli_lib
-from nplm_jax.models import bengio2003 as model_lib
+from nplm_jax.models import output_layer
 from nplm_jax.models import family as model_family
 from nplm_jax.tools import trained as trained_lib
 from nplm_jax.files import workdir as workdir_lib
@@ -37,7 +37,7 @@ def exported_arrays(model: trained_lib.TrainedModel) -> dict[str, np.ndarray]:
   """The best parameters under the paper's names, float32, without the vocabulary's padding."""
   params = {k: np.asarray(v, np.float32) for k, v in model.params.items()}
   size = len(model.vocab)
-  output = params[model_lib.OUTPUT][:, :size]
+  output = params[output_layer.OUTPUT][:, :size]
   arrays = {'C': params['C'][:size]}
   if 'H' in params:
     arrays.update(H=params['H'], d=params['d'])

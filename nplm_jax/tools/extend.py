@@ -25,7 +25,7 @@ from nplm_jax.training import checkpoint as ckpt_lib
 from nplm_jax import cli as cli_lib
 from nplm_jax import config as config_lib
 from nplm_jax.data import corpora as data_lib
-from nplm_jax.models import bengio2003 as model_lib
+from nplm_jax.models import output_layer
 from nplm_jax.data import text_input
 from nplm_jax.tools import trained as trained_lib
 from nplm_jax.files import workdir as workdir_lib
@@ -55,7 +55,7 @@ def unknown_word_rows(model: trained_lib.TrainedModel, lines: list[str]):
 
 def new_output_columns(model: trained_lib.TrainedModel, expected_columns: np.ndarray) -> np.ndarray:
   """[k, K + 1]: the expected U and W rows, and the rare-word symbol's bias minus log k."""
-  rare_bias = float(np.asarray(model.params[model_lib.OUTPUT])[-1, model.rare_id])
+  rare_bias = float(np.asarray(model.params[output_layer.OUTPUT])[-1, model.rare_id])
   bias = np.full((len(expected_columns), 1), rare_bias - np.log(len(expected_columns)))
   return np.concatenate([expected_columns[:, :-1], bias], axis=1)
 
@@ -64,14 +64,14 @@ def extended_params(model: trained_lib.TrainedModel, new_c: np.ndarray, new_colu
   """The best parameters with rows of C and columns of the output layer added for the new words."""
   params = jax.tree.map(np.asarray, model.params)
   vocab_size = len(model.vocab) + len(new_c)
-  padded = model_lib.padded_size(vocab_size, model.config.model.vocab_pad_multiple)
-  old = params[model_lib.OUTPUT][:, :len(model.vocab)]
+  padded = output_layer.padded_size(vocab_size, model.config.model.vocab_pad_multiple)
+  old = params[output_layer.OUTPUT][:, :len(model.vocab)]
   output = np.zeros((old.shape[0], padded), old.dtype)
-  output[-1, vocab_size:] = model_lib.PADDING_LOGIT
+  output[-1, vocab_size:] = output_layer.PADDING_LOGIT
   output[:, :len(model.vocab)] = old
   output[:, len(model.vocab):vocab_size] = new_columns.T
   params['C'] = np.concatenate([params['C'], new_c.astype(params['C'].dtype)])
-  params[model_lib.OUTPUT] = output
+  params[output_layer.OUTPUT] = output
   return params
 
 

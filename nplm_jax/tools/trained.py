@@ -22,7 +22,7 @@ from nplm_jax.data import corpora as data_lib
 from nplm_jax.training import evaluation
 from nplm_jax.training import experiment as experiment_lib
 from nplm_jax import progress as progress_lib
-from nplm_jax.models import bengio2003 as model_lib
+from nplm_jax.models import output_layer
 from nplm_jax.parallel import sharding
 from nplm_jax.training import steps as steps_lib
 from nplm_jax.files import workdir as workdir_lib
@@ -201,7 +201,7 @@ class TrainedModel:
 
     def expected(params, contexts, with_columns):
       p = jnp.exp(next_word_log_probs(model, params, contexts))
-      return p @ params['C'], (p @ params[model_lib.OUTPUT][:, :model.vocab_size].T if with_columns else None)
+      return p @ params['C'], (p @ params[output_layer.OUTPUT][:, :model.vocab_size].T if with_columns else None)
     return {flag: self._jit(functools.partial(expected, with_columns=flag)) for flag in (False, True)}
 
   def expected_rows(self, contexts: np.ndarray, with_columns: bool = True):

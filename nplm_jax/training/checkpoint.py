@@ -35,6 +35,7 @@ from nplm_jax.parallel import distributed
 from nplm_jax.training import integrity
 from nplm_jax.files import metrics
 from nplm_jax.models import bengio2003 as model_lib
+from nplm_jax.models import output_layer
 from nplm_jax.training import run_state as run_state_lib
 from nplm_jax.files import workdir as workdir_lib
 from nplm_jax.errors import UserError
@@ -335,8 +336,8 @@ class Checkpoints:
       with _closed_event_loops_quiet():
         if self._separate_layout(self.best, step):
           separate = self.best.restore(step, args=ocp.args.StandardRestore(
-              model_lib.separate_output_layer_target(model, abstract_params)))
-          return model_lib.stack_separate_output_layer(model, separate, abstract_params[model_lib.OUTPUT].sharding)
+              output_layer.separate_output_layer_target(model, abstract_params)))
+          return output_layer.stack_separate_output_layer(model, separate, abstract_params[output_layer.OUTPUT].sharding)
         params = self.best.restore(step, args=ocp.args.StandardRestore(abstract_params))
     except Exception as e:  # pylint: disable=broad-except
       raise UserError(f'the best parameters in {self.best.directory}/{step} cannot be read ({_reason(e)}); '
@@ -370,7 +371,7 @@ class Checkpoints:
       tree = manager.item_metadata(step)
       tree = tree[item] if item else tree
       params = tree['params'] if 'params' in tree else tree
-      return model_lib.has_separate_output_layer(set(params))
+      return output_layer.has_separate_output_layer(set(params))
     except Exception:  # pylint: disable=broad-except  # a damaged step: restoring it will say so
       return False
 

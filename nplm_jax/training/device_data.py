@@ -17,13 +17,10 @@ import numpy as np
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from nplm_jax import backend_defaults
 from nplm_jax.data import corpora as data_lib
 from nplm_jax.parallel import sharding
 
-# train.device_data='auto' puts the data on the devices when it takes at most this much a device:
-# CPU host devices each hold a copy in the machine's RAM (and the host path is as fast there); an
-# accelerator's memory is far larger than any corpus that fits.
-DEVICE_DATA_AUTO_MIB = {'cpu': 256, 'accelerator': 2048}
 
 
 def resident_bytes(stream: data_lib.TokenStream) -> int:
@@ -39,7 +36,7 @@ def wanted(train_config, stream: data_lib.TokenStream, platform: str) -> bool:
     return mode == 'on'
   if train_config.input_threads:
     return False
-  limit = DEVICE_DATA_AUTO_MIB['cpu' if platform == 'cpu' else 'accelerator']
+  limit = backend_defaults.backend_default('train.device_data', platform)  # MiB a device
   return resident_bytes(stream) <= limit * 2**20
 
 

@@ -8,6 +8,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from nplm_jax.training import in_flight as in_flight_lib
 from nplm_jax.training import checkpoint as ckpt_lib
 from nplm_jax import config as config_lib
 from nplm_jax.data import corpora as data_lib
@@ -24,7 +25,7 @@ MAX_MEAN_NLL = 700.0
 # Batches a resident evaluation runs in one call. Between calls the host prints progress and answers
 # signals (a whole split in one call kept Ctrl-C waiting for it: 110 s on Brown on a 2-core CPU); 16
 # batches of 256 are about 1-3 s of MLP1 on Brown there, and far less on an accelerator, where calls
-# are queued ahead (BoundedDispatch) so the devices never wait for the host.
+# are queued ahead (in_flight.InFlightLimit) so the devices never wait for the host.
 EVAL_BATCHES_A_CALL = 16
 
 
@@ -53,7 +54,7 @@ def split_nll(experiment: experiment_lib.Experiment, params, split: str, between
     padding = -len(positions) % per_call  # whole calls: one program; padded batches weigh 0
     positions = np.concatenate([positions, np.zeros((padding, batch_size), positions.dtype)])
     weights = np.concatenate([weights, np.zeros((padding, batch_size), weights.dtype)])
-    pending, in_flight = [], steps_lib.BoundedDispatch()
+    pending, in_flight = [], in_flight_lib.InFlightLimit()
     for first in range(0, len(positions), per_call):
       chunk = device_data.put_replicated(steps.mesh, positions[first:first + per_call])
       pending.append(in_flight.push(steps.eval_resident(params, ids, chunk)))
@@ -92,10 +93,10 @@ def examples_nll(steps: steps_lib.CompiledSteps, params, contexts: np.ndarray, t
 def batched_nll(steps: steps_lib.CompiledSteps, params, batches, batch_size: int) -> np.ndarray:
   """Runs the eval step over (this process's contexts, targets, weights of the global batch) and
   keeps the per-token NLLs of weight 1, in order."""
-  pending, weights, in_flight = [], [], steps_lib.BoundedDispatch()
+  pending, weights, in_flight = [], [], in_flight_lib.InFlightLimit()
   for contexts, targets, w in batches:
-    pending.append(in_flight.push(steps.eval(params, steps_lib.put_process_rows(steps.mesh, contexts, batch_size),
-                                             steps_lib.put_process_rows(steps.mesh, targets, batch_size))))
+    pending.append(in_flight.push(steps.eval(params, sharding.put_process_rows(steps.mesh, contexts, batch_size),
+                                             sharding.put_process_rows(steps.mesh, targets, batch_size))))
     weights.append(w)
   nll = np.concatenate([np.asarray(x, np.float64) for x in jax.device_get(pending)])
   return nll[np.concatenate(weights) > 0]

@@ -8,6 +8,8 @@ import dataclasses
 
 import jax
 
+from nplm_jax.training import sampled_noise
+from nplm_jax import backend_defaults
 from nplm_jax.training import checkpoint as ckpt_lib
 from nplm_jax import config as config_lib
 from nplm_jax.data import corpora as data_lib
@@ -22,9 +24,6 @@ from nplm_jax.parallel import vocab_softmax
 from nplm_jax.files import workdir as workdir_lib
 from nplm_jax.data import workdir_vocab
 from nplm_jax.errors import UserError
-# train.steps_per_dispatch = -1 on GPUs and TPUs: the largest divisor of train.log_every up to this
-# (README, "GPUs and TPUs": Brown reg4_n7, batch 128, on an H100: 1.3x the loop's rate of one step a dispatch).
-AUTO_STEPS_PER_DISPATCH = 64
 
 
 def steps_plan(config, train_examples: int) -> dict:
@@ -42,17 +41,16 @@ def steps_plan(config, train_examples: int) -> dict:
 def steps_per_dispatch(train_config, platform: str, resident: bool) -> int:
   """The most steps one dispatch runs: 1 with host-fed batches (a dispatch takes one batch from the
   host), else train.steps_per_dispatch, its -1 resolved: 1 on CPU; on accelerators the largest
-  divisor of log_every up to AUTO_STEPS_PER_DISPATCH, or AUTO_STEPS_PER_DISPATCH when that divisor
+  divisor of log_every up to the backend's most (backend_defaults), or that most when the divisor
   is small (the loop shortens a dispatch to the next boundary in the same compiled program)."""
   requested = train_config.steps_per_dispatch
   if not resident:
     return 1
   if requested > 0:
     return requested
-  if platform == 'cpu':
-    return 1
-  divisor = max(d for d in range(1, AUTO_STEPS_PER_DISPATCH + 1) if train_config.log_every % d == 0)
-  return divisor if divisor >= AUTO_STEPS_PER_DISPATCH // 4 else AUTO_STEPS_PER_DISPATCH
+  most = backend_defaults.backend_default('train.steps_per_dispatch', platform)
+  divisor = max(d for d in range(1, most + 1) if train_config.log_every % d == 0)
+  return divisor if divisor >= most // 4 else most
 
 
 # Shares of the training tokens read as the rare-word symbol above which a run is warned, and refused:
@@ -126,7 +124,7 @@ class Experiment:
     self.train_counts = train_counts = self.corpus.unigram_counts('train')  # a pass unless stored (prepared)
     check_rare_share(config.data, self.corpus, train_counts)
     self.optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size)
-    sampled = steps_lib.make_sampled_loss(config.loss, train_counts, config.seed)
+    sampled = sampled_noise.make_sampled_loss(config.loss, train_counts, config.seed)
     bias_counts = train_counts if config.model.unigram_bias_init else None
     self.steps = steps_lib.compile_steps(self.model, self.optimizer, self.mesh, bias_counts, sampled,
                                          steps_per_epoch=self.plan['steps_per_epoch'],
@@ -160,7 +158,7 @@ class Experiment:
   def on_mesh(self, contexts, targets):
     """This process's rows of a training batch, as the global batch on the mesh."""
     b = self.config.train.batch_size
-    return steps_lib.put_process_rows(self.mesh, contexts, b), steps_lib.put_process_rows(self.mesh, targets, b)
+    return sharding.put_process_rows(self.mesh, contexts, b), sharding.put_process_rows(self.mesh, targets, b)
 
   def resident_ids(self, split: str):
     """A split's ids on the devices, when they are there (evaluation reads them), else None."""

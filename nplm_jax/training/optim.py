@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from nplm_jax.models import bengio2003 as model_lib
+from nplm_jax.models import output_layer
 
 
 # Biases (d; the revisited family's *_bias and LayerNorm's scale and bias) and the distant-context
@@ -31,8 +31,8 @@ def decay_weights_not_biases(weight_decay: float) -> optax.GradientTransformatio
     name = path[-1].key
     if name in NOT_DECAYED or name.endswith('_bias'):
       return 0.0
-    if name == model_lib.OUTPUT:
-      return jnp.asarray(model_lib.bias_row_mask(param.shape))
+    if name == output_layer.OUTPUT:
+      return jnp.asarray(output_layer.bias_row_mask(param.shape))
     return 1.0
 
   def update(updates, state, params):

@@ -1,7 +1,7 @@
 """Pure train and eval steps, and their jitted, sharded forms.
 
 `train_step(state, contexts, targets, lr_scale) -> (state, loss)` and `eval_step(params,
-contexts, targets) -> per-token NLL` are plain functions of arrays; `train_dispatch` runs up to
+contexts, targets) -> per-token NLL` are plain functions of arrays; `train_resident_steps` runs up to
 steps_per_dispatch train steps in one call (the count is an argument of the one compiled program),
 each gathering its batch from token ids on the devices (device_data), and `eval_resident` a split's
 batches likewise. Both training forms add each step's loss to an `Interval` carried on the devices
@@ -15,11 +15,11 @@ Random streams: the parameters are drawn from PRNGKey(seed) (stream 0), a step's
 step alone, so a resumed run draws what the uninterrupted one would.
 """
 
-import collections
 import dataclasses
 import functools
 from typing import Any, Callable
 
+import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -28,7 +28,8 @@ import optax
 from jax.sharding import Mesh
 
 from nplm_jax.training import device_data
-from nplm_jax.models import bengio2003 as model_lib
+from nplm_jax.training import sampled_noise
+from nplm_jax.models import output_layer
 from nplm_jax.parallel import sharding
 from nplm_jax.parallel import vocab_softmax
 
@@ -59,54 +60,6 @@ def dropout_key(seed: int, step):
 
 
 DROPOUT_STREAM = 1  # keeps dropout's random numbers apart from the initialisation's (stream 0)
-
-
-@dataclasses.dataclass(frozen=True)
-class SampledLoss:
-  """Training with a sampled output layer instead of the exact softmax (evaluation stays exact)."""
-  kind: str  # 'sampled_softmax' | 'nce'
-  num_samples: int
-  log_noise: Any  # [|V|] log probabilities of the noise distribution: exactly those draw_noise samples from
-  noise_accept: Any  # [|V|] float32 alias table (Walker): keep a uniformly drawn word w with this probability,
-  noise_alias: Any  # [|V|] int32 else take this word instead
-  seed: int
-
-
-def draw_noise(loss: SampledLoss, step) -> jax.Array:
-  """The step's k noise words; a function of (seed, step), so a resumed run draws the same ones.
-
-  Walker's alias method: a uniform word and one uniform number each, O(k) whatever |V|.
-  (categorical() would draw k x |V| Gumbels, which on a CPU cost more than the sampled output
-  layer itself; an inverse CDF in float32 cannot resolve the tail of a 250k-word Zipf
-  distribution, whose words are below the CDF's rounding near 1.)
-  """
-  key = jax.random.fold_in(jax.random.PRNGKey(loss.seed), step)
-  word_key, accept_key = jax.random.split(key)
-  words = jax.random.randint(word_key, (loss.num_samples,), 0, loss.noise_accept.shape[0])
-  keep = jax.random.uniform(accept_key, (loss.num_samples,)) < loss.noise_accept[words]
-  return jnp.where(keep, words, loss.noise_alias[words])
-
-
-def alias_table(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """(accept float32, alias int32) with Vose's algorithm: word w is drawn with probability
-  (accept[w] + sum over v with alias[v] = w of (1 - accept[v])) / |V|."""
-  n = len(probs)
-  scaled = np.asarray(probs, np.float64) * n
-  accept, alias = np.ones(n, np.float64), np.arange(n, dtype=np.int32)
-  small = [i for i in range(n) if scaled[i] < 1.0]
-  large = [i for i in range(n) if scaled[i] >= 1.0]
-  while small and large:
-    s, g = small.pop(), large.pop()
-    accept[s], alias[s] = scaled[s], g
-    scaled[g] -= 1.0 - scaled[s]
-    (small if scaled[g] < 1.0 else large).append(g)
-  return accept.astype(np.float32), alias  # words left over keep accept 1 (rounding)
-
-
-def alias_probs(accept: np.ndarray, alias: np.ndarray) -> np.ndarray:
-  """The probabilities an alias table really draws with (float64, from its float32 entries)."""
-  accept = np.asarray(accept, np.float64)
-  return (accept + np.bincount(alias, weights=1.0 - accept, minlength=len(accept))) / len(accept)
 
 
 def chunked_map(per_example, inputs, chunk_size: int):
@@ -167,7 +120,7 @@ def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mes
                                                        recompute=bool(chunk_size), vocab_block=vocab_block,
                                                        kernel=softmax_kernel)
     else:
-      samples = draw_noise(loss, state.step)  # shared by the whole batch
+      samples = sampled_noise.draw_noise(loss, state.step)  # shared by the whole batch
       per_example = lambda ft: vocab_softmax.sampled_token_loss(ft[0], out, ft[1], samples, loss.log_noise,
                                                                 mesh=mesh, kind=loss.kind)
     return jnp.mean(chunked_map(per_example, (feats, targets), chunk_size))
@@ -192,7 +145,7 @@ def eval_step(params, contexts, targets, *, model, mesh, chunk_size=0, vocab_blo
                      (feats, targets), chunk_size)
 
 
-def train_dispatch(state: TrainState, ids, order, lr_scale, interval: Interval, num_steps, *, max_steps: int,
+def train_resident_steps(state: TrainState, ids, order, lr_scale, interval: Interval, num_steps, *, max_steps: int,
                    steps_per_epoch: int, batch_size: int, mesh, model, **step_options):
   """`num_steps` (1 .. max_steps, a traced count) training steps in one call, each gathering its batch
   on the devices from the train split's resident ids and the epoch's permutation `order`
@@ -251,13 +204,13 @@ class CompiledSteps:
   state_from_params: Callable | None = None  # params -> a fresh TrainState around them
   train: Callable | None = None  # (state, contexts, targets, lr_scale=1.0, interval=None) -> (state, metrics)
   lower_train: Callable | None = None  # (state, contexts, targets) -> the lowered train step (memory_analysis)
-  dispatch: Callable | None = None  # max_steps -> jitted (state, ids, order, lr_scale, interval, num_steps)
+  resident_steps: Callable | None = None  # max_steps -> jitted (state, ids, order, lr_scale, interval, num_steps)
   state_shardings: Any = None
   abstract_state: Any = None
 
 
 def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: Mesh,
-                  unigram_counts=None, loss: SampledLoss | None = None, chunk_size: int = 0,
+                  unigram_counts=None, loss: sampled_noise.SampledLoss | None = None, chunk_size: int = 0,
                   seed: int = 0, vocab_block: int = -1, matmul_precision: str = 'highest',
                   steps_per_epoch: int = 0, batch_size: int = 0, axis_rules=None,
                   softmax_kernel: str = 'xla') -> CompiledSteps:
@@ -271,12 +224,11 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
                               platform=mesh.devices.flat[0].platform)
   replicated = sharding.replicated(mesh)
   ctx_sh, tgt_sh = sharding.batch_sharding(mesh, 2), sharding.batch_sharding(mesh, 1)
-  abstract_params = jax.eval_shape(lambda: model_lib.init_params(model, unigram_counts, seed))
+  abstract_params = jax.eval_shape(lambda: output_layer.init_params(model, unigram_counts, seed))
   axis_rules = axis_rules or {'vocab': 'model'}
-  logical = model_lib.logical_specs(model)
+  logical = output_layer.logical_specs(model)
   sharding.check_param_divisibility(mesh, abstract_params, logical, axis_rules)
-  specs = sharding.param_specs(logical, axis_rules)
-  param_sh = sharding.tree_shardings(mesh, abstract_params, specs)
+  param_sh = sharding.named_shardings(mesh, logical, axis_rules)
   eval_options = dict(model=model, mesh=mesh, chunk_size=chunk_size, vocab_block=vocab_block,
                       softmax_kernel=softmax_kernel)
   # Per-token NLLs come back replicated (B scalars) so every host of a multi-host job can read them.
@@ -290,11 +242,15 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
     return compiled
 
   def init_state():
-    params = model_lib.init_params(model, unigram_counts, seed)
+    params = output_layer.init_params(model, unigram_counts, seed)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params))
 
+  def boxed_state():  # the optimiser state initialised from boxed parameters carries their axis names
+    boxed = output_layer.boxed_params(model, seed)
+    return TrainState(step=jnp.zeros((), jnp.int32), params=boxed, opt_state=optimizer.init(boxed))
+
   abstract = jax.eval_shape(init_state)
-  state_sh = sharding.tree_shardings(mesh, abstract, specs)
+  state_sh = sharding.named_shardings(mesh, nn.get_partition_spec(jax.eval_shape(boxed_state)), axis_rules)
   step_options = dict(optimizer=optimizer, loss=loss, chunk_size=chunk_size, seed=seed, vocab_block=vocab_block,
                       softmax_kernel=softmax_kernel)
   jitted_train = jax.jit(
@@ -306,9 +262,9 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
     return jitted_train(state, contexts, targets, np.float32(lr_scale), interval or Interval.start())
 
   @functools.cache
-  def dispatch(max_steps: int):
+  def resident_steps(max_steps: int):
     return jax.jit(precise(functools.partial(
-        train_dispatch, max_steps=max_steps, steps_per_epoch=steps_per_epoch, batch_size=batch_size, mesh=mesh,
+        train_resident_steps, max_steps=max_steps, steps_per_epoch=steps_per_epoch, batch_size=batch_size, mesh=mesh,
         model=model, **step_options)), in_shardings=(state_sh,) + (replicated,) * 5,
         out_shardings=(state_sh, replicated), donate_argnums=0)
 
@@ -319,51 +275,4 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
       compiled, init=jax.jit(init_state, out_shardings=state_sh), state_from_params=from_params, train=train,
       lower_train=lambda state, contexts, targets: jitted_train.lower(state, contexts, targets, np.float32(1.0),
                                                                       Interval.start()),
-      dispatch=dispatch, state_shardings=state_sh, abstract_state=abstract)
-
-
-class BoundedDispatch:
-  """Keeps at most `depth` steps queued on the devices.
-
-  Dispatch is asynchronous, so the host prepares the next batch while the devices compute. An
-  unbounded queue of multi-device executions can deadlock XLA's CPU collectives (two host devices
-  waiting in different steps' all-reduces); two in flight keep the overlap without that risk.
-  """
-
-  def __init__(self, depth: int = 2):
-    self._depth, self._pending = depth, collections.deque()
-
-  def push(self, result):
-    self._pending.append(result)
-    if len(self._pending) > self._depth:
-      jax.block_until_ready(self._pending.popleft())
-    return result
-
-  def drain(self) -> None:
-    """Waits for everything still queued (independent executions can finish out of order)."""
-    while self._pending:
-      jax.block_until_ready(self._pending.popleft())
-
-
-def make_sampled_loss(loss_config, unigram_counts, seed: int) -> SampledLoss | None:
-  """None for the exact softmax; else the sampled loss with a unigram**power noise distribution."""
-  if loss_config.name == 'softmax':
-    return None
-  counts = np.asarray(unigram_counts, np.float64) + 0.5  # every word can be drawn
-  weights = counts ** loss_config.noise_power
-  accept, alias = alias_table(weights / weights.sum())
-  return SampledLoss(kind=loss_config.name, num_samples=loss_config.num_samples,
-                     log_noise=jnp.asarray(np.log(alias_probs(accept, alias)), jnp.float32),  # what is drawn
-                     noise_accept=jnp.asarray(accept), noise_alias=jnp.asarray(alias), seed=seed)
-
-
-def put_batch(mesh: Mesh, array):
-  """A host batch as a global array sharded on 'data' (each process holds the whole batch)."""
-  sh = sharding.batch_sharding(mesh, array.ndim)
-  return jax.make_array_from_callback(array.shape, sh, lambda index: array[index])
-
-
-def put_process_rows(mesh: Mesh, rows, global_rows: int):
-  """A global batch of `global_rows` from this process's rows only (sharding.process_rows' order)."""
-  sh = sharding.batch_sharding(mesh, rows.ndim)
-  return jax.make_array_from_process_local_data(sh, rows, (global_rows, *rows.shape[1:]))
+      resident_steps=resident_steps, state_shardings=state_sh, abstract_state=abstract)

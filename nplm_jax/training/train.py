@@ -25,6 +25,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from nplm_jax.training import in_flight as in_flight_lib
 from nplm_jax.training import checkpoint as ckpt_lib
 from nplm_jax import config as config_lib
 from nplm_jax.data import corpora as data_lib
@@ -407,7 +408,7 @@ def next_boundary(step: int, plan: dict, log_every: int, extra: tuple[int, ...] 
   return min(candidates)
 
 
-class _Dispatcher:
+class _StepRunner:
   """Runs the next steps of training: up to train.steps_per_dispatch a call from the data on the
   devices (one compiled program, the count an argument: compiled ahead of time, its memory printed),
   or one batch gathered on the host. Returns the state, the interval with the steps' losses added,
@@ -425,7 +426,7 @@ class _Dispatcher:
     order = run.device_data.train_order(step // run.plan['steps_per_epoch'])
     args = (state, run.device_data.ids['train'], order, np.float32(lr_scale), interval, np.int32(num_steps))
     if self._executable is None:
-      self._executable = run.steps.dispatch(run.steps_per_dispatch).lower(*args).compile()
+      self._executable = run.steps.resident_steps(run.steps_per_dispatch).lower(*args).compile()
       _log_memory(self._executable, run.steps_per_dispatch)
     state, interval = self._executable(*args)
     return state, interval, num_steps
@@ -487,9 +488,9 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
   if config.optimizer.name == 'paper_sgd':
     metrics_lib.log(f'lr is per example, as in the paper: lr_0 / (1 + r t), t counting examples; a step of '
                     f'{config.train.batch_size} examples moves {config.train.batch_size} x lr')
-  in_flight = steps_lib.BoundedDispatch()
+  in_flight = in_flight_lib.InFlightLimit()
   interval = steps_lib.Interval.start()  # the losses since the last log, summed on the devices
-  dispatch = _Dispatcher(run, step)
+  run_steps = _StepRunner(run, step)
   profile = _Profile(config.train.profile_steps, run.workdir)
   # Between the calls of an evaluation, a signal stops it (one process: a multi-process job agrees on
   # its stop step through JAX's preemption service, which counts dispatches, so it stops after).
@@ -524,8 +525,8 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
     # Every dispatch as long as it can be: up to steps_per_dispatch, never past the next boundary.
     boundary = next_boundary(step, plan, config.train.log_every, profile.boundaries)
     profile.before(step)
-    state, interval, ran = dispatch(state, step, min(run.steps_per_dispatch, boundary - step), run_state.lr_scale,
-                                    interval)
+    state, interval, ran = run_steps(state, step, min(run.steps_per_dispatch, boundary - step), run_state.lr_scale,
+                                     interval)
     in_flight.push(interval)  # not the state: it is donated to the next dispatch
     step += ran
     if not warm:  # the first dispatch compiled: the rate and ETA start after it (one wait a run)
