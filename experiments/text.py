@@ -5,7 +5,7 @@ python -m nplm_jax.main --config=experiments/text.py --workdir=runs/mytext \
 
 Your own text (README, "Your own text"): 'quick' is the 2003 model with brown.py:quick's setting (MLP1
 tuned, noise-contrastive estimation with 1,000 noise words, batch 512), a usable model fast;
-'revisited' is the revisited family as PTB's measured row (ptb.py:ladder4_tied: window 8, 240 distant
+'revisited' is the revisited family as PTB's measured row (ptb.py:ladder4_tied: window 15, 240 distant
 words in 4 kernels, 4 residual blocks, tied vectors, dropout 0.3, AdamW warmed up), mixed with a
 Kneser-Ney 5-gram. Both progress at least every 30 s, evaluate once an epoch and take
 --config.train.max_seconds as a budget.

@@ -1,0 +1,181 @@
+"""Results as data: a finished run kept as a small JSON file under results/, and RESULTS.md's tables
+rendered from those files, so every figure there traces to its run.
+
+  python -m launch.results collect --workdir=runs/own_text/quick --name=own_text_quick --table=own_text \
+      --label='text.py:quick' --command='nplm-train --config=experiments/text.py:quick ...' [--commit=SHA]
+  python -m launch.results render            # print every table
+  python -m launch.results render --write    # rewrite RESULTS.md's rendered tables in place
+  python -m launch.results render --check    # exit 1 when RESULTS.md differs from results/ (CI runs this)
+
+A results file holds the run's figures (results.json and mix_results.json), the command, the resolved
+config, the commit, the device, the seed and the wall time; never checkpoints. In RESULTS.md a table
+lives between the lines `<!-- results:TABLE -->` and `<!-- /results -->`, and only there is it
+rewritten.
+"""
+
+import argparse
+import json
+import os
+import platform as platform_lib
+import re
+import statistics
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS_DIR = os.path.join(REPO, 'results')
+RESULTS_MD = os.path.join(REPO, 'RESULTS.md')
+
+# Each table's columns: (header, a function of a results record giving the cell).
+_num = lambda key, digits=2: lambda r: _fmt(r['figures'].get(key), digits)
+
+
+def _fmt(value, digits: int = 2) -> str:
+  if value is None:
+    return ''
+  if isinstance(value, int) or (isinstance(value, float) and digits == 0):
+    return f'{value:,.0f}'
+  return f'{value:,.{digits}f}'
+
+
+TABLES = {
+    'own_text': [
+        ('recipe', lambda r: f'`{r["label"]}`'),
+        ('parameters', _num('num_parameters', 0)),
+        ('epochs', _num('epochs', 2)),
+        ('tokens/s', _num('tokens_per_sec', 0)),
+        ('wall s', _num('wall_seconds', 0)),
+        ('valid ppl', _num('valid_ppl')),
+        ('test ppl', _num('test_ppl')),
+        ('+ KN5 test ppl (weight 0.5)', _num('mix_test_ppl')),
+        ('device', lambda r: r['device']),
+    ],
+}
+
+
+def _git_commit() -> str:
+  try:
+    return subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=REPO, capture_output=True, text=True,
+                          check=True).stdout.strip()
+  except (OSError, subprocess.CalledProcessError):
+    return 'unknown'
+
+
+def _device(results: dict) -> str:
+  where = results.get('platform', 'cpu')
+  if where == 'cpu':
+    return f'CPU, {os.cpu_count()} cores ({platform_lib.machine()})'
+  return where.upper()
+
+
+def record(workdir: str, name: str, table: str, label: str, command: str, commit: str | None = None,
+           device: str | None = None) -> dict:
+  """A finished workdir's results as a results/ record."""
+  def read(file):
+    path = os.path.join(workdir, file)
+    if not os.path.exists(path):
+      return {}
+    with open(path, encoding='utf-8') as f:
+      return json.load(f)
+  results = read('results.json')
+  if not results:
+    raise SystemExit(f'error: {workdir} holds no results.json; collect a finished run')
+  mix = read('mix_results.json')
+  rates = []
+  metrics_path = os.path.join(workdir, 'metrics.jsonl')
+  if os.path.exists(metrics_path):
+    with open(metrics_path, encoding='utf-8') as f:
+      rates = [r['tokens_per_sec'] for r in map(json.loads, f) if r.get('tokens_per_sec')]
+  figures = {k: results[k] for k in ('valid_ppl', 'test_ppl', 'valid_bpc', 'test_bpc', 'num_parameters', 'epochs',
+                                     'steps_trained', 'step', 'wall_seconds', 'stop_reason') if k in results}
+  figures['tokens_per_sec'] = round(statistics.median(rates), 1) if rates else None
+  for source in (results, mix):  # the mixture: in results.json when trained with it, else from nplm-mix
+    figures.update({k: source[k] for k in ('mix_valid_ppl', 'mix_test_ppl', 'mix_ngram', 'mix_weight',
+                                           'mix_fitted_weight', 'mix_fitted_test_ppl') if k in source})
+  config = results.get('config', {})
+  return {'name': name, 'table': table, 'label': label, 'command': command, 'commit': commit or _git_commit(),
+          'device': device or _device(results), 'seed': config.get('seed'), 'figures': figures, 'config': config}
+
+
+def load_records() -> list[dict]:
+  records = []
+  for name in sorted(os.listdir(RESULTS_DIR)) if os.path.isdir(RESULTS_DIR) else []:
+    if name.endswith('.json'):
+      with open(os.path.join(RESULTS_DIR, name), encoding='utf-8') as f:
+        records.append(json.load(f))
+  return records
+
+
+def render_table(table: str, records: list[dict]) -> str:
+  columns = TABLES[table]
+  rows = [r for r in records if r['table'] == table]
+  lines = ['| ' + ' | '.join(h for h, _ in columns) + ' |', '| ' + ' | '.join('---' for _ in columns) + ' |']
+  lines += ['| ' + ' | '.join(cell(r) for _, cell in columns) + ' |' for r in rows]
+  lines.append('')
+  lines.append('Rendered by `python -m launch.results render --write` from ' +
+               ', '.join(f'`results/{r["name"]}.json`' for r in rows) + '.')
+  return '\n'.join(lines)
+
+
+_SECTION = re.compile(r'(<!-- results:(\w+) -->\n)(.*?)(<!-- /results -->)', re.S)
+
+
+def rendered_markdown(text: str, records: list[dict]) -> str:
+  """RESULTS.md's text with every marked table rendered anew."""
+  def replace(m):
+    if m.group(2) not in TABLES:
+      raise SystemExit(f'error: RESULTS.md marks a table {m.group(2)!r} that launch/results.py does not know')
+    return m.group(1) + render_table(m.group(2), records) + '\n' + m.group(4)
+  return _SECTION.sub(replace, text)
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(prog='python -m launch.results', description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  sub = parser.add_subparsers(dest='what', required=True)
+  collect = sub.add_parser('collect', help='keep a finished workdir as results/NAME.json')
+  collect.add_argument('--workdir', required=True)
+  collect.add_argument('--name', required=True, help='the file name under results/ (letters, digits, _ and -)')
+  collect.add_argument('--table', required=True, choices=sorted(TABLES))
+  collect.add_argument('--label', required=True, help="the row's label in its table")
+  collect.add_argument('--command', required=True, help='the command that trained it, as run')
+  collect.add_argument('--commit', default=None, help='the commit it ran at (default: HEAD)')
+  collect.add_argument('--device', default=None, help='where it ran (default: from results.json and this machine)')
+  render = sub.add_parser('render', help="print RESULTS.md's tables from results/, or write or check them")
+  render.add_argument('--write', action='store_true')
+  render.add_argument('--check', action='store_true')
+  args = parser.parse_args(argv)
+  if args.what == 'collect':
+    if not re.fullmatch(r'[\w-]+', args.name):
+      raise SystemExit(f'error: --name={args.name!r}: use letters, digits, _ and - only')
+    value = record(args.workdir, args.name, args.table, args.label, args.command, args.commit, args.device)
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    path = os.path.join(RESULTS_DIR, f'{args.name}.json')
+    with open(path, 'w', encoding='utf-8') as f:
+      json.dump(value, f, indent=1, sort_keys=True)
+      f.write('\n')
+    print(f'wrote {os.path.relpath(path, REPO)}')
+    return 0
+  records = load_records()
+  with open(RESULTS_MD, encoding='utf-8') as f:
+    text = f.read()
+  new = rendered_markdown(text, records)
+  if args.check:
+    if new != text:
+      print('error: RESULTS.md differs from the tables results/ renders; run python -m launch.results render --write',
+            file=sys.stderr)
+      return 1
+    print(f'RESULTS.md matches results/ ({len(records)} records)')
+    return 0
+  if args.write:
+    with open(RESULTS_MD, 'w', encoding='utf-8') as f:
+      f.write(new)
+    print('rewrote the rendered tables of RESULTS.md')
+    return 0
+  for table in TABLES:
+    print(f'## {table}\n\n{render_table(table, records)}\n')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
