@@ -353,9 +353,10 @@ def test_a_hidden_width_that_does_not_split_is_a_one_line_error():
 
 # ------------------------------------------------------------------ the fused Pallas softmax kernel
 
+@pytest.mark.parametrize('kernel', ['pallas', 'pallas_loop'])
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
 @pytest.mark.parametrize('shape', [(1, 1), (2, 4), (1, 8)], ids=lambda s: f'mesh{s[0]}x{s[1]}')
-def test_pallas_softmax_kernel_equals_dense(shape, dtype, monkeypatch):
+def test_pallas_softmax_kernel_equals_dense(shape, dtype, kernel, monkeypatch):
   """Values and every gradient of the kernel path (interpret mode) against the dense log-softmax: |V| =
   197 padded to 200, tiles of 16 columns, so every shard ends in a short tile (200 = 12 x 16 + 8; 50 =
   3 x 16 + 2; 25 = 16 + 9) and holds padded columns or none; 24 rows in tiles of 16 (a short row tile).
@@ -381,7 +382,7 @@ def test_pallas_softmax_kernel_equals_dense(shape, dtype, monkeypatch):
 
   with jax.set_mesh(mesh):
     grad = lambda fn, *a: jax.jit(jax.grad(fn, argnums=(0, 1), has_aux=True), static_argnums=(2, 3))(*a)
-    (df, dout), nll = grad(loss, feats, params[output_layer.OUTPUT], 'pallas', dtype)
+    (df, dout), nll = grad(loss, feats, params[output_layer.OUTPUT], kernel, dtype)
     (ref_df, ref_dout), ref_nll = jax.jit(jax.grad(dense, argnums=(0, 1), has_aux=True))(feats, params[output_layer.OUTPUT])
     if dtype == 'bfloat16':
       (xla_df, xla_dout), xla_nll = grad(loss, feats, params[output_layer.OUTPUT], 'xla', dtype)

@@ -76,3 +76,29 @@ def test_bfloat16_trains(tiny_config, tmp_path):
   config.model.compute_dtype = 'bfloat16'
   results = train.train_and_evaluate(config, str(tmp_path / 'bf16'))
   assert np.isfinite(results['valid_ppl']) and results['valid_ppl'] < results['history'][0]['valid_ppl'] * 1.5
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+def test_the_loop_form_of_the_softmax_kernel_compiles_and_equals_numpy(dtype):
+  """The kernels' GPU form (softmax_kernel, form='loop') compiled for the GPU (not interpret mode):
+  statistics and gradients against NumPy, with short tiles and padded rows. Once this passes on a
+  GPU, vocab_softmax.softmax_kernel_for can let 'pallas' run there (README, "A fused softmax kernel")."""
+  from nplm_jax.parallel import softmax_kernel  # pylint: disable=g-import-not-at-top
+  from tests import test_softmax_kernel  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(3)
+  batch, k, columns = 300, 64, 1000  # short last tiles of 128
+  f = rng.normal(size=(batch, k)).astype(np.float32)
+  w = rng.normal(size=(k, columns)).astype(np.float32)
+  b = rng.normal(size=columns).astype(np.float32)
+  targets = rng.integers(0, columns, size=batch).astype(np.int32)
+  g = rng.normal(size=batch).astype(np.float32)
+  if dtype == 'bfloat16':
+    f, w = (np.asarray(jax.numpy.asarray(x, jax.numpy.bfloat16).astype(jax.numpy.float32)) for x in (f, w))
+  cast = lambda x: jax.device_put(jax.numpy.asarray(x, dtype), jax.devices('gpu')[0])
+  shard_max, shard_sum, picked = softmax_kernel.shard_stats(cast(f), cast(w), b, targets, form='loop')
+  log_z = np.log(np.asarray(shard_sum, np.float64)) + np.asarray(shard_max)
+  df, dw, db = softmax_kernel.shard_grads(cast(f), cast(w), b, log_z.astype(np.float32), targets, g, form='loop')
+  tolerance = 1e-4 if dtype == 'float32' else 3e-2
+  for got, want in zip((shard_max, shard_sum, picked, df, dw, db), test_softmax_kernel.reference(f, w, b, targets,
+                                                                                                log_z, g)):
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tolerance, atol=tolerance)

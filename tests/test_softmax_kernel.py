@@ -25,7 +25,8 @@ def reference(f, w, b, targets, log_z, g):
     (5, 3, 7, 8, 8),  # one short tile each way
 ])
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
-def test_shard_passes_equal_numpy(batch, k, columns, block_b, block_v, dtype):
+@pytest.mark.parametrize('form', softmax_kernel.FORMS)
+def test_shard_passes_equal_numpy(batch, k, columns, block_b, block_v, dtype, form):
   rng = np.random.default_rng(columns)
   f = rng.normal(size=(batch, k)).astype(np.float32)
   w = rng.normal(size=(k, columns)).astype(np.float32)
@@ -36,14 +37,36 @@ def test_shard_passes_equal_numpy(batch, k, columns, block_b, block_v, dtype):
     f, w = (np.asarray(jnp.asarray(x, jnp.bfloat16).astype(jnp.float32)) for x in (f, w))
   cast = lambda x: jnp.asarray(x, dtype)
   shard_max, shard_sum, picked = softmax_kernel.shard_stats(cast(f), cast(w), b, targets, block_b=block_b,
-                                                            block_v=block_v)
+                                                            block_v=block_v, form=form)
   log_z = np.log(np.asarray(shard_sum, np.float64)) + np.asarray(shard_max) + 0.25
-  df, dw, db = softmax_kernel.shard_grads(cast(f), cast(w), b, log_z, targets, g, block_b=block_b, block_v=block_v)
+  df, dw, db = softmax_kernel.shard_grads(cast(f), cast(w), b, log_z, targets, g, block_b=block_b, block_v=block_v,
+                                          form=form)
   expected = reference(f, w, b, targets, log_z, g)
   tolerance = 1e-5 if dtype == 'float32' else 2e-2  # bfloat16: the kernels' dz is rounded for its matmuls
   for got, want in zip((shard_max, shard_sum, picked, df, dw, db), expected):
     np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tolerance, atol=tolerance)
   assert df.dtype == dw.dtype == db.dtype == jnp.float32
+
+
+@pytest.mark.parametrize('form', softmax_kernel.FORMS)
+def test_padded_rows_stay_finite_under_a_large_bias(form):
+  """20 rows in tiles of 16 (12 padded rows) and a bias of 100 on every column: the padded rows'
+  probabilities are exp(bias - log Z); with a log Z of 0 there they overflowed to inf and 0 x inf
+  made dW and db NaN. Every gradient finite and equal to NumPy's over the real rows."""
+  rng = np.random.default_rng(7)
+  batch, k, columns = 20, 5, 24
+  f = rng.normal(size=(batch, k)).astype(np.float32)
+  w = rng.normal(size=(k, columns)).astype(np.float32)
+  b = np.full(columns, 100.0, np.float32)
+  targets = rng.integers(0, columns, size=batch).astype(np.int32)
+  g = np.ones(batch, np.float32)
+  shard_max, shard_sum, _ = softmax_kernel.shard_stats(f, w, b, targets, block_b=16, block_v=8, form=form)
+  log_z = np.log(np.asarray(shard_sum, np.float64)) + np.asarray(shard_max)
+  df, dw, db = softmax_kernel.shard_grads(f, w, b, log_z.astype(np.float32), targets, g, block_b=16, block_v=8,
+                                          form=form)
+  for got, want in zip((df, dw, db), reference(f, w, b, targets, log_z, g)[3:]):
+    assert np.all(np.isfinite(np.asarray(got)))
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-4, atol=1e-4)
 
 
 def test_a_folded_bias_gives_no_bias_gradient():

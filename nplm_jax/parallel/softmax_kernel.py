@@ -18,12 +18,22 @@ bias and every gradient are float32. The cross-shard combine (pmax, psum) stays 
 shard_map runs these kernels with check_vma=False: Pallas's interpreter does not type its iota as
 varying over the mesh axes). A shard whose columns (or batch) are not a multiple of the tile is padded
 up to one (a copy of w: the default vocab_pad_multiple of 128 and block_v of 128 never need it);
-padded columns are masked to -inf, padded rows carry g = 0.
+padded columns are masked to -inf; padded rows carry g = 0 and a log-normaliser of +inf, so their
+probabilities are exp(-inf) = 0 whatever the bias (a normaliser of 0 overflowed exp above a bias of
+about 88 and made dW and db NaN through 0 x inf).
 
-Each kernel accumulates into its output block over the last grid axis, which Mosaic TPU runs in order;
-on a CPU the kernels run in Pallas's interpret mode (how the tests check them against the XLA path).
-Pallas's GPU lowering runs grid programs in parallel, so GPUs need another form (a loop over tiles
-inside each program): vocab_softmax.softmax_kernel_for refuses 'pallas' there.
+Two forms of the same passes (`form`):
+- 'grid': each kernel accumulates into its output block over the last grid axis, which Mosaic TPU
+  runs in order (the TPU form);
+- 'loop': each program owns its output tile and loops over the other axis with lax.fori_loop inside
+  the program (statistics and df per batch tile over the vocabulary tiles, dW and db per vocabulary
+  tile over the batch tiles), as Pallas's GPU attention kernels do: GPU grids run their programs in
+  parallel, so nothing may accumulate across them (the GPU form).
+On a CPU both run in Pallas's interpret mode, where the tests check them against NumPy and the XLA
+path. Neither has been compiled on a GPU yet: on GPUs pallas_call lowers through Mosaic GPU by default
+(jax_pallas_use_mosaic_gpu), which does not implement these kernels' dot_general, and the Triton
+lowering needs the feature width K a power of two; vocab_softmax.softmax_kernel_for refuses 'pallas'
+there until tests/test_gpu.py passes on one (README, "A fused softmax kernel").
 """
 
 import functools
@@ -34,6 +44,7 @@ from jax.experimental import pallas as pl
 
 BLOCK_B = 128  # examples a tile
 BLOCK_V = 128  # vocabulary columns a tile
+FORMS = ('grid', 'loop')
 
 
 def _pad_to(x, axis: int, multiple: int, value=0):
@@ -104,24 +115,102 @@ def _feature_grads_kernel(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, df_ref, 
   df_ref[...] += jnp.dot(dz.astype(w_ref.dtype), w_ref[...].T, preferred_element_type=jnp.float32)
 
 
-def _prepared(f, w, b, rows, block_b: int, block_v: int):
-  """Inputs padded to whole tiles: f [B', K], w [K, V'], b [V'] (float32), per-example rows [B']."""
+def _logits_of(f, w, b, column0, columns: int):
+  """A tile's logits from loaded values (the loop form): float32, columns past the shard's at -inf."""
+  logits = jnp.dot(f, w, preferred_element_type=jnp.float32) + b[None, :]
+  ids = column0 + jax.lax.broadcasted_iota(jnp.int32, logits.shape, 1)
+  return jnp.where(ids < columns, logits, -jnp.inf), ids
+
+
+def _dlogits_of(f, w, b, log_z, t, g, column0, columns: int):
+  logits, ids = _logits_of(f, w, b, column0, columns)
+  onehot = ((ids == t[:, None]) & (ids < columns)).astype(jnp.float32)
+  return g[:, None] * (jnp.exp(logits - log_z[:, None]) - onehot)
+
+
+def _stats_loop_kernel(f_ref, w_ref, b_ref, t_ref, max_ref, sum_ref, pick_ref, *, block_v: int, columns: int,
+                       num_v: int):
+  """One batch tile's statistics, its program looping over every vocabulary tile."""
+  f, t = f_ref[...], t_ref[...]
+
+  def tile(j, carry):
+    old_max, total, pick = carry
+    cols = pl.ds(pl.multiple_of(j * block_v, block_v), block_v)
+    logits, ids = _logits_of(f, w_ref[:, cols], b_ref[cols], j * block_v, columns)
+    new_max = jnp.maximum(old_max, jnp.max(logits, axis=-1))
+    total = total * jnp.exp(old_max - new_max) + jnp.sum(jnp.exp(logits - new_max[:, None]), axis=-1)
+    hit = (ids == t[:, None]) & (ids < columns)
+    return new_max, total, pick + jnp.sum(jnp.where(hit, logits, 0.0), axis=-1)
+
+  rows = f.shape[0]
+  start = (jnp.full((rows,), -jnp.inf, jnp.float32), jnp.zeros((rows,), jnp.float32), jnp.zeros((rows,), jnp.float32))
+  max_ref[...], sum_ref[...], pick_ref[...] = jax.lax.fori_loop(0, num_v, tile, start)
+
+
+def _weight_grads_loop_kernel(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, dw_ref, db_ref, *, block_b: int,
+                              block_v: int, columns: int, num_b: int):
+  """One vocabulary tile's dW and db, its program looping over every batch tile."""
+  j = pl.program_id(0)
+  w, b = w_ref[...], b_ref[...]
+
+  def tile(i, carry):
+    dw, db = carry
+    rows = pl.ds(pl.multiple_of(i * block_b, block_b), block_b)
+    f = f_ref[rows, :]
+    dz = _dlogits_of(f, w, b, log_z_ref[rows], t_ref[rows], g_ref[rows], j * block_v, columns)
+    return dw + jnp.dot(f.T, dz.astype(f.dtype), preferred_element_type=jnp.float32), db + jnp.sum(dz, axis=0)
+
+  dw_ref[...], db_ref[...] = jax.lax.fori_loop(
+      0, num_b, tile, (jnp.zeros(dw_ref.shape, jnp.float32), jnp.zeros(db_ref.shape, jnp.float32)))
+
+
+def _feature_grads_loop_kernel(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, df_ref, *, block_v: int, columns: int,
+                               num_v: int):
+  """One batch tile's df, its program looping over every vocabulary tile."""
+  f, log_z, t, g = f_ref[...], log_z_ref[...], t_ref[...], g_ref[...]
+
+  def tile(j, df):
+    cols = pl.ds(pl.multiple_of(j * block_v, block_v), block_v)
+    w = w_ref[:, cols]
+    dz = _dlogits_of(f, w, b_ref[cols], log_z, t, g, j * block_v, columns)
+    return df + jnp.dot(dz.astype(w.dtype), w.T, preferred_element_type=jnp.float32)
+
+  df_ref[...] = jax.lax.fori_loop(0, num_v, tile, jnp.zeros(df_ref.shape, jnp.float32))
+
+
+def _prepared(f, w, b, rows, block_b: int, block_v: int, row_pads=None):
+  """Inputs padded to whole tiles: f [B', K], w [K, V'], b [V'] (float32), per-example rows [B']
+  (padded with `row_pads`, one value a row input, default 0)."""
   b = jnp.zeros(w.shape[-1], jnp.float32) if b is None else b.astype(jnp.float32)
+  row_pads = row_pads or [0] * len(rows)
   return (_pad_to(f, 0, block_b), _pad_to(w, 1, block_v), _pad_to(b, 0, block_v),
-          [_pad_to(r, 0, block_b) for r in rows])
+          [_pad_to(r, 0, block_b, pad) for r, pad in zip(rows, row_pads)])
 
 
 def _interpret() -> bool:
   return jax.default_backend() == 'cpu'
 
 
-def shard_stats(f, w, b, local_targets, *, block_b: int | None = None, block_v: int | None = None):
+def shard_stats(f, w, b, local_targets, *, block_b: int | None = None, block_v: int | None = None,
+                form: str = 'grid'):
   """(max, sum of exp(z - max), z of the target or 0 where the shard does not own it) per example,
   float32 [B] each, for z = f w + b over this shard's columns; local_targets are column indices
-  (outside [0, columns): not this shard's). Tiles of block_b x block_v (default BLOCK_B x BLOCK_V)."""
+  (outside [0, columns): not this shard's). Tiles of block_b x block_v (default BLOCK_B x BLOCK_V),
+  in the 'grid' (TPU) or 'loop' (GPU) form."""
   block_b, block_v = block_b or BLOCK_B, block_v or BLOCK_V
   batch, columns = f.shape[0], w.shape[-1]
   f, w, b, (t,) = _prepared(f, w, b, [local_targets.astype(jnp.int32)], block_b, block_v)
+  if form == 'loop':
+    row = pl.BlockSpec((block_b,), lambda i: (i,))
+    stats = pl.pallas_call(
+        functools.partial(_stats_loop_kernel, block_v=block_v, columns=columns, num_v=w.shape[-1] // block_v),
+        grid=(f.shape[0] // block_b,),
+        in_specs=[pl.BlockSpec((block_b, f.shape[1]), lambda i: (i, 0)), pl.BlockSpec(w.shape, lambda i: (0, 0)),
+                  pl.BlockSpec(b.shape, lambda i: (0,)), row],
+        out_specs=[row, row, row],
+        out_shape=[jax.ShapeDtypeStruct((f.shape[0],), jnp.float32)] * 3,
+        interpret=_interpret())(f, w, b, t)
+    return tuple(s[:batch] for s in stats)
   grid = (f.shape[0] // block_b, w.shape[-1] // block_v)
   row = pl.BlockSpec((block_b,), lambda i, j: (i,))
   kernel = functools.partial(_stats_kernel, block_v=block_v, columns=columns)
@@ -136,14 +225,19 @@ def shard_stats(f, w, b, local_targets, *, block_b: int | None = None, block_v: 
   return tuple(s[:batch] for s in stats)
 
 
-def shard_grads(f, w, b, log_z, local_targets, g, *, block_b: int | None = None, block_v: int | None = None):
+def shard_grads(f, w, b, log_z, local_targets, g, *, block_b: int | None = None, block_v: int | None = None,
+                form: str = 'grid'):
   """(df [B, K], dw [K, columns], db [columns] or None) of sum(g * -log P(target)) from this shard's
-  columns, float32, given the global log Z per example (the logits recomputed tile by tile)."""
+  columns, float32, given the global log Z per example (the logits recomputed tile by tile), in the
+  'grid' (TPU) or 'loop' (GPU) form."""
   block_b, block_v = block_b or BLOCK_B, block_v or BLOCK_V
   batch, columns, has_bias = f.shape[0], w.shape[-1], b is not None
   rows = [log_z.astype(jnp.float32), local_targets.astype(jnp.int32), g.astype(jnp.float32)]
-  f, w, b, rows = _prepared(f, w, b, rows, block_b, block_v)  # padded rows: g = 0
+  # padded rows: log Z = +inf and g = 0, so their probabilities are 0 and their dz 0 whatever the bias
+  f, w, b, rows = _prepared(f, w, b, rows, block_b, block_v, row_pads=[jnp.inf, 0, 0])
   k, nb, nv = f.shape[1], f.shape[0] // block_b, w.shape[-1] // block_v
+  if form == 'loop':
+    return _loop_grads(f, w, b, rows, block_b, block_v, columns, batch, has_bias)
   options = dict(block_v=block_v, columns=columns)
   dw, db = pl.pallas_call(
       functools.partial(_weight_grads_kernel, **options), grid=(nv, nb),
@@ -157,6 +251,31 @@ def shard_grads(f, w, b, log_z, local_targets, g, *, block_b: int | None = None,
       in_specs=[pl.BlockSpec((block_b, k), lambda i, j: (i, 0)), pl.BlockSpec((k, block_v), lambda i, j: (0, j)),
                 pl.BlockSpec((block_v,), lambda i, j: (j,))] + [pl.BlockSpec((block_b,), lambda i, j: (i,))] * 3,
       out_specs=pl.BlockSpec((block_b, k), lambda i, j: (i, 0)),
+      out_shape=jax.ShapeDtypeStruct(f.shape, jnp.float32),
+      interpret=_interpret())(f, w, b, *rows)
+  return df[:batch], dw[:, :columns], (db[:columns] if has_bias else None)
+
+
+def _loop_grads(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: int, has_bias: bool):
+  """shard_grads' two passes in the loop form: a program a vocabulary tile (dW, db over the batch
+  tiles), then a program a batch tile (df over the vocabulary tiles)."""
+  k, nb, nv = f.shape[1], f.shape[0] // block_b, w.shape[-1] // block_v
+  whole_rows = [pl.BlockSpec((f.shape[0],), lambda j: (0,))] * 3
+  dw, db = pl.pallas_call(
+      functools.partial(_weight_grads_loop_kernel, block_b=block_b, block_v=block_v, columns=columns, num_b=nb),
+      grid=(nv,),
+      in_specs=[pl.BlockSpec(f.shape, lambda j: (0, 0)), pl.BlockSpec((k, block_v), lambda j: (0, j)),
+                pl.BlockSpec((block_v,), lambda j: (j,))] + whole_rows,
+      out_specs=[pl.BlockSpec((k, block_v), lambda j: (0, j)), pl.BlockSpec((block_v,), lambda j: (j,))],
+      out_shape=[jax.ShapeDtypeStruct(w.shape, jnp.float32), jax.ShapeDtypeStruct(b.shape, jnp.float32)],
+      interpret=_interpret())(f, w, b, *rows)
+  row = pl.BlockSpec((block_b,), lambda i: (i,))
+  df = pl.pallas_call(
+      functools.partial(_feature_grads_loop_kernel, block_v=block_v, columns=columns, num_v=nv),
+      grid=(nb,),
+      in_specs=[pl.BlockSpec((block_b, k), lambda i: (i, 0)), pl.BlockSpec(w.shape, lambda i: (0, 0)),
+                pl.BlockSpec(b.shape, lambda i: (0,))] + [row] * 3,
+      out_specs=pl.BlockSpec((block_b, k), lambda i: (i, 0)),
       out_shape=jax.ShapeDtypeStruct(f.shape, jnp.float32),
       interpret=_interpret())(f, w, b, *rows)
   return df[:batch], dw[:, :columns], (db[:columns] if has_bias else None)

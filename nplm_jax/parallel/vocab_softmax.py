@@ -146,9 +146,11 @@ def _streamed_backward(f, w, b, log_z, targets, g, *, vocab_block):
   return lax.psum(df, 'model').astype(f.dtype), lax.psum(dw, 'data').astype(w.dtype), db
 
 
-# Where the kernels have a lowering: Mosaic TPU runs a kernel's grid in order (the accumulation over the
-# last grid axis that softmax_kernel uses), CPUs interpret it. Pallas's GPU lowering (Triton) runs grid
-# programs in parallel, so there the kernels need a loop inside each program: not written yet.
+# Where the kernels have been run: Mosaic TPU runs the grid form's grid in order (its accumulation over
+# the last grid axis), CPUs interpret both forms. GPUs need the loop form (their grid programs run in
+# parallel); it is written and checked in interpret mode, but pallas_call on a GPU lowers through Mosaic
+# GPU by default, which does not implement its dot_general, and Triton needs K a power of two: refused
+# there until tests/test_gpu.py's kernel check passes on one (softmax_kernel's docstring).
 PALLAS_PLATFORMS = ('cpu', 'tpu')
 
 
@@ -156,8 +158,8 @@ def softmax_kernel_for(name: str, platform: str) -> str:
   """train.softmax_kernel with 'auto' resolved for the backend `platform`; one line of error for
   'pallas' where the kernels have no lowering."""
   if name == 'pallas' and platform not in PALLAS_PLATFORMS:
-    raise UserError(f"train.softmax_kernel='pallas' has no {platform.upper()} lowering yet (it runs on TPUs, and "
-                    "on CPUs in interpret mode); use --config.train.softmax_kernel=auto or xla")
+    raise UserError(f"train.softmax_kernel='pallas' has not been compiled on a {platform.upper()} yet (it runs on "
+                    "TPUs, and on CPUs in interpret mode); use --config.train.softmax_kernel=auto or xla")
   return backend_defaults.backend_default('train.softmax_kernel', platform) if name == 'auto' else name
 
 
@@ -171,17 +173,22 @@ def streamed_vocab_block(vocab_block: int, shard_columns: int, batch: int = 0, p
   return vocab_block if vocab_block < shard_columns else 0
 
 
-def _kernel_forward(f, w, b, targets):
+# vocab_softmax's kernel names: 'pallas', the kernels' grid form (TPUs; CPUs in interpret mode), and
+# 'pallas_loop', their loop form (for GPUs; CPUs in interpret mode).
+KERNEL_FORMS = {'pallas': 'grid', 'pallas_loop': 'loop'}
+
+
+def _kernel_forward(f, w, b, targets, form='grid'):
   """_streamed_forward with the shard's pass in the fused Pallas kernel (softmax_kernel.shard_stats)."""
   local = targets - lax.axis_index('model') * w.shape[-1]
-  shard_max, shard_sum, target_part = softmax_kernel.shard_stats(f, w, b, local)
+  shard_max, shard_sum, target_part = softmax_kernel.shard_stats(f, w, b, local, form=form)
   return _combine_shards(shard_max, shard_sum, target_part)
 
 
-def _kernel_backward(f, w, b, log_z, targets, g):
+def _kernel_backward(f, w, b, log_z, targets, g, form='grid'):
   """_streamed_backward with the shard's pass in the fused Pallas kernels (softmax_kernel.shard_grads)."""
   local = targets - lax.axis_index('model') * w.shape[-1]
-  df, dw, db = softmax_kernel.shard_grads(f, w, b, log_z, local, g)
+  df, dw, db = softmax_kernel.shard_grads(f, w, b, log_z, local, g, form=form)
   db = None if db is None else lax.psum(db, 'data')
   return lax.psum(df, 'model').astype(f.dtype), lax.psum(dw, 'data').astype(w.dtype), db
 
@@ -201,12 +208,14 @@ def _vocab_parallel_nll(f, w, b, targets, *, mesh, recompute=False, vocab_block=
   `vocab_block` columns at a time (_streamed_forward/_backward), so it holds [B, vocab_block]
   logits instead of [B, |V| / model], and recomputes them in the backward pass; -1: resolved by
   streamed_vocab_block.
-  kernel 'pallas': each shard's passes in the fused Pallas kernels (softmax_kernel), which never write
-  the logits to memory; recompute and vocab_block then do not apply (the kernels tile the columns).
+  kernel 'pallas' or 'pallas_loop': each shard's passes in the fused Pallas kernels (softmax_kernel, its
+  grid or loop form: KERNEL_FORMS), which never write the logits to memory; recompute and vocab_block
+  then do not apply (the kernels tile the columns).
   """
-  if kernel == 'pallas':
-    return _tiled_nll(f, w, b, targets, mesh=mesh, forward_body=_kernel_forward, backward_body=_kernel_backward,
-                      check_vma=False)
+  if kernel in KERNEL_FORMS:
+    form = KERNEL_FORMS[kernel]
+    return _tiled_nll(f, w, b, targets, mesh=mesh, forward_body=functools.partial(_kernel_forward, form=form),
+                      backward_body=functools.partial(_kernel_backward, form=form), check_vma=False)
   vocab_block = streamed_vocab_block(vocab_block, w.shape[-1] // mesh.shape['model'], f.shape[0] // mesh.shape['data'],
                                      mesh.devices.flat[0].platform)
   if vocab_block:
