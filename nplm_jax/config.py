@@ -57,6 +57,12 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.distant_tokens = 0  # revisited: words before the window summarised by kernels; 0 = off
   c.model.distant_kernels = 0  # revisited: learned weightings of the distant block (each gives one m-vector)
   c.model.tied = False  # revisited: the output layer's word vectors are C (only the bias is separate)
+  # revisited, the reference code's choices (SimengSun/revisit-nplm), each off by default: not yet
+  # measured on PTB against these defaults (README, "Beyond the paper: the NPLM revisited")
+  c.model.embed_scale = False  # input word vectors times sqrt(m) (not the tied output's)
+  c.model.initialiser = 'lecun'  # 'lecun': C ~ N(0, 1/m), kernels lecun-normal; 'normal_0.02': both ~ N(0, 0.02)
+  c.model.first_hidden = 0  # the first layer's own inner width; 0 = model.h
+  c.model.feature_dropout_at = 'features'  # 'features': on x after the kernels; 'embeddings': on each input vector
   # The vocabulary is padded to a multiple of this, so it splits evenly over every mesh.model size
   # that divides it (128: every power of two up to 128), and checkpoints move between such meshes.
   # It wastes < 128 columns: 15 of Brown's 17,920 (0.08%), 32 of 300,032 at |V| = 300,000.
@@ -301,6 +307,7 @@ _RANGES = [
     ('model.h', 'int', 0, None, 'use 0 for no hidden layer'),
     ('model.vocab_pad_multiple', 'int', 1, None, 'use 1 for no padding'),
     ('model.depth', 'int', 0, None, 'use 0 for the first layer alone'),
+    ('model.first_hidden', 'int', 0, None, 'use 0 for the width of model.h'),
     ('model.distant_tokens', 'int', 0, None, 'use 0 for no distant context'),
     ('model.distant_kernels', 'int', 0, None, 'use 0 for no distant context'),
     ('optimizer.warmup_steps', 'int', 0, None, 'use 0 for no warm-up'),
@@ -328,6 +335,8 @@ _CHOICES = [
     ('data.vocab_scope', ('corpus', 'train')),
     ('data.unit', ('word', 'char')),
     ('data.blank_lines', ('eos', 'skip')),
+    ('model.initialiser', ('lecun', 'normal_0.02')),
+    ('model.feature_dropout_at', ('features', 'embeddings')),
     ('model.kind', ('bengio2003', 'revisited')),
     ('model.compute_dtype', ('auto', 'float32', 'bfloat16')),
     ('model.matmul_precision', ('highest', 'default')),

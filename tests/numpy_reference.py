@@ -35,14 +35,17 @@ def _residual(x: np.ndarray, inputs: np.ndarray, p: dict, layer_norm: bool) -> n
   return _layer_norm(x + branch, p['LayerNorm_0']) if layer_norm else x + branch
 
 
-def revisited_logits(params: dict, contexts: np.ndarray, window: int, layer_norm: bool = True) -> np.ndarray:
-  """The revisited family (Sun & Iyyer 2021) in float64: the window's vectors and the distant block's
-  kernel summaries, a residual first layer, residual blocks, then b + s U (U = C' when tied)."""
+def revisited_logits(params: dict, contexts: np.ndarray, window: int, layer_norm: bool = True,
+                     embed_scale: bool = False) -> np.ndarray:
+  """The revisited family (Sun & Iyyer 2021) in float64: the window's vectors (times sqrt(m) with
+  embed_scale) and the distant block's kernel summaries, a residual first layer, residual blocks,
+  then b + s U (U = C' when tied, unscaled)."""
   p = {k: _float64(v) for k, v in params.items()}
   C = p['C']
-  pieces = [C[contexts[:, k]] for k in range(window)]
+  inputs = C * np.sqrt(C.shape[1]) if embed_scale else C
+  pieces = [inputs[contexts[:, k]] for k in range(window)]
   if 'distant_kernels' in p:
-    distant = C[contexts[:, window:]]  # [B, D, m]
+    distant = inputs[contexts[:, window:]]  # [B, D, m]
     pieces += [np.einsum('d,bdm->bm', kernel, distant) for kernel in p['distant_kernels']]
   x = np.stack(pieces, axis=1)
   s = _residual(x.sum(axis=1), x.reshape(len(x), -1), p['first'], layer_norm)

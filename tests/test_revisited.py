@@ -62,6 +62,52 @@ def test_logits_equal_a_numpy_forward(kw):
   assert np.all(np.isneginf(logits[:, VOCAB:]))
 
 
+@pytest.mark.parametrize('kw', [{'embed_scale': True}, {'initialiser': 'normal_0.02'}, {'first_hidden': 20},
+                                {'embed_scale': True, 'tied': True, 'first_hidden': 20, 'initialiser': 'normal_0.02'}],
+                         ids=['embed_scale', 'init_normal', 'first_hidden', 'all_tied'])
+def test_reference_options_equal_the_numpy_forward(kw):
+  """The reference code's choices (embeddings x sqrt(m) on the input side only, N(0, 0.02) initialisation,
+  the first layer's own inner width) against the NumPy forward."""
+  model = make(**kw)
+  params = perturbed(output_layer.init_params(model, np.arange(VOCAB) + 1.0))
+  if model.tied:
+    params[output_layer.OUTPUT] = params[output_layer.OUTPUT].at[:, VOCAB:].set(output_layer.PADDING_LOGIT)
+  contexts = contexts_for(model)
+  logits = np.asarray(model.apply({'params': params}, contexts))
+  reference = numpy_reference.revisited_logits(jax.device_get(params), contexts, model.window, model.layer_norm,
+                                               embed_scale=model.embed_scale)
+  np.testing.assert_allclose(logits[:, :VOCAB], reference[:, :VOCAB], rtol=2e-5, atol=2e-5)
+  if 'first_hidden' in kw:
+    assert params['first']['in_kernel'].shape[-1] == 20 and params['block_0']['in_kernel'].shape[-1] == model.hidden_dim
+
+
+def test_the_reference_initialisation_draws_from_n_0_002():
+  params = output_layer.init_params(make(initialiser='normal_0.02', hidden_dim=64, embed_dim=32), None)
+  for leaf in (params['C'], params['first']['in_kernel'], params['block_1']['out_kernel']):
+    assert abs(float(np.std(np.asarray(leaf))) - 0.02) < 0.003
+  default = output_layer.init_params(make(hidden_dim=64, embed_dim=32), None)
+  assert abs(float(np.std(np.asarray(default['C']))) - 1 / math.sqrt(32)) < 0.03
+
+
+@pytest.mark.parametrize('where,shape', [('features', (6, 3 + 2, 8)), ('embeddings', (6, 3 + 5, 8))])
+def test_input_dropout_sits_where_asked(where, shape, monkeypatch):
+  """feature_dropout_at='features' drops x after the distant kernels ([B, window + kernels, m]);
+  'embeddings' drops each input vector before them ([B, window + distant, m]), as the reference does."""
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  seen = []
+  original = nn.Dropout.__call__
+
+  def recording(self, inputs, *args, **kwargs):
+    seen.append((self.rate, inputs.shape))
+    return original(self, inputs, *args, **kwargs)
+  monkeypatch.setattr(nn.Dropout, '__call__', recording)
+  model = make(feature_dropout=0.5, hidden_dropout=0.25, feature_dropout_at=where)
+  params = output_layer.init_params(model)
+  seen.clear()  # the initialisation's own call
+  model.apply({'params': params}, contexts_for(model), False, method='features', rngs={'dropout': jax.random.PRNGKey(0)})
+  assert [s for rate, s in seen if rate == 0.5] == [shape]
+
+
 def test_the_context_is_the_window_then_the_distant_block():
   model = make()
   assert model.context_size == 3 + 5

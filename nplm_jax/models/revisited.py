@@ -9,9 +9,15 @@ width m, added to the sum of x's m-vectors (the residual of Sun & Iyyer's first 
 as theirs) and dropout on each branch. The output layer is the 2003 one, b + U s, vocabulary-sharded
 as before; tied, U is C (Press & Wolf 2017), and the stored output layer holds the bias row alone.
 
-Differences from Sun & Iyyer's code, for a simpler model that keeps their parts: an exact
-vocabulary-sharded softmax instead of an adaptive one, the distant block's kernels at the first layer
-only (they also add the distant summary after every layer), no label smoothing.
+Differences from Sun & Iyyer's code (SimengSun/revisit-nplm), for a simpler model that keeps their
+parts: an exact vocabulary-sharded softmax instead of an adaptive one (and so one output embedding
+width), the distant block's kernels at the first layer only (they also add the distant summary after
+every layer), no label smoothing. Their other choices are options, off by default (not yet measured
+against these defaults on PTB): input vectors scaled by sqrt(m) (embed_scale), embeddings and linear
+kernels drawn from N(0, 0.02) (initialiser='normal_0.02'; here C ~ N(0, 1/m) and lecun-normal kernels), a
+first layer with its own inner width (first_hidden; they use 1500 there and 2100 in the blocks), and
+the input dropout on each embedding before the kernels (feature_dropout_at='embeddings'; here on x
+after them).
 
 The module has the interface of model.NPLM that training and the tools use: context_size,
 features(contexts, deterministic), output_layer(params), __call__ (dense logits).
@@ -26,6 +32,13 @@ import jax.numpy as jnp
 from nplm_jax.models import output_layer
 
 
+# model.initialiser: the initialisers of C and of the linear kernels.
+INITIALISERS = {
+    'lecun': lambda m: (nn.initializers.normal(1.0 / math.sqrt(m)), nn.initializers.lecun_normal()),
+    'normal_0.02': lambda m: (nn.initializers.normal(0.02), nn.initializers.normal(0.02)),
+}
+
+
 class ResidualBlock(nn.Module):
   """LayerNorm(residual + dropout(W2 relu(W1 inputs + b1) + b2)): a block (inputs = residual = s), or the
   first layer (inputs: the concatenated x, logical axis 'context'; residual: the sum of x's m-vectors)."""
@@ -35,17 +48,20 @@ class ResidualBlock(nn.Module):
   dropout: float
   layer_norm: bool
   in_axis: str = 'embed'
+  initialiser: str = 'lecun'
 
   @nn.compact
   def __call__(self, residual, inputs, deterministic: bool):
-    inner = _dense(self, 'in', inputs, self.hidden_dim, (self.in_axis, 'hidden'), self.compute_dtype)
-    branch = _dense(self, 'out', jax.nn.relu(inner), self.width, ('hidden', 'embed'), self.compute_dtype)
+    kernel_init = INITIALISERS[self.initialiser](self.width)[1]
+    inner = _dense(self, 'in', inputs, self.hidden_dim, (self.in_axis, 'hidden'), self.compute_dtype, kernel_init)
+    branch = _dense(self, 'out', jax.nn.relu(inner), self.width, ('hidden', 'embed'), self.compute_dtype,
+                    kernel_init)
     return _norm(residual + nn.Dropout(self.dropout)(branch, deterministic=deterministic), self.layer_norm)
 
 
-def _dense(module: nn.Module, name: str, x, features: int, axes: tuple[str, str], compute_dtype: str):
+def _dense(module: nn.Module, name: str, x, features: int, axes: tuple[str, str], compute_dtype: str, kernel_init):
   """x W + b with W [in, features] (logical axes `axes`), operands in compute_dtype, float32 sums."""
-  kernel = module.param(f'{name}_kernel', output_layer.with_axes(nn.initializers.lecun_normal(), axes), (x.shape[-1], features))
+  kernel = module.param(f'{name}_kernel', output_layer.with_axes(kernel_init, axes), (x.shape[-1], features))
   bias = module.param(f'{name}_bias', output_layer.with_axes(nn.initializers.zeros, axes[1:]), (features,))
   dtype = jnp.dtype(compute_dtype)
   return jnp.matmul(x.astype(dtype), kernel.astype(dtype), preferred_element_type=jnp.float32) + bias
@@ -71,8 +87,12 @@ class RevisitedNPLM(output_layer.OutputLayerModel, nn.Module):
   tied: bool = False
   vocab_pad_multiple: int = 1
   compute_dtype: str = 'float32'
-  feature_dropout: float = 0.0  # on x, the concatenated window and distant summaries
+  feature_dropout: float = 0.0  # on x, the concatenated window and distant summaries (or each embedding)
   hidden_dropout: float = 0.0  # on every residual branch
+  embed_scale: bool = False  # input vectors times sqrt(m)
+  initialiser: str = 'lecun'  # INITIALISERS
+  first_hidden: int = 0  # the first layer's inner width; 0 = hidden_dim
+  feature_dropout_at: str = 'features'  # 'features' (x) or 'embeddings' (each input vector, before the kernels)
 
   @property
   def context_size(self) -> int:
@@ -86,7 +106,7 @@ class RevisitedNPLM(output_layer.OutputLayerModel, nn.Module):
 
   def setup(self):
     m = self.embed_dim
-    self.C = self.param('C', output_layer.with_axes(nn.initializers.normal(1.0 / math.sqrt(m)), ('words', 'embed')),
+    self.C = self.param('C', output_layer.with_axes(INITIALISERS[self.initialiser](m)[0], ('words', 'embed')),
                         (self.vocab_size, m))
     if self.distant_tokens:
       # a weight per distant position for each kernel, started uniform (the block's mean)
@@ -94,10 +114,10 @@ class RevisitedNPLM(output_layer.OutputLayerModel, nn.Module):
                                                               ('kernels', 'distant')),
                                 (self.distant_kernels, self.distant_tokens))
     # the 2003 hidden layer made residual (Sun & Iyyer's first layer)
-    self.first = ResidualBlock(m, self.hidden_dim, self.compute_dtype, self.hidden_dropout, self.layer_norm,
-                               in_axis='context')
+    self.first = ResidualBlock(m, self.first_hidden or self.hidden_dim, self.compute_dtype, self.hidden_dropout,
+                               self.layer_norm, in_axis='context', initialiser=self.initialiser)
     self.blocks = [ResidualBlock(m, self.hidden_dim, self.compute_dtype, self.hidden_dropout, self.layer_norm,
-                                 name=f'block_{i}') for i in range(self.depth)]
+                                 initialiser=self.initialiser, name=f'block_{i}') for i in range(self.depth)]
     self.output = self.param(output_layer.OUTPUT, output_layer.with_axes(
         lambda key, shape: output_layer.initial_output_layer(shape, self.vocab_size), ('features', 'vocab')),
         (self.feature_dim + 1, self.padded_vocab_size))
@@ -106,11 +126,15 @@ class RevisitedNPLM(output_layer.OutputLayerModel, nn.Module):
   def features(self, contexts: jax.Array, deterministic: bool = True) -> jax.Array:
     """s [batch, m]: the residual stream after the last block (the output layer's input)."""
     vectors = self.C[contexts]  # [batch, window + distant, m]
+    if self.embed_scale:
+      vectors = vectors * math.sqrt(self.embed_dim)
+    if self.feature_dropout_at == 'embeddings':
+      vectors = self.drop_features(vectors, deterministic=deterministic)
     local = vectors[:, :self.window]
     if self.distant_tokens:
       distant = jnp.einsum('kd,bdm->bkm', self.kernels, vectors[:, self.window:])
       local = jnp.concatenate([local, distant], axis=1)
-    x = self.drop_features(local, deterministic=deterministic)  # [batch, window + kernels, m]
+    x = local if self.feature_dropout_at == 'embeddings' else self.drop_features(local, deterministic=deterministic)
     s = self.first(x.sum(axis=1), x.reshape(x.shape[0], -1), deterministic)
     for block in self.blocks:
       s = block(s, s, deterministic)
@@ -139,4 +163,6 @@ def from_config(model_config, vocab_size: int, compute_dtype: str) -> RevisitedN
                        distant_tokens=model_config.distant_tokens, distant_kernels=model_config.distant_kernels,
                        tied=model_config.tied, vocab_pad_multiple=model_config.vocab_pad_multiple,
                        compute_dtype=compute_dtype, feature_dropout=model_config.feature_dropout,
-                       hidden_dropout=model_config.hidden_dropout)
+                       hidden_dropout=model_config.hidden_dropout, embed_scale=model_config.embed_scale,
+                       initialiser=model_config.initialiser, first_hidden=model_config.first_hidden,
+                       feature_dropout_at=model_config.feature_dropout_at)
