@@ -50,7 +50,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.kind = 'bengio2003'
   c.model.n = 5  # order: n-1 context words (revisited: the local window of concatenated word vectors)
   c.model.m = 60  # word feature size (revisited: also the width of the residual stream)
-  c.model.h = 50  # hidden units; 0 = none (revisited: the inner width of the first layer and of each block)
+  c.model.h = 50  # hidden units; 0 = none (revisited: each block's inner width, the first layer's too unless first_hidden)
   c.model.direct = True  # direct connections W from the features to the output (bengio2003 only)
   c.model.depth = 0  # revisited: residual feed-forward blocks after the first layer
   c.model.layer_norm = True  # revisited: LayerNorm after each residual sum

@@ -5,7 +5,8 @@ adds lr_t * grad for every example, so a batch of B examples moves B times as fa
 t counts examples: lr_t = B * lr_0 / (1 + r * B * step).
 
 `optimizer.weight_decay` is on C, H and the output layer's U and W rows (the revisited family: its
-kernels too), never on the biases b and d (nor LayerNorm's parameters), and means what each optimiser's literature means by it:
+linear layers' weight matrices too), never on the biases b and d, LayerNorm's parameters or the
+distant-context kernels (NOT_DECAYED), and means what each optimiser's literature means by it:
 - paper_sgd: the paper's L2 penalty, weight_decay * theta added to each example's gradient (so the
   step shrinks theta by lr_t * weight_decay per example);
 - adamw: decoupled decay (Loshchilov & Hutter), theta shrinks by learning_rate * weight_decay per
