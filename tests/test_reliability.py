@@ -511,26 +511,34 @@ def assert_resumes_to(args, workdir, env, reference):
                                                                   expected['history'])
 
 
-@pytest.mark.parametrize('point,signame,count', [('start', 'SIGTERM', 1), ('final_evaluation', 'SIGINT', 2)])
-def test_signals_outside_the_loop_are_one_line_and_resumable(tiny_files, tmp_path, point, signame, count):
-  """SIGTERM at start-up, and Ctrl-C pressed twice during the final evaluation: one 'error:' line, exit
-  128 + the signal, no traceback; the same command then ends with the uninterrupted run's results."""
+def _stopped_by_a_signal(tiny_files, tmp_path, signal_at: str, *extra):
+  """The tiny run stopped by NPLM_SIGNAL_AT=signal_at (its args, env, workdir and the stopped process),
+  beside its uninterrupted reference; asserts one line, exit 128 + the signal, no traceback, no results."""
   args = [sys.executable, '-m', 'nplm_jax.main', '--config=' + os.path.join(REPO, 'experiments', 'text.py:tiny'),
           *(f'--config.data.{s}_file={tiny_files[s]}' for s in ('train', 'valid', 'test')),
-          '--config.train.max_steps=30', '--config.train.eval_every=10']
+          '--config.train.max_steps=30', '--config.train.eval_every=10', *extra]
   env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO)
   reference = subprocess.run([*args, f'--workdir={tmp_path / "reference"}'], env=env, capture_output=True, text=True,
                              timeout=300)
   assert reference.returncode == 0, reference.stderr
   workdir = tmp_path / 'stopped'
-  stopped = subprocess.run([*args, f'--workdir={workdir}'], env=dict(env, NPLM_SIGNAL_AT=f'{point}:{signame}:{count}'),
+  stopped = subprocess.run([*args, f'--workdir={workdir}'], env=dict(env, NPLM_SIGNAL_AT=signal_at),
                            capture_output=True, text=True, timeout=300)
-  signum = getattr(signal, signame)
-  assert stopped.returncode == 128 + signum, stopped.stderr
+  signame = signal_at.split(':')[1]
+  assert stopped.returncode == 128 + getattr(signal, signame), stopped.stderr
   lines = stopped.stderr.strip().splitlines()
-  assert len(lines) == 1 and lines[0].startswith(f'error: stopped by {signame}'), stopped.stderr
+  assert len(lines) == 1 and f'stopped by {signame}' in lines[0], stopped.stderr
   assert 'Traceback' not in stopped.stdout + stopped.stderr
   assert not (workdir / 'results.json').exists()
+  return args, env, workdir, stopped
+
+
+@pytest.mark.parametrize('point,signame,count', [('start', 'SIGTERM', 1), ('final_evaluation', 'SIGINT', 2)])
+def test_signals_outside_the_loop_are_one_line_and_resumable(tiny_files, tmp_path, point, signame, count):
+  """SIGTERM at start-up, and Ctrl-C pressed twice during the final evaluation: one 'error:' line, exit
+  128 + the signal, no traceback; the same command then ends with the uninterrupted run's results."""
+  args, env, workdir, stopped = _stopped_by_a_signal(tiny_files, tmp_path, f'{point}:{signame}:{count}')
+  assert stopped.stderr.startswith(f'error: stopped by {signame}')
   assert_resumes_to(args, workdir, env, tmp_path / 'reference')
 
 
@@ -541,24 +549,10 @@ def test_signals_during_an_evaluation_stop_it_and_resume(tiny_files, tmp_path, p
   """A signal after the first call of an evaluation (the loop's, or the final one) is answered before
   the evaluation's next call: one line, exit 128 + the signal, and the same command then ends with the
   uninterrupted run's results (a step saved before its evaluation is evaluated first on resume)."""
-  args = [sys.executable, '-m', 'nplm_jax.main', '--config=' + os.path.join(REPO, 'experiments', 'text.py:tiny'),
-          *(f'--config.data.{s}_file={tiny_files[s]}' for s in ('train', 'valid', 'test')),
-          '--config.train.max_steps=30', '--config.train.eval_every=10', '--config.train.eval_batch_size=8']
-  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO)
-  reference = subprocess.run([*args, f'--workdir={tmp_path / "reference"}'], env=env, capture_output=True, text=True,
-                             timeout=300)
-  assert reference.returncode == 0, reference.stderr
-  workdir = tmp_path / 'stopped'
-  stopped = subprocess.run([*args, f'--workdir={workdir}'], env=dict(env, NPLM_SIGNAL_AT=f'{point}:{signame}'),
-                           capture_output=True, text=True, timeout=300)
-  signum = getattr(signal, signame)
-  assert stopped.returncode == 128 + signum, stopped.stderr
-  lines = stopped.stderr.strip().splitlines()
-  assert len(lines) == 1 and f'stopped by {signame}' in lines[0], stopped.stderr
-  assert 'Traceback' not in stopped.stdout + stopped.stderr
+  args, env, workdir, stopped = _stopped_by_a_signal(tiny_files, tmp_path, f'{point}:{signame}',
+                                                     '--config.train.eval_batch_size=8')
   if point == 'inside_evaluation':  # stopped in the first evaluation (step 10), before training on
     assert 'eval step 10' not in stopped.stdout and 'step 20' not in stopped.stdout
-  assert not (workdir / 'results.json').exists()
   assert_resumes_to(args, workdir, env, tmp_path / 'reference')
 
 
