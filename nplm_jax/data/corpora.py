@@ -445,8 +445,9 @@ class TokenStream:
     return padded_positions(self._size[split], batch_size)
 
 
-def context_windows(tokens: np.ndarray, t: np.ndarray, context_size: int) -> np.ndarray:
-  """The n-1 tokens before each position t of `tokens` [B, n-1], most recent first (t >= n-1)."""
+def context_windows(tokens, t, context_size: int):
+  """The n-1 tokens before each position t of `tokens` [B, n-1], most recent first (t >= n-1); NumPy
+  arrays on the host, or jax arrays inside a jitted step (device_data)."""
   offsets = np.arange(1, context_size + 1)
   return tokens[t[:, None] - offsets[None, :]]
 

@@ -47,6 +47,13 @@ BLOCK_V = 128  # vocabulary columns a tile
 FORMS = ('grid', 'loop')
 
 
+def online_logsumexp_step(running_max, running_sum, logits):
+  """(max, sum of exp(z - max)) per row after one more block of logits [rows, columns]: the online
+  log-sum-exp that the streamed XLA path and both kernel forms share."""
+  new_max = jnp.maximum(running_max, jnp.max(logits, axis=-1))
+  return new_max, running_sum * jnp.exp(running_max - new_max) + jnp.sum(jnp.exp(logits - new_max[:, None]), axis=-1)
+
+
 def _pad_to(x, axis: int, multiple: int, value=0):
   size = x.shape[axis]
   extra = -size % multiple
@@ -82,10 +89,7 @@ def _stats_kernel(f_ref, w_ref, b_ref, t_ref, max_ref, sum_ref, pick_ref, *, blo
     pick_ref[...] = jnp.zeros(pick_ref.shape, jnp.float32)
 
   logits, ids = _tile_logits(f_ref, w_ref, b_ref, j * block_v, columns)
-  old_max = max_ref[...]
-  new_max = jnp.maximum(old_max, jnp.max(logits, axis=-1))
-  sum_ref[...] = sum_ref[...] * jnp.exp(old_max - new_max) + jnp.sum(jnp.exp(logits - new_max[:, None]), axis=-1)
-  max_ref[...] = new_max
+  max_ref[...], sum_ref[...] = online_logsumexp_step(max_ref[...], sum_ref[...], logits)
   hit = (ids == t_ref[...][:, None]) & (ids < columns)
   pick_ref[...] += jnp.sum(jnp.where(hit, logits, 0.0), axis=-1)
 
@@ -137,8 +141,7 @@ def _stats_loop_kernel(f_ref, w_ref, b_ref, t_ref, max_ref, sum_ref, pick_ref, *
     old_max, total, pick = carry
     cols = pl.ds(pl.multiple_of(j * block_v, block_v), block_v)
     logits, ids = _logits_of(f, w_ref[:, cols], b_ref[cols], j * block_v, columns)
-    new_max = jnp.maximum(old_max, jnp.max(logits, axis=-1))
-    total = total * jnp.exp(old_max - new_max) + jnp.sum(jnp.exp(logits - new_max[:, None]), axis=-1)
+    new_max, total = online_logsumexp_step(old_max, total, logits)
     hit = (ids == t[:, None]) & (ids < columns)
     return new_max, total, pick + jnp.sum(jnp.where(hit, logits, 0.0), axis=-1)
 

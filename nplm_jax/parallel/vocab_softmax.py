@@ -99,8 +99,7 @@ def _streamed_forward(f, w, b, targets, *, vocab_block):
   def body(start, size, carry):
     running_max, running_sum, picked = carry
     logits = _sub_block_logits(f, w, b, start, size)
-    new_max = jnp.maximum(running_max, jnp.max(logits, axis=-1))
-    running_sum = running_sum * jnp.exp(running_max - new_max) + jnp.sum(jnp.exp(logits - new_max[:, None]), axis=-1)
+    new_max, running_sum = softmax_kernel.online_logsumexp_step(running_max, running_sum, logits)
     inside = (local >= start) & (local < start + size)
     value = jnp.take_along_axis(logits, jnp.clip(local - start, 0, size - 1)[:, None], axis=-1)[:, 0]
     return new_max, running_sum, jnp.where(inside, value, picked)

@@ -12,7 +12,6 @@ Memory, on every device: 4 bytes a token of every split, and 4 more a training t
 """
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -49,8 +48,7 @@ def windows(ids, positions, context_size: int):
   """Contexts [B, n-1] (most recent first) and targets [B] at split positions, from a split's ids
   with their context before them (data.TokenStream.examples, on the device)."""
   t = positions + context_size
-  contexts = ids[t[:, None] - jnp.arange(1, context_size + 1)[None, :]]
-  return contexts, ids[t]
+  return data_lib.context_windows(ids, t, context_size), ids[t]
 
 
 def step_batch(ids, order, index, *, batch_size: int, context_size: int, mesh: Mesh):
