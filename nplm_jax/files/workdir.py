@@ -32,7 +32,10 @@ RUN_FILES = frozenset({'config.json', 'corpus.json', 'vocab.tsv', 'tokenizer.jso
 # a checkpoint must carry checksums is known from here and from every other step's metadata, so one
 # damaged or deleted file cannot make a check pass unseen.
 INTEGRITY_FILE = 'integrity.json'
-RUN_ENTRIES = RUN_FILES | {'lock', 'checkpoints', 'best', 'tensorboard', 'profile'}
+# A launcher's log beside the run (launch.sweep appends the point's output to log.txt before training
+# starts): training never writes it, so it is welcome with or without a config.json.
+LAUNCHER_FILES = frozenset({'log.txt'})
+RUN_ENTRIES = RUN_FILES | LAUNCHER_FILES | {'lock', 'checkpoints', 'best', 'tensorboard', 'profile'}
 
 
 class Workdir:
