@@ -36,7 +36,29 @@ def _raise_stopped(signum, frame):
   raise Stopped(signum)
 
 
-def run_command(module: str, function: str = 'main', after_stop: str = AFTER_TOOL_STOP):
+# Extension modules whose import a signal must not interrupt: Ctrl-C inside numpy's or jaxlib's C++
+# initialisation ended in an ImportError with a traceback, or a nanobind abort. They are imported
+# first with SIGINT and SIGTERM blocked; a signal that came meanwhile is delivered once they are in,
+# as the usual stop line (a second or so later at most).
+WITH_JAX = ('numpy', 'jax')
+WITHOUT_JAX = ('numpy',)
+
+
+def _import_shielded(names: tuple[str, ...]) -> None:
+  signals = {signal.SIGINT, signal.SIGTERM}
+  signal.pthread_sigmask(signal.SIG_BLOCK, signals)  # threads the imports start inherit the mask
+  try:
+    for name in names:
+      try:
+        importlib.import_module(name)
+      except ImportError:
+        pass  # the command's own import says what is missing
+  finally:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
+
+
+def run_command(module: str, function: str = 'main', after_stop: str = AFTER_TOOL_STOP,
+                shielded: tuple[str, ...] = WITH_JAX):
   """Runs module.function() (it returns an exit status or None), turning a signal into one line."""
   for each in (signal.SIGINT, signal.SIGTERM):
     signal.signal(each, _raise_stopped)
@@ -53,6 +75,7 @@ def run_command(module: str, function: str = 'main', after_stop: str = AFTER_TOO
   sys.unraisablehook = unraisable
   from nplm_jax.errors import UserError  # pylint: disable=g-import-not-at-top  # a light module
   try:
+    _import_shielded(shielded)
     status = getattr(importlib.import_module(module), function)()
   except UserError as e:  # each command reports its own; this catches any that escaped it
     print(f'error: {e}', file=sys.stderr, flush=True)
@@ -106,7 +129,7 @@ def extend():
 
 
 def plot():
-  run_command('nplm_jax.tools.plot')
+  run_command('nplm_jax.tools.plot', shielded=WITHOUT_JAX)
 
 
 def export():
@@ -114,7 +137,7 @@ def export():
 
 
 def ngram():
-  run_command('nplm_jax.baselines.ngram')
+  run_command('nplm_jax.baselines.ngram', shielded=WITHOUT_JAX)
 
 
 def mix():
@@ -122,7 +145,7 @@ def mix():
 
 
 def prepare():
-  run_command('nplm_jax.data.prepare')
+  run_command('nplm_jax.data.prepare', shielded=WITHOUT_JAX)
 
 
 def sweep():

@@ -556,6 +556,24 @@ def test_signals_during_an_evaluation_stop_it_and_resume(tiny_files, tmp_path, p
   assert_resumes_to(args, workdir, env, tmp_path / 'reference')
 
 
+@pytest.mark.parametrize('delay', [0.1, 0.2, 0.3, 0.5, 0.8, 1.5])
+def test_ctrl_c_at_any_moment_of_the_first_imports_is_the_stop_line(tiny_files, tmp_path, delay):
+  """Ctrl-C 0.1 s to 1.5 s after the start of a training (inside Python's, numpy's or jaxlib's
+  imports, or the start-up): the stop line and exit 130, never an ImportError or an abort."""
+  proc = subprocess.Popen([sys.executable, '-c', 'from nplm_jax import entry; entry.train()',
+                           '--config=' + os.path.join(REPO, 'experiments', 'text.py:tiny'), f'--workdir={tmp_path / "w"}',
+                           *(f'--config.data.{s}_file={tiny_files[s]}' for s in ('train', 'valid', 'test'))],
+                          cwd=tmp_path, env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  time.sleep(delay)
+  proc.send_signal(signal.SIGINT)
+  out, err = proc.communicate(timeout=120)
+  assert proc.returncode == 128 + signal.SIGINT, err
+  lines = err.strip().splitlines()
+  assert len(lines) == 1 and 'stopped by SIGINT' in lines[0], err
+  assert 'Traceback' not in out + err
+
+
 def test_ctrl_c_during_a_tools_imports_is_one_line(tmp_path):
   """The commands take their signals before importing JAX (nplm_jax.entry): a Ctrl-C at once is one line."""
   proc = subprocess.Popen([sys.executable, '-c', 'from nplm_jax import entry; entry.score()', '--workdir=x', '--text=y'],
