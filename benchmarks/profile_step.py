@@ -93,7 +93,8 @@ def main(argv):
         jax.block_until_ready(metrics)  # one step at a time: per-step times stay separable
       wall_ms = (time.perf_counter() - started) * 1e3 / ARGS.steps
   devices = mesh.size
-  per_step = {op: us / 1e3 / ARGS.steps / devices for op, us in op_times(trace_dir, 'jit_train_step').items()}
+  module = re.match(r'HloModule ([\w.\-]+)', hlo).group(1)  # the step's own name, whatever jit calls it
+  per_step = {op: us / 1e3 / ARGS.steps / devices for op, us in op_times(trace_dir, module).items()}
   sources = source_ops(hlo)
   totals = collections.Counter()
   for op, ms in per_step.items():

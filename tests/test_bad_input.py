@@ -284,7 +284,7 @@ CASES = [
     ('huge_feature_size', lambda w: main_args(w, '--config.model.m=1000000000'), 'needs about'),
     ('huge_eval_batch', lambda w: main_args(w, '--config.train.eval_batch_size=100000000'), 'evaluation'),
     ('huge_noise_sample', lambda w: main_args(w, '--config.loss.name=nce', '--config.loss.num_samples=10000000',
-                                              '--config.train.batch_size=4096'), 'training step'),
+                                              '--config.train.batch_size=4096'), 'exceeds the 61 words'),
     ('plot_not_png', lambda w: tool_args('plot', w, 'curves', f'--output={w["base"] / "nothing" / "c.jpg"}'),
      'does not end in .png'),
     ('plot_no_evaluation', lambda w: tool_args('plot', w, 'curves', f'--output={w["base"] / "nothing" / "c.png"}',

@@ -20,7 +20,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_a_line_becomes_characters_with_spaces_as_a_symbol():
   assert data.line_tokens('  ab  cd ', 'char') == ['a', 'b', '_', 'c', 'd', '<eos>']
   assert data.line_tokens('ab cd', 'word') == ['ab', 'cd', '<eos>']
-  assert data.line_tokens('   ', 'char') == []
+  assert data.line_tokens('   ', 'char') == ['<eos>']  # a blank line is its end-of-line token
+  assert data.line_tokens('   ', 'char', blank_lines='skip') == []
 
 
 def test_ptb_as_characters(ptb_dir):

@@ -73,7 +73,7 @@ def test_a_validation_perplexity_that_overflows_is_divergence(tiny_config, tmp_p
   tiny_config.train.update(max_steps=30, eval_every=10)
   calls = []
 
-  def overflowing(experiment, params, split):
+  def overflowing(experiment, params, split, between=None):
     calls.append(split)
     return np.full(experiment.stream.num_examples(split), 10.0 if len(calls) == 1 else 800.0)
   monkeypatch.setattr(evaluation, 'split_nll', overflowing)
