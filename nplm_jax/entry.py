@@ -91,7 +91,18 @@ def run_command(module: str, function: str = 'main', after_stop: str = AFTER_TOO
     _stop(signal.SIGINT, after_stop)
   except Stopped as stopped:
     _stop(stopped.signum, after_stop)
+  if status:
+    _quiet_teardown()
   sys.exit(status)
+
+
+def _quiet_teardown() -> None:
+  """After the one error line, nothing more: work abandoned by the error (an Orbax read's coroutine,
+  say) is finalised at exit, and Python would report its exception as 'Exception ignored in ...'
+  with a traceback, or warn of a coroutine never awaited."""
+  import warnings  # pylint: disable=g-import-not-at-top
+  sys.unraisablehook = lambda hook_args: None
+  warnings.simplefilter('ignore')
 
 
 def _out_of_memory(error: BaseException) -> bool:

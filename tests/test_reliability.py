@@ -586,6 +586,42 @@ def test_ctrl_c_during_a_tools_imports_is_one_line(tmp_path):
   assert err.strip().splitlines() == ['error: stopped by SIGINT (Ctrl-C); nothing was written half-way; run it again']
 
 
+ABANDONED_WORK = """
+from nplm_jax.errors import UserError
+
+class _Pending:
+  def __await__(self):
+    yield
+
+async def _read():  # as an Orbax read the error abandoned: its coroutine fails when finalised
+  try:
+    await _Pending()
+  finally:
+    raise OSError('the read of a damaged array, abandoned')
+
+PENDING = []
+
+def main():
+  coroutine = _read()
+  coroutine.send(None)  # started, never finished
+  PENDING.append(coroutine)
+  never_awaited = _read()  # and one never awaited
+  PENDING.append(never_awaited)
+  raise UserError('best/ is damaged')
+"""
+
+
+def test_the_error_line_is_the_last_line_whatever_work_it_abandoned(tmp_path):
+  """Work abandoned by an error (a coroutine that fails when finalised at exit, one never awaited)
+  adds no 'Exception ignored in' traceback or warning after the one error line."""
+  (tmp_path / 'abandoning.py').write_text(ABANDONED_WORK)
+  proc = subprocess.run([sys.executable, '-c', "from nplm_jax import entry; entry.run_command('abandoning')"],
+                        cwd=tmp_path, env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=f'{REPO}:{tmp_path}'),
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines() == ['error: best/ is damaged'], proc.stderr
+
+
 @pytest.fixture
 def small_disk(tmp_path):
   """A 2 MiB filesystem (tmpfs), where this machine lets tests mount one (root, as in CI); else None."""
