@@ -6,6 +6,9 @@
 #          checkout, optional) on the same synthetic corpora, and the GPU smoke tests;
 #   train: brown.py:reg4_n7 alone (end to end), then reg4_n7 in bfloat16 and the PTB table network
 #          in float32 and bfloat16 side by side;
+#   kernel: the GPU smoke tests (the kernel's loop form against NumPy on the GPU), then the fused
+#          kernel ('pallas_loop') beside XLA's all-at-once and streamed paths at batch 4096, |V| 17,905,
+#          100k and 300k, bfloat16 then float32 (DTYPES='bfloat16' for one), with compiled temporaries;
 #   train2: brown.py:reg4_n7 alone (end to end, the Brown words cached), then in bfloat16, then the
 #          research-size loop without deterministic reductions (their cost).
 # Needs NLTK_DATA and PTB_DIR for `train`. Each result is one JSON line in OUT_DIR/*.jsonl.
@@ -67,6 +70,17 @@ elif [ "$part" = softmax ]; then
       --config.optimizer.name=adamw
   fi
   timeout 200 python -m pytest -q tests/test_gpu.py 2>&1 | tail -5 | tee -a "$out/log.txt"
+elif [ "$part" = kernel ]; then
+  nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv
+  timeout 200 python -m pytest -q -rs tests/test_gpu.py 2>&1 | tail -5 | tee -a "$out/log.txt"
+  for dtype in ${DTYPES:-bfloat16 float32}; do
+    for v in 17905 100000 300000; do
+      bench kernel_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v --batch_sizes=4096 --steps=10 \
+        --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 --softmax_kernels=xla,pallas_loop
+      bench streamed_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v --batch_sizes=4096 --steps=10 \
+        --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=4096
+    done
+  done
 elif [ "$part" = train2 ]; then
   export XLA_PYTHON_CLIENT_PREALLOCATE=false
   python -c "from nplm_jax import data; data.load_brown_words()"  # the words' cache, as after a first run

@@ -35,8 +35,8 @@ TABLE = {
         'faster at |V| 33k-300k)'),
     'train.softmax_kernel': BackendDefault(
         'xla', 'xla',
-        'the Pallas kernel runs in interpret mode on CPUs (a test vehicle); on GPUs and TPUs it has not yet been '
-        'measured faster than XLA on hardware'),
+        'the Pallas kernel runs in interpret mode on CPUs (a test vehicle); its GPU form lowers for CUDA through '
+        'Triton (CPU test), its grid form is for TPUs; neither has been measured faster than XLA on hardware'),
 }
 
 

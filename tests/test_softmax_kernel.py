@@ -69,6 +69,25 @@ def test_padded_rows_stay_finite_under_a_large_bias(form):
     np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize('k', [9, 64, 200])
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+def test_the_loop_form_lowers_for_cuda_through_triton(monkeypatch, k, dtype):
+  """The GPU form built for CUDA on this CPU machine (what can be checked without a GPU): Triton, not
+  Mosaic GPU (whose async copies and shared memory the whole-array blocks exceed), with the feature
+  width padded to a power of two (Triton's lowering refuses any other array size)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(softmax_kernel, '_platform', lambda: 'gpu')
+  batch, columns = 300, 1000
+  f, w = jax.ShapeDtypeStruct((batch, k), dtype), jax.ShapeDtypeStruct((k, columns), dtype)
+  b, rows = jax.ShapeDtypeStruct((columns,), jnp.float32), jax.ShapeDtypeStruct((batch,), jnp.float32)
+  targets = jax.ShapeDtypeStruct((batch,), jnp.int32)
+  stats = lambda f, w, b, t: softmax_kernel.shard_stats(f, w, b, t, form='loop')
+  grads = lambda f, w, b, log_z, t, g: softmax_kernel.shard_grads(f, w, b, log_z, t, g, form='loop')
+  for function, args in ((stats, (f, w, b, targets)), (grads, (f, w, b, rows, targets, rows))):
+    lowered = jax.jit(function).trace(*args).lower(lowering_platforms=('cuda',)).as_text()
+    assert 'triton' in lowered and 'mosaic' not in lowered.lower()
+
+
 def test_a_folded_bias_gives_no_bias_gradient():
   f, w = np.ones((4, 3), np.float32), np.ones((3, 10), np.float32)
   *_, db = softmax_kernel.shard_grads(f, w, None, np.zeros(4, np.float32), np.zeros(4, np.int32),

@@ -30,10 +30,12 @@ Two forms of the same passes (`form`):
   tile over the batch tiles), as Pallas's GPU attention kernels do: GPU grids run their programs in
   parallel, so nothing may accumulate across them (the GPU form).
 On a CPU both run in Pallas's interpret mode, where the tests check them against NumPy and the XLA
-path. Neither has been compiled on a GPU yet: on GPUs pallas_call lowers through Mosaic GPU by default
-(jax_pallas_use_mosaic_gpu), which does not implement these kernels' dot_general, and the Triton
-lowering needs the feature width K a power of two; vocab_softmax.softmax_kernel_for refuses 'pallas'
-there until tests/test_gpu.py passes on one (README, "A fused softmax kernel").
+path. On a GPU, pallas_call would lower through Mosaic GPU by default (jax_pallas_use_mosaic_gpu),
+whose async copies and shared memory these kernels' whole-array blocks exceed; the loop form names
+Triton through its compiler parameters instead and pads the feature width K with zeros to a power of
+two (Triton's lowering takes no other array size). It lowers for CUDA (a CPU test builds it), and
+tests/test_gpu.py runs it against NumPy on a GPU; it has not been timed on one yet, so 'auto' never
+picks it (backend_defaults). The grid form is for TPUs only (vocab_softmax refuses it elsewhere).
 """
 
 import functools
@@ -41,6 +43,7 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pl_triton
 
 BLOCK_B = 128  # examples a tile
 BLOCK_V = 128  # vocabulary columns a tile
@@ -181,17 +184,32 @@ def _feature_grads_loop_kernel(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, df_
   df_ref[...] = jax.lax.fori_loop(0, num_v, tile, jnp.zeros(df_ref.shape, jnp.float32))
 
 
-def _prepared(f, w, b, rows, block_b: int, block_v: int, row_pads=None):
-  """Inputs padded to whole tiles: f [B', K], w [K, V'], b [V'] (float32), per-example rows [B']
-  (padded with `row_pads`, one value a row input, default 0)."""
+def _prepared(f, w, b, rows, block_b: int, block_v: int, row_pads=None, form: str = 'grid'):
+  """Inputs padded to whole tiles: f [B', K'], w [K', V'], b [V'] (float32), per-example rows [B']
+  (padded with `row_pads`, one value a row input, default 0). The loop form pads the feature width K
+  with zeros to a power of two (K' >= K; exact), which its Triton lowering needs of every array."""
   b = jnp.zeros(w.shape[-1], jnp.float32) if b is None else b.astype(jnp.float32)
   row_pads = row_pads or [0] * len(rows)
+  if form == 'loop':
+    features = 1 << max(f.shape[1] - 1, 0).bit_length()
+    f, w = _pad_to(f, 1, features), _pad_to(w, 0, features)
   return (_pad_to(f, 0, block_b), _pad_to(w, 1, block_v), _pad_to(b, 0, block_v),
           [_pad_to(r, 0, block_b, pad) for r, pad in zip(rows, row_pads)])
 
 
+def _platform() -> str:
+  """The backend the kernels are built for (tests lower them for another: tests/test_softmax_kernel.py)."""
+  return jax.default_backend()
+
+
 def _interpret() -> bool:
-  return jax.default_backend() == 'cpu'
+  return _platform() == 'cpu'
+
+
+def _loop_compiler_params():
+  """The loop form's lowering on a GPU: Triton (named by its compiler parameters; pallas_call would
+  take Mosaic GPU otherwise, whose async copies and shared memory these whole-array blocks exceed)."""
+  return pl_triton.CompilerParams(num_warps=4, num_stages=2) if _platform() == 'gpu' else None
 
 
 def shard_stats(f, w, b, local_targets, *, block_b: int | None = None, block_v: int | None = None,
@@ -202,7 +220,7 @@ def shard_stats(f, w, b, local_targets, *, block_b: int | None = None, block_v: 
   in the 'grid' (TPU) or 'loop' (GPU) form."""
   block_b, block_v = block_b or BLOCK_B, block_v or BLOCK_V
   batch, columns = f.shape[0], w.shape[-1]
-  f, w, b, (t,) = _prepared(f, w, b, [local_targets.astype(jnp.int32)], block_b, block_v)
+  f, w, b, (t,) = _prepared(f, w, b, [local_targets.astype(jnp.int32)], block_b, block_v, form=form)
   if form == 'loop':
     row = pl.BlockSpec((block_b,), lambda i: (i,))
     stats = pl.pallas_call(
@@ -212,7 +230,7 @@ def shard_stats(f, w, b, local_targets, *, block_b: int | None = None, block_v: 
                   pl.BlockSpec(b.shape, lambda i: (0,)), row],
         out_specs=[row, row, row],
         out_shape=[jax.ShapeDtypeStruct((f.shape[0],), jnp.float32)] * 3,
-        interpret=_interpret())(f, w, b, t)
+        interpret=_interpret(), compiler_params=_loop_compiler_params())(f, w, b, t)
     return tuple(s[:batch] for s in stats)
   grid = (f.shape[0] // block_b, w.shape[-1] // block_v)
   row = pl.BlockSpec((block_b,), lambda i, j: (i,))
@@ -237,10 +255,12 @@ def shard_grads(f, w, b, log_z, local_targets, g, *, block_b: int | None = None,
   batch, columns, has_bias = f.shape[0], w.shape[-1], b is not None
   rows = [log_z.astype(jnp.float32), local_targets.astype(jnp.int32), g.astype(jnp.float32)]
   # padded rows: log Z = +inf and g = 0, so their probabilities are 0 and their dz 0 whatever the bias
-  f, w, b, rows = _prepared(f, w, b, rows, block_b, block_v, row_pads=[jnp.inf, 0, 0])
+  features = f.shape[1]
+  f, w, b, rows = _prepared(f, w, b, rows, block_b, block_v, row_pads=[jnp.inf, 0, 0], form=form)
   k, nb, nv = f.shape[1], f.shape[0] // block_b, w.shape[-1] // block_v
   if form == 'loop':
-    return _loop_grads(f, w, b, rows, block_b, block_v, columns, batch, has_bias)
+    df, dw, db = _loop_grads(f, w, b, rows, block_b, block_v, columns, batch, has_bias)
+    return df[:, :features], dw[:features], db
   options = dict(block_v=block_v, columns=columns)
   dw, db = pl.pallas_call(
       functools.partial(_weight_grads_kernel, **options), grid=(nv, nb),
@@ -255,7 +275,7 @@ def shard_grads(f, w, b, log_z, local_targets, g, *, block_b: int | None = None,
                 pl.BlockSpec((block_v,), lambda i, j: (j,))] + [pl.BlockSpec((block_b,), lambda i, j: (i,))] * 3,
       out_specs=pl.BlockSpec((block_b, k), lambda i, j: (i, 0)),
       out_shape=jax.ShapeDtypeStruct(f.shape, jnp.float32),
-      interpret=_interpret())(f, w, b, *rows)
+      interpret=_interpret(), compiler_params=_loop_compiler_params())(f, w, b, *rows)
   return df[:batch], dw[:, :columns], (db[:columns] if has_bias else None)
 
 
@@ -271,7 +291,7 @@ def _loop_grads(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: 
                 pl.BlockSpec((block_v,), lambda j: (j,))] + whole_rows,
       out_specs=[pl.BlockSpec((k, block_v), lambda j: (0, j)), pl.BlockSpec((block_v,), lambda j: (j,))],
       out_shape=[jax.ShapeDtypeStruct(w.shape, jnp.float32), jax.ShapeDtypeStruct(b.shape, jnp.float32)],
-      interpret=_interpret())(f, w, b, *rows)
+      interpret=_interpret(), compiler_params=_loop_compiler_params())(f, w, b, *rows)
   row = pl.BlockSpec((block_b,), lambda i: (i,))
   df = pl.pallas_call(
       functools.partial(_feature_grads_loop_kernel, block_v=block_v, columns=columns, num_v=nv),
@@ -280,5 +300,5 @@ def _loop_grads(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: 
                 pl.BlockSpec(b.shape, lambda i: (0,))] + [row] * 3,
       out_specs=pl.BlockSpec((block_b, k), lambda i: (i, 0)),
       out_shape=jax.ShapeDtypeStruct(f.shape, jnp.float32),
-      interpret=_interpret())(f, w, b, *rows)
+      interpret=_interpret(), compiler_params=_loop_compiler_params())(f, w, b, *rows)
   return df[:batch], dw[:, :columns], (db[:columns] if has_bias else None)

@@ -145,11 +145,10 @@ def _streamed_backward(f, w, b, log_z, targets, g, *, vocab_block):
   return lax.psum(df, 'model').astype(f.dtype), lax.psum(dw, 'data').astype(w.dtype), db
 
 
-# Where the kernels have been run: Mosaic TPU runs the grid form's grid in order (its accumulation over
-# the last grid axis), CPUs interpret both forms. GPUs need the loop form (their grid programs run in
-# parallel); it is written and checked in interpret mode, but pallas_call on a GPU lowers through Mosaic
-# GPU by default, which does not implement its dot_general, and Triton needs K a power of two: refused
-# there until tests/test_gpu.py's kernel check passes on one (softmax_kernel's docstring).
+# Where each kernel form runs: Mosaic TPU runs the grid form's grid in order (its accumulation over
+# the last grid axis), CPUs interpret both forms. GPUs run their grid programs in parallel, so they
+# take the loop form ('pallas_loop', built through Triton: softmax_kernel's docstring); the grid form
+# is refused there.
 PALLAS_PLATFORMS = ('cpu', 'tpu')
 
 
@@ -157,8 +156,9 @@ def softmax_kernel_for(name: str, platform: str) -> str:
   """train.softmax_kernel with 'auto' resolved for the backend `platform`; one line of error for
   'pallas' where the kernels have no lowering."""
   if name == 'pallas' and platform not in PALLAS_PLATFORMS:
-    raise UserError(f"train.softmax_kernel='pallas' has not been compiled on a {platform.upper()} yet (it runs on "
-                    "TPUs, and on CPUs in interpret mode); use --config.train.softmax_kernel=auto or xla")
+    raise UserError(f"train.softmax_kernel='pallas' (the kernel's grid form) runs on TPUs, and on CPUs in interpret "
+                    f"mode, not on a {platform.upper()}; use --config.train.softmax_kernel=pallas_loop (its GPU "
+                    "form), auto or xla")
   return backend_defaults.backend_default('train.softmax_kernel', platform) if name == 'auto' else name
 
 
