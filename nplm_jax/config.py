@@ -134,7 +134,7 @@ def base_config() -> ml_collections.ConfigDict:
   # Before anything is allocated, refuse a run whose parameters, optimiser state, step or evaluation
   # blocks cannot fit a device's memory (nplm_jax/training/memory.py); False: skip the check.
   c.train.check_memory = True
-  c.train.eval_batch_size = 256  # on CPU the [batch, |V|] block then stays in cache: 2x faster than 1024
+  c.train.eval_batch_size = -1  # -1: by backend (backend_defaults: 256 on CPU, where the block stays in cache)
   c.train.patience = 3  # evaluations without improvement before stopping; 0 = never stop early
   # Learning-rate annealing: when validation perplexity improves by less than anneal_threshold
   # (relative), go on from the best parameters with the learning rate times anneal_factor, at most
@@ -315,7 +315,7 @@ _RANGES = [
     ('optimizer.weight_decay', 'float', 0.0, None, 'use 0 for none'),
     ('loss.noise_power', 'float', 0.0, None, '1 = unigram, 0 = uniform noise'),
     ('train.batch_size', 'int', 1, None, 'a step needs at least one example'),
-    ('train.eval_batch_size', 'int', 1, None, 'evaluation needs at least one example a batch'),
+    ('train.eval_batch_size', 'int', -1, None, 'use -1 for the backend default, or a positive batch'),
     ('train.num_epochs', 'int', 1, None, 'train at least one epoch'),
     ('train.patience', 'int', 0, None, 'use 0 to never stop early'),
     ('train.max_anneals', 'int', 0, None, 'use 0 for no learning-rate cuts'),
@@ -445,6 +445,8 @@ def _validate_relations(config) -> None:
   if cpu_devices > most:  # XLA starts threads for each: 1,000 aborted in its thread creation under a memory limit
     raise UserError(f'mesh.cpu_devices={cpu_devices} is more host devices than this machine serves ({most}: 4 a core, '
                     'at least 16); use -1 (one per core) or fewer')
+  if train.get('eval_batch_size', -1) == 0:
+    raise UserError('train.eval_batch_size=0 is invalid; use a positive batch or -1 for the backend default')
   if train.get('steps_per_dispatch', -1) == 0:
     raise UserError('train.steps_per_dispatch=0 is invalid; use a positive number of steps or -1 for the automatic '
                     'choice')

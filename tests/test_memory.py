@@ -21,20 +21,24 @@ def test_parameters_and_optimizer_state_are_counted_exactly(tiny_config, direct,
   params = output_layer.init_params(model)
   state = optim.make_optimizer(tiny_config.optimizer, tiny_config.train.batch_size).init(params)
   nbytes = lambda tree: sum(np.asarray(x).nbytes for x in jax.tree.leaves(tree) if np.ndim(x))  # not step counters
-  estimate = memory.estimate(tiny_config, model.padded_vocab_size, vocab_size, {'data': 1, 'model': 1}, training=True)
+  estimate = memory.estimate(tiny_config, model.padded_vocab_size, vocab_size, {'data': 1, 'model': 1}, training=True,
+                             eval_batch_size=tiny_config.train.eval_batch_size)
   assert estimate.parameters == nbytes(params)
   assert estimate.optimizer == nbytes(state) + nbytes(params)  # the moments (if any) and the gradients
-  halves = memory.estimate(tiny_config, model.padded_vocab_size, vocab_size, {'data': 2, 'model': 2}, training=True)
+  halves = memory.estimate(tiny_config, model.padded_vocab_size, vocab_size, {'data': 2, 'model': 2}, training=True,
+                             eval_batch_size=tiny_config.train.eval_batch_size)
   output = np.asarray(params[output_layer.OUTPUT]).nbytes
   assert halves.parameters == nbytes(params) - output // 2  # the output layer is split over 'model'
 
 
 def test_blocks_follow_batch_chunks_and_vocabulary_blocks(tiny_config):
   tiny_config.train.update(batch_size=64, eval_batch_size=128)
-  whole = memory.estimate(tiny_config, 1024, 1000, {'data': 1, 'model': 1}, training=True)
+  whole = memory.estimate(tiny_config, 1024, 1000, {'data': 1, 'model': 1}, training=True,
+                             eval_batch_size=tiny_config.train.eval_batch_size)
   assert whole.step == 3 * 4 * 64 * 1024 and whole.evaluation == 2 * 4 * 128 * 1024
   tiny_config.train.update(chunk_size=32, vocab_block=256)
-  blocked = memory.estimate(tiny_config, 1024, 1000, {'data': 2, 'model': 1}, training=True)
+  blocked = memory.estimate(tiny_config, 1024, 1000, {'data': 2, 'model': 1}, training=True,
+                             eval_batch_size=tiny_config.train.eval_batch_size)
   assert blocked.step == 3 * 4 * 32 * 256 and blocked.evaluation == 2 * 4 * 32 * 256
 
 
@@ -45,9 +49,9 @@ def test_what_cannot_fit_is_refused_unless_told(tiny_config, monkeypatch):
   monkeypatch.setattr(memory, 'host_available_bytes', lambda: 10 * 2**20)  # 10 MiB
   tiny_config.model.m = 100_000  # C 23 MiB, H 12 MiB, the direct connections W 98 MiB
   with pytest.raises(UserError, match=r'needs about 0.1 GiB a device \(parameters 0.1 GiB, .* has 10.0 MiB'):
-    memory.check(tiny_config, 128, 61, mesh, training=False)
+    memory.check(tiny_config, 128, 61, mesh, training=False, eval_batch_size=64)
   tiny_config.train.check_memory = False
-  memory.check(tiny_config, 128, 61, mesh, training=False)
+  memory.check(tiny_config, 128, 61, mesh, training=False, eval_batch_size=64)
 
 
 class _Accelerator:
@@ -70,6 +74,6 @@ def test_on_an_accelerator_the_devices_own_limit_decides(tiny_config):
                                                   shape={'data': 1, 'model': 1}, local_devices=[])
   tiny_config.model.m = 100_000  # about 0.1 GiB of parameters
   with pytest.raises(UserError, match=r'needs about 0.1 GiB a device .* a NVIDIA H100 80GB HBM3 has 64.0 MiB'):
-    memory.check(tiny_config, 128, 61, fake_mesh(64 * 2**20), training=False)
-  assert memory.check(tiny_config, 128, 61, fake_mesh(80 * 2**30), training=False).total > 0
-  assert memory.check(tiny_config, 128, 61, fake_mesh(None), training=False).total > 0
+    memory.check(tiny_config, 128, 61, fake_mesh(64 * 2**20), training=False, eval_batch_size=64)
+  assert memory.check(tiny_config, 128, 61, fake_mesh(80 * 2**30), training=False, eval_batch_size=64).total > 0
+  assert memory.check(tiny_config, 128, 61, fake_mesh(None), training=False, eval_batch_size=64).total > 0

@@ -169,7 +169,7 @@ class TrainedModel:
     targets = np.concatenate([ids for ids, _ in converted]) if converted else np.zeros(0, np.int32)
     contexts = np.concatenate(contexts) if contexts else np.zeros((0, self.context_size), np.int32)
     with jax.set_mesh(self.run.mesh):
-      nll = evaluation.examples_nll(self.run.steps, self.params, contexts, targets, self.config.train.eval_batch_size,
+      nll = evaluation.examples_nll(self.run.steps, self.params, contexts, targets, self.run.eval_batch_size,
                                     progress_lib.StderrProgress('tokens scored'))
     out, start = [], 0
     for words, (ids, oov) in zip(sequences, converted):
@@ -208,7 +208,7 @@ class TrainedModel:
     """The paper's vector for an unknown word in each context: sum_i C(i) P(i | context) [N, m], and
     (with_columns) the same average of the output layer's columns [N, K + 1] (its U, W and b for
     word i), else None; in fixed-size batches."""
-    batch, n = self.config.train.eval_batch_size, len(contexts)
+    batch, n = self.run.eval_batch_size, len(contexts)
     fn, features, columns = self._expected_fns[with_columns], [], []
     with jax.set_mesh(self.run.mesh):
       progress = progress_lib.StderrProgress('contexts averaged')

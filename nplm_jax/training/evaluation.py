@@ -44,7 +44,7 @@ def split_nll(experiment: experiment_lib.Experiment, params, split: str, between
   model] logit blocks exist at a time per device. `between(done, total)` (tokens) runs after each
   call is queued: progress, and a place to stop.
   """
-  batch_size = experiment.config.train.eval_batch_size
+  batch_size = experiment.eval_batch_size
   steps = experiment.steps
   ids = experiment.resident_ids(split)
   total = experiment.stream.num_examples(split)

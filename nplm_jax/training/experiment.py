@@ -53,6 +53,17 @@ def steps_per_dispatch(train_config, platform: str, resident: bool) -> int:
   return divisor if divisor >= most // 4 else most
 
 
+def eval_batch_size(train_config, platform: str) -> int:
+  """train.eval_batch_size with its -1 resolved for the backend (backend_defaults)."""
+  requested = train_config.eval_batch_size
+  size = requested if requested > 0 else backend_defaults.backend_default('train.eval_batch_size', platform)
+  chunk = train_config.chunk_size
+  if chunk and chunk < size and size % chunk:
+    raise UserError(f'train.chunk_size={chunk} must divide the evaluation batch ({size} on {platform.upper()}: '
+                    f'train.eval_batch_size={requested}); set --config.train.eval_batch_size to a multiple of it')
+  return size
+
+
 # Shares of the training tokens read as the rare-word symbol above which a run is warned, and refused:
 # a model of almost nothing but <unk> reports a low perplexity that means nothing (every word of a
 # corpus rare gave |V| = 2 and valid ppl 1.20).
@@ -98,11 +109,12 @@ class Experiment:
     if training:
       config_lib.validate_against_corpus(config, self.corpus.vocab_size, self.corpus.num_tokens('train'))
     self.model = model_family.from_config(config.model, self.corpus.vocab_size, self.platform)
-    sharding.check_divisibility(self.mesh, config.train.batch_size, config.train.eval_batch_size,
-                                self.model.padded_vocab_size)
+    self.eval_batch_size = eval_batch_size(config.train, self.platform)
+    sharding.check_divisibility(self.mesh, config.train.batch_size, self.eval_batch_size, self.model.padded_vocab_size)
     self.stream = data_lib.TokenStream(self.corpus, self.model.context_size)
     # before anything is allocated: what cannot fit a device is one line, not a hang or an abort
-    memory.check(config, self.model.padded_vocab_size, self.corpus.vocab_size, self.mesh, training)
+    memory.check(config, self.model.padded_vocab_size, self.corpus.vocab_size, self.mesh, training,
+                 self.eval_batch_size)
     self.num_parameters = model_family.num_parameters(self.model)
     common = dict(chunk_size=config.train.chunk_size, seed=config.seed,
                   vocab_block=config.train.vocab_block,

@@ -35,7 +35,8 @@ class Estimate:
     return ', '.join(f'{name} {_gib(size)}' for name, size in parts if size)
 
 
-def estimate(config, padded_vocab_size: int, vocab_size: int, mesh_shape: dict, training: bool) -> Estimate:
+def estimate(config, padded_vocab_size: int, vocab_size: int, mesh_shape: dict, training: bool,
+             eval_batch_size: int) -> Estimate:
   """The estimate for one device of a mesh {'data': D, 'model': M}."""
   replicated, rows = parameter_shapes(config.model, vocab_size)
   shard = -(-padded_vocab_size // mesh_shape['model'])
@@ -54,7 +55,7 @@ def estimate(config, padded_vocab_size: int, vocab_size: int, mesh_shape: dict, 
     sampled = config.loss.name != 'softmax'
     step = 3 * (FLOAT_BYTES * per_device(config.train.batch_size) * config.loss.num_samples if sampled
                 else block(per_device(config.train.batch_size)))  # logits, their softmax, its gradient
-  evaluation = 2 * block(per_device(config.train.eval_batch_size))
+  evaluation = 2 * block(per_device(eval_batch_size))
   return Estimate(parameters, optimizer, step, evaluation)
 
 
@@ -130,9 +131,9 @@ def available_bytes(mesh) -> tuple[int | None, str]:
   return (int(limit) if limit else None), f'a {device.device_kind}'
 
 
-def check(config, padded_vocab_size: int, vocab_size: int, mesh, training: bool) -> Estimate:
+def check(config, padded_vocab_size: int, vocab_size: int, mesh, training: bool, eval_batch_size: int) -> Estimate:
   """The estimate; one line of error when it exceeds what a device has (train.check_memory = True)."""
-  needed = estimate(config, padded_vocab_size, vocab_size, dict(mesh.shape), training)
+  needed = estimate(config, padded_vocab_size, vocab_size, dict(mesh.shape), training, eval_batch_size)
   if not config.train.check_memory:
     return needed
   available, what = available_bytes(mesh)
