@@ -26,7 +26,8 @@ class StderrProgress:
     self._emit = emit or (lambda line: print(line, file=sys.stderr, flush=True))
     self.after = AFTER_SECONDS if after is None else after
     self.every = EVERY_SECONDS if every is None else every
-    self._start = self._last = time.perf_counter()
+    self._start = time.perf_counter()
+    self._last = self._start - self.every  # the first line as soon as `after` has passed
 
   def __call__(self, done: int, total: int) -> None:
     now = time.perf_counter()

@@ -22,6 +22,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from nplm_jax.errors import UserError
+from nplm_jax.progress import StderrProgress
 
 RARE = '<unk>'
 EOS = '<eos>'
@@ -258,18 +259,33 @@ def check_text_line(line: str, path: str, number: int) -> None:
   raise DataError(f'corpus file {path!r} holds control character U+{code:04X} on line {number} ({hint})')
 
 
-def read_lines_with_eos(path: str, unit: str = 'word', blank_lines: str = 'eos') -> list[str]:
-  """The tokens of a text file (line_tokens of each line)."""
+PROGRESS_LINES = 1024  # lines read between progress checks (a check a line cost 14% of counting PTB)
+
+
+def stream_lines(path: str, what: str = 'read') -> Iterator[str]:
+  """A text file's lines (universal newlines), each checked (check_text_line), with a progress line
+  on stderr while reading takes long (bytes read, the rate, the time left): training, prepare and the
+  n-gram tools read every text corpus through here."""
   check_text_file(path)
-  words = []
+  total = os.path.getsize(path)
+  progress = StderrProgress(f'bytes of {os.path.basename(path)} {what}')
   with open(path, encoding='utf-8') as f:
     try:
-      for number, line in enumerate(f, 1):
-        check_text_line(line, path, number)
-        words.extend(line_tokens(line, unit, blank_lines))
+      for i, line in enumerate(f):
+        if not i % PROGRESS_LINES:
+          progress(f.buffer.tell(), total)  # the bytes read ahead of the decoder: within a chunk
+        check_text_line(line, path, i + 1)
+        yield line
     except UnicodeDecodeError as e:
       raise DataError(f'corpus file {path!r} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start} '
                       'of a block); convert it, e.g. iconv -f latin1 -t utf-8') from None
+
+
+def read_lines_with_eos(path: str, unit: str = 'word', blank_lines: str = 'eos') -> list[str]:
+  """The tokens of a text file (line_tokens of each line)."""
+  words = []
+  for line in stream_lines(path):
+    words.extend(line_tokens(line, unit, blank_lines))
   if all(w == EOS for w in words):
     raise DataError(f'corpus file {path!r} holds no tokens; give a non-empty text file')
   return words

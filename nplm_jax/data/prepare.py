@@ -24,34 +24,12 @@ import numpy as np
 from nplm_jax.data import corpora as data_lib
 from nplm_jax.files import metrics
 from nplm_jax.errors import UserError
-from nplm_jax.progress import StderrProgress
 
 WRITE_CHUNK = 1 << 20  # tokens buffered before they go to the memory-mapped file
-PROGRESS_LINES = 1024  # lines read between progress checks (a check a line cost 14% of counting PTB)
-
-
-def stream_lines(path: str, what: str = 'read'):
-  """The file's lines (text mode: universal newlines), with a progress line on stderr while it takes
-  long (bytes read, the rate, the time left)."""
-  data_lib.check_text_file(path)
-  total = os.path.getsize(path)
-  progress = StderrProgress(f'bytes of {os.path.basename(path)} {what}')
-  with open(path, encoding='utf-8') as f:
-    try:
-      for i, line in enumerate(f):
-        if not i % PROGRESS_LINES:
-          progress(f.buffer.tell(), total)  # the bytes read ahead of the decoder: within a chunk
-        data_lib.check_text_line(line, path, i + 1)
-        yield line
-    except UnicodeDecodeError as e:
-      raise data_lib.DataError(f'corpus file {path!r} is not UTF-8 text (byte 0x{e.object[e.start]:02x}); convert it, '
-                               'e.g. iconv -f latin1 -t utf-8') from None
-
-
 def count_tokens(path: str, unit: str, blank_lines: str = 'eos') -> tuple[collections.Counter, int]:
   """Word counts in order of first appearance, and the number of tokens."""
   counts, total = collections.Counter(), 0
-  for line in stream_lines(path, 'counted'):
+  for line in data_lib.stream_lines(path, 'counted'):
     tokens = data_lib.line_tokens(line, unit, blank_lines)
     counts.update(tokens)
     total += len(tokens)
@@ -64,7 +42,7 @@ def write_ids(path: str, unit: str, index: dict[str, int], rare_id: int, out: np
               blank_lines: str = 'eos') -> None:
   """The ids of a file's tokens into `out` (a memory-mapped array of exactly their number)."""
   buffer, at = [], 0
-  for line in stream_lines(path, 'written as ids'):
+  for line in data_lib.stream_lines(path, 'written as ids'):
     buffer.extend(index.get(w, rare_id) for w in data_lib.line_tokens(line, unit, blank_lines))
     if len(buffer) >= WRITE_CHUNK:
       out[at:at + len(buffer)] = buffer
