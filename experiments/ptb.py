@@ -93,6 +93,19 @@ CHAR_LADDER = [
 ]
 CHAR_LADDER_NAMES = [name for name, _ in CHAR_LADDER]
 
+# What the reference code (SimengSun/revisit-nplm) does differently, each alone on the ladder's top row
+# and all together: the sweep that chooses the family's defaults (the first layer's inner width at the
+# reference's ratio to the block width, 1500 / 2100).
+REFERENCE_OPTIONS = [
+    ('reference0_none', {}),
+    ('reference1_embed_scale', {'model.embed_scale': True}),
+    ('reference2_normal_init', {'model.initialiser': 'normal_0.02'}),
+    ('reference3_dropout_at_embeddings', {'model.feature_dropout_at': 'embeddings'}),
+    ('reference4_first_hidden', {'model.first_hidden': 768}),
+    ('reference5_all', {'model.embed_scale': True, 'model.initialiser': 'normal_0.02',
+                        'model.feature_dropout_at': 'embeddings', 'model.first_hidden': 768}),
+]
+
 
 def ladder_config(row: str):
   char = row in CHAR_LADDER_NAMES
@@ -116,6 +129,9 @@ def get_sweep(name: str):
   if name in ('ladder', 'char_ladder'):
     rows = LADDER_NAMES if name == 'ladder' else CHAR_LADDER_NAMES
     return [dict(name=row, kind='train', config=f'experiments/ptb.py:{row}') for row in rows]
+  if name == 'reference_options':
+    return [dict(name=name, kind='train', config='experiments/ptb.py:ladder5_dropout', overrides=o)
+            for name, o in REFERENCE_OPTIONS]
   if name == 'regularised':
     # Wider, with dropout; context length, feature dropout and weight decay measured (RESULTS.md).
     return [dict(name=f'n{n}_feature_dropout{fd}_weight_decay{wd}', kind='train', config='experiments/ptb.py',
@@ -127,5 +143,5 @@ def get_sweep(name: str):
     # longer-context networks and stronger decay beside the grid's best two.
     return [dict(name=name, kind='train', config='experiments/ptb.py', overrides={**REGULARISED, **ANNEALED, **o})
             for name, o in ANNEALED_POINTS]
-  raise ValueError(f"unknown PTB sweep {name!r}; use 'ngrams', 'table', 'regularised', 'annealed', 'ladder' or "
-                   "'char_ladder'")
+  raise ValueError(f"unknown PTB sweep {name!r}; use 'ngrams', 'table', 'regularised', 'annealed', 'ladder', "
+                   "'char_ladder' or 'reference_options'")
