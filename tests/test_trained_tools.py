@@ -4,6 +4,7 @@ independent computation on a tiny trained workdir."""
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 
@@ -210,6 +211,41 @@ def test_sample_command_prints_one_sample_a_line(workdir):
   out = tool('nplm_jax.tools.sample', f'--workdir={workdir["path"]}', '--prompt=w1 w2', '--num_tokens=5',
              '--num_samples=3', '--seed=0', '--no-stop_at_eos').splitlines()
   assert len(out) == 3 and all(line.startswith('w1 w2 ') and len(line.split()) == 7 for line in out)
+
+
+def test_a_single_sample_is_streamed_word_by_word(model):
+  """One sample is drawn as a stream (the memory it holds does not grow with num_tokens): the same
+  words as sample()'s sample 0, stopped at <eos> or not."""
+  for stop in (True, False):
+    streamed = list(sample_lib.stream_words(model, 'w1 w2', 60, seed=5, stop_at_eos=stop))
+    assert streamed == sample_lib.sample(model, 'w1 w2', 60, seed=5, stop_at_eos=stop)[0]
+  words = sample_lib.stream_words(model, '', 10**12, seed=1, stop_at_eos=False)  # never held whole
+  assert len([next(words) for _ in range(50)]) == 50
+
+
+def test_the_sample_command_prints_a_long_sample_as_it_draws(workdir):
+  """--num_tokens=10**12: the words reach stdout as they are drawn; Ctrl-C ends it in the stop line."""
+  proc = subprocess.Popen([sys.executable, '-c', 'from nplm_jax import entry; entry.sample()',
+                           f'--workdir={workdir["path"]}', '--prompt=w1', '--num_tokens=1000000000000', '--no-stop_at_eos'],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO))
+  try:
+    text = ''
+    while len(text.split()) < 100:
+      chunk = os.read(proc.stdout.fileno(), 4096).decode()
+      if not chunk:
+        break  # the command ended without them
+      text += chunk
+  finally:
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+  assert text.startswith('w1 ') and all(w in model_words(workdir) for w in text.split()[:-1])
+  assert proc.returncode == 128 + signal.SIGINT and 'stopped by SIGINT' in err
+
+
+def model_words(workdir) -> set[str]:
+  with open(os.path.join(workdir['path'], 'vocab.tsv'), encoding='utf-8') as f:
+    return {line.split('\t')[0] for line in f}
 
 
 # ------------------------------------------------------------------------------------- embeddings

@@ -17,6 +17,7 @@ alone, the same whatever --num_samples.
 import argparse
 import math
 import sys
+import time
 
 import numpy as np
 
@@ -107,11 +108,10 @@ def sample(model: trained_lib.TrainedModel, prompt: str, num_tokens: int, temper
                            stop_at_eos))
 
 
-def iter_samples(model: trained_lib.TrainedModel, prompt: str, num_tokens: int, temperature: float = 1.0,
-                 top_k: int = 0, top_p: float = 1.0, num_samples: int = 1, seed: int = 0, allow_unk: bool = False,
-                 stop_at_eos: bool | None = None, progress=None):
-  """sample()'s samples in order, SAMPLES_AT_ONCE at a time; `progress(words_done, words_total)`
-  after every drawn word of a chunk, if given."""
+def _prepared(model, prompt: str, num_tokens: int, temperature: float, top_k: int, top_p: float, num_samples: int,
+              seed: int, allow_unk: bool, stop_at_eos: bool | None):
+  """(history, banned ids, the stop id or None) for drawing continuations of `prompt`: the settings
+  checked, the prompt's words outside the vocabulary noted on stderr."""
   check_settings(num_tokens, temperature, top_k, top_p, num_samples, seed)
   eos = model.word_ids.get(data_lib.EOS) if model.vocabulary.tokenizer.end_of_line else None
   if stop_at_eos is None:
@@ -119,7 +119,6 @@ def iter_samples(model: trained_lib.TrainedModel, prompt: str, num_tokens: int, 
   if stop_at_eos and eos is None:
     raise UserError("--stop_at_eos: this model's corpus has no <eos> (Brown is a plain word stream); use "
                     '--no-stop_at_eos')
-  check_memory(model, num_tokens, num_samples, len(prompt.split()))
   prompt_words = model.prompt_tokens(prompt)
   prompt_ids, oov = model.to_ids(prompt_words)
   if oov.any():  # on stderr: the samples stay the only output
@@ -131,34 +130,81 @@ def iter_samples(model: trained_lib.TrainedModel, prompt: str, num_tokens: int, 
   banned = [] if allow_unk else sorted(i for i in symbols if i is not None)
   if len(banned) >= len(model.vocab):
     raise UserError('the vocabulary holds only the rare-word and boundary symbols; use --allow_unk')
+  return history, banned, (eos if stop_at_eos else None)
+
+
+def iter_samples(model: trained_lib.TrainedModel, prompt: str, num_tokens: int, temperature: float = 1.0,
+                 top_k: int = 0, top_p: float = 1.0, num_samples: int = 1, seed: int = 0, allow_unk: bool = False,
+                 stop_at_eos: bool | None = None, progress=None):
+  """sample()'s samples in order, SAMPLES_AT_ONCE at a time; `progress(words_done, words_total)`
+  after every drawn word of a chunk, if given."""
+  history, banned, stop_id = _prepared(model, prompt, num_tokens, temperature, top_k, top_p, num_samples, seed,
+                                       allow_unk, stop_at_eos)
+  check_memory(model, num_tokens, num_samples, len(prompt.split()))
   for first in range(0, num_samples, SAMPLES_AT_ONCE):
     indices = range(first, min(first + SAMPLES_AT_ONCE, num_samples))
-    rows = _draw_chunk(model, history, indices, num_tokens, temperature, top_k, top_p, seed, banned,
-                       eos if stop_at_eos else None,
-                       None if progress is None else lambda t: progress(first * num_tokens + t * len(indices),
-                                                                       num_samples * num_tokens))
-    yield from ([model.vocab[i] for i in row if i >= 0 and not (stop_at_eos and i == eos)] for row in rows)
+    steps = _draw_steps(model, history, indices, num_tokens, temperature, top_k, top_p, seed, banned, stop_id)
+    drawn = []
+    for t, words in enumerate(steps, 1):
+      drawn.append(words)
+      if progress is not None:
+        progress(first * num_tokens + t * len(indices), num_samples * num_tokens)
+    rows = np.stack(drawn, axis=1)
+    yield from ([model.vocab[i] for i in row if i >= 0 and i != stop_id] for row in rows)
 
 
-def _draw_chunk(model, history, indices, num_tokens, temperature, top_k, top_p, seed, banned, stop_id, progress):
-  """The word ids [len(indices), <= num_tokens] of samples `indices` (-1 after a sample's stop word)."""
-  histories = np.tile(history, (len(indices), 1))
+def stream_words(model: trained_lib.TrainedModel, prompt: str, num_tokens: int, temperature: float = 1.0,
+                 top_k: int = 0, top_p: float = 1.0, seed: int = 0, allow_unk: bool = False,
+                 stop_at_eos: bool | None = None, progress=None):
+  """Sample 0 of sample(), word by word as it is drawn, in memory that does not grow with num_tokens."""
+  history, banned, stop_id = _prepared(model, prompt, num_tokens, temperature, top_k, top_p, 1, seed, allow_unk,
+                                       stop_at_eos)
+  for t, (word,) in enumerate(_draw_steps(model, history, range(1), num_tokens, temperature, top_k, top_p, seed,
+                                          banned, stop_id), 1):
+    if word < 0 or word == stop_id:
+      return
+    if progress is not None:
+      progress(t, num_tokens)
+    yield model.vocab[word]
+
+
+def _draw_steps(model, history, indices, num_tokens, temperature, top_k, top_p, seed, banned, stop_id):
+  """The drawn word ids [len(indices)] of samples `indices`, a step at a time (-1 after a sample's stop
+  word); only the last n-1 words of each history are kept."""
+  keep = max(model.context_size, 1)
+  histories = np.tile(history[-keep:], (len(indices), 1))
   rngs = [np.random.default_rng([seed, i]) for i in indices]  # sample i: a function of (seed, i)
-  drawn, ended = [], np.zeros(len(indices), bool)
-  for t in range(num_tokens):
+  ended = np.zeros(len(indices), bool)
+  for _ in range(num_tokens):
     contexts = histories[:, ::-1][:, :model.context_size]  # most recent word first
     log_probs = model.next_word_log_probs(contexts)
     log_probs[:, banned] = -np.inf
     words = draw(shape_distribution(log_probs, temperature, top_k, top_p), rngs)
-    drawn.append(np.where(ended, -1, words))
+    yield np.where(ended, -1, words)
     if stop_id is not None:
       ended |= words == stop_id
-    histories = np.concatenate([histories, words[:, None].astype(np.int32)], axis=1)
-    if progress is not None:
-      progress(t + 1)
+    histories = np.concatenate([histories[:, 1:], words[:, None].astype(np.int32)], axis=1)
     if ended.all():
-      break
-  return np.stack(drawn, axis=1)
+      return
+
+
+FLUSH_SECONDS = 0.2  # a streamed sample reaches the terminal at least this often
+
+
+def _print_streamed(model, prompt: list[str], words) -> None:
+  """One sample's text as its words come: the same line model.join makes of them all."""
+  separator = '' if model.char_level else ' '
+  out, last_flush = sys.stdout, time.monotonic()
+  out.write(model.join(prompt))
+  first = not prompt
+  for word in words:
+    out.write(('' if first else separator) + model.join([word]))
+    first = False
+    if time.monotonic() - last_flush > FLUSH_SECONDS:
+      out.flush()
+      last_flush = time.monotonic()
+  out.write('\n')
+  out.flush()
 
 
 def parse_args(argv=None):
@@ -185,6 +231,10 @@ def main(argv=None) -> int:
     model = trained_lib.TrainedModel.load(args.workdir)
     prompt = model.prompt_tokens(args.prompt)
     progress = progress_lib.StderrProgress('words drawn')
+    if args.num_samples == 1:  # streamed: each word printed as it is drawn, whatever --num_tokens
+      _print_streamed(model, prompt, stream_words(model, args.prompt, args.num_tokens, args.temperature, args.top_k,
+                                                  args.top_p, args.seed, args.allow_unk, args.stop_at_eos, progress))
+      return 0
     for words in iter_samples(model, args.prompt, args.num_tokens, args.temperature, args.top_k, args.top_p,
                               args.num_samples, args.seed, args.allow_unk, args.stop_at_eos, progress):
       print(model.join(prompt + words), flush=args.num_samples > SAMPLES_AT_ONCE)  # printed as drawn
