@@ -15,6 +15,7 @@ rewritten.
 
 import argparse
 import json
+import math
 import os
 import platform as platform_lib
 import re
@@ -50,7 +51,38 @@ TABLES = {
         ('+ KN5 test ppl (weight 0.5)', _num('mix_test_ppl')),
         ('device', lambda r: r['device']),
     ],
+    # The revisited family's ladders trained to early stopping (issue 27): one table a corpus kind.
+    'ladder': [
+        ('row', lambda r: f'`{r["label"]}`'),
+        ('parameters', _num('num_parameters', 0)),
+        ('epochs', _num('epochs', 2)),
+        ('stopped by', lambda r: r['figures'].get('stop_reason') or '-'),
+        ('tokens/s', _num('tokens_per_sec', 0)),
+        ('wall s', _num('wall_seconds', 0)),
+        ('valid ppl', _num('valid_ppl')),
+        ('test ppl', _num('test_ppl')),
+        ('+ n-gram test ppl', _num('mix_test_ppl')),
+        ('seed', lambda r: str(r['seed'])),
+        ('device', lambda r: r['device']),
+    ],
+    'char_ladder': [
+        ('row', lambda r: f'`{r["label"]}`'),
+        ('parameters', _num('num_parameters', 0)),
+        ('epochs', _num('epochs', 2)),
+        ('stopped by', lambda r: r['figures'].get('stop_reason') or '-'),
+        ('tokens/s', _num('tokens_per_sec', 0)),
+        ('wall s', _num('wall_seconds', 0)),
+        ('valid bits/char', _num('valid_bpc', 3)),
+        ('test bits/char', _num('test_bpc', 3)),
+        ('+ n-gram test bits/char', lambda r: _fmt(_bits(r['figures'].get('mix_test_ppl')), 3)),
+        ('seed', lambda r: str(r['seed'])),
+        ('device', lambda r: r['device']),
+    ],
 }
+
+
+def _bits(perplexity):
+  return None if perplexity is None else math.log2(perplexity)
 
 
 def _git_commit() -> str:

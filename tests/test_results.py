@@ -33,3 +33,22 @@ def test_a_changed_figure_is_caught(tmp_path):
   records = json.loads(json.dumps(results.load_records()))
   records[0]['figures']['test_ppl'] += 1.0
   assert results.rendered_markdown(text, records) != text
+
+
+def test_a_trained_workdir_becomes_a_record_and_a_ladder_row(tmp_path):
+  """collect's record of a finished character-level workdir (results.json, mix_results.json,
+  metrics.jsonl), rendered in the character ladder's table: bits per character, the mixture's too."""
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  config = {'seed': 3, 'model': {'kind': 'revisited'}}
+  (workdir / 'results.json').write_text(json.dumps(
+      {'valid_ppl': 2.7, 'test_ppl': 2.6, 'valid_bpc': 1.433, 'test_bpc': 1.379, 'num_parameters': 13913842,
+       'epochs': 4.5, 'wall_seconds': 480.2, 'stop_reason': 'early stopping', 'platform': 'gpu', 'config': config}))
+  (workdir / 'mix_results.json').write_text(json.dumps({'mix_test_ppl': 2.5}))
+  (workdir / 'metrics.jsonl').write_text('\n'.join(json.dumps({'tokens_per_sec': r}) for r in (90e3, 100e3, 110e3)))
+  record = results.record(str(workdir), 'ptb_char_ladder5', 'char_ladder', 'char_ladder5_dropout', 'python -m ...',
+                          commit='abc', device='NVIDIA H100 80GB HBM3')
+  assert record['seed'] == 3 and record['figures']['tokens_per_sec'] == 100e3
+  table = results.render_table('char_ladder', [record])
+  assert '| `char_ladder5_dropout` | 13,913,842 | 4.50 | early stopping | 100,000 | 480 | 1.433 | 1.379 | 1.322 | 3 |' \
+      in table
