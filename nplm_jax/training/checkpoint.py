@@ -169,10 +169,21 @@ class Checkpoints:
     except UserError:
       raise
     except Exception as e:  # pylint: disable=broad-except  # Orbax/TensorStore raise many kinds
+      self._settle()
       self._remove_temporaries()
       what = f'step {step} to {manager.directory}' if step is not None else f'to {manager.directory}'
       raise SaveFailed(f'saving {what} failed ({_write_failure(e)}); free space or fix the folder, then run the '
                        'same command to resume from the last saved step') from None
+
+  def _settle(self) -> None:
+    """Waits for every save still running in the background (the other manager's too): a save that
+    fails after the temporaries were removed would leave its own behind (seen: best/60.orbax-checkpoint-tmp
+    after the latest save of step 60 filled the disk)."""
+    for manager in (self.latest, self.best):
+      try:
+        manager.wait_until_finished()
+      except Exception:  # pylint: disable=broad-except  # its failure is the one being reported, or follows from it
+        pass
 
   def _remove_temporaries(self) -> None:
     if not distributed.is_leader():
