@@ -35,14 +35,16 @@ def main():
   parser.add_argument('--m', type=int, default=60)
   parser.add_argument('--h', type=int, default=50)
   parser.add_argument('--chunk_size', type=int, default=0, help="nplm_jax's train.chunk_size")
+  parser.add_argument('--peak_size', type=int, default=-1, help="throughput.py's --peak_size (the MFU's reference matmul)")
   args = parser.parse_args()
   common = [f'--steps={args.steps}', f'--repeats={args.repeats}', f'--batch_sizes={args.batch_sizes}',
             f'--vocab={args.vocab}']
+  peak = [f'--peak_size={args.peak_size}']
   shape = {'n': args.n, 'm': args.m, 'h': args.h}
   runs = {'jax': [], 'torch': []}
   for r in range(args.rounds):
     runs['jax'] += json_lines([sys.executable, os.path.join(HERE, 'throughput.py'), '--config=experiments/brown.py:mlp1',
-                               *common, *(f'--config.model.{k}={v}' for k, v in shape.items()),
+                               *common, *peak, *(f'--config.model.{k}={v}' for k, v in shape.items()),
                                f'--config.train.chunk_size={args.chunk_size}'])
     runs['torch'] += json_lines([sys.executable, os.path.join(HERE, 'torch_reference.py'), *common,
                                  *(f'--{k}={v}' for k, v in shape.items())])
