@@ -7,6 +7,24 @@ import pytest
 from tests import corpora
 
 
+# The fast subset (`python -m pytest -q -m fast tests`, about 3 minutes on 2 cores): the layers, configs,
+# both model families against NumPy, the steps, the softmax kernels, shardings, memory estimates, the
+# n-gram models, workdirs and results files; no training runs end to end, no subprocesses of commands.
+FAST_MODULES = frozenset({'test_layout', 'test_config', 'test_model', 'test_revisited', 'test_steps',
+                          'test_softmax_kernel', 'test_sharding', 'test_memory', 'test_ngram', 'test_workdir',
+                          'test_results'})
+
+
+def pytest_configure(config):
+  config.addinivalue_line('markers', 'fast: the fast subset of the suite (tests/conftest.py FAST_MODULES)')
+
+
+def pytest_collection_modifyitems(items):
+  for item in items:
+    if item.module.__name__.rpartition('.')[2] in FAST_MODULES:
+      item.add_marker(pytest.mark.fast)
+
+
 def _data_path(variable: str, inside: str) -> str:
   path = os.environ.get(variable, '')
   if path and os.path.exists(os.path.join(path, inside)):
