@@ -39,6 +39,14 @@ def _fmt(value, digits: int = 2) -> str:
   return f'{value:,.{digits}f}'
 
 
+def _ladder_columns(*figures) -> list:
+  """A ladder table's columns: the row, its size and cost, then `figures` (header, cell), seed, device."""
+  return [('row', lambda r: f'`{r["label"]}`'), ('parameters', _num('num_parameters', 0)), ('epochs', _num('epochs', 2)),
+          ('stopped by', lambda r: r['figures'].get('stop_reason') or '-'), ('tokens/s', _num('tokens_per_sec', 0)),
+          ('wall s', _num('wall_seconds', 0)), *figures, ('seed', lambda r: str(r['seed'])),
+          ('device', lambda r: r['device'])]
+
+
 TABLES = {
     'own_text': [
         ('recipe', lambda r: f'`{r["label"]}`'),
@@ -51,33 +59,12 @@ TABLES = {
         ('+ KN5 test ppl (weight 0.5)', _num('mix_test_ppl')),
         ('device', lambda r: r['device']),
     ],
-    # The revisited family's ladders trained to early stopping (issue 27): one table a corpus kind.
-    'ladder': [
-        ('row', lambda r: f'`{r["label"]}`'),
-        ('parameters', _num('num_parameters', 0)),
-        ('epochs', _num('epochs', 2)),
-        ('stopped by', lambda r: r['figures'].get('stop_reason') or '-'),
-        ('tokens/s', _num('tokens_per_sec', 0)),
-        ('wall s', _num('wall_seconds', 0)),
-        ('valid ppl', _num('valid_ppl')),
-        ('test ppl', _num('test_ppl')),
-        ('+ n-gram test ppl', _num('mix_test_ppl')),
-        ('seed', lambda r: str(r['seed'])),
-        ('device', lambda r: r['device']),
-    ],
-    'char_ladder': [
-        ('row', lambda r: f'`{r["label"]}`'),
-        ('parameters', _num('num_parameters', 0)),
-        ('epochs', _num('epochs', 2)),
-        ('stopped by', lambda r: r['figures'].get('stop_reason') or '-'),
-        ('tokens/s', _num('tokens_per_sec', 0)),
-        ('wall s', _num('wall_seconds', 0)),
-        ('valid bits/char', _num('valid_bpc', 3)),
-        ('test bits/char', _num('test_bpc', 3)),
-        ('+ n-gram test bits/char', lambda r: _fmt(_bits(r['figures'].get('mix_test_ppl')), 3)),
-        ('seed', lambda r: str(r['seed'])),
-        ('device', lambda r: r['device']),
-    ],
+    # The revisited family's ladders trained to early stopping (issue 27): words, and characters in bits.
+    'ladder': _ladder_columns(('valid ppl', _num('valid_ppl')), ('test ppl', _num('test_ppl')),
+                              ('+ n-gram test ppl', _num('mix_test_ppl'))),
+    'char_ladder': _ladder_columns(('valid bits/char', _num('valid_bpc', 3)), ('test bits/char', _num('test_bpc', 3)),
+                                   ('+ n-gram test bits/char',
+                                    lambda r: _fmt(_bits(r['figures'].get('mix_test_ppl')), 3))),
 }
 
 
