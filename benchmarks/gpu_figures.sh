@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU figures of README "GPUs and TPUs", on one GPU: bash benchmarks/gpu_figures.sh PART OUT_DIR
 #   loop: the step alone against the training loop (benchmarks/throughput.py --loop) for Brown reg4_n7
-#          and a research-size config, float32 'highest' / TF32 / bfloat16, deterministic ops on/off;
+#          and a research-size config, float32 'highest' / TF32 / bfloat16, deterministic ops on/off,
+#          C's gradient as a scatter or a one-hot matmul;
 #   softmax: the vocab_block rule at |V| 33k-300k, the previous loop (BASELINE=folder of an older
 #          checkout, optional) on the same synthetic corpora, and the GPU smoke tests;
 #   train: brown.py:reg4_n7 alone (end to end), then reg4_n7 in bfloat16 and the PTB table network
@@ -55,6 +56,9 @@ if [ "$part" = loop ]; then
   bench research_f32 $RESEARCH --batch_sizes=256 --loop
   bench research_tf32 $RESEARCH --batch_sizes=256 --loop --config.model.matmul_precision=default
   bench research_bf16 $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16
+  # C's gradient as a one-hot matmul: deterministic without the scatter's sort (model.embedding_gradient)
+  bench research_bf16_one_hot $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
+    --config.model.embedding_gradient=one_hot
 elif [ "$part" = softmax ]; then
   bench research_f32_streamed $RESEARCH --batch_sizes=256 --config.train.vocab_block=4096
   for v in 100000 300000; do

@@ -282,3 +282,34 @@ def test_chunked_or_streamed_training_holds_a_block_of_logits():
   # streamed: [4096, 4096] logits at a time and the gradient
   for key in ((128, 0), (0, -1)):
     assert temp[key] < temp[0, 0] / 3 and temp[key] < logits_block / 3, temp
+
+
+@pytest.mark.parametrize('kind', ['bengio2003', 'revisited'])
+@pytest.mark.parametrize('compute_dtype', ['float32', 'bfloat16'])
+def test_the_one_hot_embedding_gradient_equals_the_scatter(kind, compute_dtype):
+  """model.embedding_gradient='one_hot' (C's gradient as a matmul, deterministic without a sort) gives
+  every gradient the scatter gives, contexts with a word repeated included, in both families."""
+  from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.models import family  # pylint: disable=g-import-not-at-top
+  config = config_lib.base_config()
+  config.model.update(kind=kind, n=4, m=8, h=12, compute_dtype=compute_dtype)
+  if kind == 'revisited':
+    config.model.update(depth=2, distant_tokens=5, distant_kernels=2, tied=True)
+  vocab = 23
+  rng = np.random.default_rng(0)
+  contexts = rng.integers(0, 4, size=(16, family.from_config(config.model, vocab).context_size))  # repeats
+  targets = jnp.asarray(rng.integers(0, vocab, size=16))
+
+  def gradients(embedding_gradient):
+    config.model.embedding_gradient = embedding_gradient
+    model = family.from_config(config.model, vocab)
+    leaves, tree = jax.tree.flatten(output_layer.init_params(model))
+    keys = jax.random.split(jax.random.PRNGKey(1), len(leaves))
+    params = jax.tree.unflatten(tree, [x + 0.3 * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)])
+    loss = lambda p: -jnp.mean(jax.nn.log_softmax(model.apply({'params': p}, contexts))[jnp.arange(16), targets])
+    return jax.grad(loss)(params)
+
+  scatter, one_hot = gradients('scatter'), gradients('one_hot')
+  assert np.abs(np.asarray(scatter['C'])).sum() > 0
+  for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(scatter), jax.tree.leaves(one_hot)):
+    np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-6, err_msg=str(path))

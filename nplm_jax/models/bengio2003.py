@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from nplm_jax import backend_defaults
+from nplm_jax.models import lookup
 from nplm_jax.models.output_layer import (OUTPUT, OutputLayerModel, dense_logits, initial_output_layer,
                                           with_axes)
 
@@ -37,6 +38,7 @@ class NPLM(OutputLayerModel, nn.Module):
   compute_dtype: str = 'float32'  # of every matmul's operands, float32 accumulation ('bfloat16' for accelerators)
   feature_dropout: float = 0.0  # dropout on the word features x (training only)
   hidden_dropout: float = 0.0  # dropout on the hidden layer tanh(d + H x) (training only)
+  embedding_gradient: str = 'scatter'  # how C's gradient is made (lookup.EMBEDDING_GRADIENTS)
 
 
   @property
@@ -76,7 +78,8 @@ class NPLM(OutputLayerModel, nn.Module):
     deterministic=False (training) applies dropout, drawn from the 'dropout' rng, to x before
     both H and W, and to the hidden layer's output.
     """
-    x = self.drop_features(self.C[contexts].reshape(contexts.shape[0], -1), deterministic=deterministic)
+    vectors = lookup.rows(self.C, contexts, self.embedding_gradient)
+    x = self.drop_features(vectors.reshape(contexts.shape[0], -1), deterministic=deterministic)
     parts = []
     if self.hidden_dim:
       dtype = jnp.dtype(self.compute_dtype)  # the matmul's operands; its sum and tanh stay float32
@@ -107,6 +110,6 @@ def from_config(model_config, vocab_size: int, platform: str = 'cpu') -> NPLM:
               vocab_pad_multiple=model_config.vocab_pad_multiple,
               compute_dtype=compute_dtype(model_config.compute_dtype, platform),
               feature_dropout=model_config.feature_dropout,
-              hidden_dropout=model_config.hidden_dropout)
+              hidden_dropout=model_config.hidden_dropout, embedding_gradient=model_config.embedding_gradient)
 
 

@@ -29,6 +29,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from nplm_jax.models import lookup
 from nplm_jax.models import output_layer
 
 
@@ -93,6 +94,7 @@ class RevisitedNPLM(output_layer.OutputLayerModel, nn.Module):
   initialiser: str = 'lecun'  # INITIALISERS
   first_hidden: int = 0  # the first layer's inner width; 0 = hidden_dim
   feature_dropout_at: str = 'features'  # 'features' (x) or 'embeddings' (each input vector, before the kernels)
+  embedding_gradient: str = 'scatter'  # how C's gradient is made (lookup.EMBEDDING_GRADIENTS)
 
   @property
   def context_size(self) -> int:
@@ -125,7 +127,7 @@ class RevisitedNPLM(output_layer.OutputLayerModel, nn.Module):
 
   def features(self, contexts: jax.Array, deterministic: bool = True) -> jax.Array:
     """s [batch, m]: the residual stream after the last block (the output layer's input)."""
-    vectors = self.C[contexts]  # [batch, window + distant, m]
+    vectors = lookup.rows(self.C, contexts, self.embedding_gradient)  # [batch, window + distant, m]
     if self.embed_scale:
       vectors = vectors * math.sqrt(self.embed_dim)
     if self.feature_dropout_at == 'embeddings':
@@ -165,4 +167,5 @@ def from_config(model_config, vocab_size: int, compute_dtype: str) -> RevisitedN
                        compute_dtype=compute_dtype, feature_dropout=model_config.feature_dropout,
                        hidden_dropout=model_config.hidden_dropout, embed_scale=model_config.embed_scale,
                        initialiser=model_config.initialiser, first_hidden=model_config.first_hidden,
-                       feature_dropout_at=model_config.feature_dropout_at)
+                       feature_dropout_at=model_config.feature_dropout_at,
+                       embedding_gradient=model_config.embedding_gradient)
