@@ -18,7 +18,7 @@ pack() {
     */*/mix_results.json */*/metrics.jsonl */*/config.json */*/log.txt 2>/dev/null)
   mv -f "$out/results.tgz.part" "$out/results.tgz"
 }
-(while sleep 60; do pack; done) &
+(while sleep 60; do pack; done) >/dev/null 2>&1 &  # its sleep must not hold this script's output open
 packer=$!
 started=$(date +%s)
 pids=()
@@ -33,7 +33,7 @@ for spec in "$@"; do
   pids+=($!)
 done
 wait "${pids[@]}"
-kill "$packer" 2>/dev/null
+pkill -P "$packer" 2>/dev/null; kill "$packer" 2>/dev/null
 echo "all sweeps done in $(( $(date +%s) - started )) s"
 for table in "$root"/*/results.md; do
   echo "== $table"; cat "$table"
