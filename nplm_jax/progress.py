@@ -29,6 +29,10 @@ class StderrProgress:
     self._start = time.perf_counter()
     self._last = self._start - self.every  # the first line as soon as `after` has passed
 
+  def emit(self, line: str) -> None:
+    """A line of its own (an estimate made before any progress, say), where the progress lines go."""
+    self._emit(line)
+
   def __call__(self, done: int, total: int) -> None:
     now = time.perf_counter()
     if now - self._start < self.after or now - self._last < self.every or not done:

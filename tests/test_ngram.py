@@ -168,3 +168,17 @@ def test_discounts_that_cannot_be_estimated_fall_back_and_no_word_gets_zero(tiny
   model = ngram.build(data.load_corpus(config.data), 3, 'kneser_ney')
   for split in ('valid', 'test'):
     assert model.token_probs(split).min() > 0
+
+
+def test_a_large_stream_gets_an_eta_before_its_first_order(monkeypatch, capsys):
+  """From SAMPLED_ETA_FROM tokens on, the counting time is estimated on a sample and said first (each
+  order is one np.unique, with no progress inside it); smaller streams say nothing."""
+  monkeypatch.setattr(ngram, 'SAMPLED_ETA_FROM', 500)
+  monkeypatch.setattr(ngram, 'ETA_SAMPLE', 100)
+  large = ngram.StreamNgrams(random_corpus(sizes=(600, 80, 80)), 3)
+  assert ngram._counting_seconds(large.tokens, large.vocab_size) > 0
+  lines = capsys.readouterr().err.splitlines()
+  assert len(lines) == 1 and lines[0].startswith('counting 2 n-gram order(s) over 762 tokens: about ')
+  assert lines[0].endswith('(timed on a sample)')
+  ngram.StreamNgrams(random_corpus(sizes=(300, 80, 80)), 3)
+  assert not capsys.readouterr().err

@@ -25,7 +25,34 @@ import numpy as np
 from nplm_jax.data import corpora as data_lib
 from nplm_jax.files import workdir as workdir_lib
 from nplm_jax.errors import UserError
-from nplm_jax.progress import StderrProgress
+from nplm_jax.progress import StderrProgress, format_duration
+
+
+# Corpora from this size on get an ETA before their first order is counted (each order is one
+# np.unique over the whole stream: a minute at 100M tokens, with no progress inside it).
+SAMPLED_ETA_FROM = 10_000_000
+ETA_SAMPLE = 1_000_000
+
+
+# The sample's rate holds less well as the stream outgrows the caches: np.unique over 32M and 126M
+# tokens took 1.75x and 2.26x the n log n extrapolation from 1M; the estimate takes 2x.
+BEYOND_THE_SAMPLE = 2.0
+
+
+def _counting_seconds(tokens: np.ndarray, vocab_size: int) -> float:
+  """One order's counting time over `tokens` (its prefix ids, keys, np.unique and ids), timed on a
+  sample and scaled as n log n."""
+  sample = np.asarray(tokens[:ETA_SAMPLE], np.int64)
+  started = time.perf_counter()
+  prefix = np.full_like(sample, -1)
+  prefix[1:] = sample[:-1]
+  valid = prefix >= 0
+  _, inverse = np.unique(prefix[valid] * vocab_size + sample[valid], return_inverse=True)
+  ids = np.full_like(sample, -1)
+  ids[valid] = inverse
+  seconds = time.perf_counter() - started
+  n = len(tokens)
+  return BEYOND_THE_SAMPLE * seconds * n / len(sample) * math.log(n) / math.log(len(sample))
 
 
 class StreamNgrams:
@@ -51,6 +78,10 @@ class StreamNgrams:
     self.ids = [None, self.tokens]  # ids[j][t]: the j-gram ending at t (-1 where t < j-1)
     self.keys = [None, np.arange(v, dtype=np.int64)]
     progress = StderrProgress(f'n-gram orders counted over {len(self.tokens):,} tokens')
+    if order > 1 and len(self.tokens) >= SAMPLED_ETA_FROM:
+      seconds = _counting_seconds(self.tokens, v) * (order - 1)
+      progress.emit(f'counting {order - 1} n-gram order(s) over {len(self.tokens):,} tokens: about '
+                    f'{format_duration(seconds)} (timed on a sample)')
     for j in range(2, order + 1):
       progress(j - 2, order - 1)
       prefix = np.full_like(self.tokens, -1)
@@ -275,17 +306,21 @@ class DeletedInterpolation:
 SMOOTHINGS = ('kneser_ney', 'interpolated')
 
 
-# Peak memory of estimating and scoring, per token of the whole stream: int64 ids of every order,
-# their sorted keys and np.unique's temporaries. Measured on PTB (1.09M tokens): 88 bytes a token
-# plus 39 per order above what reading the corpus takes; rounded up.
-BYTES_PER_TOKEN = 96
-BYTES_PER_TOKEN_AND_ORDER = 40
+# Peak memory of estimating and scoring: the interpreter and libraries, then per token of the whole
+# stream int64 ids of every order, their sorted keys and np.unique's temporaries. Measured peak RSS on a
+# 32M-token corpus (|V| 50,001): 28 bytes a token plus 28 per order (prepared: order 2 2.68 GB, order
+# 5 5.38 GB; read as text, order 5 5.72 GB); on PTB (1.09M tokens) the fixed part dominates. Rounded
+# up: the estimate refuses only what is sure not to fit, and lets 100M-token corpora run on a 24 GiB
+# machine (a fixed per-token figure measured on PTB alone refused them at twice their real need).
+FIXED_BYTES = 256 * 2**20
+BYTES_PER_TOKEN = 40
+BYTES_PER_TOKEN_AND_ORDER = 32
 DEFAULT_MAX_MEMORY_GB = 16.0
 
 
 def memory_estimate(num_tokens: int, order: int) -> int:
   """Bytes an n-gram model of this order over this many tokens takes at its peak (an estimate)."""
-  return num_tokens * (BYTES_PER_TOKEN + BYTES_PER_TOKEN_AND_ORDER * order)
+  return FIXED_BYTES + num_tokens * (BYTES_PER_TOKEN + BYTES_PER_TOKEN_AND_ORDER * order)
 
 
 def check_memory(corpus: data_lib.Corpus, order: int, max_memory_gb: float = DEFAULT_MAX_MEMORY_GB,
