@@ -28,7 +28,21 @@ RESULTS_DIR = os.path.join(REPO, 'results')
 RESULTS_MD = os.path.join(REPO, 'RESULTS.md')
 
 # Each table's columns: (header, a function of a results record giving the cell).
-_num = lambda key, digits=2: lambda r: _fmt(r['figures'].get(key), digits)
+class _Figure:
+  """A column of one figure (results' figures[key]), which a seed summary can average."""
+
+  def __init__(self, key: str, digits: int = 2, of=None):
+    self.key, self.digits, self.of = key, digits, of or (lambda value: value)
+
+  def value(self, record: dict):
+    figure = record['figures'].get(self.key)
+    return None if figure is None else self.of(figure)
+
+  def __call__(self, record: dict) -> str:
+    return _fmt(self.value(record), self.digits)
+
+
+_num = _Figure
 
 
 def _fmt(value, digits: int = 2) -> str:
@@ -63,13 +77,8 @@ TABLES = {
     'ladder': _ladder_columns(('valid ppl', _num('valid_ppl')), ('test ppl', _num('test_ppl')),
                               ('+ n-gram test ppl', _num('mix_test_ppl'))),
     'char_ladder': _ladder_columns(('valid bits/char', _num('valid_bpc', 3)), ('test bits/char', _num('test_bpc', 3)),
-                                   ('+ n-gram test bits/char',
-                                    lambda r: _fmt(_bits(r['figures'].get('mix_test_ppl')), 3))),
+                                   ('+ n-gram test bits/char', _Figure('mix_test_ppl', 3, of=math.log2))),
 }
-
-
-def _bits(perplexity):
-  return None if perplexity is None else math.log2(perplexity)
 
 
 def _git_commit() -> str:
@@ -130,10 +139,34 @@ def render_table(table: str, records: list[dict]) -> str:
   rows = [r for r in records if r['table'] == table]
   lines = ['| ' + ' | '.join(h for h, _ in columns) + ' |', '| ' + ' | '.join('---' for _ in columns) + ' |']
   lines += ['| ' + ' | '.join(cell(r) for _, cell in columns) + ' |' for r in rows]
+  lines += [_seed_summary(label, group, columns) for label, group in _seed_groups(rows)]
   lines.append('')
   lines.append('Rendered by `python -m launch.results render --write` from ' +
                ', '.join(f'`results/{r["name"]}.json`' for r in rows) + '.')
   return '\n'.join(lines)
+
+
+def _seed_groups(rows: list[dict]) -> list[tuple[str, list[dict]]]:
+  """The rows run under one label with several seeds, in order of first appearance."""
+  groups = {}
+  for r in rows:
+    groups.setdefault(r['label'], []).append(r)
+  return [(label, group) for label, group in groups.items() if len({r['seed'] for r in group}) > 1]
+
+
+def _seed_summary(label: str, group: list[dict], columns) -> str:
+  """A row of means ± sample standard deviations over the group's seeds (figure columns only)."""
+  cells = []
+  for header, cell in columns:
+    if header == columns[0][0]:
+      cells.append(f'`{label}`: mean ± sd of {len(group)} seeds')
+      continue
+    values = [cell.value(r) for r in group] if isinstance(cell, _Figure) else []
+    if not values or any(v is None for v in values):
+      cells.append('')
+      continue
+    cells.append(f'{_fmt(statistics.mean(values), cell.digits)} ± {_fmt(statistics.stdev(values), cell.digits)}')
+  return '| ' + ' | '.join(cells) + ' |'
 
 
 _SECTION = re.compile(r'(<!-- results:(\w+) -->\n)(.*?)(<!-- /results -->)', re.S)

@@ -52,3 +52,15 @@ def test_a_trained_workdir_becomes_a_record_and_a_ladder_row(tmp_path):
   table = results.render_table('char_ladder', [record])
   assert '| `char_ladder5_dropout` | 13,913,842 | 4.50 | early stopping | 100,000 | 480 | 1.433 | 1.379 | 1.322 | 3 |' \
       in table
+
+
+def test_a_row_run_over_several_seeds_gets_a_mean_and_spread():
+  """Records of one label with different seeds: their rows, then one of mean ± sample sd."""
+  def record(seed, test_ppl):
+    figures = {'test_ppl': test_ppl, 'valid_ppl': test_ppl + 10, 'wall_seconds': 100.0, 'epochs': 3.0,
+               'num_parameters': 1000, 'tokens_per_sec': 5e4}
+    return {'name': f'r{seed}', 'table': 'ladder', 'label': 'ladder5_dropout', 'seed': seed, 'device': 'GPU',
+            'figures': figures}
+  table = results.render_table('ladder', [record(0, 100.0), record(1, 102.0), record(2, 104.0)])
+  summary = [line for line in table.splitlines() if 'mean ± sd of 3 seeds' in line]
+  assert len(summary) == 1 and '| 112.00 ± 2.00 | 102.00 ± 2.00 |' in summary[0]
