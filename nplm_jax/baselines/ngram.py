@@ -39,17 +39,23 @@ ETA_SAMPLE = 1_000_000
 BEYOND_THE_SAMPLE = 2.0
 
 
+def next_order(previous_ids: np.ndarray, tokens: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+  """(ids, sorted keys) of the j-grams ending at each position, from the (j-1)-gram ids: the key of
+  the j-gram ending at t is previous_ids[t-1] * |V| + tokens[t] (-1 where there is none)."""
+  prefix = np.full_like(tokens, -1)
+  prefix[1:] = previous_ids[:-1]
+  valid = prefix >= 0
+  keys, inverse = np.unique(prefix[valid] * vocab_size + tokens[valid], return_inverse=True)
+  ids = np.full_like(tokens, -1)
+  ids[valid] = inverse
+  return ids, keys
+
+
 def _counting_seconds(tokens: np.ndarray, vocab_size: int) -> float:
-  """One order's counting time over `tokens` (its prefix ids, keys, np.unique and ids), timed on a
-  sample and scaled as n log n."""
+  """One order's counting time over `tokens` (next_order), timed on a sample and scaled as n log n."""
   sample = np.asarray(tokens[:ETA_SAMPLE], np.int64)
   started = time.perf_counter()
-  prefix = np.full_like(sample, -1)
-  prefix[1:] = sample[:-1]
-  valid = prefix >= 0
-  _, inverse = np.unique(prefix[valid] * vocab_size + sample[valid], return_inverse=True)
-  ids = np.full_like(sample, -1)
-  ids[valid] = inverse
+  next_order(sample, sample, vocab_size)
   seconds = time.perf_counter() - started
   n = len(tokens)
   return BEYOND_THE_SAMPLE * seconds * n / len(sample) * math.log(n) / math.log(len(sample))
@@ -84,12 +90,7 @@ class StreamNgrams:
                     f'{format_duration(seconds)} (timed on a sample)')
     for j in range(2, order + 1):
       progress(j - 2, order - 1)
-      prefix = np.full_like(self.tokens, -1)
-      prefix[1:] = self.ids[j - 1][:-1]
-      valid = prefix >= 0
-      keys, inverse = np.unique(prefix[valid] * v + self.tokens[valid], return_inverse=True)
-      ids = np.full_like(self.tokens, -1)
-      ids[valid] = inverse
+      ids, keys = next_order(self.ids[j - 1], self.tokens, v)
       self.ids.append(ids)
       self.keys.append(keys)
     train = self.split_positions['train']
