@@ -34,10 +34,10 @@ TABLE = {
         'accelerators only when the [batch, columns] float32 logits exceed 8 GiB (H100: all at once 1.56x-1.72x '
         'faster at |V| 33k-300k)'),
     'train.eval_batch_size': BackendDefault(
-        256, 2048,
-        'CPU (2 cores): 256 keeps the [batch, |V|] block in cache, 2x the rate of 1024; accelerators: 2048, not '
-        'yet measured (a matmul wide enough to fill the device, the float32 logits of |V| 33k at 270 MB); '
-        'benchmarks/throughput.py reports eval_tokens_per_sec at each --batch_sizes'),
+        256, 256,
+        'CPU (2 cores): 256 keeps the [batch, |V|] block in cache, 2x the rate of 1024; accelerators: 256, the '
+        'value every backend had, kept until a measurement there chooses another (benchmarks/throughput.py '
+        'reports eval_tokens_per_sec at each --batch_sizes)'),
     'train.softmax_kernel': BackendDefault(
         'xla', 'xla',
         'the Pallas kernel runs in interpret mode on CPUs (a test vehicle); its GPU form lowers for CUDA through '
