@@ -73,6 +73,18 @@ TABLES = {
         ('+ KN5 test ppl (weight 0.5)', _num('mix_test_ppl')),
         ('device', lambda r: r['device']),
     ],
+    # The short runs README and the issues quote to show a change kept the numbers (smoke, quick, PTB).
+    'checks': [
+        ('run', lambda r: f'`{r["label"]}`'),
+        ('parameters', _num('num_parameters', 0)),
+        ('steps', _num('step', 0)),
+        ('epochs', _num('epochs', 2)),
+        ('tokens/s', _num('tokens_per_sec', 0)),
+        ('wall s', _num('wall_seconds', 0)),
+        ('valid ppl', _num('valid_ppl')),
+        ('test ppl', _num('test_ppl')),
+        ('device', lambda r: r['device']),
+    ],
     # The revisited family's ladders trained to early stopping (issue 27): words, and characters in bits.
     'ladder': _ladder_columns(('valid ppl', _num('valid_ppl')), ('test ppl', _num('test_ppl')),
                               ('+ n-gram test ppl', _num('mix_test_ppl'))),
