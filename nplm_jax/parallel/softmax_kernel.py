@@ -67,19 +67,23 @@ def _pad_to(x, axis: int, multiple: int, value=0):
   return jnp.pad(x, widths, constant_values=value)
 
 
-def _tile_logits(f_ref, w_ref, b_ref, column0, columns: int):
-  """This tile's logits [block_b, block_v] in float32, columns past the shard's at -inf."""
-  logits = jnp.dot(f_ref[...], w_ref[...], preferred_element_type=jnp.float32) + b_ref[...][None, :]
+def _logits_of(f, w, b, column0, columns: int):
+  """A tile's logits [rows, block_v] in float32 from loaded values, columns past the shard's at -inf."""
+  logits = jnp.dot(f, w, preferred_element_type=jnp.float32) + b[None, :]
   ids = column0 + jax.lax.broadcasted_iota(jnp.int32, logits.shape, 1)
   return jnp.where(ids < columns, logits, -jnp.inf), ids
 
 
-def _tile_dlogits(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, column0, columns: int):
+def _dlogits_of(f, w, b, log_z, t, g, column0, columns: int):
   """g (softmax - onehot) for the tile, float32 (0 in padded rows and columns)."""
-  logits, ids = _tile_logits(f_ref, w_ref, b_ref, column0, columns)
-  p = jnp.exp(logits - log_z_ref[...][:, None])
-  onehot = ((ids == t_ref[...][:, None]) & (ids < columns)).astype(jnp.float32)
-  return g_ref[...][:, None] * (p - onehot)
+  logits, ids = _logits_of(f, w, b, column0, columns)
+  onehot = ((ids == t[:, None]) & (ids < columns)).astype(jnp.float32)
+  return g[:, None] * (jnp.exp(logits - log_z[:, None]) - onehot)
+
+
+def _tile_dlogits(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, column0, columns: int):
+  """_dlogits_of of the grid form's whole blocks."""
+  return _dlogits_of(f_ref[...], w_ref[...], b_ref[...], log_z_ref[...], t_ref[...], g_ref[...], column0, columns)
 
 
 def _stats_kernel(f_ref, w_ref, b_ref, t_ref, max_ref, sum_ref, pick_ref, *, block_v: int, columns: int):
@@ -91,7 +95,7 @@ def _stats_kernel(f_ref, w_ref, b_ref, t_ref, max_ref, sum_ref, pick_ref, *, blo
     sum_ref[...] = jnp.zeros(sum_ref.shape, jnp.float32)
     pick_ref[...] = jnp.zeros(pick_ref.shape, jnp.float32)
 
-  logits, ids = _tile_logits(f_ref, w_ref, b_ref, j * block_v, columns)
+  logits, ids = _logits_of(f_ref[...], w_ref[...], b_ref[...], j * block_v, columns)
   max_ref[...], sum_ref[...] = online_logsumexp_step(max_ref[...], sum_ref[...], logits)
   hit = (ids == t_ref[...][:, None]) & (ids < columns)
   pick_ref[...] += jnp.sum(jnp.where(hit, logits, 0.0), axis=-1)
@@ -120,19 +124,6 @@ def _feature_grads_kernel(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, df_ref, 
 
   dz = _tile_dlogits(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, j * block_v, columns)
   df_ref[...] += jnp.dot(dz.astype(w_ref.dtype), w_ref[...].T, preferred_element_type=jnp.float32)
-
-
-def _logits_of(f, w, b, column0, columns: int):
-  """A tile's logits from loaded values (the loop form): float32, columns past the shard's at -inf."""
-  logits = jnp.dot(f, w, preferred_element_type=jnp.float32) + b[None, :]
-  ids = column0 + jax.lax.broadcasted_iota(jnp.int32, logits.shape, 1)
-  return jnp.where(ids < columns, logits, -jnp.inf), ids
-
-
-def _dlogits_of(f, w, b, log_z, t, g, column0, columns: int):
-  logits, ids = _logits_of(f, w, b, column0, columns)
-  onehot = ((ids == t[:, None]) & (ids < columns)).astype(jnp.float32)
-  return g[:, None] * (jnp.exp(logits - log_z[:, None]) - onehot)
 
 
 def _stats_loop_kernel(f_ref, w_ref, b_ref, t_ref, max_ref, sum_ref, pick_ref, *, block_v: int, columns: int,
