@@ -36,11 +36,11 @@ def _raise_stopped(signum, frame):
   raise Stopped(signum)
 
 
-# Extension modules whose import a signal must not interrupt: Ctrl-C inside numpy's or jaxlib's C++
-# initialisation ended in an ImportError with a traceback, or a nanobind abort. They are imported
-# first with SIGINT and SIGTERM blocked; a signal that came meanwhile is delivered once they are in,
-# as the usual stop line (a second or so later at most).
-WITH_JAX = ('numpy', 'jax')
+# Extension modules whose import a signal must not interrupt: Ctrl-C inside numpy's, jaxlib's or
+# tensorstore's (Orbax's) C++ initialisation ended in an ImportError with a traceback, or a nanobind
+# abort. They are imported first with SIGINT and SIGTERM blocked; a signal that came meanwhile is
+# delivered once they are in, as the usual stop line (a second or so later at most).
+WITH_JAX = ('numpy', 'jax', 'tensorstore')
 WITHOUT_JAX = ('numpy',)
 
 
@@ -81,6 +81,9 @@ def run_command(module: str, function: str = 'main', after_stop: str = AFTER_TOO
     print(f'error: {e}', file=sys.stderr, flush=True)
     status = 1
   except Exception as e:  # pylint: disable=broad-except  # out of memory at run time: one line, not a traceback
+    stopped = _stop_behind(e)
+    if stopped is not None:  # a signal inside another extension's initialisation: its ImportError
+      _stop(stopped, after_stop)
     if not _out_of_memory(e):
       raise
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -103,6 +106,21 @@ def _quiet_teardown() -> None:
   import warnings  # pylint: disable=g-import-not-at-top
   sys.unraisablehook = lambda hook_args: None
   warnings.simplefilter('ignore')
+
+
+def _stop_behind(error: BaseException) -> int | None:
+  """The signal of a Stopped or KeyboardInterrupt that `error` was raised from (its cause or context,
+  at any depth), or None: a C extension's initialisation turns one into 'ImportError: initialization
+  failed'."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if isinstance(error, Stopped):
+      return error.signum
+    if isinstance(error, KeyboardInterrupt):
+      return signal.SIGINT
+    error = error.__cause__ or error.__context__
+  return None
 
 
 def _out_of_memory(error: BaseException) -> bool:
