@@ -112,9 +112,10 @@ def base_config() -> ml_collections.ConfigDict:
   # or more, else 0 (measured: backend_defaults.TABLE).
   c.train.vocab_block = -1
   # The exact softmax's output layer: 'xla' (the matmul, then the softmax, as XLA fuses them), 'pallas'
-  # (fused Pallas kernels that never write a shard's logits to memory: nplm_jax/parallel/softmax_kernel.py; on CPU
-  # in interpret mode, for tests only), 'auto': the one measured faster on the backend
-  # (backend_defaults.TABLE). Sampled losses are unaffected.
+  # or 'pallas_loop' (fused Pallas kernels that never write a shard's logits to memory, in their grid form
+  # for TPUs or their loop form for GPUs: nplm_jax/parallel/softmax_kernel.py; on CPU in interpret mode,
+  # for tests only), 'auto': the one measured faster on the backend (backend_defaults.TABLE). Sampled
+  # losses are unaffected.
   c.train.softmax_kernel = 'auto'
   # Token ids on the devices ('on'), each step's batch gathered inside the jitted step from the epoch's
   # permutation (sent once an epoch): no host work per step. 'off': gathered on the host each step.
@@ -345,7 +346,7 @@ _CHOICES = [
     ('model.compute_dtype', ('auto', 'float32', 'bfloat16')),
     ('model.matmul_precision', ('highest', 'default')),
     ('train.device_data', ('auto', 'on', 'off')),
-    ('train.softmax_kernel', ('auto', 'xla', 'pallas')),
+    ('train.softmax_kernel', ('auto', 'xla', 'pallas', 'pallas_loop')),
     ('optimizer.name', ('paper_sgd', 'adamw')),
     ('loss.name', ('softmax', 'sampled_softmax', 'nce')),
     ('mix.smoothing', ('interpolated', 'kneser_ney')),
