@@ -2,7 +2,7 @@
 # The GPU figures of README "GPUs and TPUs", on one GPU: bash benchmarks/gpu_figures.sh PART OUT_DIR
 #   loop: the step alone against the training loop (benchmarks/throughput.py --loop) for Brown reg4_n7
 #          and a research-size config, float32 'highest' / TF32 / bfloat16, deterministic ops on/off,
-#          C's gradient as a scatter or a one-hot matmul;
+#          C's gradient as a scatter or a one-hot matmul, AdamW's first moment in float32 or bfloat16;
 #   softmax: the vocab_block rule at |V| 33k-300k, the previous loop (BASELINE=folder of an older
 #          checkout, optional) on the same synthetic corpora, and the GPU smoke tests;
 #   train: brown.py:reg4_n7 alone (end to end), then reg4_n7 in bfloat16 and the PTB table network
@@ -12,6 +12,7 @@
 #          100k and 300k, bfloat16 then float32 (DTYPES='bfloat16' for one), with compiled temporaries;
 #   train2: brown.py:reg4_n7 alone (end to end, the Brown words cached), then in bfloat16, then the
 #          research-size loop without deterministic reductions (their cost).
+# ONLY=NAME,NAME runs those benchmarks of a part alone (one GPU call is at most 10 minutes).
 # Needs NLTK_DATA and PTB_DIR for `train`. Each result is one JSON line in OUT_DIR/*.jsonl.
 set -u
 part=$1 out=$2
@@ -23,8 +24,9 @@ RESEARCH="--config=experiments/ptb.py --config.model.n=8 --config.model.m=200 --
   --config.model.feature_dropout=0.3 --config.model.hidden_dropout=0.5 --config.optimizer.name=adamw --vocab=33278"
 REG4="--config=experiments/brown.py:reg4_n7 --vocab=17905"
 
-bench() {  # NAME ARGS...: one throughput.py run, its JSON lines tagged with NAME
+bench() {  # NAME ARGS...: one throughput.py run, its JSON lines tagged with NAME (ONLY=a,b: those names alone)
   local name=$1; shift
+  if [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]]; then return; fi
   echo "== $name: $*"
   timeout 240 python benchmarks/throughput.py --steps=20 --repeats=5 "$@" >/tmp/$name.out 2>&1
   cat /tmp/$name.out >>"$out/log.txt"
@@ -59,6 +61,9 @@ if [ "$part" = loop ]; then
   # C's gradient as a one-hot matmul: deterministic without the scatter's sort (model.embedding_gradient)
   bench research_bf16_one_hot $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
     --config.model.embedding_gradient=one_hot
+  # AdamW's first moment in bfloat16 (optimizer.mu_dtype): less of the output layer's optimiser traffic
+  bench research_bf16_mu_bf16 $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
+    --config.optimizer.mu_dtype=bfloat16
 elif [ "$part" = softmax ]; then
   bench research_f32_streamed $RESEARCH --batch_sizes=256 --config.train.vocab_block=4096
   for v in 100000 300000; do

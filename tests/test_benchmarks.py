@@ -114,3 +114,38 @@ def test_input_pipeline_compares_feeds(tiny_files):
              for s in ('train', 'valid', 'test')), '--batch_size=16', '--steps=3', '--rounds=1')
   assert [r['feed'] for r in rows] == ['fixed batch', 'real data, gathered in the loop', 'real data, grain threads']
   assert rows[0]['ratio_to_fixed'] == 1.0 and all(r['tokens_per_sec'] > 0 for r in rows)
+
+
+def _script_overrides(path):
+  """Every --config.KEY=VALUE (and --softmax_kernels) a script passes, its shell loop variables replaced by each value they take
+  (other variables, paths made at run time, left out)."""
+  import re  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(REPO, path), encoding='utf-8') as f:
+    text = f.read()
+  loops = {name: values.split() for name, values in re.findall(r'for (\w+) in ([^;$]*?);', text)}
+  loops['dtype'] = ['bfloat16', 'float32']  # `for dtype in ${DTYPES:-bfloat16 float32}`
+  found = set()
+  for key, value in re.findall(r'--config\.([\w.]+)=(\S+)', text):
+    variable = re.fullmatch(r'\$(\w+)', value)
+    if '$' in value and not (variable and variable.group(1) in loops):
+      continue
+    for each in (loops[variable.group(1)] if variable else [value]):
+      found.add((key, each))
+  for kernels in re.findall(r'--softmax_kernels=(\S+)', text):  # throughput.py's: train.softmax_kernel each
+    found.update(('train.softmax_kernel', kernel) for kernel in kernels.split(','))
+  return sorted(found)
+
+
+@pytest.mark.parametrize('path', ['benchmarks/gpu_figures.sh'])
+def test_every_config_override_the_gpu_scripts_pass_is_valid(path):
+  """A GPU call is scarce: a key or value the config refuses (train.softmax_kernel=pallas_loop was one)
+  must fail here, on the CPU, not there."""
+  from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  overrides = _script_overrides(path)
+  assert ('train.softmax_kernel', 'pallas_loop') in overrides and ('optimizer.mu_dtype', 'bfloat16') in overrides
+  for key, text in overrides:
+    config = config_lib.base_config()
+    section, _, name = key.rpartition('.')
+    current = (config[section] if section else config)[name]
+    value = {bool: lambda t: t == 'True', int: int, float: float}.get(type(current), str)(text)
+    config_lib.validate(config_lib.apply_overrides(config, {key: value}))

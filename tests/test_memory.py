@@ -12,10 +12,11 @@ from nplm_jax.training import optim
 from nplm_jax.errors import UserError
 
 
-@pytest.mark.parametrize('direct,h,optimizer', [(True, 16, 'adamw'), (False, 8, 'paper_sgd'), (True, 0, 'adamw')])
-def test_parameters_and_optimizer_state_are_counted_exactly(tiny_config, direct, h, optimizer):
+@pytest.mark.parametrize('direct,h,optimizer,mu_dtype', [(True, 16, 'adamw', 'float32'), (False, 8, 'paper_sgd', 'float32'),
+                                                          (True, 0, 'adamw', 'float32'), (True, 16, 'adamw', 'bfloat16')])
+def test_parameters_and_optimizer_state_are_counted_exactly(tiny_config, direct, h, optimizer, mu_dtype):
   tiny_config.model.update(direct=direct, h=h)
-  tiny_config.optimizer.name = optimizer
+  tiny_config.optimizer.update(name=optimizer, mu_dtype=mu_dtype)
   vocab_size = 61
   model = model_lib.from_config(tiny_config.model, vocab_size)
   params = output_layer.init_params(model)

@@ -472,3 +472,22 @@ def test_the_pallas_softmax_kernel_trains_as_xla_does(tiny_config, tmp_path):
     np.testing.assert_allclose(losses[kernel], losses['xla'], rtol=1e-5)
     for key in ('valid_ppl', 'test_ppl'):
       assert results[kernel][key] == pytest.approx(results['xla'][key], rel=1e-4)
+
+
+def test_adamw_with_a_bfloat16_first_moment_trains_as_float32_does(tiny_config, tmp_path):
+  """optimizer.mu_dtype='bfloat16': the first moment is stored in bfloat16 (optax's mu_dtype), the
+  second in float32, and a short AdamW training follows the float32 one (logged losses within 1e-2)."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import optim  # pylint: disable=g-import-not-at-top
+  tiny_config.optimizer.update(name='adamw', learning_rate=3e-3, weight_decay=0.0)
+  tiny_config.train.update(max_steps=30, eval_every=30, log_every=5)
+  losses = {}
+  for mu_dtype in ('float32', 'bfloat16'):
+    tiny_config.optimizer.mu_dtype = mu_dtype
+    adam_state = optim.make_optimizer(tiny_config.optimizer, 4).init({'w': jnp.zeros((2, 3), jnp.float32)})[0]
+    assert adam_state.mu['w'].dtype == jnp.dtype(mu_dtype) and adam_state.nu['w'].dtype == jnp.float32
+    train.train_and_evaluate(tiny_config, str(tmp_path / mu_dtype))
+    with open(tmp_path / mu_dtype / 'metrics.jsonl', encoding='utf-8') as f:
+      losses[mu_dtype] = [r['train_loss_mean'] for r in map(json.loads, f) if 'train_loss_mean' in r]
+  assert len(losses['float32']) == 6 and losses['bfloat16'][-1] < losses['bfloat16'][0]
+  np.testing.assert_allclose(losses['bfloat16'], losses['float32'], rtol=1e-2)

@@ -15,6 +15,7 @@ import os
 
 GiB = 2**30
 FLOAT_BYTES = 4  # parameters, optimiser state and logits are float32
+FIRST_MOMENT_BYTES = {'float32': 4, 'bfloat16': 2}  # AdamW's, by optimizer.mu_dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,8 +42,11 @@ def estimate(config, padded_vocab_size: int, vocab_size: int, mesh_shape: dict, 
   replicated, rows = parameter_shapes(config.model, vocab_size)
   shard = -(-padded_vocab_size // mesh_shape['model'])
   parameters = FLOAT_BYTES * (replicated + rows * shard)
-  moments = 2 if config.optimizer.name == 'adamw' else 0
-  optimizer = (moments + 1) * parameters if training else 0
+  # a gradient per parameter; AdamW adds two moments, the first in optimizer.mu_dtype
+  moment_bytes = 0
+  if config.optimizer.name == 'adamw':
+    moment_bytes = FLOAT_BYTES + FIRST_MOMENT_BYTES[config.optimizer.get('mu_dtype', 'float32')]
+  optimizer = (FLOAT_BYTES + moment_bytes) * (parameters // FLOAT_BYTES) if training else 0
 
   def block(batch: int) -> int:
     rows_at_once = min(config.train.chunk_size or batch, batch)

@@ -57,10 +57,15 @@ def make_optimizer(opt_config, batch_size: int) -> optax.GradientTransformation:
         optax.sgd(paper_schedule(opt_config.learning_rate, opt_config.decay_rate, batch_size)))
   if name == 'adamw':  # optax.adamw, with the decay by rows
     return optax.chain(
-        optax.scale_by_adam(b1=opt_config.b1, b2=opt_config.b2),
+        optax.scale_by_adam(b1=opt_config.b1, b2=opt_config.b2, mu_dtype=first_moment_dtype(opt_config)),
         decay_weights_not_biases(opt_config.weight_decay),
         optax.scale_by_learning_rate(adamw_schedule(opt_config)))
   raise ValueError(f'optimizer {name!r} has no implementation (config.validate lists the names)')
+
+
+def first_moment_dtype(opt_config) -> jnp.dtype:
+  """AdamW's first moment's dtype (optimizer.mu_dtype; configs older than the key: float32)."""
+  return jnp.dtype(opt_config.get('mu_dtype', 'float32'))
 
 
 def adamw_schedule(opt_config) -> optax.Schedule | float:
