@@ -10,6 +10,8 @@
 #   kernel: the GPU smoke tests (the kernel's loop form against NumPy on the GPU), then the fused
 #          kernel ('pallas_loop') beside XLA's all-at-once and streamed paths at batch 4096, |V| 17,905,
 #          100k and 300k, bfloat16 then float32 (DTYPES='bfloat16' for one), with compiled temporaries;
+#   eval: evaluation throughput at batch 256, 1024 and 4096 (train.eval_batch_size's accelerator value)
+#          for Brown reg4_n7, the research size and |V| 100k;
 #   train2: brown.py:reg4_n7 alone (end to end, the Brown words cached), then in bfloat16, then the
 #          research-size loop without deterministic reductions (their cost).
 # ONLY=NAME,NAME runs those benchmarks of a part alone (one GPU call is at most 10 minutes).
@@ -90,6 +92,12 @@ elif [ "$part" = kernel ]; then
         --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=4096
     done
   done
+elif [ "$part" = eval ]; then
+  # train.eval_batch_size on this backend: eval_tokens_per_sec at 256, 1024 and 4096 (bfloat16, the default)
+  bench eval_batch_reg4 $REG4 --batch_sizes=256,1024,4096 --config.model.compute_dtype=bfloat16
+  bench eval_batch_research $RESEARCH --batch_sizes=256,1024,4096 --config.model.compute_dtype=bfloat16
+  bench eval_batch_v100k --config=experiments/brown.py:mlp1 --vocab=100000 --batch_sizes=256,1024,4096 \
+    --config.model.compute_dtype=bfloat16
 elif [ "$part" = train2 ]; then
   export XLA_PYTHON_CLIENT_PREALLOCATE=false
   python -c "from nplm_jax import data; data.load_brown_words()"  # the words' cache, as after a first run

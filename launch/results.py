@@ -85,6 +85,18 @@ TABLES = {
         ('test ppl', _num('test_ppl')),
         ('device', lambda r: r['device']),
     ],
+    # The reference code's options on the ladder's top row, each at the same number of steps.
+    'reference_options': [
+        ('option', lambda r: f'`{r["label"]}`'),
+        ('parameters', _num('num_parameters', 0)),
+        ('steps', _num('step', 0)),
+        ('epochs', _num('epochs', 2)),
+        ('tokens/s', _num('tokens_per_sec', 0)),
+        ('valid ppl', _num('valid_ppl')),
+        ('test ppl', _num('test_ppl')),
+        ('+ KN5 test ppl (weight 0.5)', _num('mix_test_ppl')),
+        ('device', lambda r: r['device']),
+    ],
     # The revisited family's ladders trained to early stopping (issue 27): words, and characters in bits.
     'ladder': _ladder_columns(('valid ppl', _num('valid_ppl')), ('test ppl', _num('test_ppl')),
                               ('+ n-gram test ppl', _num('mix_test_ppl'))),

@@ -117,7 +117,7 @@ def test_input_pipeline_compares_feeds(tiny_files):
 
 
 def _script_overrides(path):
-  """Every --config.KEY=VALUE (and --softmax_kernels) a script passes, its shell loop variables replaced by each value they take
+  """Every --config.KEY=VALUE, sweep --set=KEY=VALUE (and --softmax_kernels) a script passes, its shell loop variables replaced by each value they take
   (other variables, paths made at run time, left out)."""
   import re  # pylint: disable=g-import-not-at-top
   with open(os.path.join(REPO, path), encoding='utf-8') as f:
@@ -125,7 +125,7 @@ def _script_overrides(path):
   loops = {name: values.split() for name, values in re.findall(r'for (\w+) in ([^;$]*?);', text)}
   loops['dtype'] = ['bfloat16', 'float32']  # `for dtype in ${DTYPES:-bfloat16 float32}`
   found = set()
-  for key, value in re.findall(r'--config\.([\w.]+)=(\S+)', text):
+  for key, value in re.findall(r'--(?:config\.|set=)([\w.]+)=([^\s"]+)', text):
     variable = re.fullmatch(r'\$(\w+)', value)
     if '$' in value and not (variable and variable.group(1) in loops):
       continue
@@ -136,16 +136,36 @@ def _script_overrides(path):
   return sorted(found)
 
 
-@pytest.mark.parametrize('path', ['benchmarks/gpu_figures.sh'])
-def test_every_config_override_the_gpu_scripts_pass_is_valid(path):
+@pytest.mark.parametrize('path,expected', [
+    ('benchmarks/gpu_figures.sh', [('train.softmax_kernel', 'pallas_loop'), ('optimizer.mu_dtype', 'bfloat16')]),
+    ('launch/gpu_plan.sh', [('seed', '2'), ('mix.enabled', 'False')])])
+def test_every_config_override_the_gpu_scripts_pass_is_valid(path, expected):
   """A GPU call is scarce: a key or value the config refuses (train.softmax_kernel=pallas_loop was one)
   must fail here, on the CPU, not there."""
   from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
   overrides = _script_overrides(path)
-  assert ('train.softmax_kernel', 'pallas_loop') in overrides and ('optimizer.mu_dtype', 'bfloat16') in overrides
+  assert set(expected) <= set(overrides), overrides
   for key, text in overrides:
     config = config_lib.base_config()
     section, _, name = key.rpartition('.')
     current = (config[section] if section else config)[name]
     value = {bool: lambda t: t == 'True', int: int, float: float}.get(type(current), str)(text)
     config_lib.validate(config_lib.apply_overrides(config, {key: value}))
+
+
+def test_the_gpu_plan_names_points_its_sweeps_have():
+  """Every `--only` row of launch/gpu_plan.sh is a point of the sweep it names, and an unknown step
+  is one line and exit 2 (before anything is installed)."""
+  import re  # pylint: disable=g-import-not-at-top
+  from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(REPO, 'launch', 'gpu_plan.sh'), encoding='utf-8') as f:
+    text = f.read()
+  specs = re.findall(r'(experiments/\w+\.py) (\w+) [^"]*?--only=([\w,$]+)', text)
+  assert len(specs) >= 4, specs
+  for path, sweep, only in specs:
+    points = {p['name'] for p in config_lib.load_experiment(path).get_sweep(sweep)}
+    assert {n for n in only.split(',') if '$' not in n} <= points, (path, sweep, only)
+  assert '${SEEDS_ROW:-ladder5_dropout}' in text and 'ladder5_dropout' in points
+  proc = subprocess.run(['bash', os.path.join('launch', 'gpu_plan.sh'), 'nonsense', '/tmp/unused'], cwd=REPO,
+                        capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 2 and proc.stdout.strip().startswith('unknown step nonsense'), proc.stdout + proc.stderr

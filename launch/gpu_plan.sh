@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The GPU work the open issues wait for, as calls of at most 10 minutes each (the device tool's limit),
+# in the order to run them: the revisited family's training first, then the kernel and throughput
+# figures. On a lent GPU machine, from the repository root, with .whl/ and .carry/ carried
+# (bash launch/device_pack.sh fills them here):
+#   bash launch/gpu_plan.sh STEP OUT_DIR
+# STEP:
+#   ptb        issue 27: PTB words, the revisited ladder rows side by side (each + KN5)
+#   chars      issue 27: PTB characters' and Brown's revisited rows side by side
+#   reference  issue 27: the reference code's options on the top PTB row (the family's defaults)
+#   seeds      issue 27: the top PTB row with seeds 1 and 2 (SEEDS_ROW=another row)
+#   kernel     issue 28: the fused kernel against XLA, bfloat16 (DTYPES=float32 for the other half)
+#   research   issues 28 and 31: research-size candidates at batch 256 and 1024, and the evaluation
+#              batch sizes 256 / 1024 / 4096
+# Training budgets (train.max_seconds) leave each call time for its n-gram mixtures and the pack:
+# a row that hits it is time-budgeted ('stopped by' in RESULTS.md), and the same call again resumes it.
+set -u
+step=$1 out=$2
+cd "$(dirname "$0")/.."
+case $step in
+  ptb|chars|reference|seeds|kernel|research) ;;
+  *) echo "unknown step $step: use ptb, chars, reference, seeds, kernel or research"; exit 2 ;;
+esac
+source launch/device_env.sh || { echo "device_env.sh failed: carry .whl and .carry (launch/device_pack.sh)"; exit 1; }
+budget=${BUDGET:-480}
+case $step in
+  ptb)
+    bash launch/device_sweeps.sh "$out" "experiments/ptb.py ladder --only=ladder2_depth4,ladder3_distant,ladder4_tied,ladder5_dropout --set=train.max_seconds=$budget" ;;
+  chars)
+    bash launch/device_sweeps.sh "$out" \
+      "experiments/ptb.py char_ladder --only=char_ladder3_distant,char_ladder4_tied,char_ladder5_dropout --set=train.max_seconds=$budget --set=train.eval_every=2000 --set=mix.enabled=False" \
+      "experiments/brown.py ladder --name=brown_ladder --only=ladder3_distant,ladder4_tied,ladder5_dropout --set=train.max_seconds=$budget" ;;
+  reference)
+    bash launch/device_sweeps.sh "$out" "experiments/ptb.py reference_options --set=train.max_seconds=$budget" ;;
+  seeds)
+    row=${SEEDS_ROW:-ladder5_dropout}
+    bash launch/device_sweeps.sh "$out" \
+      "experiments/ptb.py ladder --name=ptb_seed1 --only=$row --set=seed=1 --set=train.max_seconds=$budget" \
+      "experiments/ptb.py ladder --name=ptb_seed2 --only=$row --set=seed=2 --set=train.max_seconds=$budget" ;;
+  kernel)
+    DTYPES=${DTYPES:-bfloat16} bash benchmarks/gpu_figures.sh kernel "$out" ;;
+  research)
+    ONLY=research_bf16,research_bf16_one_hot,research_bf16_mu_bf16 bash benchmarks/gpu_figures.sh loop "$out"
+    bash benchmarks/gpu_figures.sh eval "$out" ;;
+esac
