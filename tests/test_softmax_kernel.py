@@ -88,6 +88,28 @@ def test_the_loop_form_lowers_for_cuda_through_triton(monkeypatch, k, dtype):
     assert 'triton' in lowered and 'mosaic' not in lowered.lower()
 
 
+@pytest.mark.parametrize('device_kind', ['TPU v4', 'TPU v5 lite', 'TPU v6 lite'])
+@pytest.mark.parametrize('k,dtype', [(201, 'float32'), (200, 'bfloat16')])
+def test_the_grid_form_lowers_for_tpu_through_mosaic(monkeypatch, device_kind, k, dtype):
+  """The TPU form built for a TPU on this CPU machine (jax.sharding.AbstractDevice names the chip
+  Mosaic lowers for): a Mosaic custom call a pass, its first grid axis parallel and its last (the one
+  each kernel accumulates over) in order. Mosaic's own compiler and a run on a TPU are not checked."""
+  import jax  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(softmax_kernel, '_platform', lambda: 'tpu')
+  assert softmax_kernel._grid_compiler_params().dimension_semantics == ('parallel', 'arbitrary')  # pylint: disable=protected-access
+  batch, columns = 300, 1000
+  f, w = jax.ShapeDtypeStruct((batch, k), dtype), jax.ShapeDtypeStruct((k, columns), dtype)
+  b, rows = jax.ShapeDtypeStruct((columns,), jnp.float32), jax.ShapeDtypeStruct((batch,), jnp.float32)
+  targets = jax.ShapeDtypeStruct((batch,), jnp.int32)
+  stats = lambda f, w, b, t: softmax_kernel.shard_stats(f, w, b, t, form='grid')
+  grads = lambda f, w, b, log_z, t, g: softmax_kernel.shard_grads(f, w, b, log_z, t, g, form='grid')
+  chip = jax.sharding.AbstractDevice(device_kind=device_kind, num_cores=1, platform='tpu')
+  with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((1,), ('x',), abstract_device=chip)):
+    for function, args, calls in ((stats, (f, w, b, targets), 1), (grads, (f, w, b, rows, targets, rows), 2)):
+      lowered = jax.jit(function).trace(*args).lower(lowering_platforms=('tpu',)).as_text()
+      assert lowered.count('tpu_custom_call(') == calls
+
+
 def test_a_folded_bias_gives_no_bias_gradient():
   f, w = np.ones((4, 3), np.float32), np.ones((3, 10), np.float32)
   *_, db = softmax_kernel.shard_grads(f, w, None, np.zeros(4, np.float32), np.zeros(4, np.int32),

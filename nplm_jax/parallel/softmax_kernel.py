@@ -35,7 +35,9 @@ whose async copies and shared memory these kernels' whole-array blocks exceed; t
 Triton through its compiler parameters instead and pads the feature width K with zeros to a power of
 two (Triton's lowering takes no other array size). It lowers for CUDA (a CPU test builds it), and
 tests/test_gpu.py runs it against NumPy on a GPU; it has not been timed on one yet, so 'auto' never
-picks it (backend_defaults). The grid form is for TPUs only (vocab_softmax refuses it elsewhere).
+picks it (backend_defaults). The grid form is for TPUs only (vocab_softmax refuses it elsewhere): its
+first grid axis parallel, its last in order; it lowers through Mosaic for TPU v4, v5e and v6e (a CPU
+test builds it for an abstract TPU device) but has not been compiled or run on a TPU.
 """
 
 import functools
@@ -43,6 +45,7 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pl_tpu
 from jax.experimental.pallas import triton as pl_triton
 
 BLOCK_B = 128  # examples a tile
@@ -203,6 +206,12 @@ def _loop_compiler_params():
   return pl_triton.CompilerParams(num_warps=4, num_stages=2) if _platform() == 'gpu' else None
 
 
+def _grid_compiler_params():
+  """The grid form's lowering on a TPU (Mosaic): the first grid axis independent (a chip with two
+  TensorCores may split it between them), the last in order (each kernel accumulates over it)."""
+  return pl_tpu.CompilerParams(dimension_semantics=('parallel', 'arbitrary')) if _platform() == 'tpu' else None
+
+
 def shard_stats(f, w, b, local_targets, *, block_b: int | None = None, block_v: int | None = None,
                 form: str = 'grid'):
   """(max, sum of exp(z - max), z of the target or 0 where the shard does not own it) per example,
@@ -233,7 +242,7 @@ def shard_stats(f, w, b, local_targets, *, block_b: int | None = None, block_v: 
                 pl.BlockSpec((block_v,), lambda i, j: (j,)), row],
       out_specs=[row, row, row],
       out_shape=[jax.ShapeDtypeStruct((f.shape[0],), jnp.float32)] * 3,
-      interpret=_interpret())(f, w, b, t)
+      interpret=_interpret(), compiler_params=_grid_compiler_params())(f, w, b, t)
   return tuple(s[:batch] for s in stats)
 
 
@@ -259,14 +268,14 @@ def shard_grads(f, w, b, log_z, local_targets, g, *, block_b: int | None = None,
                 pl.BlockSpec((block_v,), lambda j, i: (j,))] + [pl.BlockSpec((block_b,), lambda j, i: (i,))] * 3,
       out_specs=[pl.BlockSpec((k, block_v), lambda j, i: (0, j)), pl.BlockSpec((block_v,), lambda j, i: (j,))],
       out_shape=[jax.ShapeDtypeStruct(w.shape, jnp.float32), jax.ShapeDtypeStruct(b.shape, jnp.float32)],
-      interpret=_interpret())(f, w, b, *rows)
+      interpret=_interpret(), compiler_params=_grid_compiler_params())(f, w, b, *rows)
   df = pl.pallas_call(
       functools.partial(_feature_grads_kernel, **options), grid=(nb, nv),
       in_specs=[pl.BlockSpec((block_b, k), lambda i, j: (i, 0)), pl.BlockSpec((k, block_v), lambda i, j: (0, j)),
                 pl.BlockSpec((block_v,), lambda i, j: (j,))] + [pl.BlockSpec((block_b,), lambda i, j: (i,))] * 3,
       out_specs=pl.BlockSpec((block_b, k), lambda i, j: (i, 0)),
       out_shape=jax.ShapeDtypeStruct(f.shape, jnp.float32),
-      interpret=_interpret(), compiler_params=_loop_compiler_params())(f, w, b, *rows)
+      interpret=_interpret(), compiler_params=_grid_compiler_params())(f, w, b, *rows)
   return df[:batch], dw[:, :columns], (db[:columns] if has_bias else None)
 
 
