@@ -53,50 +53,27 @@ def _fmt(value, digits: int = 2) -> str:
   return f'{value:,.{digits}f}'
 
 
+_label = lambda r: f'`{r["label"]}`'
+_device_of = lambda r: r['device']
+_MIX_KN5 = ('+ KN5 test ppl (weight 0.5)', _num('mix_test_ppl'))
+_CHECKS = [('run', _label), ('parameters', _num('num_parameters', 0)), ('steps', _num('step', 0)),
+           ('epochs', _num('epochs', 2)), ('tokens/s', _num('tokens_per_sec', 0)), ('wall s', _num('wall_seconds', 0)),
+           ('valid ppl', _num('valid_ppl')), ('test ppl', _num('test_ppl')), ('device', _device_of)]
+
+
 def _ladder_columns(*figures) -> list:
   """A ladder table's columns: the row, its size and cost, then `figures` (header, cell), seed, device."""
-  return [('row', lambda r: f'`{r["label"]}`'), ('parameters', _num('num_parameters', 0)), ('epochs', _num('epochs', 2)),
+  return [('row', _label), ('parameters', _num('num_parameters', 0)), ('epochs', _num('epochs', 2)),
           ('stopped by', lambda r: r['figures'].get('stop_reason') or '-'), ('tokens/s', _num('tokens_per_sec', 0)),
-          ('wall s', _num('wall_seconds', 0)), *figures, ('seed', lambda r: str(r['seed'])),
-          ('device', lambda r: r['device'])]
+          ('wall s', _num('wall_seconds', 0)), *figures, ('seed', lambda r: str(r['seed'])), ('device', _device_of)]
 
 
 TABLES = {
-    'own_text': [
-        ('recipe', lambda r: f'`{r["label"]}`'),
-        ('parameters', _num('num_parameters', 0)),
-        ('epochs', _num('epochs', 2)),
-        ('tokens/s', _num('tokens_per_sec', 0)),
-        ('wall s', _num('wall_seconds', 0)),
-        ('valid ppl', _num('valid_ppl')),
-        ('test ppl', _num('test_ppl')),
-        ('+ KN5 test ppl (weight 0.5)', _num('mix_test_ppl')),
-        ('device', lambda r: r['device']),
-    ],
+    'own_text': [('recipe', _label)] + [c for c in _CHECKS[1:-1] if c[0] != 'steps'] + [_MIX_KN5, ('device', _device_of)],
     # The short runs README and the issues quote to show a change kept the numbers (smoke, quick, PTB).
-    'checks': [
-        ('run', lambda r: f'`{r["label"]}`'),
-        ('parameters', _num('num_parameters', 0)),
-        ('steps', _num('step', 0)),
-        ('epochs', _num('epochs', 2)),
-        ('tokens/s', _num('tokens_per_sec', 0)),
-        ('wall s', _num('wall_seconds', 0)),
-        ('valid ppl', _num('valid_ppl')),
-        ('test ppl', _num('test_ppl')),
-        ('device', lambda r: r['device']),
-    ],
+    'checks': _CHECKS,
     # The reference code's options on the ladder's top row, each at the same number of steps.
-    'reference_options': [
-        ('option', lambda r: f'`{r["label"]}`'),
-        ('parameters', _num('num_parameters', 0)),
-        ('steps', _num('step', 0)),
-        ('epochs', _num('epochs', 2)),
-        ('tokens/s', _num('tokens_per_sec', 0)),
-        ('valid ppl', _num('valid_ppl')),
-        ('test ppl', _num('test_ppl')),
-        ('+ KN5 test ppl (weight 0.5)', _num('mix_test_ppl')),
-        ('device', lambda r: r['device']),
-    ],
+    'reference_options': [('option', _label)] + _CHECKS[1:-1] + [_MIX_KN5, ('device', _device_of)],
     # The revisited family's ladders trained to early stopping (issue 27): words, and characters in bits.
     'ladder': _ladder_columns(('valid ppl', _num('valid_ppl')), ('test ppl', _num('test_ppl')),
                               ('+ n-gram test ppl', _num('mix_test_ppl'))),

@@ -69,6 +69,19 @@ def test_padded_rows_stay_finite_under_a_large_bias(form):
     np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-4, atol=1e-4)
 
 
+def _abstract_passes(k: int, dtype: str, form: str):
+  """(function, abstract arguments, pallas_calls) of both passes in `form`, at batch 300 and 1000 columns
+  (short last tiles): what the lowering tests build for another platform."""
+  import jax  # pylint: disable=g-import-not-at-top
+  batch, columns = 300, 1000
+  f, w = jax.ShapeDtypeStruct((batch, k), dtype), jax.ShapeDtypeStruct((k, columns), dtype)
+  b, rows = jax.ShapeDtypeStruct((columns,), jnp.float32), jax.ShapeDtypeStruct((batch,), jnp.float32)
+  targets = jax.ShapeDtypeStruct((batch,), jnp.int32)
+  stats = lambda f, w, b, t: softmax_kernel.shard_stats(f, w, b, t, form=form)
+  grads = lambda f, w, b, log_z, t, g: softmax_kernel.shard_grads(f, w, b, log_z, t, g, form=form)
+  return [(stats, (f, w, b, targets), 1), (grads, (f, w, b, rows, targets, rows), 2)]
+
+
 @pytest.mark.parametrize('k', [9, 64, 200])
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
 def test_the_loop_form_lowers_for_cuda_through_triton(monkeypatch, k, dtype):
@@ -77,13 +90,7 @@ def test_the_loop_form_lowers_for_cuda_through_triton(monkeypatch, k, dtype):
   width padded to a power of two (Triton's lowering refuses any other array size)."""
   import jax  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(softmax_kernel, '_platform', lambda: 'gpu')
-  batch, columns = 300, 1000
-  f, w = jax.ShapeDtypeStruct((batch, k), dtype), jax.ShapeDtypeStruct((k, columns), dtype)
-  b, rows = jax.ShapeDtypeStruct((columns,), jnp.float32), jax.ShapeDtypeStruct((batch,), jnp.float32)
-  targets = jax.ShapeDtypeStruct((batch,), jnp.int32)
-  stats = lambda f, w, b, t: softmax_kernel.shard_stats(f, w, b, t, form='loop')
-  grads = lambda f, w, b, log_z, t, g: softmax_kernel.shard_grads(f, w, b, log_z, t, g, form='loop')
-  for function, args in ((stats, (f, w, b, targets)), (grads, (f, w, b, rows, targets, rows))):
+  for function, args, _ in _abstract_passes(k, dtype, 'loop'):
     lowered = jax.jit(function).trace(*args).lower(lowering_platforms=('cuda',)).as_text()
     assert 'triton' in lowered and 'mosaic' not in lowered.lower()
 
@@ -97,15 +104,9 @@ def test_the_grid_form_lowers_for_tpu_through_mosaic(monkeypatch, device_kind, k
   import jax  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(softmax_kernel, '_platform', lambda: 'tpu')
   assert softmax_kernel._grid_compiler_params().dimension_semantics == ('parallel', 'arbitrary')  # pylint: disable=protected-access
-  batch, columns = 300, 1000
-  f, w = jax.ShapeDtypeStruct((batch, k), dtype), jax.ShapeDtypeStruct((k, columns), dtype)
-  b, rows = jax.ShapeDtypeStruct((columns,), jnp.float32), jax.ShapeDtypeStruct((batch,), jnp.float32)
-  targets = jax.ShapeDtypeStruct((batch,), jnp.int32)
-  stats = lambda f, w, b, t: softmax_kernel.shard_stats(f, w, b, t, form='grid')
-  grads = lambda f, w, b, log_z, t, g: softmax_kernel.shard_grads(f, w, b, log_z, t, g, form='grid')
   chip = jax.sharding.AbstractDevice(device_kind=device_kind, num_cores=1, platform='tpu')
   with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((1,), ('x',), abstract_device=chip)):
-    for function, args, calls in ((stats, (f, w, b, targets), 1), (grads, (f, w, b, rows, targets, rows), 2)):
+    for function, args, calls in _abstract_passes(k, dtype, 'grid'):
       lowered = jax.jit(function).trace(*args).lower(lowering_platforms=('tpu',)).as_text()
       assert lowered.count('tpu_custom_call(') == calls
 
