@@ -13,7 +13,10 @@
 #   research   issues 28 and 31: research-size candidates at batch 256 and 1024, and the evaluation
 #              batch sizes 256 / 1024 / 4096
 # Training budgets (train.max_seconds) leave each call time for its n-gram mixtures and the pack:
-# a row that hits it is time-budgeted ('stopped by' in RESULTS.md), and the same call again resumes it.
+# a row that hits it is time-budgeted ('stopped by' in RESULTS.md). The workdirs live in runs/device/
+# (git-ignored: a later call on the same warm machine finds them), so the same step again with a larger
+# BUDGET (the budget counts every call's training: BUDGET=840 after 420) resumes each row where it
+# stopped, until it stops early; a row that stopped early is left as it is.
 set -u
 step=$1 out=$2
 cd "$(dirname "$0")/.."
@@ -22,13 +25,14 @@ case $step in
   *) echo "unknown step $step: use ptb, chars, reference, seeds, kernel or research"; exit 2 ;;
 esac
 source launch/device_env.sh || { echo "device_env.sh failed: carry .whl and .carry (launch/device_pack.sh)"; exit 1; }
-budget=${BUDGET:-480}
+export SWEEP_ROOT=${SWEEP_ROOT:-$PWD/runs/device}
+budget=${BUDGET:-420}  # seconds of training a row: start-up, the final evaluation, the mixture and the pack fit in the rest
 case $step in
   ptb)
     bash launch/device_sweeps.sh "$out" "experiments/ptb.py ladder --only=ladder2_depth4,ladder3_distant,ladder4_tied,ladder5_dropout --set=train.max_seconds=$budget" ;;
   chars)
     bash launch/device_sweeps.sh "$out" \
-      "experiments/ptb.py char_ladder --only=char_ladder3_distant,char_ladder4_tied,char_ladder5_dropout --set=train.max_seconds=$budget --set=train.eval_every=2000 --set=mix.enabled=False" \
+      "experiments/ptb.py char_ladder --only=char_ladder3_distant,char_ladder4_tied,char_ladder5_dropout --set=train.max_seconds=$budget --set=train.eval_every=2000" \
       "experiments/brown.py ladder --name=brown_ladder --only=ladder3_distant,ladder4_tied,ladder5_dropout --set=train.max_seconds=$budget" ;;
   reference)
     bash launch/device_sweeps.sh "$out" "experiments/ptb.py reference_options --set=train.max_seconds=$budget" ;;

@@ -138,7 +138,7 @@ def _script_overrides(path):
 
 @pytest.mark.parametrize('path,expected', [
     ('benchmarks/gpu_figures.sh', [('train.softmax_kernel', 'pallas_loop'), ('optimizer.mu_dtype', 'bfloat16')]),
-    ('launch/gpu_plan.sh', [('seed', '2'), ('mix.enabled', 'False')])])
+    ('launch/gpu_plan.sh', [('seed', '2'), ('train.eval_every', '2000')])])
 def test_every_config_override_the_gpu_scripts_pass_is_valid(path, expected):
   """A GPU call is scarce: a key or value the config refuses (train.softmax_kernel=pallas_loop was one)
   must fail here, on the CPU, not there."""
