@@ -1,4 +1,5 @@
-"""Runs a sweep: each point in its own process and workdir, N at a time, finished points skipped;
+"""Runs a sweep: each point in its own process and workdir, N at a time, finished points skipped
+(a point that stopped at its train.max_seconds goes on when --set gives it a larger one);
 then every results.json is collected into ROOT/results.md and ROOT/results.csv.
 
 A named sweep from the experiment file (its get_sweep(name)):
@@ -119,7 +120,8 @@ def copy_tree(source: epath.Path, destination: epath.Path, skip=()) -> None:
 def run_point(point: dict, root: epath.Path, common_overrides: dict) -> tuple[str, str, float]:
   """(name, 'done' | 'skipped' | 'failed: ...', seconds)."""
   workdir = root / point['name']
-  if finished(root, point['name']):
+  budget = {**common_overrides, **point.get('overrides', {})}.get('train.max_seconds')
+  if finished(root, point['name']) and not out_of_time(root, point['name'], budget):
     return point['name'], 'skipped (finished before)', 0.0
   if point.get('start_from'):
     start_workdir(point, root, workdir)
@@ -149,6 +151,17 @@ def run_logged(args: list[str], log: epath.Path) -> int:
 
 def finished(root: epath.Path, name: str) -> bool:
   return (root / name / 'results.json').exists()
+
+
+def out_of_time(root: epath.Path, name: str, budget) -> bool:
+  """Whether a finished point stopped at its time budget and `budget` (this sweep's
+  train.max_seconds, None when it sets none) gives it more: it then runs again and goes on from its
+  last checkpoint (a larger budget reopens a run, nplm_jax.training.train)."""
+  if budget is None:
+    return False
+  results = workdir_lib.Workdir(root / name).read_json('results.json')
+  ran_out = str(results.get('stop_reason', '')).startswith('train.max_seconds')
+  return ran_out and (float(budget) == 0 or results.get('wall_seconds', 0.0) < float(budget))
 
 
 def run_sweep(points: list[dict], root: str, parallel: int, common_overrides: dict) -> list[tuple]:

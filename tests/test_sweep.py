@@ -33,6 +33,23 @@ def test_grid_runs_resumes_and_tabulates(tiny_files, tmp_path, capsys):
   assert os.path.getmtime(os.path.join(root, 'h0', 'results.json')) == stamp
 
 
+def test_a_point_out_of_time_goes_on_when_the_budget_grows(tiny_files, tmp_path, capsys):
+  """A point stopped by train.max_seconds is finished for a re-run with the same budget, and goes on
+  from its checkpoint (to its end here) when --set gives it more (0: none)."""
+  import json  # pylint: disable=g-import-not-at-top
+  root = str(tmp_path / 'sweep')
+  args = lambda budget: [a.replace('model.h=0,8', 'model.h=8') for a in tiny_grid_args(tiny_files, root)] + [
+      f'--set=train.max_seconds={budget}', '--set=train.num_epochs=2']
+  read = lambda: json.load(open(os.path.join(root, 'h8', 'results.json'), encoding='utf-8'))
+  assert sweep.main(args(0.001)) == 0
+  timed = read()
+  assert timed['stop_reason'].startswith('train.max_seconds')
+  assert sweep.main(args(0.001)) == 0 and 'skipped (finished before)' in capsys.readouterr().out
+  assert sweep.main(args(0)) == 0 and ': done' in capsys.readouterr().out
+  finished = read()
+  assert finished['stop_reason'] == '' and finished['epochs'] == 2 and finished['step'] > timed['step']
+
+
 def test_a_failing_point_is_reported_and_the_rest_still_tabulated(tiny_files, tmp_path, capsys):
   root = str(tmp_path / 'sweep')
   args = tiny_grid_args(tiny_files, root)
