@@ -5,10 +5,12 @@
 # (bash launch/device_pack.sh fills them here):
 #   bash launch/gpu_plan.sh STEP OUT_DIR
 # STEP:
-#   ptb        issue 27: PTB words, the revisited ladder rows side by side (each + KN5)
-#   chars      issue 27: PTB characters' and Brown's revisited rows side by side
+#   ptb        issue 27: PTB words, the ladder's six rows side by side (each + KN5)
+#   chars      issue 27: PTB characters, the ladder's six rows side by side (each + KN11)
+#   brown      issue 27: Brown, the ladder's six rows side by side (each + the interpolated trigram)
 #   reference  issue 27: the reference code's options on the top PTB row (the family's defaults)
-#   seeds      issue 27: the top PTB row with seeds 1 and 2 (SEEDS_ROW=another row)
+#   seeds      issue 27: the best row of each corpus with seeds 1 and 2, all six side by side
+#              (PTB_ROW, CHAR_ROW, BROWN_ROW name the rows; default: each ladder's top row)
 #   kernel     issue 28: the fused kernel against XLA, bfloat16 (DTYPES=float32 for the other half)
 #   research   issues 28 and 31: research-size candidates at batch 256 and 1024, and the evaluation
 #              batch sizes 256 / 1024 / 4096
@@ -21,26 +23,30 @@ set -u
 step=$1 out=$2
 cd "$(dirname "$0")/.."
 case $step in
-  ptb|chars|reference|seeds|kernel|research) ;;
-  *) echo "unknown step $step: use ptb, chars, reference, seeds, kernel or research"; exit 2 ;;
+  ptb|chars|brown|reference|seeds|kernel|research) ;;
+  *) echo "unknown step $step: use ptb, chars, brown, reference, seeds, kernel or research"; exit 2 ;;
 esac
 source launch/device_env.sh || { echo "device_env.sh failed: carry .whl and .carry (launch/device_pack.sh)"; exit 1; }
 export SWEEP_ROOT=${SWEEP_ROOT:-$PWD/runs/device}
 budget=${BUDGET:-420}  # seconds of training a row: start-up, the final evaluation, the mixture and the pack fit in the rest
 case $step in
   ptb)
-    bash launch/device_sweeps.sh "$out" "experiments/ptb.py ladder --only=ladder2_depth4,ladder3_distant,ladder4_tied,ladder5_dropout --set=train.max_seconds=$budget" ;;
+    bash launch/device_sweeps.sh "$out" "experiments/ptb.py ladder --set=train.max_seconds=$budget" ;;
   chars)
-    bash launch/device_sweeps.sh "$out" \
-      "experiments/ptb.py char_ladder --only=char_ladder3_distant,char_ladder4_tied,char_ladder5_dropout --set=train.max_seconds=$budget --set=train.eval_every=2000" \
-      "experiments/brown.py ladder --name=brown_ladder --only=ladder3_distant,ladder4_tied,ladder5_dropout --set=train.max_seconds=$budget" ;;
+    bash launch/device_sweeps.sh "$out" "experiments/ptb.py char_ladder --set=train.max_seconds=$budget --set=train.eval_every=2000" ;;
+  brown)
+    bash launch/device_sweeps.sh "$out" "experiments/brown.py ladder --name=brown_ladder --set=train.max_seconds=$budget" ;;
   reference)
     bash launch/device_sweeps.sh "$out" "experiments/ptb.py reference_options --set=train.max_seconds=$budget" ;;
   seeds)
-    row=${SEEDS_ROW:-ladder5_dropout}
-    bash launch/device_sweeps.sh "$out" \
-      "experiments/ptb.py ladder --name=ptb_seed1 --only=$row --set=seed=1 --set=train.max_seconds=$budget" \
-      "experiments/ptb.py ladder --name=ptb_seed2 --only=$row --set=seed=2 --set=train.max_seconds=$budget" ;;
+    ptb_row=${PTB_ROW:-ladder5_dropout} char_row=${CHAR_ROW:-char_ladder5_dropout} brown_row=${BROWN_ROW:-ladder5_dropout}
+    specs=()
+    for seed in 1 2; do
+      specs+=("experiments/ptb.py ladder --name=ptb_seed$seed --only=$ptb_row --set=seed=$seed --set=train.max_seconds=$budget"
+              "experiments/ptb.py char_ladder --name=char_seed$seed --only=$char_row --set=seed=$seed --set=train.max_seconds=$budget --set=train.eval_every=2000"
+              "experiments/brown.py ladder --name=brown_seed$seed --only=$brown_row --set=seed=$seed --set=train.max_seconds=$budget")
+    done
+    bash launch/device_sweeps.sh "$out" "${specs[@]}" ;;
   kernel)
     DTYPES=${DTYPES:-bfloat16} bash benchmarks/gpu_figures.sh kernel "$out" ;;
   research)
