@@ -3,6 +3,8 @@ rendered from those files, so every figure there traces to its run.
 
   python -m launch.results collect --workdir=runs/own_text/quick --name=own_text_quick --table=own_text \
       --label='text.py:quick' --command='nplm-train --config=experiments/text.py:quick ...' [--commit=SHA]
+  python -m launch.results collect --sweep_root=runs/device/ptb_ladder --name=ptb --table=ladder --label=PTB \
+      --command='bash launch/gpu_plan.sh ptb OUT' --device='NVIDIA H100 80GB HBM3'   # every finished point
   python -m launch.results render            # print every table
   python -m launch.results render --write    # rewrite RESULTS.md's rendered tables in place
   python -m launch.results render --check    # exit 1 when RESULTS.md differs from results/ (CI runs this)
@@ -182,12 +184,24 @@ def rendered_markdown(text: str, records: list[dict]) -> str:
   return _SECTION.sub(replace, text)
 
 
+def _write(value: dict) -> None:
+  os.makedirs(RESULTS_DIR, exist_ok=True)
+  path = os.path.join(RESULTS_DIR, f'{value["name"]}.json')
+  with open(path, 'w', encoding='utf-8') as f:
+    json.dump(value, f, indent=1, sort_keys=True)
+    f.write('\n')
+  print(f'wrote {os.path.relpath(path, REPO)}')
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(prog='python -m launch.results', description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   sub = parser.add_subparsers(dest='what', required=True)
   collect = sub.add_parser('collect', help='keep a finished workdir as results/NAME.json')
-  collect.add_argument('--workdir', required=True)
+  where = collect.add_mutually_exclusive_group(required=True)
+  where.add_argument('--workdir', help='a finished run')
+  where.add_argument('--sweep_root', help='a sweep: every point with a results.json, as results/NAME_POINT_seedS.json '
+                                          'labelled "LABEL POINT" (seeds of a point share a label: a summary row)')
   collect.add_argument('--name', required=True, help='the file name under results/ (letters, digits, _ and -)')
   collect.add_argument('--table', required=True, choices=sorted(TABLES))
   collect.add_argument('--label', required=True, help="the row's label in its table")
@@ -201,13 +215,18 @@ def main(argv=None) -> int:
   if args.what == 'collect':
     if not re.fullmatch(r'[\w-]+', args.name):
       raise SystemExit(f'error: --name={args.name!r}: use letters, digits, _ and - only')
-    value = record(args.workdir, args.name, args.table, args.label, args.command, args.commit, args.device)
-    os.makedirs(RESULTS_DIR, exist_ok=True)
-    path = os.path.join(RESULTS_DIR, f'{args.name}.json')
-    with open(path, 'w', encoding='utf-8') as f:
-      json.dump(value, f, indent=1, sort_keys=True)
-      f.write('\n')
-    print(f'wrote {os.path.relpath(path, REPO)}')
+    if args.workdir:
+      _write(record(args.workdir, args.name, args.table, args.label, args.command, args.commit, args.device))
+      return 0
+    points = sorted(p for p in os.listdir(args.sweep_root)
+                    if os.path.exists(os.path.join(args.sweep_root, p, 'results.json')))
+    if not points:
+      raise SystemExit(f'error: no point of {args.sweep_root} has a results.json; collect a finished sweep')
+    for point in points:
+      value = record(os.path.join(args.sweep_root, point), '', args.table, f'{args.label} {point}',
+                     f'{args.command}  # point {point}', args.commit, args.device)
+      value['name'] = f'{args.name}_{point}_seed{value["seed"]}'
+      _write(value)
     return 0
   records = load_records()
   with open(RESULTS_MD, encoding='utf-8') as f:

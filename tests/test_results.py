@@ -64,3 +64,20 @@ def test_a_row_run_over_several_seeds_gets_a_mean_and_spread():
   table = results.render_table('ladder', [record(0, 100.0), record(1, 102.0), record(2, 104.0)])
   summary = [line for line in table.splitlines() if 'mean ± sd of 3 seeds' in line]
   assert len(summary) == 1 and '| 112.00 ± 2.00 | 102.00 ± 2.00 |' in summary[0]
+
+
+def test_a_sweep_root_is_collected_point_by_point(tmp_path, monkeypatch):
+  """collect --sweep_root: every point with a results.json becomes results/NAME_POINT_seedS.json,
+  labelled 'LABEL POINT'; a point without one (unfinished) is left out."""
+  for point, seed in (('ladder4_tied', 0), ('ladder5_dropout', 1), ('unfinished', 0)):
+    (tmp_path / 'root' / point).mkdir(parents=True)
+    if point != 'unfinished':
+      (tmp_path / 'root' / point / 'results.json').write_text(json.dumps(
+          {'valid_ppl': 120.0, 'test_ppl': 110.0, 'wall_seconds': 400.0, 'platform': 'gpu', 'config': {'seed': seed}}))
+  monkeypatch.setattr(results, 'RESULTS_DIR', str(tmp_path / 'results'))
+  assert results.main(['collect', f'--sweep_root={tmp_path / "root"}', '--name=ptb', '--table=ladder', '--label=PTB',
+                       '--command=bash launch/gpu_plan.sh ptb OUT', '--commit=abc', '--device=GPU']) == 0
+  assert sorted(os.listdir(tmp_path / 'results')) == ['ptb_ladder4_tied_seed0.json', 'ptb_ladder5_dropout_seed1.json']
+  with open(tmp_path / 'results' / 'ptb_ladder5_dropout_seed1.json', encoding='utf-8') as f:
+    kept = json.load(f)
+  assert kept['label'] == 'PTB ladder5_dropout' and kept['seed'] == 1 and kept['command'].endswith('# point ladder5_dropout')
