@@ -131,6 +131,32 @@ def test_streaming_the_vocabulary_gives_the_same_nll_and_gradients(compute_dtype
     np.testing.assert_allclose(np.asarray(grads[1][name]), np.asarray(grads[0][name]), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize('kernel,vocab_block', [('xla', 0), ('xla', 24), ('pallas', 0)])
+def test_bfloat16_output_layer_gradient_is_float32_and_one_array(kernel, vocab_block):
+  """With bfloat16 matmuls the output layer's gradient is the float32 the matmuls accumulated, not
+  rounded to bfloat16: dW = f^T dz with f and dz in bfloat16 (as the step computes them) summed in
+  float64 agrees to float32 accuracy (rounding dW to bfloat16 is off by up to 2^-9), and db is the
+  float32 sum of dz."""
+  rng = np.random.default_rng(0)
+  batch, k, vocab = 32, 24, 56
+  f = jnp.asarray(rng.normal(size=(batch, k)), jnp.float32)
+  out = jnp.asarray(rng.normal(size=(k + 1, vocab)) * 0.3, jnp.float32)
+  targets = jnp.asarray(rng.integers(0, vocab, batch), jnp.int32)
+  mesh = jax.make_mesh((1, 1), ('data', 'model'), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  loss = lambda o: jnp.sum(vocab_softmax.token_nll(f, o, targets, mesh=mesh, compute_dtype='bfloat16', kernel=kernel,
+                                                   vocab_block=vocab_block))
+  with jax.set_mesh(mesh):
+    grad = jax.jit(jax.grad(loss))(out)
+  assert grad.dtype == jnp.float32 and grad.shape == out.shape
+  as_bf16 = lambda x: np.asarray(jnp.asarray(x, jnp.bfloat16), np.float64)
+  f16, w16, b = as_bf16(f), as_bf16(out[:-1]), np.asarray(out[-1], np.float64)
+  logits = f16 @ w16 + b
+  p = np.exp(logits - logits.max(-1, keepdims=True))
+  dz = p / p.sum(-1, keepdims=True) - np.eye(vocab)[np.asarray(targets)]
+  np.testing.assert_allclose(np.asarray(grad[-1]), dz.sum(0), rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(grad[:-1]), f16.T @ as_bf16(dz), rtol=2e-4, atol=2e-5)
+
+
 def test_the_automatic_vocab_block_streams_only_large_shards():
   assert vocab_softmax.streamed_vocab_block(-1, 8_960) == 0  # Brown on 2 devices: all at once (faster)
   assert vocab_softmax.streamed_vocab_block(-1, 50_000) == AUTO_VOCAB_BLOCK

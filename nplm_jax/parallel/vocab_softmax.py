@@ -48,7 +48,8 @@ def _dlogits(logits, first, log_z, targets, g):
 def _block_backward(f, w, b, z, log_z, targets, g):
   """Gradients of sum(g * nll) from this shard's block: dlogits = g (softmax - onehot), in one pass.
 
-  A separate bias gets its gradient summed from the float32 dlogits, whatever the matmuls' dtype.
+  float32 whatever the matmuls' dtype (they accumulate in it); a separate bias gets its gradient
+  summed from the float32 dlogits.
   """
   block = z.shape[-1]
   dlogits = _dlogits(z if b is None else z + b, lax.axis_index('model') * block, log_z, targets, g)
@@ -56,7 +57,7 @@ def _block_backward(f, w, b, z, log_z, targets, g):
   dlogits = dlogits.astype(f.dtype)
   df = lax.psum(jnp.matmul(dlogits, w.T, preferred_element_type=jnp.float32), 'model')
   dw = lax.psum(jnp.matmul(f.T, dlogits, preferred_element_type=jnp.float32), 'data')
-  return df.astype(f.dtype), dw.astype(w.dtype), db
+  return df, dw, db
 
 
 def _block_backward_recomputed(f, w, b, log_z, targets, g):
@@ -142,7 +143,7 @@ def _streamed_backward(f, w, b, log_z, targets, g, *, vocab_block):
           None if b is None else jnp.zeros(b.shape, jnp.float32))
   df, dw, db = _for_each_sub_block(block, vocab_block, body, _varying(init))
   db = None if db is None else lax.psum(db, 'data')
-  return lax.psum(df, 'model').astype(f.dtype), lax.psum(dw, 'data').astype(w.dtype), db
+  return lax.psum(df, 'model'), lax.psum(dw, 'data'), db
 
 
 # Where each kernel form runs: Mosaic TPU runs the grid form's grid in order (its accumulation over
@@ -189,17 +190,41 @@ def _kernel_backward(f, w, b, log_z, targets, g, form='grid'):
   local = targets - lax.axis_index('model') * w.shape[-1]
   df, dw, db = softmax_kernel.shard_grads(f, w, b, log_z, local, g, form=form)
   db = None if db is None else lax.psum(db, 'data')
-  return lax.psum(df, 'model').astype(f.dtype), lax.psum(dw, 'data').astype(w.dtype), db
+  return lax.psum(df, 'model'), lax.psum(dw, 'data'), db
 
 
-def _vocab_parallel_nll(f, w, b, targets, *, mesh, recompute=False, vocab_block=0, kernel='xla'):
-  """-log P(target) for features f [B, K], output weights w [K, |V|] and a float32 bias b [|V|]
-  (None when it is folded into f and w).
+def _shard_operands(f, output, dtype):
+  """A shard's matmul operands and bias from the whole output layer [U; W; b]: dtype None, f (its
+  last column ones) and the layer as it is, the bias folded into the matmul; else f and the weight
+  rows cast to dtype, and the bias row apart, float32."""
+  if dtype is None:
+    return f, output, None
+  return f.astype(dtype), output[:-1].astype(dtype), output[-1]
+
+
+def _on_output_layer(forward_body, backward_body, dtype):
+  """A shard's passes written for (f, w, b) taking (f, output) instead: the backward pass gives the
+  output layer's gradient as one float32 array, dW's rows as the matmul accumulated them and db's
+  after them. Taking the layer whole (not its rows and bias row as two slices) spares autodiff a
+  full-size zero-padded copy of each slice's gradient, and dW any rounding to the matmuls' dtype."""
+  def forward(f, output, *rest):
+    return forward_body(*_shard_operands(f, output, dtype), *rest)
+
+  def backward(f, output, *rest):
+    df, dw, db = backward_body(*_shard_operands(f, output, dtype), *rest)
+    d_output = dw if db is None else jnp.concatenate([dw, db[None, :]], axis=0)
+    return df.astype(f.dtype), d_output.astype(output.dtype)
+  return forward, backward
+
+
+def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False, vocab_block=0, kernel='xla'):
+  """-log P(target) for features f [B, K'] and the output layer [U; W; b] ([K + 1, |V|]): dtype None,
+  f ends with a column of ones (K' = K + 1) and the bias is folded into the matmul; else the matmuls
+  run in dtype (f and the weight rows cast, float32 accumulation) and the bias row stays float32.
 
   A custom VJP: autodiff of the log-softmax makes several [B, |V|] passes (exp, normalise, the
   target's scatter, the sum for the bias); here the gradient of the logits is one fused pass over
-  the saved raw logits, followed by the two matmuls. With bfloat16 f and w the matmuls run in
-  bfloat16 (float32 accumulation); the bias, the softmax and the bias gradient stay float32.
+  the saved raw logits, followed by the two matmuls; the softmax and the layer's gradient are float32.
   recompute: save only f, log Z and the targets, and recompute the logits block in the backward
   pass (one more matmul): a step over chunks then holds one chunk's [chunk, |V| / model] logits at
   a time instead of every chunk's.
@@ -211,70 +236,67 @@ def _vocab_parallel_nll(f, w, b, targets, *, mesh, recompute=False, vocab_block=
   grid or loop form: KERNEL_FORMS), which never write the logits to memory; recompute and vocab_block
   then do not apply (the kernels tile the columns).
   """
+  options = dict(mesh=mesh, dtype=dtype)
   if kernel in KERNEL_FORMS:
     form = KERNEL_FORMS[kernel]
-    return _tiled_nll(f, w, b, targets, mesh=mesh, forward_body=functools.partial(_kernel_forward, form=form),
-                      backward_body=functools.partial(_kernel_backward, form=form), check_vma=False)
-  vocab_block = streamed_vocab_block(vocab_block, w.shape[-1] // mesh.shape['model'], f.shape[0] // mesh.shape['data'],
-                                     mesh.devices.flat[0].platform)
+    return _tiled_nll(f, output, targets, forward_body=functools.partial(_kernel_forward, form=form),
+                      backward_body=functools.partial(_kernel_backward, form=form), check_vma=False, **options)
+  vocab_block = streamed_vocab_block(vocab_block, output.shape[-1] // mesh.shape['model'],
+                                     f.shape[0] // mesh.shape['data'], mesh.devices.flat[0].platform)
   if vocab_block:
-    return _streamed_nll(f, w, b, targets, mesh=mesh, vocab_block=vocab_block)
-  forward = jax.shard_map(_block_forward, mesh=mesh,
-                          in_specs=(P('data', None), P(None, 'model'), P('model'), P('data')),
+    return _tiled_nll(f, output, targets, forward_body=functools.partial(_streamed_forward, vocab_block=vocab_block),
+                      backward_body=functools.partial(_streamed_backward, vocab_block=vocab_block), **options)
+  block_forward, block_backward = _on_output_layer(_block_forward, _block_backward, dtype)
+  _, recomputed_backward = _on_output_layer(None, _block_backward_recomputed, dtype)
+  layer = (P('data', None), P(None, 'model'))
+  forward = jax.shard_map(block_forward, mesh=mesh, in_specs=(*layer, P('data')),
                           out_specs=(P('data'), P('data', 'model'), P('data')))
-  gradients = (P('data', None), P(None, 'model'), P('model'))
-  backward = jax.shard_map(_block_backward, mesh=mesh, out_specs=gradients, in_specs=(
-      P('data', None), P(None, 'model'), P('model'), P('data', 'model'), P('data'), P('data'), P('data')))
-  backward_recomputed = jax.shard_map(_block_backward_recomputed, mesh=mesh, out_specs=gradients, in_specs=(
-      P('data', None), P(None, 'model'), P('model'), P('data'), P('data'), P('data')))
+  backward = jax.shard_map(block_backward, mesh=mesh, out_specs=layer,
+                           in_specs=(*layer, P('data', 'model'), P('data'), P('data'), P('data')))
+  backward_recomputed = jax.shard_map(recomputed_backward, mesh=mesh, out_specs=layer,
+                                      in_specs=(*layer, P('data'), P('data'), P('data')))
 
   @jax.custom_vjp
-  def nll(f, w, b, targets):
-    return forward(f, w, b, targets)[0]
+  def nll(f, output, targets):
+    return forward(f, output, targets)[0]
 
-  def nll_fwd(f, w, b, targets):
-    value, z, log_z = forward(f, w, b, targets)
-    return value, (f, w, b, None if recompute else z, log_z, targets)
+  def nll_fwd(f, output, targets):
+    value, z, log_z = forward(f, output, targets)
+    return value, (f, output, None if recompute else z, log_z, targets)
 
   def nll_bwd(residuals, g):
-    f, w, b, z, log_z, targets = residuals
+    f, output, z, log_z, targets = residuals
     if z is None:
-      return (*backward_recomputed(f, w, b, log_z, targets, g), None)
-    return (*backward(f, w, b, z, log_z, targets, g), None)
+      return (*backward_recomputed(f, output, log_z, targets, g), None)
+    return (*backward(f, output, z, log_z, targets, g), None)
 
   nll.defvjp(nll_fwd, nll_bwd)
-  return nll(f, w, b, targets)
+  return nll(f, output, targets)
 
 
-def _streamed_nll(f, w, b, targets, *, mesh, vocab_block):
-  """_vocab_parallel_nll through _streamed_forward/_backward: saves f, log Z and the targets only."""
-  return _tiled_nll(f, w, b, targets, mesh=mesh,
-                    forward_body=functools.partial(_streamed_forward, vocab_block=vocab_block),
-                    backward_body=functools.partial(_streamed_backward, vocab_block=vocab_block))
-
-
-def _tiled_nll(f, w, b, targets, *, mesh, forward_body, backward_body, check_vma=True):
-  """A custom-VJP NLL whose shard passes (forward_body, backward_body) recompute the logits: only f,
-  log Z and the targets are saved for the backward pass."""
-  specs = (P('data', None), P(None, 'model'), P('model'))
-  forward = jax.shard_map(forward_body, mesh=mesh, in_specs=(*specs, P('data')), out_specs=(P('data'), P('data')),
+def _tiled_nll(f, output, targets, *, mesh, dtype, forward_body, backward_body, check_vma=True):
+  """A custom-VJP NLL whose shard passes (forward_body, backward_body, written for (f, w, b))
+  recompute the logits: only f, log Z and the targets are saved for the backward pass."""
+  forward_body, backward_body = _on_output_layer(forward_body, backward_body, dtype)
+  layer = (P('data', None), P(None, 'model'))
+  forward = jax.shard_map(forward_body, mesh=mesh, in_specs=(*layer, P('data')), out_specs=(P('data'), P('data')),
                           check_vma=check_vma)
-  backward = jax.shard_map(backward_body, mesh=mesh, in_specs=(*specs, P('data'), P('data'), P('data')),
-                           out_specs=specs, check_vma=check_vma)
+  backward = jax.shard_map(backward_body, mesh=mesh, in_specs=(*layer, P('data'), P('data'), P('data')),
+                           out_specs=layer, check_vma=check_vma)
 
   @jax.custom_vjp
-  def nll(f, w, b, targets):
-    return forward(f, w, b, targets)[0]
+  def nll(f, output, targets):
+    return forward(f, output, targets)[0]
 
-  def nll_fwd(f, w, b, targets):
-    value, log_z = forward(f, w, b, targets)
-    return value, (f, w, b, log_z, targets)
+  def nll_fwd(f, output, targets):
+    value, log_z = forward(f, output, targets)
+    return value, (f, output, log_z, targets)
 
   def nll_bwd(residuals, g):
     return (*backward(*residuals, g), None)
 
   nll.defvjp(nll_fwd, nll_bwd)
-  return nll(f, w, b, targets)
+  return nll(f, output, targets)
 
 
 def with_bias_column(f):
@@ -288,17 +310,17 @@ def token_nll(f, output, targets, *, mesh, compute_dtype='float32', recompute=Fa
   f [B, K] are the features, output [K + 1, |V|] the output layer [U; W; b]. In float32 the bias
   is folded into the matmul, [f, 1] @ output: no pass of its own over the [B, |V|] logits (a
   separate add made the float32 step 10-17% slower on CPU) and no copy of the output layer. In
-  bfloat16 the weight rows are cast (a pass that cast needs anyway) and the bias stays float32.
+  bfloat16 the weight rows are cast (a pass that cast needs anyway) and the bias stays float32; the
+  layer's gradient is float32 either way, one array (_on_output_layer).
   recompute: the backward pass recomputes the logits instead of keeping them (_vocab_parallel_nll).
   vocab_block: go over each shard's columns this many at a time (_vocab_parallel_nll); 0 = at once.
   kernel: 'xla', or 'pallas' for the fused kernels (softmax_kernel).
   """
   if compute_dtype == 'float32':
-    return _vocab_parallel_nll(with_bias_column(f), output, None, targets, mesh=mesh, recompute=recompute,
+    return _vocab_parallel_nll(with_bias_column(f), output, targets, mesh=mesh, recompute=recompute,
                                vocab_block=vocab_block, kernel=kernel)
-  dtype = jnp.dtype(compute_dtype)
-  return _vocab_parallel_nll(f.astype(dtype), output[:-1].astype(dtype), output[-1], targets, mesh=mesh,
-                             recompute=recompute, vocab_block=vocab_block, kernel=kernel)
+  return _vocab_parallel_nll(f, output, targets, mesh=mesh, dtype=jnp.dtype(compute_dtype), recompute=recompute,
+                             vocab_block=vocab_block, kernel=kernel)
 
 
 def dense_token_nll(logits, targets):
