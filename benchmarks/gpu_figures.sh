@@ -14,7 +14,8 @@
 #          for Brown reg4_n7, the research size and |V| 100k;
 #   train2: brown.py:reg4_n7 alone (end to end, the Brown words cached), then in bfloat16, then the
 #          research-size loop without deterministic reductions (their cost).
-# ONLY=NAME,NAME runs those benchmarks of a part alone (one GPU call is at most 10 minutes).
+# ONLY=NAME,NAME runs those benchmarks of a part alone (one GPU call is at most 10 minutes);
+# BASELINE=DIR (an older checkout) adds its research-size loop to `loop` and its loop to `softmax`.
 # Needs NLTK_DATA and PTB_DIR for `train`. Each result is one JSON line in OUT_DIR/*.jsonl.
 set -u
 part=$1 out=$2
@@ -27,10 +28,14 @@ RESEARCH="--config=experiments/ptb.py --config.model.n=8 --config.model.m=200 --
 REG4="--config=experiments/brown.py:reg4_n7 --vocab=17905"
 
 bench() {  # NAME ARGS...: one throughput.py run, its JSON lines tagged with NAME (ONLY=a,b: those names alone)
-  local name=$1; shift
+  bench_in . "$@"
+}
+
+bench_in() {  # DIR NAME ARGS...: bench with DIR's code (an older checkout: BASELINE)
+  local dir=$1 name=$2; shift 2
   if [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]]; then return; fi
   echo "== $name: $*"
-  timeout 240 python benchmarks/throughput.py --steps=20 --repeats=5 "$@" >/tmp/$name.out 2>&1
+  (cd "$dir" && timeout 240 python benchmarks/throughput.py --steps=20 --repeats=5 "$@") >/tmp/$name.out 2>&1
   cat /tmp/$name.out >>"$out/log.txt"
   grep '^{' /tmp/$name.out | sed "s/^{/{\"name\": \"$name\", /" >>"$out/bench.jsonl"
   grep -v '^[0-9][0-9]:' /tmp/$name.out | tail -3
@@ -66,6 +71,10 @@ if [ "$part" = loop ]; then
   # AdamW's first moment in bfloat16 (optimizer.mu_dtype): less of the output layer's optimiser traffic
   bench research_bf16_mu_bf16 $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
     --config.optimizer.mu_dtype=bfloat16
+  if [ -n "${BASELINE:-}" ]; then  # the same research size with an older checkout's code, in this call
+    bench_in "$BASELINE" baseline_research_bf16 $RESEARCH --batch_sizes=256,1024 --loop \
+      --config.model.compute_dtype=bfloat16
+  fi
 elif [ "$part" = softmax ]; then
   bench research_f32_streamed $RESEARCH --batch_sizes=256 --config.train.vocab_block=4096
   for v in 100000 300000; do

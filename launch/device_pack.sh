@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fills .whl/ and .carry/data/ (both git-ignored through .git/info/exclude) for a lent accelerator
 # machine without network: the wheels of the packages its image lacks, for CPython 3.12 on x86-64, and
-# the corpora from ../shared/data. Then name both in the device call's carry and source
+# the corpora from ../shared/data (and, with BASELINE=COMMIT, that commit's tree). Then name both in the device call's carry and source
 # launch/device_env.sh first in its command.
 set -eu
 cd "$(dirname "$0")/.."
@@ -13,4 +13,9 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   defusedxml==0.7.1
 mkdir -p .carry/data
 cp -r ../shared/data/ptb ../shared/data/nltk_data .carry/data/
+# BASELINE=COMMIT: that commit's tree in .carry/baseline too, for before/after figures in one GPU call
+if [ -n "${BASELINE:-}" ]; then
+  rm -rf .carry/baseline && mkdir -p .carry/baseline
+  git archive "$BASELINE" | tar -x -C .carry/baseline
+fi
 du -sh .whl .carry

@@ -12,8 +12,9 @@
 #   seeds      issue 27: the best row of each corpus with seeds 1 and 2, all six side by side
 #              (PTB_ROW, CHAR_ROW, BROWN_ROW name the rows; default: each ladder's top row)
 #   kernel     issue 28: the fused kernel against XLA, bfloat16 (DTYPES=float32 for the other half)
-#   research   issues 28 and 31: research-size candidates at batch 256 and 1024, and the evaluation
-#              batch sizes 256 / 1024 / 4096
+#   research   issues 28 and 31: research-size candidates at batch 256 and 1024 (beside an older
+#              tree's loop when .carry/baseline holds one: BASELINE=6d3a2d5 bash launch/device_pack.sh),
+#              and the evaluation batch sizes 256 / 1024 / 4096
 # Training budgets (train.max_seconds) leave each call time for its n-gram mixtures and the pack:
 # a row that hits it is time-budgeted ('stopped by' in RESULTS.md). The workdirs live in runs/device/
 # (git-ignored: a later call on the same warm machine finds them), so the same step again with a larger
@@ -50,6 +51,9 @@ case $step in
   kernel)
     DTYPES=${DTYPES:-bfloat16} bash benchmarks/gpu_figures.sh kernel "$out" ;;
   research)
-    ONLY=research_bf16,research_bf16_one_hot,research_bf16_mu_bf16 bash benchmarks/gpu_figures.sh loop "$out"
+    baseline=$PWD/.carry/baseline  # BASELINE=COMMIT bash launch/device_pack.sh puts an older tree there
+    [ -d "$baseline" ] || baseline=''
+    ONLY=research_bf16,research_bf16_one_hot,research_bf16_mu_bf16,baseline_research_bf16 BASELINE=$baseline \
+      bash benchmarks/gpu_figures.sh loop "$out"
     bash benchmarks/gpu_figures.sh eval "$out" ;;
 esac
