@@ -32,12 +32,12 @@ def script(name, *args, cwd, check=True):
 
 
 def test_every_script_has_help(installed, tmp_path):
-  for name in SCRIPTS:
-    out = script(name, '--help', cwd=tmp_path).stdout
+  helps = {name: script(name, '--help', cwd=tmp_path).stdout for name in SCRIPTS}
+  for name, out in helps.items():
     assert out.startswith(f'usage: {name} '), (name, out[:300])  # one parser, one layout for every command
-  assert '(default: 50)' in script('nplm-sample', '--help', cwd=tmp_path).stdout  # --num_tokens
-  assert '(default: 3)' in script('nplm-ngram', '--help', cwd=tmp_path).stdout  # --order
-  assert '--config.SECTION.KEY=VALUE' in script('nplm-train', '--help', cwd=tmp_path).stdout
+  assert '(default: 50)' in helps['nplm-sample']  # --num_tokens
+  assert '(default: 3)' in helps['nplm-ngram']  # --order
+  assert '--config.SECTION.KEY=VALUE' in helps['nplm-train']
   for name, sub in (('nplm-embeddings', 'neighbours'), ('nplm-embeddings', 'export'), ('nplm-plot', 'curves')):
     out = script(name, sub, '--help', cwd=tmp_path).stdout
     assert f'{name} {sub}' in out and '--workdir' in out
