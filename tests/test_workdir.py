@@ -67,6 +67,22 @@ def test_local_metrics_are_appended_not_rewritten(tmp_path):
   assert [r['step'] for r in metrics.read_jsonl(workdir.file('metrics.jsonl'))] == [5, 6, 7]
 
 
+def test_tensorboard_events_that_cannot_be_flushed_are_one_line_or_give_way(tmp_path, monkeypatch):
+  """A full disk at the last flush of TensorBoard's events: one line with the fix; when an error (the
+  save that found the disk full) is already on its way out, that error comes first and this is silent."""
+  from nplm_jax.files import metrics  # pylint: disable=g-import-not-at-top
+  writer = metrics.MetricWriter(workdir_lib.Workdir(tmp_path))
+  writer.write(1, {'a': 1.0})
+
+  def full_disk():
+    raise OSError(28, 'No space left on device')
+
+  monkeypatch.setattr(writer._tb, 'close', full_disk)  # pylint: disable=protected-access
+  writer.close(failing=True)
+  with pytest.raises(UserError, match=r'tensorboard.* cannot be written \(No space left on device\); free space'):
+    writer.close()
+
+
 def test_progress_rate_and_eta_count_training_time_only(monkeypatch):
   """An evaluation or save (paused), and the first dispatch's compilation (before warmed_up), change
   neither the rate nor the ETA: 10 steps/s throughout, 1,000 steps in all."""

@@ -91,9 +91,18 @@ class MetricWriter:
     self._records.append(record)
     workdir_lib.write_text_atomically(self._path, ''.join(json.dumps(r) + '\n' for r in self._records))
 
-  def close(self) -> None:
-    if self._enabled:
+  def close(self, failing: bool = False) -> None:
+    """Flushes TensorBoard's events. `failing` (an error is already on its way out): a flush that
+    fails too (the same full disk) does not replace that error, which comes first."""
+    if not self._enabled:
+      return
+    try:
       self._tb.close()
+    except OSError as e:
+      if failing:
+        return
+      raise UserError(f'{str(self._path.parent / "tensorboard")!r} cannot be written ({e.strerror or e}); free '
+                      'space or fix the folder, then run the same command to resume') from None
 
 
 def read_jsonl(path: epath.Path) -> list[dict]:

@@ -223,7 +223,7 @@ def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_l
   finally:  # a preempted or failed run's saves complete before it exits (a failing save: the first error is told)
     checkpoints.finish(failing)
     if writer is not None:
-      writer.close()
+      writer.close(failing)
   results = {
       'corpus': config.data.corpus,
       'vocab_size': run.corpus.vocab_size,
