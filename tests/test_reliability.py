@@ -684,6 +684,24 @@ def test_a_full_disk_stops_training_in_one_line_and_resumes_exactly(tiny_files, 
   assert_resumes_to(args, workdir, env, tmp_path / 'reference')
 
 
+def test_a_save_that_fails_in_the_background_is_named_by_its_step(tmp_path, monkeypatch):
+  """The failure a check between dispatches finds (best/ filled the disk after its save returned)
+  names the step whose save failed, as a failure inside the save call does."""
+  from nplm_jax.files import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  checkpoints = ckpt_lib.Checkpoints(workdir_lib.Workdir(tmp_path))
+  checkpoints.save_best(60, {'w': np.ones(3, np.float32)})
+  checkpoints.wait()
+
+  def full_disk():
+    raise ValueError('RESOURCE_EXHAUSTED: Failed writing: No space left on device [os_error_code=28]')
+
+  monkeypatch.setattr(checkpoints.best, 'check_for_errors', full_disk)
+  with pytest.raises(ckpt_lib.SaveFailed, match=rf'^saving step 60 to {re.escape(str(tmp_path / "best"))} failed '):
+    checkpoints.check()
+  checkpoints.close()
+
+
 def test_a_read_only_workdir_is_one_line_and_still_serves(tiny_files, tmp_path):
   """A finished workdir on a filesystem remounted read-only (as root, only a mount binds): the tools
   that read serve it, the commands that would write say so in one line, and nothing is half-written."""
