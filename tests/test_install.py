@@ -22,24 +22,43 @@ def installed():
     pytest.skip(message)
 
 
-def script(name, *args, cwd, check=True):
+def _installed_env():
   env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}  # the installed package, not the checkout
+  return dict(env, JAX_PLATFORMS='cpu')
+
+
+def script(name, *args, cwd, check=True):
   proc = subprocess.run([name, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300,
-                        env=dict(env, JAX_PLATFORMS='cpu'))
+                        env=_installed_env())
   if check:
     assert proc.returncode == 0, f'{name} {args}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}'
   return proc
 
 
+def outputs_side_by_side(commands, cwd) -> dict:
+  """{command: stdout} of commands that only read (helps), run at once: each is mostly an import."""
+  procs = {c: subprocess.Popen(list(c), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=_installed_env()) for c in commands}
+  outputs = {}
+  for command, proc in procs.items():
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, f'{command}\nstdout:\n{out}\nstderr:\n{err}'
+    outputs[command] = out
+  return outputs
+
+
 def test_every_script_has_help(installed, tmp_path):
-  helps = {name: script(name, '--help', cwd=tmp_path).stdout for name in SCRIPTS}
+  subcommands = (('nplm-embeddings', 'neighbours'), ('nplm-embeddings', 'export'), ('nplm-plot', 'curves'))
+  outputs = outputs_side_by_side([(name, '--help') for name in SCRIPTS] + [(*s, '--help') for s in subcommands],
+                                 tmp_path)
+  helps = {name: outputs[(name, '--help')] for name in SCRIPTS}
   for name, out in helps.items():
     assert out.startswith(f'usage: {name} '), (name, out[:300])  # one parser, one layout for every command
   assert '(default: 50)' in helps['nplm-sample']  # --num_tokens
   assert '(default: 3)' in helps['nplm-ngram']  # --order
   assert '--config.SECTION.KEY=VALUE' in helps['nplm-train']
-  for name, sub in (('nplm-embeddings', 'neighbours'), ('nplm-embeddings', 'export'), ('nplm-plot', 'curves')):
-    out = script(name, sub, '--help', cwd=tmp_path).stdout
+  for name, sub in subcommands:
+    out = outputs[(name, sub, '--help')]
     assert f'{name} {sub}' in out and '--workdir' in out
 
 
