@@ -62,9 +62,9 @@ def test_logits_equal_a_numpy_forward(kw):
   assert np.all(np.isneginf(logits[:, VOCAB:]))
 
 
-@pytest.mark.parametrize('kw', [{'embed_scale': True}, {'initialiser': 'normal_0.02'}, {'first_hidden': 20},
+@pytest.mark.parametrize('kw', [{'embed_scale': True}, {'initialiser': 'lecun'}, {'first_hidden': 20},
                                 {'embed_scale': True, 'tied': True, 'first_hidden': 20, 'initialiser': 'normal_0.02'}],
-                         ids=['embed_scale', 'init_normal', 'first_hidden', 'all_tied'])
+                         ids=['embed_scale', 'init_lecun', 'first_hidden', 'all_tied'])
 def test_reference_options_equal_the_numpy_forward(kw):
   """The reference code's choices (embeddings x sqrt(m) on the input side only, N(0, 0.02) initialisation,
   the first layer's own inner width) against the NumPy forward."""
@@ -81,12 +81,14 @@ def test_reference_options_equal_the_numpy_forward(kw):
     assert params['first']['in_kernel'].shape[-1] == 20 and params['block_0']['in_kernel'].shape[-1] == model.hidden_dim
 
 
-def test_the_reference_initialisation_draws_from_n_0_002():
-  params = output_layer.init_params(make(initialiser='normal_0.02', hidden_dim=64, embed_dim=32), None)
-  for leaf in (params['C'], params['first']['in_kernel'], params['block_1']['out_kernel']):
-    assert abs(float(np.std(np.asarray(leaf))) - 0.02) < 0.003
-  default = output_layer.init_params(make(hidden_dim=64, embed_dim=32), None)
-  assert abs(float(np.std(np.asarray(default['C']))) - 1 / math.sqrt(32)) < 0.03
+def test_the_reference_initialisation_is_the_default_and_draws_from_n_0_002():
+  for params in (output_layer.init_params(make(hidden_dim=64, embed_dim=32), None),
+                 output_layer.init_params(make(initialiser='normal_0.02', hidden_dim=64, embed_dim=32), None)):
+    for leaf in (params['C'], params['first']['in_kernel'], params['block_1']['out_kernel']):
+      assert abs(float(np.std(np.asarray(leaf))) - 0.02) < 0.003
+  lecun = output_layer.init_params(make(initialiser='lecun', hidden_dim=64, embed_dim=32), None)
+  assert abs(float(np.std(np.asarray(lecun['C']))) - 1 / math.sqrt(32)) < 0.03
+  assert config_lib.base_config().model.initialiser == 'normal_0.02'
 
 
 @pytest.mark.parametrize('where,shape', [('features', (6, 3 + 2, 8)), ('embeddings', (6, 3 + 5, 8))])
