@@ -55,6 +55,11 @@ def _summary_writer(logdir: epath.Path):
   return SummaryWriter(str(logdir))
 
 
+def _cannot_write(path: epath.Path, error: OSError) -> UserError:
+  return UserError(f'{str(path)!r} cannot be written ({error.strerror or error}); free space or fix the folder, '
+                   'then run the same command to resume')
+
+
 class MetricWriter:
   """TensorBoard scalars and WORKDIR/metrics.jsonl, one JSON object per write.
 
@@ -72,7 +77,8 @@ class MetricWriter:
     self._records = [r for r in read_jsonl(self._path) if r.get('step', 0) <= resumed_step]
     self._appendable = '://' not in str(self._path)
     workdir_lib.write_text_atomically(self._path, ''.join(json.dumps(r) + '\n' for r in self._records))
-    self._tb = _summary_writer(workdir.file('tensorboard'))
+    self._tb_dir = workdir.file('tensorboard')
+    self._tb = _summary_writer(self._tb_dir)
 
   def write(self, step: int, metrics: dict) -> None:
     if not self._enabled:
@@ -85,8 +91,7 @@ class MetricWriter:
         with open(self._path, 'a', encoding='utf-8') as f:
           f.write(json.dumps(record) + '\n')
       except OSError as e:
-        raise UserError(f'{str(self._path)!r} cannot be written ({e.strerror or e}); free space or fix the folder, '
-                        'then run the same command to resume') from None
+        raise _cannot_write(self._path, e) from None
       return
     self._records.append(record)
     workdir_lib.write_text_atomically(self._path, ''.join(json.dumps(r) + '\n' for r in self._records))
@@ -101,8 +106,7 @@ class MetricWriter:
     except OSError as e:
       if failing:
         return
-      raise UserError(f'{str(self._path.parent / "tensorboard")!r} cannot be written ({e.strerror or e}); free '
-                      'space or fix the folder, then run the same command to resume') from None
+      raise _cannot_write(self._tb_dir, e) from None
 
 
 def read_jsonl(path: epath.Path) -> list[dict]:

@@ -149,7 +149,7 @@ class Checkpoints:
   def __init__(self, workdir: workdir_lib.Workdir, keep: int = 2, read_only: bool = False):
     """read_only: for tools that only read a workdir; folders it lacks are not created."""
     self.save_seconds = 0.0  # what the training loop spent in save calls (copies off the devices, mostly)
-    self._started = {}  # manager's folder -> the step its last save started (a background failure names it)
+    self._started = {}  # manager -> the step its last save started (a failure found later names it)
     self._noted_unverified = False
     self._workdir = workdir
     self.latest = ocp.CheckpointManager(
@@ -165,8 +165,10 @@ class Checkpoints:
   def _writing(self, manager, step: int):
     """A save, a wait or a check of saves in the background: any failure becomes one SaveFailed line
     (the step's temporary folders removed, so that the workdir resumes from its last saved step)."""
-    if step is None:  # a wait or check: the failure is the last save started in the background
-      step = self._started.get(str(manager.directory))
+    if step is None:  # a wait or check: a failure is that of the last save started in the background
+      step = self._started.get(manager)
+    else:
+      self._started[manager] = step
     try:
       yield
     except UserError:
@@ -207,7 +209,6 @@ class Checkpoints:
 
   def save_latest(self, step: int, state, run_state: run_state_lib.RunState) -> None:
     _crash_point('between_saves', step)
-    self._started[str(self.latest.directory)] = step
     with self._writing(self.latest, step):
       _injected_disk_full(step)
       self.latest.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
@@ -243,7 +244,6 @@ class Checkpoints:
 
   def save_best(self, step: int, params) -> None:
     """Starts saving the best parameters; it commits in the background (module docstring)."""
-    self._started[str(self.best.directory)] = step
     with self._writing(self.best, step):
       _injected_disk_full(step)
       self.best.save(step, args=ocp.args.StandardSave(params),
