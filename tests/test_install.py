@@ -4,9 +4,10 @@ with `pip install .` before the tests; elsewhere these tests skip unless it is i
 import json
 import os
 import shutil
-import subprocess
 
 import pytest
+
+from tests import side_by_side
 
 SCRIPTS = ('nplm-train', 'nplm-score', 'nplm-sample', 'nplm-embeddings', 'nplm-extend', 'nplm-plot', 'nplm-export',
            'nplm-ngram', 'nplm-mix', 'nplm-prepare', 'nplm-sweep', 'nplm-table1')
@@ -27,30 +28,10 @@ def _installed_env():
   return dict(env, JAX_PLATFORMS='cpu')
 
 
-def script(name, *args, cwd, check=True):
-  proc = subprocess.run([name, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300,
-                        env=_installed_env())
-  if check:
-    assert proc.returncode == 0, f'{name} {args}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}'
-  return proc
-
-
-def outputs_side_by_side(commands, cwd) -> dict:
-  """{command: stdout} of commands that only read (helps), run at once: each is mostly an import."""
-  procs = {c: subprocess.Popen(list(c), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=_installed_env()) for c in commands}
-  outputs = {}
-  for command, proc in procs.items():
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, f'{command}\nstdout:\n{out}\nstderr:\n{err}'
-    outputs[command] = out
-  return outputs
-
-
 def test_every_script_has_help(installed, tmp_path):
   subcommands = (('nplm-embeddings', 'neighbours'), ('nplm-embeddings', 'export'), ('nplm-plot', 'curves'))
-  outputs = outputs_side_by_side([(name, '--help') for name in SCRIPTS] + [(*s, '--help') for s in subcommands],
-                                 tmp_path)
+  commands = [(name, '--help') for name in SCRIPTS] + [(*s, '--help') for s in subcommands]
+  outputs = {c: p.stdout for c, p in side_by_side.run({c: c for c in commands}, tmp_path, _installed_env()).items()}
   helps = {name: outputs[(name, '--help')] for name in SCRIPTS}
   for name, out in helps.items():
     assert out.startswith(f'usage: {name} '), (name, out[:300])  # one parser, one layout for every command
@@ -70,24 +51,39 @@ def test_the_scripts_train_and_use_a_model_from_another_directory(installed, tmp
   data = [f'--config.data.{s}_file={files[s]}' for s in ('train', 'valid', 'test')]
   # experiments/text.py is found inside the installed package: there is no experiments/ folder here
   assert not (tmp_path / 'experiments').exists()
-  script('nplm-prepare', '--config=experiments/text.py:tiny', '--output=prepared', *data, cwd=tmp_path)
-  script('nplm-train', '--config=experiments/text.py:tiny', '--workdir=run', '--config.train.num_epochs=1',
-         '--config.mesh.cpu_devices=1', *data, cwd=tmp_path)
+  side_by_side.run({'prepare': ['nplm-prepare', '--config=experiments/text.py:tiny', '--output=prepared', *data],
+                    'train': ['nplm-train', '--config=experiments/text.py:tiny', '--workdir=run',
+                              '--config.train.num_epochs=1', '--config.mesh.cpu_devices=1', *data]},
+                   tmp_path, _installed_env())
   results = json.loads((tmp_path / 'run' / 'results.json').read_text())
-  out = script('nplm-score', '--workdir=run', f'--text={files["test"]}', '--format=json', cwd=tmp_path).stdout
-  assert json.loads(out.splitlines()[-1])['tokens'] == results['test_tokens']
-  assert len(script('nplm-sample', '--workdir=run', '--num_tokens=5', cwd=tmp_path).stdout.split()) >= 1
-  assert script('nplm-embeddings', 'neighbours', '--workdir=run', '--words=w1', cwd=tmp_path).stdout.startswith('w1: ')
   (tmp_path / 'new.txt').write_text('w1 w2 brand_new w3\n')
-  script('nplm-extend', '--workdir=run', '--text=new.txt', '--output_workdir=ext', cwd=tmp_path)
-  script('nplm-plot', 'curves', '--workdir=run', '--output=curves.png', cwd=tmp_path)
-  script('nplm-export', '--workdir=run', '--output=exported', cwd=tmp_path)
-  assert (tmp_path / 'exported' / 'params.npz').exists()
-  ngram = json.loads(script('nplm-ngram', '--config=experiments/text.py:tiny', '--order=2', *data,
-                            cwd=tmp_path).stdout)
-  assert ngram['order'] == 2
-  script('nplm-mix', '--workdir=run', '--order=2', cwd=tmp_path)
-  grid = script('nplm-sweep', '--config=experiments/text.py:tiny', '--grid=model.h=8', '--root=sweep',
-                '--set=train.max_steps=5', *[f'--set={d[len("--config."):]}' for d in data], '--set=mesh.cpu_devices=1',
-                cwd=tmp_path)
-  assert '1/1 points have results' in grid.stdout
+  # the uses of the trained model and the other scripts read it and write apart: all at once
+  outs = side_by_side.run({
+      'score': ['nplm-score', '--workdir=run', f'--text={files["test"]}', '--format=json'],
+      'sample': ['nplm-sample', '--workdir=run', '--num_tokens=5'],
+      'neighbours': ['nplm-embeddings', 'neighbours', '--workdir=run', '--words=w1'],
+      'extend': ['nplm-extend', '--workdir=run', '--text=new.txt', '--output_workdir=ext'],
+      'plot': ['nplm-plot', 'curves', '--workdir=run', '--output=curves.png'],
+      'export': ['nplm-export', '--workdir=run', '--output=exported'],
+      'ngram': ['nplm-ngram', '--config=experiments/text.py:tiny', '--order=2', *data],
+      'mix': ['nplm-mix', '--workdir=run', '--order=2'],
+      'sweep': ['nplm-sweep', '--config=experiments/text.py:tiny', '--grid=model.h=8', '--root=sweep',
+                '--set=train.max_steps=5', *[f'--set={d[len("--config."):]}' for d in data], '--set=mesh.cpu_devices=1'],
+  }, tmp_path, _installed_env())
+  assert json.loads(outs['score'].stdout.splitlines()[-1])['tokens'] == results['test_tokens']
+  assert len(outs['sample'].stdout.split()) >= 1
+  assert outs['neighbours'].stdout.startswith('w1: ')
+  assert (tmp_path / 'exported' / 'params.npz').exists() and (tmp_path / 'ext').is_dir()
+  assert json.loads(outs['ngram'].stdout)['order'] == 2
+  assert '1/1 points have results' in outs['sweep'].stdout
+
+
+def test_ci_runs_the_readmes_test_command():
+  """.ci/run's pytest line is the one README's "Run the tests" gives a fresh machine."""
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  with open(os.path.join(repo, '.ci', 'run'), encoding='utf-8') as f:
+    ci_command = [line.strip() for line in f if line.startswith('python -m pytest')]
+  with open(os.path.join(repo, 'README.md'), encoding='utf-8') as f:
+    readme = f.read()
+  section = readme[readme.index('**Run the tests**'):readme.index('## Your own text')]
+  assert len(ci_command) == 1 and f'&& {ci_command[0]}\n' in section, ci_command

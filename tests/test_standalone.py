@@ -14,13 +14,19 @@ import pytest
 from nplm_jax import config as config_lib
 from nplm_jax.files import workdir as workdir_lib
 from nplm_jax.data import workdir_vocab
+from tests import side_by_side
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def tool_env(**extra) -> dict:
+  """The environment the tools run in: this checkout's package on the CPU."""
+  return dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO, **extra)
+
+
 def run(args, cwd, env=None, check=True):
   proc = subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=300,
-                        env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO, **(env or {})))
+                        env=tool_env(**(env or {})))
   if check:
     assert proc.returncode == 0, f'{args}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}'
   return proc
@@ -28,17 +34,21 @@ def run(args, cwd, env=None, check=True):
 
 def tool_outputs(workdir: str, text: str, cwd) -> dict:
   """What score, sample, embeddings, extend and plot print for a workdir (the outputs to compare)."""
-  out = {}
-  out['score'] = run(['-m', 'nplm_jax.tools.score', f'--workdir={workdir}', f'--text={text}', '--verbosity=word'], cwd).stdout
-  out['sample'] = run(['-m', 'nplm_jax.tools.sample', f'--workdir={workdir}', '--prompt=w1 w2', '--num_tokens=6',
-                       '--num_samples=2'], cwd).stdout
-  out['neighbours'] = run(['-m', 'nplm_jax.tools.embeddings', 'neighbours', f'--workdir={workdir}', '--words=w3,w4'],
-                          cwd).stdout
   extended = os.path.join(str(cwd), f'extended_{len(os.listdir(cwd))}')
-  out['extend'] = run(['-m', 'nplm_jax.tools.extend', f'--workdir={workdir}', f'--text={text}',
-                       f'--output_workdir={extended}'], cwd).stdout.replace(extended, 'EXT')
+  tool = [sys.executable, '-m']
+  done = side_by_side.run({
+      'score': [*tool, 'nplm_jax.tools.score', f'--workdir={workdir}', f'--text={text}', '--verbosity=word'],
+      'sample': [*tool, 'nplm_jax.tools.sample', f'--workdir={workdir}', '--prompt=w1 w2', '--num_tokens=6',
+                 '--num_samples=2'],
+      'neighbours': [*tool, 'nplm_jax.tools.embeddings', 'neighbours', f'--workdir={workdir}', '--words=w3,w4'],
+      'extend': [*tool, 'nplm_jax.tools.extend', f'--workdir={workdir}', f'--text={text}',
+                 f'--output_workdir={extended}'],
+      'plot': [*tool, 'nplm_jax.tools.plot', 'embeddings', f'--workdir={workdir}', '--top=20',
+               f'--output={cwd}/map.png'],
+  }, cwd, tool_env())
+  out = {key: proc.stdout for key, proc in done.items() if key != 'plot'}
+  out['extend'] = out['extend'].replace(extended, 'EXT')
   out['extended_score'] = run(['-m', 'nplm_jax.tools.score', f'--workdir={extended}', f'--text={text}'], cwd).stdout
-  run(['-m', 'nplm_jax.tools.plot', 'embeddings', f'--workdir={workdir}', '--top=20', f'--output={cwd}/map.png'], cwd)
   return out
 
 
@@ -141,9 +151,12 @@ def test_extend_and_every_tool_work_on_a_prepared_corpus(tmp_path):
   vocabulary = workdir_vocab.Vocabulary.read(workdir_lib.Workdir(tmp_path / 'ext'))
   assert vocabulary.words[-1] == 'unseen_word' and vocabulary.train_counts[-1] == 0
   assert len(vocabulary.train_counts) == len(vocabulary.words)
-  run(['-m', 'nplm_jax.tools.score', '--workdir=ext', f'--text={text}'], tmp_path)
-  run(['-m', 'nplm_jax.tools.embeddings', 'export', '--workdir=ext', '--format=projector', '--output=proj'], tmp_path)
-  run(['-m', 'nplm_jax.tools.plot', 'embeddings', '--workdir=ext', '--top=10', '--output=map.png'], tmp_path)
+  tool = [sys.executable, '-m']
+  side_by_side.run({'score': [*tool, 'nplm_jax.tools.score', '--workdir=ext', f'--text={text}'],
+                    'export': [*tool, 'nplm_jax.tools.embeddings', 'export', '--workdir=ext', '--format=projector',
+                               '--output=proj'],
+                    'plot': [*tool, 'nplm_jax.tools.plot', 'embeddings', '--workdir=ext', '--top=10', '--output=map.png']},
+                   tmp_path, tool_env())
   metadata = (tmp_path / 'proj' / 'metadata.tsv').read_text().splitlines()
   assert len(metadata) == len(vocabulary.words) + 1 and metadata[-1] == 'unseen_word\t0'
 
@@ -219,6 +232,7 @@ def test_mix_on_a_brown_workdir_reads_the_cached_words_without_nltk_data(nltk_da
   config = config_lib.load_experiment('experiments/brown.py').get_config('mlp1')
   config.model.update(m=4, h=4, n=3)
   config.train.update(max_steps=2, eval_every=2, batch_size=64, eval_batch_size=1024)
+  config.data.update(train_tokens=1_110_000, valid_tokens=25_000)  # short evaluations: 25,000 and 26,192 tokens
   workdir = tmp_path / 'brown'
   train.train_and_evaluate(config, str(workdir))
   assert list(cache.glob('brown-*.txt'))
