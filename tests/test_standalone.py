@@ -32,20 +32,24 @@ def run(args, cwd, env=None, check=True):
   return proc
 
 
+def run_side_by_side(commands: dict, cwd) -> dict:
+  """run's {key: args} all at once (tests/side_by_side.py): {key: CompletedProcess}, each exited 0."""
+  return side_by_side.run({key: [sys.executable, *args] for key, args in commands.items()}, cwd, tool_env())
+
+
 def tool_outputs(workdir: str, text: str, cwd) -> dict:
   """What score, sample, embeddings, extend and plot print for a workdir (the outputs to compare)."""
   extended = os.path.join(str(cwd), f'extended_{len(os.listdir(cwd))}')
-  tool = [sys.executable, '-m']
-  done = side_by_side.run({
-      'score': [*tool, 'nplm_jax.tools.score', f'--workdir={workdir}', f'--text={text}', '--verbosity=word'],
-      'sample': [*tool, 'nplm_jax.tools.sample', f'--workdir={workdir}', '--prompt=w1 w2', '--num_tokens=6',
+  done = run_side_by_side({
+      'score': ['-m', 'nplm_jax.tools.score', f'--workdir={workdir}', f'--text={text}', '--verbosity=word'],
+      'sample': ['-m', 'nplm_jax.tools.sample', f'--workdir={workdir}', '--prompt=w1 w2', '--num_tokens=6',
                  '--num_samples=2'],
-      'neighbours': [*tool, 'nplm_jax.tools.embeddings', 'neighbours', f'--workdir={workdir}', '--words=w3,w4'],
-      'extend': [*tool, 'nplm_jax.tools.extend', f'--workdir={workdir}', f'--text={text}',
+      'neighbours': ['-m', 'nplm_jax.tools.embeddings', 'neighbours', f'--workdir={workdir}', '--words=w3,w4'],
+      'extend': ['-m', 'nplm_jax.tools.extend', f'--workdir={workdir}', f'--text={text}',
                  f'--output_workdir={extended}'],
-      'plot': [*tool, 'nplm_jax.tools.plot', 'embeddings', f'--workdir={workdir}', '--top=20',
+      'plot': ['-m', 'nplm_jax.tools.plot', 'embeddings', f'--workdir={workdir}', '--top=20',
                f'--output={cwd}/map.png'],
-  }, cwd, tool_env())
+  }, cwd)
   out = {key: proc.stdout for key, proc in done.items() if key != 'plot'}
   out['extend'] = out['extend'].replace(extended, 'EXT')
   out['extended_score'] = run(['-m', 'nplm_jax.tools.score', f'--workdir={extended}', f'--text={text}'], cwd).stdout
@@ -151,12 +155,11 @@ def test_extend_and_every_tool_work_on_a_prepared_corpus(tmp_path):
   vocabulary = workdir_vocab.Vocabulary.read(workdir_lib.Workdir(tmp_path / 'ext'))
   assert vocabulary.words[-1] == 'unseen_word' and vocabulary.train_counts[-1] == 0
   assert len(vocabulary.train_counts) == len(vocabulary.words)
-  tool = [sys.executable, '-m']
-  side_by_side.run({'score': [*tool, 'nplm_jax.tools.score', '--workdir=ext', f'--text={text}'],
-                    'export': [*tool, 'nplm_jax.tools.embeddings', 'export', '--workdir=ext', '--format=projector',
+  run_side_by_side({'score': ['-m', 'nplm_jax.tools.score', '--workdir=ext', f'--text={text}'],
+                    'export': ['-m', 'nplm_jax.tools.embeddings', 'export', '--workdir=ext', '--format=projector',
                                '--output=proj'],
-                    'plot': [*tool, 'nplm_jax.tools.plot', 'embeddings', '--workdir=ext', '--top=10', '--output=map.png']},
-                   tmp_path, tool_env())
+                    'plot': ['-m', 'nplm_jax.tools.plot', 'embeddings', '--workdir=ext', '--top=10', '--output=map.png']},
+                   tmp_path)
   metadata = (tmp_path / 'proj' / 'metadata.tsv').read_text().splitlines()
   assert len(metadata) == len(vocabulary.words) + 1 and metadata[-1] == 'unseen_word\t0'
 
