@@ -126,6 +126,9 @@ def measure(config, batch_size: int) -> dict:
   del a, w, a1, w1
   train_tps, eval_tps = batch_size / train_s, batch_size / eval_s
   gflops = train_tps * train_flops / 1e9
+
+  def counted(value, digits):  # train_flops_per_token counts the 2003 model's matmuls: the other family's stay blank
+    return round(value, digits) if m.kind == 'bengio2003' else None
   size = FLAGS.peak_size if FLAGS.peak_size > 0 else (2048 if jax.devices()[0].platform == 'cpu' else 8192)
   peak_tflops = {dtype: common.peak_matmul_tflops(dtype, size) for dtype in ('bfloat16', 'float32')}
   loop = {}
@@ -134,10 +137,10 @@ def measure(config, batch_size: int) -> dict:
     loop = {'loop_train_tokens_per_sec': round(loop_tps, 1), 'loop_vs_step': round(loop_tps / train_tps, 3)}
   return {'batch_size': batch_size, 'softmax_kernel': compiled_kernel(config, mesh),
           'train_tokens_per_sec': round(train_tps, 1), **loop,
-          'eval_tokens_per_sec': round(eval_tps, 1), 'gflops': round(gflops, 2),
-          'eval_gflops': round(eval_tps * train_flops / 3 / 1e9, 2), 'peak_gflops': round(max(peaks), 2),
-          'mfu_bf16': round(gflops / 1e3 / peak_tflops['bfloat16'], 4),
-          'mfu_f32': round(gflops / 1e3 / peak_tflops['float32'], 4),
+          'eval_tokens_per_sec': round(eval_tps, 1), 'gflops': counted(gflops, 2),
+          'eval_gflops': counted(eval_tps * train_flops / 3 / 1e9, 2), 'peak_gflops': round(max(peaks), 2),
+          'mfu_bf16': counted(gflops / 1e3 / peak_tflops['bfloat16'], 4),
+          'mfu_f32': counted(gflops / 1e3 / peak_tflops['float32'], 4),
           'peak_bf16_tflops': round(peak_tflops['bfloat16'], 3), 'peak_f32_tflops': round(peak_tflops['float32'], 3),
           'mesh': f'{mesh.shape["data"]}x{mesh.shape["model"]}', 'platform': jax.devices()[0].platform,
           **{f'train_{k}': v for k, v in common.memory_mib(train_exe).items()},
@@ -159,8 +162,8 @@ def main(argv):
     rows += [measure(config, int(b)) for b in FLAGS.batch_sizes]
   header = ['batch_size', 'softmax_kernel', 'train_tokens_per_sec', 'loop_train_tokens_per_sec', 'loop_vs_step', 'eval_tokens_per_sec',
             'gflops', 'peak_gflops', 'mfu_bf16', 'mfu_f32', 'train_temp_mib', 'peak_rss_mib']
-  print(f'{rows[0]["platform"]}, mesh {rows[0]["mesh"]}, |V|={FLAGS.vocab}, n={config.model.n} m={config.model.m} '
-        f'h={config.model.h} direct={config.model.direct}, loss {config.loss.name}, compute_dtype {config.model.compute_dtype} '
+  print(f'{rows[0]["platform"]}, mesh {rows[0]["mesh"]}, |V|={FLAGS.vocab}, {config.model.kind} n={config.model.n} '
+        f'm={config.model.m} h={config.model.h} direct={config.model.direct}, loss {config.loss.name}, compute_dtype {config.model.compute_dtype} '
         f'(matmul precision {config.model.matmul_precision}), vocab_block {config.train.vocab_block}')
   print(' | '.join(header))
   for r in rows:
