@@ -12,6 +12,10 @@
 #          100k and 300k, bfloat16 then float32 (DTYPES='bfloat16' for one), with compiled temporaries;
 #   eval: evaluation throughput at batch 256, 1024 and 4096 (train.eval_batch_size's accelerator value)
 #          for Brown reg4_n7, the research size and |V| 100k;
+#   mps:   COPIES (6) of the PTB ladder's top row's training loop side by side (batch 256, bfloat16,
+#          synthetic |V| 10,000), sharing the GPU in time slices (mps_off), then through CUDA's Multi-Process
+#          Service (launch/mps.sh; mps_on): each copy's loop tokens/s and their sum (mps_sum_off, mps_sum_on),
+#          which says whether launch/device_sweeps.sh's rows run better with MPS=1;
 #   train2: brown.py:reg4_n7 alone (end to end, the Brown words cached), then in bfloat16, then the
 #          research-size loop without deterministic reductions (their cost).
 # ONLY=NAME,NAME runs those benchmarks of a part alone (one GPU call is at most 10 minutes);
@@ -107,6 +111,27 @@ elif [ "$part" = eval ]; then
   bench eval_batch_research $RESEARCH --batch_sizes=256,1024,4096 --config.model.compute_dtype=bfloat16
   bench eval_batch_v100k --config=experiments/brown.py:mlp1 --vocab=100000 --batch_sizes=256,1024,4096 \
     --config.model.compute_dtype=bfloat16
+elif [ "$part" = mps ]; then
+  source launch/mps.sh
+  for mode in off on; do
+    if [ $mode = on ] && ! start_mps; then break; fi
+    for i in $(seq "${COPIES:-6}"); do
+      bench mps_${mode}_$i --config=experiments/ptb.py:ladder5_dropout --vocab=10000 --batch_sizes=256 --steps=20 \
+        --repeats=3 --peak_size=2048 --loop --loop_steps=3000 --config.model.compute_dtype=bfloat16 &
+    done
+    wait
+    stop_mps
+  done
+  python3 - "$out/bench.jsonl" <<'EOF' | tee -a "$out/bench.jsonl"
+import collections, json, sys
+rates = collections.defaultdict(list)
+for row in map(json.loads, open(sys.argv[1])):
+  if row['name'].startswith(('mps_off_', 'mps_on_')) and 'loop_train_tokens_per_sec' in row:
+    rates[row['name'].rsplit('_', 1)[0]].append(row['loop_train_tokens_per_sec'])
+for mode, each in rates.items():
+  print(json.dumps({'name': mode.replace('mps_', 'mps_sum_'), 'copies': len(each),
+                    'loop_train_tokens_per_sec_each': each, 'loop_train_tokens_per_sec_sum': round(sum(each), 1)}))
+EOF
 elif [ "$part" = train2 ]; then
   export XLA_PYTHON_CLIENT_PREALLOCATE=false
   python -c "from nplm_jax import data; data.load_brown_words()"  # the words' cache, as after a first run

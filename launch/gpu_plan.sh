@@ -15,6 +15,12 @@
 #   research   issues 28 and 31: research-size candidates at batch 256 and 1024 (beside an older
 #              tree's loop when .carry/baseline holds one: BASELINE=6d3a2d5 bash launch/device_pack.sh),
 #              and the evaluation batch sizes 256 / 1024 / 4096
+#   mps        six copies of a ladder row side by side, in time slices and through CUDA's Multi-Process
+#              Service: whether the sweeps' MPS=1 (below) pays, measured
+# The sweep steps run their processes through MPS (launch/mps.sh; MPS=0 turns it off): six rows side by
+# side each far from filling an H100, so their kernels should run at once rather than in turns; where
+# the daemon does not start or JAX does not reach the GPU through it, the log says so and they share the
+# GPU in time slices. Not yet measured here: the mps step measures it.
 # Training budgets (train.max_seconds) leave each call time for its n-gram mixtures and the pack:
 # a row that hits it is time-budgeted ('stopped by' in RESULTS.md). The workdirs live in runs/device/
 # (git-ignored: a later call on the same warm machine finds them), so the same step again with a larger
@@ -24,11 +30,11 @@ set -u
 step=$1 out=$2
 cd "$(dirname "$0")/.."
 case $step in
-  ptb|chars|brown|reference|seeds|kernel|research) ;;
-  *) echo "unknown step $step: use ptb, chars, brown, reference, seeds, kernel or research"; exit 2 ;;
+  ptb|chars|brown|reference|seeds|kernel|research|mps) ;;
+  *) echo "unknown step $step: use ptb, chars, brown, reference, seeds, kernel, research or mps"; exit 2 ;;
 esac
 source launch/device_env.sh || { echo "device_env.sh failed: carry .whl and .carry (launch/device_pack.sh)"; exit 1; }
-export SWEEP_ROOT=${SWEEP_ROOT:-$PWD/runs/device}
+export SWEEP_ROOT=${SWEEP_ROOT:-$PWD/runs/device} MPS=${MPS:-1}
 budget=${BUDGET:-420}  # seconds of training a row: start-up, the final evaluation, the mixture and the pack fit in the rest
 case $step in
   ptb)
@@ -56,4 +62,6 @@ case $step in
     ONLY=research_bf16,research_bf16_one_hot,research_bf16_mu_bf16,baseline_research_bf16 BASELINE=$baseline \
       bash benchmarks/gpu_figures.sh loop "$out"
     bash benchmarks/gpu_figures.sh eval "$out" ;;
+  mps)
+    bash benchmarks/gpu_figures.sh mps "$out" ;;
 esac

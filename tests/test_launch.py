@@ -3,6 +3,7 @@ cannot run here; local.sh runs for real in tests/test_multiprocess.py, device_sw
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -79,7 +80,36 @@ def test_device_sweeps_runs_named_sweeps_side_by_side_and_packs_their_results(pt
   assert {'trigram/results.md', 'trigram/kneser_ney_3/results.json', 'trigram/kneser_ney_3/log.txt'} <= names
 
 
-@pytest.mark.parametrize('script', ['device_sweeps.sh', 'device_env.sh', 'device_pack.sh'])
+def _start_mps(tmp_path, path):
+  """Sources launch/mps.sh and calls start_mps, then stop_mps, with PATH as given and the CPU as JAX's backend."""
+  script = f'source {os.path.join(REPO, "launch", "mps.sh")}; start_mps; echo "rc=$?"; stop_mps'
+  env = dict(os.environ, PATH=path, PYTHON=sys.executable, JAX_PLATFORMS='cpu',
+             CUDA_MPS_PIPE_DIRECTORY=str(tmp_path / 'pipe'), CUDA_MPS_LOG_DIRECTORY=str(tmp_path / 'log'))
+  return subprocess.run(['bash', '-c', script], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                        timeout=120)
+
+
+def test_mps_is_left_off_in_one_line_where_the_machine_has_no_daemon(tmp_path):
+  proc = _start_mps(tmp_path, os.path.dirname(shutil.which('bash')))
+  assert proc.stdout.splitlines() == [
+      'MPS: nvidia-cuda-mps-control is not on this machine; the processes share the GPU in time slices', 'rc=1']
+
+
+def test_mps_is_stopped_again_when_jax_does_not_reach_the_gpu_through_it(tmp_path):
+  """A daemon that starts but through which JAX finds no GPU (here: JAX on the CPU) is stopped, and the
+  caller goes on without it: the sweeps never run on a CPU fallback unnoticed."""
+  bin_dir = tmp_path / 'bin'
+  bin_dir.mkdir()
+  control = bin_dir / 'nvidia-cuda-mps-control'  # records its arguments and what it reads
+  control.write_text(f'#!/bin/bash\necho "args=$* input=$([ -t 0 ] || cat)" >>{tmp_path / "calls"}\n')
+  control.chmod(0o755)
+  proc = _start_mps(tmp_path, f'{bin_dir}:{os.environ["PATH"]}')
+  assert proc.stdout.splitlines()[-1] == 'rc=1', proc.stdout + proc.stderr
+  assert "did not run on the GPU (got 'cpu'" in proc.stdout
+  assert (tmp_path / 'calls').read_text().splitlines() == ['args= input=quit', 'args=-d input=', 'args= input=quit']
+
+
+@pytest.mark.parametrize('script', ['device_sweeps.sh', 'device_env.sh', 'device_pack.sh', 'mps.sh'])
 def test_the_device_scripts_parse(script):
   proc = subprocess.run(['bash', '-n', os.path.join(REPO, 'launch', script)], capture_output=True, text=True,
                         timeout=60)
