@@ -91,10 +91,11 @@ def test_the_reference_initialisation_is_the_default_and_draws_from_n_0_002():
   assert config_lib.base_config().model.initialiser == 'normal_0.02'
 
 
-@pytest.mark.parametrize('where,shape', [('features', (6, 3 + 2, 8)), ('embeddings', (6, 3 + 5, 8))])
-def test_input_dropout_sits_where_asked(where, shape, monkeypatch):
+@pytest.mark.parametrize('where,shapes', [('features', [(6, 3 + 2, 8)]), ('embeddings', [(6, 3, 8), (5, 6, 8)])])
+def test_input_dropout_sits_where_asked(where, shapes, monkeypatch):
   """feature_dropout_at='features' drops x after the distant kernels ([B, window + kernels, m]);
-  'embeddings' drops each input vector before them ([B, window + distant, m]), as the reference does."""
+  'embeddings' drops each input vector before them, as the reference does: the window's ([B, window, m])
+  and the distant block's (gathered position-major: [distant, B, m])."""
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   seen = []
   original = nn.Dropout.__call__
@@ -107,7 +108,7 @@ def test_input_dropout_sits_where_asked(where, shape, monkeypatch):
   params = output_layer.init_params(model)
   seen.clear()  # the initialisation's own call
   model.apply({'params': params}, contexts_for(model), False, method='features', rngs={'dropout': jax.random.PRNGKey(0)})
-  assert [s for rate, s in seen if rate == 0.5] == [shape]
+  assert [s for rate, s in seen if rate == 0.5] == shapes
 
 
 def test_the_context_is_the_window_then_the_distant_block():
