@@ -70,6 +70,7 @@ def measure(config, batch_size: int) -> dict:
   from jax.sharding import NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top
   from benchmarks import common  # pylint: disable=g-import-not-at-top
   from benchmarks import timing  # pylint: disable=g-import-not-at-top
+  from nplm_jax.models import family  # pylint: disable=g-import-not-at-top
 
   config.train.batch_size = batch_size
   mesh = sharding.make_mesh(config.mesh)
@@ -128,7 +129,7 @@ def measure(config, batch_size: int) -> dict:
   gflops = train_tps * train_flops / 1e9
 
   def counted(value, digits):  # train_flops_per_token counts the 2003 model's matmuls: the other family's stay blank
-    return round(value, digits) if m.kind == 'bengio2003' else None
+    return round(value, digits) if family.kind(m) == family.BENGIO2003 else None
   size = FLAGS.peak_size if FLAGS.peak_size > 0 else (2048 if jax.devices()[0].platform == 'cpu' else 8192)
   peak_tflops = {dtype: common.peak_matmul_tflops(dtype, size) for dtype in ('bfloat16', 'float32')}
   loop = {}
@@ -155,6 +156,7 @@ def compiled_kernel(config, mesh) -> str:
 def main(argv):
   del argv
   from benchmarks import common  # pylint: disable=g-import-not-at-top
+  from nplm_jax.models import family  # pylint: disable=g-import-not-at-top
   config = FLAGS.config
   rows = []
   for kernel in FLAGS.softmax_kernels or [config.train.softmax_kernel]:
@@ -162,7 +164,7 @@ def main(argv):
     rows += [measure(config, int(b)) for b in FLAGS.batch_sizes]
   header = ['batch_size', 'softmax_kernel', 'train_tokens_per_sec', 'loop_train_tokens_per_sec', 'loop_vs_step', 'eval_tokens_per_sec',
             'gflops', 'peak_gflops', 'mfu_bf16', 'mfu_f32', 'train_temp_mib', 'peak_rss_mib']
-  print(f'{rows[0]["platform"]}, mesh {rows[0]["mesh"]}, |V|={FLAGS.vocab}, {config.model.kind} n={config.model.n} '
+  print(f'{rows[0]["platform"]}, mesh {rows[0]["mesh"]}, |V|={FLAGS.vocab}, {family.kind(config.model)} n={config.model.n} '
         f'm={config.model.m} h={config.model.h} direct={config.model.direct}, loss {config.loss.name}, compute_dtype {config.model.compute_dtype} '
         f'(matmul precision {config.model.matmul_precision}), vocab_block {config.train.vocab_block}')
   print(' | '.join(header))
