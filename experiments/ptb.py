@@ -106,6 +106,8 @@ REFERENCE_OPTIONS = [
     ('reference4_first_hidden', {**_NONE, 'model.first_hidden': 768}),
     ('reference5_all', {'model.embed_scale': True, 'model.initialiser': 'normal_0.02',
                         'model.feature_dropout_at': 'embeddings', 'model.first_hidden': 768}),
+    # Their training: gradients clipped to global norm 0.25, on today's defaults (reference2's initialiser).
+    ('reference6_clip_norm', {'model.initialiser': 'normal_0.02', 'optimizer.clip_norm': 0.25}),
 ]
 
 

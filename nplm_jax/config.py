@@ -95,6 +95,8 @@ def base_config() -> ml_collections.ConfigDict:
   # adamw: the first moment's dtype; 'bfloat16' halves its memory and its traffic in every update (optax's
   # mu_dtype; the second moment stays float32)
   c.optimizer.mu_dtype = 'float32'
+  # > 0: each step's gradients scaled to this global norm where larger (Sun & Iyyer's code: 0.25); 0 = off
+  c.optimizer.clip_norm = 0.0
 
   c.loss = ml_collections.ConfigDict()  # training loss; evaluation is always the exact softmax
   c.loss.name = 'softmax'  # 'softmax' (exact) | 'sampled_softmax' | 'nce'
@@ -321,6 +323,7 @@ _RANGES = [
     ('optimizer.warmup_steps', 'int', 0, None, 'use 0 for no warm-up'),
     ('optimizer.decay_rate', 'float', 0.0, None, 'use 0 for a constant rate'),
     ('optimizer.weight_decay', 'float', 0.0, None, 'use 0 for none'),
+    ('optimizer.clip_norm', 'float', 0.0, None, 'use 0 for no gradient clipping'),
     ('loss.noise_power', 'float', 0.0, None, '1 = unigram, 0 = uniform noise'),
     ('train.batch_size', 'int', 1, None, 'a step needs at least one example'),
     ('train.eval_batch_size', 'int', -1, None, 'use -1 for the backend default, or a positive batch'),

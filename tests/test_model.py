@@ -263,6 +263,28 @@ def optax_empty():
   return optax.EmptyState()
 
 
+@pytest.mark.parametrize('clip_norm', [0.5, 100.0])
+def test_gradient_clipping_scales_every_gradient_by_the_global_norm_before_the_decay(clip_norm):
+  """optimizer.clip_norm: gradients of norm sqrt(18) scaled together to 0.5 (all parameters by one
+  factor), the weight decay added after at full strength; a norm under the limit leaves them as
+  they are. The optimiser's state is the same with and without clipping (a workdir's layout)."""
+  from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import optim  # pylint: disable=g-import-not-at-top
+  config = config_lib.base_config().optimizer
+  config.update(name='paper_sgd', learning_rate=0.1, decay_rate=0.0, weight_decay=0.01, clip_norm=clip_norm)
+  params = {'C': jnp.full((2, 3), 2.0), 'd': jnp.ones(3)}
+  grads = {'C': jnp.ones((2, 3)), 'd': jnp.full(3, 2.0)}  # global norm sqrt(6 + 12)
+  scale = min(1.0, clip_norm / np.sqrt(18.0))
+  updates, _ = optim.make_optimizer(config, 4).update(grads, optim.make_optimizer(config, 4).init(params), params)
+  step = 4 * 0.1  # the paper's per-example rate, a batch of 4
+  np.testing.assert_allclose(updates['C'], -step * (scale * 1.0 + 0.01 * 2.0), rtol=1e-6)
+  np.testing.assert_allclose(updates['d'], -step * scale * 2.0, rtol=1e-6)  # d is not decayed
+  config.update(name='adamw', clip_norm=0.0)
+  plain = jax.tree.structure(optim.make_optimizer(config, 4).init(params))
+  config.clip_norm = clip_norm
+  assert jax.tree.structure(optim.make_optimizer(config, 4).init(params)) == plain
+
+
 def test_the_older_separate_layout_stacks_into_the_output_layer():
   model = model_lib.NPLM(vocab_size=13, context_size=2, embed_dim=3, hidden_dim=4, direct=True, vocab_pad_multiple=8)
   params = random_params(model)

@@ -17,7 +17,10 @@ from N(0, 0.02); initialiser='lecun' gives C ~ N(0, 1/m) and lecun-normal kernel
 (RESULTS.md). Their other choices are options, off by default (on PTB they changed nothing measurable
 at 0.41 epoch): input vectors scaled by sqrt(m) (embed_scale), a first layer with its own inner width
 (first_hidden; they use 1500 there and 2100 in the blocks), and the input dropout on each embedding
-before the kernels (feature_dropout_at='embeddings'; here on x after them).
+before the kernels (feature_dropout_at='embeddings'; here on x after them). Their training differs
+too: gradients clipped to global norm 0.25 (optimizer.clip_norm, off by default) and the rate decayed
+along a cosine over a fixed number of steps, where this project keeps it constant after the warm-up
+and halves it from the best parameters at each stall (train.anneal_factor).
 
 The module has the interface of model.NPLM that training and the tools use: context_size,
 features(contexts, deterministic), output_layer(params), __call__ (dense logits).

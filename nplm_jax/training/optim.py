@@ -11,6 +11,10 @@ distant-context kernels (NOT_DECAYED), and means what each optimiser's literatur
   step shrinks theta by lr_t * weight_decay per example);
 - adamw: decoupled decay (Loshchilov & Hutter), theta shrinks by learning_rate * weight_decay per
   step whatever the gradients; typical values are 1e-2 to 1e-1.
+
+`optimizer.clip_norm` > 0 scales each step's gradients, all parameters together, to that global norm
+when they exceed it (torch's clip_grad_norm_, which Sun & Iyyer's code applies at 0.25), before either
+optimiser sees them; the weight decay is not clipped.
 """
 
 import jax
@@ -52,15 +56,30 @@ def paper_schedule(learning_rate: float, decay_rate: float, batch_size: int) -> 
 def make_optimizer(opt_config, batch_size: int) -> optax.GradientTransformation:
   name = opt_config.name
   if name == 'paper_sgd':
-    return optax.chain(
+    optimizer = optax.chain(
         decay_weights_not_biases(opt_config.weight_decay),
         optax.sgd(paper_schedule(opt_config.learning_rate, opt_config.decay_rate, batch_size)))
-  if name == 'adamw':  # optax.adamw, with the decay by rows
-    return optax.chain(
+  elif name == 'adamw':  # optax.adamw, with the decay by rows
+    optimizer = optax.chain(
         optax.scale_by_adam(b1=opt_config.b1, b2=opt_config.b2, mu_dtype=first_moment_dtype(opt_config)),
         decay_weights_not_biases(opt_config.weight_decay),
         optax.scale_by_learning_rate(adamw_schedule(opt_config)))
-  raise ValueError(f'optimizer {name!r} has no implementation (config.validate lists the names)')
+  else:
+    raise ValueError(f'optimizer {name!r} has no implementation (config.validate lists the names)')
+  clip_norm = opt_config.get('clip_norm', 0.0)  # configs older than the key: no clipping
+  return with_gradients_clipped(optimizer, clip_norm) if clip_norm > 0 else optimizer
+
+
+def with_gradients_clipped(optimizer: optax.GradientTransformation, max_norm: float) -> optax.GradientTransformation:
+  """`optimizer` fed gradients scaled to global norm max_norm where theirs is larger. Its state is
+  `optimizer`'s own (clipping keeps none), so the state's layout does not depend on clip_norm."""
+  clip = optax.clip_by_global_norm(max_norm)
+
+  def update(grads, state, params=None):
+    clipped, _ = clip.update(grads, clip.init(grads))
+    return optimizer.update(clipped, state, params)
+
+  return optax.GradientTransformation(optimizer.init, update)
 
 
 def first_moment_dtype(opt_config) -> jnp.dtype:
