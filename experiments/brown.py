@@ -66,6 +66,19 @@ LADDER = [
     ('ladder5_dropout', {'model.feature_dropout': 0.4, 'model.hidden_dropout': 0.4}),
 ]
 
+# Tuning around the ladder's top row (a GPU step: launch/gpu_plan.sh tune), each point from ladder5_dropout:
+# its CPU curve rose after 2.5 epochs at 0.4 dropout (RESULTS.md), so more regularisation, and the
+# window, the reference's gradient clipping and a lower rate under it.
+_DROPOUT_05 = {'model.feature_dropout': 0.5, 'model.hidden_dropout': 0.5}
+TUNE = [
+    ('tune0_dropout0.5', _DROPOUT_05),
+    ('tune1_dropout0.6', {'model.feature_dropout': 0.6, 'model.hidden_dropout': 0.6}),
+    ('tune2_dropout0.5_weight_decay0.2', {**_DROPOUT_05, 'optimizer.weight_decay': 0.2}),
+    ('tune3_dropout0.5_window31', {**_DROPOUT_05, 'model.n': 32}),
+    ('tune4_dropout0.5_clip_norm0.25', {**_DROPOUT_05, 'optimizer.clip_norm': 0.25}),
+    ('tune5_dropout0.5_lr5e-4', {**_DROPOUT_05, 'optimizer.learning_rate': 5e-4}),
+]
+
 
 # README's first runs: MLP1 tuned with noise-contrastive estimation (k = 1000 noise words, batch
 # 512; RESULTS.md, "Time to quality": validation 300 in 0.31x the exact softmax's time). 'smoke'
@@ -163,6 +176,8 @@ def get_sweep(name: str):
                           overrides={'seed': s}) for s in SEEDS]
   if name == 'ladder':
     return [dict(name=n, kind='train', config=f'experiments/brown.py:{n}') for n, _ in LADDER]
+  if name == 'tune':
+    return [dict(name=n, kind='train', config='experiments/brown.py:ladder5_dropout', overrides=o) for n, o in TUNE]
   if name == 'time_to_quality':
     return [dict(name=n, kind='train', config='experiments/brown.py:mlp1_tuned', overrides=o)
             for n, o in TIME_TO_QUALITY]

@@ -110,6 +110,19 @@ REFERENCE_OPTIONS = [
     ('reference6_clip_norm', {'model.initialiser': 'normal_0.02', 'optimizer.clip_norm': 0.25}),
 ]
 
+# Tuning around the ladder's top row (a GPU step: launch/gpu_plan.sh tune), each point from ladder5_dropout:
+# more dropout first (the CPU curves: Brown's top row rose after 2.5 epochs at 0.4), then, under it, the
+# width, depth and window the converged rows may call for, the reference's gradient clipping, a lower rate.
+_DROPOUT_05 = {'model.feature_dropout': 0.5, 'model.hidden_dropout': 0.5}
+TUNE = [
+    ('tune0_dropout0.5', _DROPOUT_05),
+    ('tune1_dropout0.5_h2048', {**_DROPOUT_05, 'model.h': 2048}),
+    ('tune2_dropout0.5_depth8', {**_DROPOUT_05, 'model.depth': 8}),
+    ('tune3_dropout0.5_window31', {**_DROPOUT_05, 'model.n': 32}),
+    ('tune4_dropout0.5_clip_norm0.25', {**_DROPOUT_05, 'optimizer.clip_norm': 0.25}),
+    ('tune5_dropout0.5_lr5e-4', {**_DROPOUT_05, 'optimizer.learning_rate': 5e-4}),
+]
+
 
 def ladder_config(row: str):
   char = row in CHAR_LADDER_NAMES
@@ -133,9 +146,9 @@ def get_sweep(name: str):
   if name in ('ladder', 'char_ladder'):
     rows = LADDER_NAMES if name == 'ladder' else CHAR_LADDER_NAMES
     return [dict(name=row, kind='train', config=f'experiments/ptb.py:{row}') for row in rows]
-  if name == 'reference_options':
-    return [dict(name=name, kind='train', config='experiments/ptb.py:ladder5_dropout', overrides=o)
-            for name, o in REFERENCE_OPTIONS]
+  if name in ('reference_options', 'tune'):
+    return [dict(name=point, kind='train', config='experiments/ptb.py:ladder5_dropout', overrides=o)
+            for point, o in (REFERENCE_OPTIONS if name == 'reference_options' else TUNE)]
   if name == 'regularised':
     # Wider, with dropout; context length, feature dropout and weight decay measured (RESULTS.md).
     return [dict(name=f'n{n}_feature_dropout{fd}_weight_decay{wd}', kind='train', config='experiments/ptb.py',
@@ -148,4 +161,4 @@ def get_sweep(name: str):
     return [dict(name=name, kind='train', config='experiments/ptb.py', overrides={**REGULARISED, **ANNEALED, **o})
             for name, o in ANNEALED_POINTS]
   raise ValueError(f"unknown PTB sweep {name!r}; use 'ngrams', 'table', 'regularised', 'annealed', 'ladder', "
-                   "'char_ladder' or 'reference_options'")
+                   "'char_ladder', 'reference_options' or 'tune'")

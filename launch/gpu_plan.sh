@@ -9,8 +9,11 @@
 #   chars      issue 27: PTB characters, the ladder's six rows side by side (each + KN11)
 #   brown      issue 27: Brown, the ladder's six rows side by side (each + the interpolated trigram)
 #   reference  issue 27: the reference code's options on the top PTB row (the family's defaults)
+#   tune       issue 27: six points around the top row of PTB and of Brown (dropout, width, depth, window,
+#              clipping, rate: TUNE in the two experiment files), all twelve side by side
 #   seeds      issue 27: the best row of each corpus with seeds 1 and 2, all six side by side
-#              (PTB_ROW, CHAR_ROW, BROWN_ROW name the rows; default: each ladder's top row)
+#              (PTB_ROW, CHAR_ROW, BROWN_ROW name the rows, of the sweeps PTB_SWEEP, CHAR_SWEEP,
+#              BROWN_SWEEP; default: each ladder's top row; PTB_SWEEP=tune PTB_ROW=tune1_dropout0.5_h2048)
 #   kernel     issue 28: the fused kernel against XLA, bfloat16 (DTYPES=float32 for the other half)
 #   research   issues 28 and 31: research-size candidates at batch 256 and 1024 (beside an older
 #              tree's loop when .carry/baseline holds one: BASELINE=6d3a2d5 bash launch/device_pack.sh),
@@ -30,8 +33,8 @@ set -u
 step=$1 out=$2
 cd "$(dirname "$0")/.."
 case $step in
-  ptb|chars|brown|reference|seeds|kernel|research|mps) ;;
-  *) echo "unknown step $step: use ptb, chars, brown, reference, seeds, kernel, research or mps"; exit 2 ;;
+  ptb|chars|brown|reference|tune|seeds|kernel|research|mps) ;;
+  *) echo "unknown step $step: use ptb, chars, brown, reference, tune, seeds, kernel, research or mps"; exit 2 ;;
 esac
 source launch/device_env.sh || { echo "device_env.sh failed: carry .whl and .carry (launch/device_pack.sh)"; exit 1; }
 export SWEEP_ROOT=${SWEEP_ROOT:-$PWD/runs/device} MPS=${MPS:-1}
@@ -45,13 +48,17 @@ case $step in
     bash launch/device_sweeps.sh "$out" "experiments/brown.py ladder --name=brown_ladder --set=train.max_seconds=$budget" ;;
   reference)
     bash launch/device_sweeps.sh "$out" "experiments/ptb.py reference_options --set=train.max_seconds=$budget" ;;
+  tune)
+    bash launch/device_sweeps.sh "$out" "experiments/ptb.py tune --name=ptb_tune --set=train.max_seconds=$budget" \
+      "experiments/brown.py tune --name=brown_tune --set=train.max_seconds=$budget" ;;
   seeds)
     ptb_row=${PTB_ROW:-ladder5_dropout} char_row=${CHAR_ROW:-char_ladder5_dropout} brown_row=${BROWN_ROW:-ladder5_dropout}
+    ptb_sweep=${PTB_SWEEP:-ladder} char_sweep=${CHAR_SWEEP:-char_ladder} brown_sweep=${BROWN_SWEEP:-ladder}
     specs=()
     for seed in 1 2; do
-      specs+=("experiments/ptb.py ladder --name=ptb_seed$seed --only=$ptb_row --set=seed=$seed --set=train.max_seconds=$budget"
-              "experiments/ptb.py char_ladder --name=char_seed$seed --only=$char_row --set=seed=$seed --set=train.max_seconds=$budget --set=train.eval_every=2000"
-              "experiments/brown.py ladder --name=brown_seed$seed --only=$brown_row --set=seed=$seed --set=train.max_seconds=$budget")
+      specs+=("experiments/ptb.py $ptb_sweep --name=ptb_seed$seed --only=$ptb_row --set=seed=$seed --set=train.max_seconds=$budget"
+              "experiments/ptb.py $char_sweep --name=char_seed$seed --only=$char_row --set=seed=$seed --set=train.max_seconds=$budget --set=train.eval_every=2000"
+              "experiments/brown.py $brown_sweep --name=brown_seed$seed --only=$brown_row --set=seed=$seed --set=train.max_seconds=$budget")
     done
     bash launch/device_sweeps.sh "$out" "${specs[@]}" ;;
   kernel)

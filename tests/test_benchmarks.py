@@ -155,7 +155,7 @@ def test_every_config_override_the_gpu_scripts_pass_is_valid(path, expected):
 
 def test_the_gpu_plan_runs_sweeps_and_rows_that_exist():
   """Every sweep launch/gpu_plan.sh runs exists, the rows its seeds step names by default are points of
-  their sweeps, and an unknown step is one line and exit 2 (before anything is installed)."""
+  the sweeps it names by default, and an unknown step is one line and exit 2 (before anything is installed)."""
   import re  # pylint: disable=g-import-not-at-top
   from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
   with open(os.path.join(REPO, 'launch', 'gpu_plan.sh'), encoding='utf-8') as f:
@@ -165,9 +165,9 @@ def test_the_gpu_plan_runs_sweeps_and_rows_that_exist():
   for path, sweep in specs:  # each names a sweep of its experiment file
     assert config_lib.load_experiment(path).get_sweep(sweep), (path, sweep)
   defaults = dict(re.findall(r'\$\{(\w+)_ROW:-(\w+)\}', text))
-  for corpus, (path, sweep) in {'PTB': ('experiments/ptb.py', 'ladder'), 'CHAR': ('experiments/ptb.py', 'char_ladder'),
-                                'BROWN': ('experiments/brown.py', 'ladder')}.items():
-    assert defaults[corpus] in {p['name'] for p in config_lib.load_experiment(path).get_sweep(sweep)}, corpus
+  sweeps = dict(re.findall(r'\$\{(\w+)_SWEEP:-(\w+)\}', text))
+  for corpus, path in {'PTB': 'experiments/ptb.py', 'CHAR': 'experiments/ptb.py', 'BROWN': 'experiments/brown.py'}.items():
+    assert defaults[corpus] in {p['name'] for p in config_lib.load_experiment(path).get_sweep(sweeps[corpus])}, corpus
   proc = subprocess.run(['bash', os.path.join('launch', 'gpu_plan.sh'), 'nonsense', '/tmp/unused'], cwd=REPO,
                         capture_output=True, text=True, timeout=60)
   assert proc.returncode == 2 and proc.stdout.strip().startswith('unknown step nonsense'), proc.stdout + proc.stderr
