@@ -24,6 +24,8 @@
 # side each far from filling an H100, so their kernels should run at once rather than in turns; where
 # the daemon does not start or JAX does not reach the GPU through it, the log says so and they share the
 # GPU in time slices. Not yet measured here: the mps step measures it.
+# Back here: python -m launch.results collect_pack --pack=OUT/results.tgz, then
+# python -m launch.results render --write (every finished row as a results file, RESULTS.md's tables).
 # Training budgets (train.max_seconds) leave each call time for its n-gram mixtures and the pack:
 # a row that hits it is time-budgeted ('stopped by' in RESULTS.md). The workdirs live in runs/device/
 # (git-ignored: a later call on the same warm machine finds them), so the same step again with a larger

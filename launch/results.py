@@ -5,6 +5,7 @@ rendered from those files, so every figure there traces to its run.
       --label='text.py:quick' --command='nplm-train --config=experiments/text.py:quick ...' [--commit=SHA]
   python -m launch.results collect --sweep_root=runs/device/ptb_ladder --name=ptb --table=ladder --label=PTB \
       --command='bash launch/gpu_plan.sh ptb OUT' --device='NVIDIA H100 80GB HBM3'   # every finished point
+  python -m launch.results collect_pack --pack=OUT/results.tgz   # every finished point of a gpu_plan.sh call
   python -m launch.results render            # print every table
   python -m launch.results render --write    # rewrite RESULTS.md's rendered tables in place
   python -m launch.results render --check    # exit 1 when RESULTS.md differs from results/ (CI runs this)
@@ -98,7 +99,32 @@ def _device(results: dict) -> str:
   where = results.get('platform', 'cpu')
   if where == 'cpu':
     return f'CPU, {os.cpu_count()} cores ({platform_lib.machine()})'
-  return where.upper()
+  return results.get('device_kind') or where.upper()  # results.json older than device_kind: the platform alone
+
+
+# The sweep roots launch/gpu_plan.sh's steps write (device_sweeps.sh: one folder a sweep, named by its
+# --name): the results files' name prefix, table and label prefix, and the step that trained them.
+GPU_PLAN_SWEEPS = {
+    'ladder': ('ptb_ladder', 'ladder', 'PTB', 'ptb'),
+    'char_ladder': ('ptb_char_ladder', 'char_ladder', 'PTB characters', 'chars'),
+    'brown_ladder': ('brown_ladder', 'ladder', 'Brown', 'brown'),
+    'reference_options': ('ptb_reference_gpu', 'reference_options', 'ladder5_dropout +', 'reference'),
+    'ptb_tune': ('ptb_tune', 'ladder', 'PTB', 'tune'),
+    'brown_tune': ('brown_tune', 'ladder', 'Brown', 'tune'),
+}
+# The seeds step's roots (ptb_seed1, char_seed2, ...) hold rows of those sweeps under other seeds: they
+# take their sweep's name and label, so that the seeds of a row render as one summary.
+_SEED_ROOT = re.compile(r'(ptb|char|brown)_seed\d+')
+_SEED_SWEEPS = {'ptb': ('ladder', 'ptb_tune'), 'char': ('char_ladder', 'char_ladder'), 'brown': ('brown_ladder', 'brown_tune')}
+
+
+def gpu_plan_sweep(root_name: str, point: str) -> tuple[str, str, str, str] | None:
+  """(name prefix, table, label prefix, step) of a point in a sweep root gpu_plan.sh writes, or None."""
+  seeds = _SEED_ROOT.fullmatch(root_name)
+  if seeds:
+    ladder, tune = _SEED_SWEEPS[seeds.group(1)]
+    return GPU_PLAN_SWEEPS[tune if point.startswith('tune') else ladder][:3] + ('seeds',)
+  return GPU_PLAN_SWEEPS.get(root_name)
 
 
 def record(workdir: str, name: str, table: str, label: str, command: str, commit: str | None = None,
@@ -186,6 +212,48 @@ def rendered_markdown(text: str, records: list[dict]) -> str:
   return _SECTION.sub(replace, text)
 
 
+def finished_points(sweep_root: str) -> list[str]:
+  return sorted(p for p in os.listdir(sweep_root) if os.path.exists(os.path.join(sweep_root, p, 'results.json')))
+
+
+def point_record(sweep_root: str, point: str, name: str, table: str, label: str, command: str, commit, device) -> dict:
+  """A sweep point's record: results/NAME_POINT_seedS, labelled 'LABEL POINT'."""
+  value = record(os.path.join(sweep_root, point), '', table, f'{label} {point}', f'{command}  # point {point}',
+                 commit, device)
+  value['name'] = f'{name}_{point}_seed{value["seed"]}'
+  return value
+
+
+def collect_pack(pack: str, commit, device) -> int:
+  """Every finished point of a launch/gpu_plan.sh call's OUT/results.tgz as a results file (names,
+  tables and labels from GPU_PLAN_SWEEPS); says which tables RESULTS.md has no section for yet."""
+  import tarfile  # pylint: disable=g-import-not-at-top
+  import tempfile  # pylint: disable=g-import-not-at-top
+  if not os.path.isfile(pack):
+    raise SystemExit(f'error: --pack={pack!r} is not a file; give the results.tgz a gpu_plan.sh call left in OUT')
+  with tempfile.TemporaryDirectory() as unpacked:
+    with tarfile.open(pack) as tar:
+      tar.extractall(unpacked, filter='data')
+    tables = set()
+    for root_name in sorted(os.listdir(unpacked)):
+      root = os.path.join(unpacked, root_name)
+      points = finished_points(root) if os.path.isdir(root) else []
+      for point in points:
+        where = gpu_plan_sweep(root_name, point)
+        if where is None:
+          print(f'left out {root_name}/{point}: not a sweep launch/gpu_plan.sh runs (collect it with --sweep_root)')
+          continue
+        name, table, label, step = where
+        _write(point_record(root, point, name, table, label, f'bash launch/gpu_plan.sh {step} OUT', commit, device))
+        tables.add(table)
+  with open(RESULTS_MD, encoding='utf-8') as f:
+    marked = {m.group(2) for m in _SECTION.finditer(f.read())}
+  for table in sorted(tables - marked):
+    print(f'RESULTS.md has no <!-- results:{table} --> section yet: add one (and <!-- /results -->) where the '
+          'table belongs, then python -m launch.results render --write')
+  return 0
+
+
 def _write(value: dict) -> None:
   os.makedirs(RESULTS_DIR, exist_ok=True)
   path = os.path.join(RESULTS_DIR, f'{value["name"]}.json')
@@ -210,6 +278,10 @@ def main(argv=None) -> int:
   collect.add_argument('--command', required=True, help='the command that trained it, as run')
   collect.add_argument('--commit', default=None, help='the commit it ran at (default: HEAD)')
   collect.add_argument('--device', default=None, help='where it ran (default: from results.json and this machine)')
+  pack = sub.add_parser('collect_pack', help="every finished point of a launch/gpu_plan.sh call's results.tgz")
+  pack.add_argument('--pack', required=True, help='OUT/results.tgz of the call')
+  pack.add_argument('--commit', default=None, help='the commit the call ran at (default: HEAD)')
+  pack.add_argument('--device', default=None, help="where it ran (default: each results.json's device_kind)")
   render = sub.add_parser('render', help="print RESULTS.md's tables from results/, or write or check them")
   render.add_argument('--write', action='store_true')
   render.add_argument('--check', action='store_true')
@@ -220,16 +292,15 @@ def main(argv=None) -> int:
     if args.workdir:
       _write(record(args.workdir, args.name, args.table, args.label, args.command, args.commit, args.device))
       return 0
-    points = sorted(p for p in os.listdir(args.sweep_root)
-                    if os.path.exists(os.path.join(args.sweep_root, p, 'results.json')))
+    points = finished_points(args.sweep_root)
     if not points:
       raise SystemExit(f'error: no point of {args.sweep_root} has a results.json; collect a finished sweep')
     for point in points:
-      value = record(os.path.join(args.sweep_root, point), '', args.table, f'{args.label} {point}',
-                     f'{args.command}  # point {point}', args.commit, args.device)
-      value['name'] = f'{args.name}_{point}_seed{value["seed"]}'
-      _write(value)
+      _write(point_record(args.sweep_root, point, args.name, args.table, args.label, args.command, args.commit,
+                          args.device))
     return 0
+  if args.what == 'collect_pack':
+    return collect_pack(args.pack, args.commit, args.device)
   records = load_records()
   with open(RESULTS_MD, encoding='utf-8') as f:
     text = f.read()

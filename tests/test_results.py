@@ -81,3 +81,44 @@ def test_a_sweep_root_is_collected_point_by_point(tmp_path, monkeypatch):
   with open(tmp_path / 'results' / 'ptb_ladder5_dropout_seed1.json', encoding='utf-8') as f:
     kept = json.load(f)
   assert kept['label'] == 'PTB ladder5_dropout' and kept['seed'] == 1 and kept['command'].endswith('# point ladder5_dropout')
+
+
+def test_a_gpu_plan_pack_is_collected_with_each_sweeps_names_and_labels(tmp_path, monkeypatch, capsys):
+  """collect_pack: a gpu_plan.sh call's results.tgz, each root named as GPU_PLAN_SWEEPS says; a seeds
+  root's point takes its sweep's name and label (one summary row a row), a tune point the tune sweep's;
+  the device from results.json's device_kind; an unknown root left out in a line, and a table RESULTS.md
+  has no section for named."""
+  import tarfile  # pylint: disable=g-import-not-at-top
+  points = {'ladder/ladder5_dropout': 0, 'ptb_seed1/ladder5_dropout': 1, 'brown_seed2/tune0_dropout0.5': 2,
+            'char_ladder/char_ladder0_nplm2003': 0, 'mystery/p': 0}
+  for path, seed in points.items():
+    (tmp_path / 'sweeps' / path).mkdir(parents=True)
+    (tmp_path / 'sweeps' / path / 'results.json').write_text(json.dumps(
+        {'valid_ppl': 120.0, 'test_ppl': 110.0, 'wall_seconds': 400.0, 'platform': 'gpu',
+         'device_kind': 'NVIDIA H100 80GB HBM3', 'config': {'seed': seed, 'train': {'max_seconds': 420.0}}}))
+  (tmp_path / 'sweeps' / 'ladder' / 'unfinished').mkdir()
+  with tarfile.open(tmp_path / 'results.tgz', 'w:gz') as tar:
+    for root in sorted(os.listdir(tmp_path / 'sweeps')):
+      tar.add(tmp_path / 'sweeps' / root, arcname=root)
+  monkeypatch.setattr(results, 'RESULTS_DIR', str(tmp_path / 'results'))
+  assert results.main(['collect_pack', f'--pack={tmp_path / "results.tgz"}', '--commit=abc']) == 0
+  kept = {}
+  for name in os.listdir(tmp_path / 'results'):
+    with open(tmp_path / 'results' / name, encoding='utf-8') as f:
+      kept[name] = json.load(f)
+  assert sorted(kept) == ['brown_tune_tune0_dropout0.5_seed2.json', 'ptb_char_ladder_char_ladder0_nplm2003_seed0.json',
+                          'ptb_ladder_ladder5_dropout_seed0.json', 'ptb_ladder_ladder5_dropout_seed1.json']
+  assert kept['ptb_ladder_ladder5_dropout_seed1.json']['label'] == kept['ptb_ladder_ladder5_dropout_seed0.json']['label']
+  assert kept['ptb_ladder_ladder5_dropout_seed1.json']['command'] == 'bash launch/gpu_plan.sh seeds OUT  # point ladder5_dropout'
+  assert kept['brown_tune_tune0_dropout0.5_seed2.json']['label'] == 'Brown tune0_dropout0.5'
+  assert kept['ptb_char_ladder_char_ladder0_nplm2003_seed0.json']['table'] == 'char_ladder'
+  assert {r['device'] for r in kept.values()} == {'NVIDIA H100 80GB HBM3'}
+  out = capsys.readouterr().out
+  assert 'left out mystery/p' in out and 'no <!-- results:char_ladder --> section' in out
+
+
+def test_a_missing_pack_is_one_line(tmp_path):
+  import pytest  # pylint: disable=g-import-not-at-top
+  with pytest.raises(SystemExit) as e:
+    results.main(['collect_pack', f'--pack={tmp_path / "results.tgz"}'])
+  assert 'is not a file' in str(e.value) and '\n' not in str(e.value)

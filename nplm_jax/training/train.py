@@ -242,6 +242,7 @@ def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_l
       'checkpoint_save_seconds': checkpoints.save_seconds,  # this process's, in the loop: saves are asynchronous
       'mesh': dict(run.mesh.shape),
       'platform': jax.devices()[0].platform,
+      'device_kind': jax.devices()[0].device_kind,  # e.g. 'NVIDIA H100 80GB HBM3': results files name the device
       'history': run_state.history,
       'config': json.loads(config.to_json_best_effort()),
   }
