@@ -155,7 +155,7 @@ def test_every_config_override_the_gpu_scripts_pass_is_valid(path, expected):
 
 def test_the_gpu_plan_runs_sweeps_and_rows_that_exist():
   """Every sweep launch/gpu_plan.sh runs exists, the rows its seeds step names by default are points of
-  the sweeps it names by default, and an unknown step is one line and exit 2 (before anything is installed)."""
+  the sweeps it names by default, launch.results collect_pack knows every sweep root it writes, and an unknown step is one line and exit 2 (before anything is installed)."""
   import re  # pylint: disable=g-import-not-at-top
   from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
   with open(os.path.join(REPO, 'launch', 'gpu_plan.sh'), encoding='utf-8') as f:
@@ -168,6 +168,12 @@ def test_the_gpu_plan_runs_sweeps_and_rows_that_exist():
   sweeps = dict(re.findall(r'\$\{(\w+)_SWEEP:-(\w+)\}', text))
   for corpus, path in {'PTB': 'experiments/ptb.py', 'CHAR': 'experiments/ptb.py', 'BROWN': 'experiments/brown.py'}.items():
     assert defaults[corpus] in {p['name'] for p in config_lib.load_experiment(path).get_sweep(sweeps[corpus])}, corpus
+  from launch import results  # pylint: disable=g-import-not-at-top
+  roots = [named or sweep for sweep, named in re.findall(r'experiments/\w+\.py (\w+)(?: --name=(\w+))? ', text)]
+  roots += [f'{prefix}1' for prefix in re.findall(r'--name=(\w+)\$seed', text)]
+  assert len(roots) >= 9, roots
+  for root in roots:  # collect_pack knows what each root the plan writes holds
+    assert results.gpu_plan_sweep(root, 'ladder5_dropout') is not None, root
   proc = subprocess.run(['bash', os.path.join('launch', 'gpu_plan.sh'), 'nonsense', '/tmp/unused'], cwd=REPO,
                         capture_output=True, text=True, timeout=60)
   assert proc.returncode == 2 and proc.stdout.strip().startswith('unknown step nonsense'), proc.stdout + proc.stderr
