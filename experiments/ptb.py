@@ -111,9 +111,9 @@ REFERENCE_OPTIONS = [
 ]
 
 # Tuning around the ladder's top row (a GPU step: launch/gpu_plan.sh tune), each point from ladder5_dropout:
-# more dropout first (the CPU curves: at 0.4, PTB's top row trains to 76 in perplexity under dropout
-# against 107 in validation after 4.9 epochs; Brown's stalled at 2.5), then, under it, the width, depth
-# and window the converged rows may call for, the reference's gradient clipping, a lower rate.
+# more dropout first (the CPU curves: at 0.4, PTB's top row ends at 52 in training perplexity under
+# dropout against 104 in validation, early-stopped at 6.5 epochs; Brown's stalled at 2.5), then, under it,
+# the width, depth and window the converged rows may call for, the reference's gradient clipping, a lower rate.
 _DROPOUT_05 = {'model.feature_dropout': 0.5, 'model.hidden_dropout': 0.5}
 TUNE = [
     ('tune0_dropout0.5', _DROPOUT_05),
