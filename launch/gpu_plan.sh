@@ -9,8 +9,8 @@
 #   chars      issue 27: PTB characters, the ladder's six rows side by side (each + KN11)
 #   brown      issue 27: Brown, the ladder's six rows side by side (each + the interpolated trigram)
 #   reference  issue 27: the reference code's options on the top PTB row (the family's defaults)
-#   tune       issue 27: six points around the top row of PTB and of Brown (dropout, width, depth, window,
-#              clipping, rate: TUNE in the two experiment files), all twelve side by side
+#   tune       issue 27: seven points around the top row of PTB and six around Brown's (dropout, width, depth,
+#              window, clipping, rate: TUNE in the two experiment files), all thirteen side by side
 #   seeds      issue 27: the best row of each corpus with seeds 1 and 2, all six side by side
 #              (PTB_ROW, CHAR_ROW, BROWN_ROW name the rows, of the sweeps PTB_SWEEP, CHAR_SWEEP,
 #              BROWN_SWEEP; default: each ladder's top row; PTB_SWEEP=tune PTB_ROW=tune1_dropout0.5_h2048)
