@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 
+from nplm_jax.training import run_state as run_state_lib
 from nplm_jax.training import sampled_noise
 from nplm_jax.data import corpora as data
 from nplm_jax.training import train
@@ -454,6 +455,45 @@ def test_a_time_budget_stops_at_the_next_dispatch_and_a_larger_one_goes_on(tiny_
   assert not finished['stopped_early'] and finished['stop_reason'] == ''
   assert finished['epochs'] == 2
   assert len(finished['history']) > len(budgeted['history'])
+
+
+def test_the_extra_evaluation_of_a_time_budget_leaves_the_resumed_run_on_the_uninterrupted_course(tiny_config,
+                                                                                                 tmp_path):
+  """The evaluation at a time-budget stop (off the eval_every schedule) may be the best so far, but what
+  annealing and patience judge by moves only at scheduled evaluations: stopped after step 1 and
+  resumed, the run anneals where the uninterrupted one does and ends with its numbers. A threshold of
+  90% makes every scheduled evaluation after the first stall, so judging the first against step 1's
+  figure (as the code once did) would anneal there."""
+  tiny_config.train.update(eval_every=20, num_epochs=1, anneal_factor=0.5, anneal_threshold=0.9, max_anneals=10)
+  uninterrupted = train.train_and_evaluate(tiny_config, str(tmp_path / 'uninterrupted'))
+  tiny_config.train.max_seconds = 1e-3
+  budgeted = train.train_and_evaluate(tiny_config, str(tmp_path / 'budgeted'))
+  assert budgeted['stop_reason'].startswith('train.max_seconds') and budgeted['history'][0]['step'] % 20
+  tiny_config.train.max_seconds = 0.0
+  resumed = train.train_and_evaluate(tiny_config, str(tmp_path / 'budgeted'))
+  scheduled = lambda results, key: [h[key] for h in results['history'] if h['step'] % 20 == 0]
+  assert len(scheduled(uninterrupted, 'step')) >= 3 and scheduled(uninterrupted, 'lr_scale')[-1] < 1  # it annealed
+  for key in ('step', 'lr_scale'):
+    assert scheduled(resumed, key) == scheduled(uninterrupted, key)
+  np.testing.assert_allclose(scheduled(resumed, 'valid_ppl'), scheduled(uninterrupted, 'valid_ppl'), rtol=1e-6)
+  for key in ('valid_ppl', 'test_ppl'):
+    assert resumed[key] == pytest.approx(uninterrupted[key], rel=1e-6)
+
+
+def test_only_scheduled_evaluations_move_what_annealing_and_patience_judge_by():
+  state = run_state_lib.RunState()
+  assert state.record_evaluation(20, 0.5, 200.0)
+  assert state.record_evaluation(25, 0.6, 190.0, scheduled=False)  # best/ takes step 25
+  assert (state.best_valid_ppl, state.best_step) == (190.0, 25)
+  assert (state.scheduled_best_ppl, state.evals_since_best) == (200.0, 0)
+  assert not state.record_evaluation(30, 0.7, 195.0, scheduled=False)
+  assert state.evals_since_best == 0  # no patience spent off the schedule
+  assert not state.record_evaluation(40, 1.0, 199.0)  # not the best, but better than the scheduled best
+  assert (state.scheduled_best_ppl, state.evals_since_best) == (199.0, 0)
+  assert not state.record_evaluation(60, 1.5, 201.0)
+  assert state.evals_since_best == 1
+  old = {k: v for k, v in state.to_json().items() if k != 'scheduled_best_ppl'}  # saved before the field existed
+  assert run_state_lib.RunState.from_json(old).scheduled_best_ppl == 190.0
 
 
 def test_the_pallas_softmax_kernel_trains_as_xla_does(tiny_config, tmp_path):

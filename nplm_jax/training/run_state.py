@@ -10,9 +10,13 @@ import dataclasses
 
 @dataclasses.dataclass
 class RunState:
-  best_valid_ppl: float | None = None
+  best_valid_ppl: float | None = None  # of every evaluation: its parameters are in best/ and the result
   best_step: int | None = None  # the step of the parameters in best/
-  evals_since_best: int = 0
+  # What annealing and patience judge by: the scheduled evaluations only (every evaluation of an
+  # uninterrupted run). The extra one of a run stopped between them (its time budget) may give best/
+  # its parameters, not move these, so a resumed run keeps the uninterrupted run's course.
+  scheduled_best_ppl: float | None = None
+  evals_since_best: int = 0  # scheduled evaluations since scheduled_best_ppl last improved
   lr_scale: float = 1.0  # learning-rate annealing multiplies the optimiser's step by this
   anneals: int = 0
   stopped_early: bool = False
@@ -27,15 +31,20 @@ class RunState:
   def from_json(cls, saved: dict) -> 'RunState':
     """Fields an older checkpoint lacks take their defaults; fields it has that are gone are dropped."""
     known = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in saved.items() if k in known})
+    saved = {k: v for k, v in saved.items() if k in known}
+    saved.setdefault('scheduled_best_ppl', saved.get('best_valid_ppl'))  # saved before the two were told apart
+    return cls(**saved)
 
-  def record_evaluation(self, step: int, epoch: float, valid_ppl: float) -> bool:
-    """Adds an evaluation to the history; True when it is the best so far."""
+  def record_evaluation(self, step: int, epoch: float, valid_ppl: float, scheduled: bool = True) -> bool:
+    """Adds an evaluation to the history; True when it is the best so far (of every evaluation)."""
     improved = self.best_valid_ppl is None or valid_ppl < self.best_valid_ppl
     if improved:
-      self.best_valid_ppl, self.best_step, self.evals_since_best = valid_ppl, step, 0
-    else:
-      self.evals_since_best += 1
+      self.best_valid_ppl, self.best_step = valid_ppl, step
+    if scheduled:
+      if self.scheduled_best_ppl is None or valid_ppl < self.scheduled_best_ppl:
+        self.scheduled_best_ppl, self.evals_since_best = valid_ppl, 0
+      else:
+        self.evals_since_best += 1
     self.history.append({'step': step, 'epoch': epoch, 'valid_ppl': valid_ppl, 'lr_scale': self.lr_scale})
     return improved
 

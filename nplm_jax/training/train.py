@@ -589,9 +589,12 @@ def _evaluate_and_track(run: experiment_lib.Experiment, state, run_state: run_st
   valid_ppl = evaluation.perplexity(nll)
   if not math.isfinite(valid_ppl):
     raise _diverged(run, checkpoints, run_state, f'the validation perplexity overflows at step {step}')
-  previous_best = run_state.best_valid_ppl
+  # Only scheduled evaluations anneal or spend patience, judged against the scheduled ones: the extra
+  # one at the end of a shortened run must not, or resuming it would not follow the uninterrupted run.
+  scheduled = step % run.plan['eval_every'] == 0
+  previous_best = run_state.scheduled_best_ppl
   epoch = step / run.plan['steps_per_epoch']
-  improved = run_state.record_evaluation(step, epoch, valid_ppl)
+  improved = run_state.record_evaluation(step, epoch, valid_ppl, scheduled)
   if improved:
     saving = time.perf_counter()
     checkpoints.save_best(step, state.params)
@@ -600,9 +603,6 @@ def _evaluate_and_track(run: experiment_lib.Experiment, state, run_state: run_st
   metrics_lib.log(f'eval step {step} epoch {epoch:.2f}: valid ppl {valid_ppl:.2f} '
                   f'(best {run_state.best_valid_ppl:.2f} at step {run_state.best_step})')
   stalled = previous_best is not None and valid_ppl > previous_best * (1.0 - train_config.anneal_threshold)
-  # Only at scheduled evaluations: the extra one at the end of a shortened run must not anneal,
-  # or resuming it would not follow the uninterrupted run.
-  scheduled = step % run.plan['eval_every'] == 0
   if train_config.anneal_factor > 0 and stalled and scheduled:
     if run_state.anneals < train_config.max_anneals:
       run_state.anneal(train_config.anneal_factor)
