@@ -8,6 +8,9 @@
 #   ptb        issue 27: PTB words, the ladder's six rows side by side (each + KN5)
 #   chars      issue 27: PTB characters, the ladder's six rows side by side (each + KN11)
 #   brown      issue 27: Brown, the ladder's six rows side by side (each + the interpolated trigram)
+#   ladders    issue 27: ptb, chars and brown at once, eighteen rows side by side in one call: a session's
+#              half hour of device time fits three calls, so ladders (360 s of training a row), ladders
+#              again with BUDGET=720 (the rows go on), then kernel, where ptb, chars and brown take all three
 #   reference  issue 27: the reference code's options on the top PTB row (the family's defaults)
 #   tune       issue 27: seven points around the top row of PTB and six around Brown's (dropout, width, depth,
 #              window, clipping, rate: TUNE in the two experiment files), all thirteen side by side
@@ -30,24 +33,31 @@
 # a row that hits it is time-budgeted ('stopped by' in RESULTS.md). The workdirs live in runs/device/
 # (git-ignored: a later call on the same warm machine finds them), so the same step again with a larger
 # BUDGET (the budget counts every call's training: BUDGET=840 after 420) resumes each row where it
-# stopped, until it stops early; a row that stopped early is left as it is.
+# stopped, until it stops early; a row that stopped early is left as it is. The device tool hands an
+# idle machine back within about 30 s: make the next call at once and collect the last one's pack after,
+# or the rows start again from nothing (their checkpoints are too large to carry).
 set -u
 step=$1 out=$2
 cd "$(dirname "$0")/.."
 case $step in
-  ptb|chars|brown|reference|tune|seeds|kernel|research|mps) ;;
-  *) echo "unknown step $step: use ptb, chars, brown, reference, tune, seeds, kernel, research or mps"; exit 2 ;;
+  ptb|chars|brown|ladders|reference|tune|seeds|kernel|research|mps) ;;
+  *) echo "unknown step $step: use ptb, chars, brown, ladders, reference, tune, seeds, kernel, research or mps"; exit 2 ;;
 esac
 source launch/device_env.sh || { echo "device_env.sh failed: carry .whl and .carry (launch/device_pack.sh)"; exit 1; }
 export SWEEP_ROOT=${SWEEP_ROOT:-$PWD/runs/device} MPS=${MPS:-1}
-budget=${BUDGET:-420}  # seconds of training a row: start-up, the final evaluation, the mixture and the pack fit in the rest
+# seconds of training a row: start-up, the final evaluation, the mixture and the pack fit in the rest
+# (eighteen rows at once start, evaluate and count their n-grams slower than six: less for ladders)
+default_budget=420
+[ "$step" = ladders ] && default_budget=360
+budget=${BUDGET:-$default_budget}
+ptb_ladder="experiments/ptb.py ladder --set=train.max_seconds=$budget"
+char_ladder="experiments/ptb.py char_ladder --set=train.max_seconds=$budget --set=train.eval_every=2000"
+brown_ladder="experiments/brown.py ladder --name=brown_ladder --set=train.max_seconds=$budget"
 case $step in
-  ptb)
-    bash launch/device_sweeps.sh "$out" "experiments/ptb.py ladder --set=train.max_seconds=$budget" ;;
-  chars)
-    bash launch/device_sweeps.sh "$out" "experiments/ptb.py char_ladder --set=train.max_seconds=$budget --set=train.eval_every=2000" ;;
-  brown)
-    bash launch/device_sweeps.sh "$out" "experiments/brown.py ladder --name=brown_ladder --set=train.max_seconds=$budget" ;;
+  ptb) bash launch/device_sweeps.sh "$out" "$ptb_ladder" ;;
+  chars) bash launch/device_sweeps.sh "$out" "$char_ladder" ;;
+  brown) bash launch/device_sweeps.sh "$out" "$brown_ladder" ;;
+  ladders) bash launch/device_sweeps.sh "$out" "$ptb_ladder" "$char_ladder" "$brown_ladder" ;;
   reference)
     bash launch/device_sweeps.sh "$out" "experiments/ptb.py reference_options --set=train.max_seconds=$budget" ;;
   tune)
