@@ -87,12 +87,15 @@ def _abstract_passes(k: int, dtype: str, form: str):
 def test_the_loop_form_lowers_for_cuda_through_triton(monkeypatch, k, dtype):
   """The GPU form built for CUDA on this CPU machine (what can be checked without a GPU): Triton, not
   Mosaic GPU (whose async copies and shared memory the whole-array blocks exceed), with the feature
-  width padded to a power of two (Triton's lowering refuses any other array size)."""
+  width padded to a power of two (Triton's lowering refuses any other array size). The GPU is named
+  as an abstract device: JAX from 0.11 reads its compute capability from it where no GPU is present."""
   import jax  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(softmax_kernel, '_platform', lambda: 'gpu')
-  for function, args, _ in _abstract_passes(k, dtype, 'loop'):
-    lowered = jax.jit(function).trace(*args).lower(lowering_platforms=('cuda',)).as_text()
-    assert 'triton' in lowered and 'mosaic' not in lowered.lower()
+  gpu = jax.sharding.AbstractDevice(device_kind='NVIDIA H100 80GB HBM3', num_cores=132, platform='gpu')
+  with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((1,), ('x',), abstract_device=gpu)):
+    for function, args, _ in _abstract_passes(k, dtype, 'loop'):
+      lowered = jax.jit(function).trace(*args).lower(lowering_platforms=('cuda',)).as_text()
+      assert 'triton' in lowered and 'mosaic' not in lowered.lower()
 
 
 @pytest.mark.parametrize('device_kind', ['TPU v4', 'TPU v5 lite', 'TPU v6 lite'])
