@@ -4,6 +4,7 @@ training on its workdir, and resumes that would change its trajectory."""
 import hashlib
 import json
 import os
+import pathlib
 import re
 import shutil
 import signal
@@ -50,7 +51,7 @@ def assert_same_outcome(workdir, reference, logged_steps: bool = True):
   pa, pb = checkpoint_reader.latest_params(workdir), checkpoint_reader.latest_params(reference)
   for k in pb:
     np.testing.assert_array_equal(pa[k], pb[k], err_msg=k)
-  steps = lambda w: [json.loads(line)['step'] for line in open(os.path.join(w, 'metrics.jsonl'), encoding='utf-8')]
+  steps = lambda w: [json.loads(line)['step'] for line in pathlib.Path(w, 'metrics.jsonl').read_text(encoding='utf-8').splitlines()]
   assert not logged_steps or steps(workdir) == steps(reference)  # each step logged once, whatever the interruptions
 
 

@@ -2,6 +2,7 @@
 
 import csv
 import os
+import pathlib
 
 import pytest
 
@@ -23,7 +24,7 @@ def test_grid_runs_resumes_and_tabulates(tiny_files, tmp_path, capsys):
     rows = list(csv.DictReader(f))
   assert [r['name'] for r in rows] == ['h0', 'h8'] and [r['h'] for r in rows] == ['0', '8']
   assert all(float(r['valid_ppl']) > 1 for r in rows)
-  markdown = open(os.path.join(root, 'results.md'), encoding='utf-8').read()
+  markdown = pathlib.Path(root, 'results.md').read_text(encoding='utf-8')
   assert markdown.startswith('| name |') and '| h8 |' in markdown
   with open(os.path.join(root, 'curves.png'), 'rb') as f:  # the points' validation curves, overlaid
     assert f.read(8) == b'\x89PNG\r\n\x1a\n'
@@ -40,7 +41,7 @@ def test_a_point_out_of_time_goes_on_when_the_budget_grows(tiny_files, tmp_path,
   root = str(tmp_path / 'sweep')
   args = lambda budget: [a.replace('model.h=0,8', 'model.h=8') for a in tiny_grid_args(tiny_files, root)] + [
       f'--set=train.max_seconds={budget}', '--set=train.num_epochs=2']
-  read = lambda: json.load(open(os.path.join(root, 'h8', 'results.json'), encoding='utf-8'))
+  read = lambda: json.loads(pathlib.Path(os.path.join(root, 'h8', 'results.json')).read_text(encoding='utf-8'))
   assert sweep.main(args(0.001)) == 0
   timed = read()
   assert timed['stop_reason'].startswith('train.max_seconds')
@@ -74,7 +75,7 @@ def test_named_sweep_of_ngram_points(ptb_dir, tmp_path, capsys, monkeypatch):
   monkeypatch.setenv('PTB_DIR', ptb_dir)
   root = str(tmp_path / 'ptb')
   assert sweep.main(['--config=experiments/ptb.py', '--sweep=ngrams', f'--root={root}', '--parallel=2']) == 0
-  rows = list(csv.DictReader(open(os.path.join(root, 'results.csv'), encoding='utf-8')))
+  rows = list(csv.DictReader(pathlib.Path(root, 'results.csv').read_text(encoding='utf-8').splitlines()))
   assert {r['name'] for r in rows} == {'kneser_ney_3', 'kneser_ney_5'}
 
 
@@ -127,17 +128,17 @@ def test_start_from_continues_a_copy_of_a_finished_point_and_seeds_are_summarise
   outcomes = sweep.run_sweep(points, root, parallel=2, common_overrides={})
   assert sorted(status for _, status, _ in outcomes) == ['done'] * 3, outcomes
   import json  # pylint: disable=g-import-not-at-top
-  load = lambda name: json.load(open(os.path.join(root, name, 'results.json'), encoding='utf-8'))
+  load = lambda name: json.loads(pathlib.Path(os.path.join(root, name, 'results.json')).read_text(encoding='utf-8'))
   base, more = load('base'), load('more')
   assert more['history'][:len(base['history'])] == base['history']  # the copy went on from base's run
   assert more['steps_trained'] == 2 * base['steps_trained']
   assert load('base_seed1')['config']['seed'] == 1 and load('base_seed1')['valid_ppl'] != base['valid_ppl']
   rows = sweep.collect(points, root)
   sweep.write_tables(rows, root)
-  groups = json.load(open(os.path.join(root, 'seeds.json'), encoding='utf-8'))
+  groups = json.loads(pathlib.Path(os.path.join(root, 'seeds.json')).read_text(encoding='utf-8'))
   assert [g['group'] for g in groups] == ['base'] and groups[0]['seeds'] == [0, 1]
   assert groups[0]['valid_ppl']['min'] == min(base['valid_ppl'], load('base_seed1')['valid_ppl'])
-  assert 'Over seeds' in open(os.path.join(root, 'results.md'), encoding='utf-8').read()
+  assert 'Over seeds' in pathlib.Path(root, 'results.md').read_text(encoding='utf-8')
   single = str(tmp_path / 'single')  # no seed groups: no seeds.json
   sweep.write_tables([r for r in rows if r['name'] == 'base'], single)
   assert os.listdir(single) and 'seeds.json' not in os.listdir(single)

@@ -33,7 +33,8 @@ On a CPU both run in Pallas's interpret mode, where the tests check them against
 path. On a GPU, pallas_call would lower through Mosaic GPU by default (jax_pallas_use_mosaic_gpu),
 whose async copies and shared memory these kernels' whole-array blocks exceed; the loop form names
 Triton through its compiler parameters instead and pads the feature width K with zeros to a power of
-two (Triton's lowering takes no other array size). It lowers for CUDA (a CPU test builds it), and
+two (Triton's lowering takes no other array size; JAX 0.11 deprecates Pallas's Triton backend, so a
+later JAX will need a Mosaic GPU form). It lowers for CUDA (a CPU test builds it), and
 tests/test_gpu.py runs it against NumPy on a GPU; it has not been timed on one yet, so 'auto' never
 picks it (backend_defaults). The grid form is for TPUs only (vocab_softmax refuses it elsewhere): its
 first grid axis parallel, its last in order; it lowers through Mosaic for TPU v4, v5e and v6e (a CPU
