@@ -232,7 +232,7 @@ def tool(module, *args, check=True):
 
 
 def test_training_learns_and_mixes(workdir):
-  results = json.loads(pathlib.Path(os.path.join(workdir['path'], 'results.json')).read_text(encoding='utf-8'))
+  results = json.loads(pathlib.Path(workdir['path'], 'results.json').read_text(encoding='utf-8'))
   assert results['config']['model']['kind'] == 'revisited'
   unigram = 60  # a 60-word Markov chain with two likely successors: far below |V| once learned
   assert results['test_ppl'] < unigram / 3, results['test_ppl']
@@ -248,7 +248,7 @@ def test_scoring_the_test_file_gives_the_evaluation(workdir):
   n = model.context_size  # the window and the distant block: boundary symbols vs the end of valid
   assert n == 2 + 6
   np.testing.assert_allclose(nll[n:], evaluated[n:], rtol=1e-5)
-  results = json.loads(pathlib.Path(os.path.join(workdir['path'], 'results.json')).read_text(encoding='utf-8'))
+  results = json.loads(pathlib.Path(workdir['path'], 'results.json').read_text(encoding='utf-8'))
   assert math.exp(nll.mean()) == pytest.approx(results['test_ppl'], rel=2e-2)
 
 

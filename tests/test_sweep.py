@@ -41,7 +41,7 @@ def test_a_point_out_of_time_goes_on_when_the_budget_grows(tiny_files, tmp_path,
   root = str(tmp_path / 'sweep')
   args = lambda budget: [a.replace('model.h=0,8', 'model.h=8') for a in tiny_grid_args(tiny_files, root)] + [
       f'--set=train.max_seconds={budget}', '--set=train.num_epochs=2']
-  read = lambda: json.loads(pathlib.Path(os.path.join(root, 'h8', 'results.json')).read_text(encoding='utf-8'))
+  read = lambda: json.loads(pathlib.Path(root, 'h8', 'results.json').read_text(encoding='utf-8'))
   assert sweep.main(args(0.001)) == 0
   timed = read()
   assert timed['stop_reason'].startswith('train.max_seconds')
@@ -128,14 +128,14 @@ def test_start_from_continues_a_copy_of_a_finished_point_and_seeds_are_summarise
   outcomes = sweep.run_sweep(points, root, parallel=2, common_overrides={})
   assert sorted(status for _, status, _ in outcomes) == ['done'] * 3, outcomes
   import json  # pylint: disable=g-import-not-at-top
-  load = lambda name: json.loads(pathlib.Path(os.path.join(root, name, 'results.json')).read_text(encoding='utf-8'))
+  load = lambda name: json.loads(pathlib.Path(root, name, 'results.json').read_text(encoding='utf-8'))
   base, more = load('base'), load('more')
   assert more['history'][:len(base['history'])] == base['history']  # the copy went on from base's run
   assert more['steps_trained'] == 2 * base['steps_trained']
   assert load('base_seed1')['config']['seed'] == 1 and load('base_seed1')['valid_ppl'] != base['valid_ppl']
   rows = sweep.collect(points, root)
   sweep.write_tables(rows, root)
-  groups = json.loads(pathlib.Path(os.path.join(root, 'seeds.json')).read_text(encoding='utf-8'))
+  groups = json.loads(pathlib.Path(root, 'seeds.json').read_text(encoding='utf-8'))
   assert [g['group'] for g in groups] == ['base'] and groups[0]['seeds'] == [0, 1]
   assert groups[0]['valid_ppl']['min'] == min(base['valid_ppl'], load('base_seed1')['valid_ppl'])
   assert 'Over seeds' in pathlib.Path(root, 'results.md').read_text(encoding='utf-8')

@@ -65,7 +65,7 @@ def test_scoring_the_test_file_as_a_stream_gives_the_evaluation(workdir, model):
   evaluated = evaluation.evaluate_workdir(workdir['path'], splits=('test',))['test']
   n = model.context_size  # only the first n-1 tokens' contexts differ (boundary symbols vs the end of valid)
   np.testing.assert_allclose(nll[n:], evaluated[n:], rtol=1e-5)
-  results = json.loads(pathlib.Path(os.path.join(workdir['path'], 'results.json')).read_text(encoding='utf-8'))
+  results = json.loads(pathlib.Path(workdir['path'], 'results.json').read_text(encoding='utf-8'))
   assert math.exp(nll.mean()) == pytest.approx(results['test_ppl'], rel=1e-3)
 
 
@@ -143,7 +143,7 @@ def test_kenlm_format_parses_as_kenlms_query_output(workdir):
 def test_score_with_the_mixture_matches_the_training_mixture(workdir):
   out = json.loads(tool('nplm_jax.tools.score', f'--workdir={workdir["path"]}', f'--text={workdir["files"]["test"]}',
                         '--mix', '--format=json'))
-  results = json.loads(pathlib.Path(os.path.join(workdir['path'], 'results.json')).read_text(encoding='utf-8'))
+  results = json.loads(pathlib.Path(workdir['path'], 'results.json').read_text(encoding='utf-8'))
   assert out['perplexity'] == pytest.approx(results['mix_test_ppl'], rel=1e-2)
   assert out['perplexity'] < results['test_ppl'] * 1.2  # mixed, not the n-gram alone
 
