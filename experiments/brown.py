@@ -56,7 +56,8 @@ def regularised_changes(variant: str) -> dict:
 REVISITED = {'model.kind': 'revisited', 'model.depth': 4, 'model.m': 256, 'model.h': 1024,
              'model.feature_dropout': 0.3, 'model.hidden_dropout': 0.3, 'optimizer.name': 'adamw',
              'optimizer.learning_rate': 1e-3, 'optimizer.weight_decay': 0.1, 'optimizer.warmup_steps': 500,
-             'train.batch_size': 256, 'train.eval_every': 1563, 'mesh.axis_rules.hidden': 'model'}
+             'train.batch_size': 256, 'train.eval_every': 1563, 'mesh.axis_rules.hidden': 'model',
+             'mesh.axis_rules.distant': 'model'}
 LADDER = [
     ('ladder0_nplm2003', {}),  # reg4_n7
     ('ladder1_window15', {'model.n': 16}),

@@ -195,7 +195,7 @@ CHAR_MODEL = dict(n=11, m=32, h=512, direct=True)
 CHAR_REVISITED = {'model.kind': 'revisited', 'model.n': 41, 'model.depth': 4, 'model.m': 128, 'model.h': 2048,
                   'model.direct': False, 'model.distant_tokens': 400, 'model.distant_kernels': 4, 'model.tied': True,
                   'model.feature_dropout': 0.1, 'model.hidden_dropout': 0.1, 'optimizer.warmup_steps': 1000,
-                  'mesh.axis_rules.hidden': 'model'}
+                  'mesh.axis_rules.hidden': 'model', 'mesh.axis_rules.distant': 'model'}
 CHAR_TRAINING = {'optimizer.name': 'adamw', 'train.batch_size': 512, 'train.num_epochs': 10, 'train.patience': 2}
 
 

@@ -338,6 +338,15 @@ def one_device_training(family: str):
   return train_three_steps(hidden_split_model(family), (1, 1), {'vocab': 'model'})[:2]
 
 
+def assert_trains_as_one_device(training, reference_training):
+  """The (losses, params) of train_three_steps equal the one-device run's (float rounding)."""
+  (losses, params), (reference_losses, reference) = training, reference_training
+  np.testing.assert_allclose(losses, reference_losses, rtol=1e-5)
+  reference_flat = dict(jax.tree_util.tree_flatten_with_path(reference)[0])
+  for path, value in jax.tree_util.tree_flatten_with_path(params)[0]:
+    assert rel_err(value, reference_flat[path]) <= 1e-5, (jax.tree_util.keystr(path), rel_err(value, reference_flat[path]))
+
+
 @pytest.mark.parametrize('family', ['revisited', 'revisited_tied', 'bengio2003'])
 @pytest.mark.parametrize('shape', [(2, 4), (1, 8)], ids=lambda s: f'mesh{s[0]}x{s[1]}')
 def test_hidden_layers_split_on_model_match_one_device(family, shape):
@@ -345,15 +354,43 @@ def test_hidden_layers_split_on_model_match_one_device(family, shape):
   device holds 1/model of every hidden kernel), and training gives what one device gives."""
   model = hidden_split_model(family)
   losses, params, param_sh = train_three_steps(model, shape, HIDDEN_SPLIT)
-  reference_losses, reference = one_device_training(family)
-  np.testing.assert_allclose(losses, reference_losses, rtol=1e-5)
-  flat, _ = jax.tree_util.tree_flatten_with_path(params)
-  reference_flat = dict(jax.tree_util.tree_flatten_with_path(reference)[0])
-  for path, value in flat:
-    assert rel_err(value, reference_flat[path]) <= 1e-5, (jax.tree_util.keystr(path), rel_err(value, reference_flat[path]))
+  assert_trains_as_one_device((losses, params), one_device_training(family))
   hidden_kernel = param_sh['block_0']['in_kernel'] if family != 'bengio2003' else param_sh['H']
   assert hidden_kernel.spec == jax.sharding.PartitionSpec(None, 'model')
   assert hidden_kernel.shard_shape((40, 16)) == (40, 16 // shape[1])
+
+
+DISTANT_SPLIT = {**HIDDEN_SPLIT, 'distant': 'model'}
+
+
+def rows_gathered(hlo: str) -> set[int]:
+  """How many rows of C each gather of the compiled program fetches (per device)."""
+  return {int(rows) for rows in re.findall(r'= f32\[(\d+),1,\d+\]\S* gather\(', hlo)}
+
+
+@pytest.mark.parametrize('tied', [False, True], ids=['untied', 'tied'])
+@pytest.mark.parametrize('shape', [(2, 4), (1, 8)], ids=lambda s: f'mesh{s[0]}x{s[1]}')
+def test_distant_block_split_on_model_matches_one_device(shape, tied):
+  """With mesh.axis_rules.distant='model' the kernels are split by distant position over 'model': each
+  device gathers and weighs its share of the distant block (the step's largest gather shrinks by the
+  axis's size) and XLA sums the partial summaries. Training gives what one device gives."""
+  model = small_revisited(distant_tokens=16, tied=tied)
+  losses, params, param_sh = train_three_steps(model, shape, DISTANT_SPLIT)
+  assert_trains_as_one_device((losses, params), train_three_steps(model, (1, 1), {'vocab': 'model'})[:2])
+  assert param_sh['distant_kernels'].spec == jax.sharding.PartitionSpec(None, 'model')
+  mesh, contexts = mesh_of(shape), np.zeros((BATCH, model.context_size), np.int32)
+  gathers = {}
+  for name, rules in (('split', DISTANT_SPLIT), ('whole', HIDDEN_SPLIT)):
+    compiled = steps_lib.compile_steps(model, adamw(), mesh, axis_rules=rules)
+    with jax.set_mesh(mesh):
+      state = compiled.init()
+      hlo = compiled.lower_train(state, sharding.put_batch(mesh, contexts),
+                                 sharding.put_batch(mesh, contexts[:, 0])).compile().as_text()
+    gathers[name] = rows_gathered(hlo)
+  # whole: the 16 distant words of each of the device's examples; split: 16 / model of them
+  examples = BATCH // shape[0]
+  assert 16 * examples in gathers['whole'] and 16 // shape[1] * examples not in gathers['whole'], gathers
+  assert 16 * examples not in gathers['split'] and 16 // shape[1] * examples in gathers['split'], gathers
 
 
 def test_a_hidden_width_that_does_not_split_is_a_one_line_error():

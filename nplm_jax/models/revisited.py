@@ -162,6 +162,11 @@ class RevisitedNPLM(output_layer.OutputLayerModel, nn.Module):
       return stored
     padding = self.padded_vocab_size - self.vocab_size
     columns = jnp.pad(params['C'].T, ((0, 0), (0, padding)))  # padded columns: 0 weights, bias PADDING_LOGIT
+    if not jax.sharding.get_abstract_mesh().empty:
+      # C is whole on every device: padded there, each device then keeps its vocabulary columns. Left to
+      # itself, XLA pads the vocabulary-split transpose, a halo exchange between the shards every step
+      # (2-core CPU, Brown ladder5_dropout: a 340 -> 310 ms step).
+      columns = jax.lax.with_sharding_constraint(columns, jax.sharding.PartitionSpec())
     return jnp.concatenate([columns.astype(stored.dtype), stored], axis=0)
 
   def __call__(self, contexts: jax.Array) -> jax.Array:
