@@ -18,7 +18,8 @@ TABLE = {
     'model.compute_dtype': BackendDefault(
         'float32', 'bfloat16',
         'H100: Brown reg4_n7 and the PTB table network within 0.01% of float32 test perplexity, 1.3x faster end '
-        'to end, 2.3x a step at |V| 33k; CPUs have no bfloat16 matmul units'),
+        'to end, 2.3x a step at |V| 33k; 2-core CPU (AMD EPYC, AVX-512 BF16): bfloat16 matmuls alone 1.5-2.5x '
+        'float32, but a training step no faster (Brown reg4_n7, mlp1_tuned, ladder5_dropout), evaluation 1.3-1.5x'),
     'train.steps_per_dispatch': BackendDefault(
         1, 64,
         'H100, Brown reg4_n7 at batch 128: 1.3x the loop rate of one step a dispatch (up to 64 a dispatch, the '
