@@ -393,6 +393,28 @@ def test_distant_block_split_on_model_matches_one_device(shape, tied):
   assert 16 * examples not in gathers['split'] and 16 // shape[1] * examples in gathers['split'], gathers
 
 
+def test_tied_output_layer_is_padded_without_an_exchange_between_devices():
+  """Tied, the output layer is C's transpose padded to the padded vocabulary and split over 'model'.
+  C is whole on every device, so each pads it there and keeps its columns: the layer makes no
+  collective-permute in the step (XLA's halo exchange for a pad of the split array, forward and
+  backward, which it made every step before on mesh 1x2, the CPU default)."""
+  mesh = mesh_of((1, 2))
+  model = small_revisited(distant_tokens=16, tied=True)
+  compiled = steps_lib.compile_steps(model, adamw(), mesh, axis_rules=DISTANT_SPLIT)
+  contexts = np.zeros((BATCH, model.context_size), np.int32)
+  with jax.set_mesh(mesh):
+    state = compiled.init()
+    hlo = compiled.lower_train(state, sharding.put_batch(mesh, contexts),
+                               sharding.put_batch(mesh, contexts[:, 0])).compile().as_text()
+    # the detector finds the exchange where the split array is padded
+    split_pad = jax.jit(lambda c: jnp.pad(c.T, ((0, 0), (0, 3))),
+                        out_shardings=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, 'model')))
+    control = split_pad.lower(jnp.ones((VOCAB, 8))).compile().as_text()
+  exchanges = lambda text: [line for line in text.splitlines() if 'collective-permute(' in line]
+  assert [line for line in exchanges(control) if '/pad' in line]
+  assert not [line for line in exchanges(hlo) if 'output_layer' in line], exchanges(hlo)
+
+
 def test_a_hidden_width_that_does_not_split_is_a_one_line_error():
   with pytest.raises(UserError) as e:
     steps_lib.compile_steps(small_model(hidden_dim=10), adamw(), mesh_of((2, 4)), axis_rules=HIDDEN_SPLIT)

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXPECTED_CHECKS = 53
+EXPECTED_CHECKS = 54
 
 
 @pytest.fixture(scope='module')
@@ -44,6 +44,7 @@ def test_all_parallel_checks_ran(check_results):
                                     'test_checkpoint_moves_between_meshes', 'test_sampled_losses_match_dense',
                                     'test_hidden_layers_split_on_model_match_one_device',
                                     'test_distant_block_split_on_model_matches_one_device',
+                                    'test_tied_output_layer_is_padded_without_an_exchange_between_devices',
                                     'test_pallas_softmax_kernel_equals_dense', 'test_pallas_kernel_trains_as_the_xla_path'])
 def test_parallel_check(check_results, prefix):
   results, _ = check_results
