@@ -363,6 +363,16 @@ def test_hidden_layers_split_on_model_match_one_device(family, shape):
 DISTANT_SPLIT = {**HIDDEN_SPLIT, 'distant': 'model'}
 
 
+def train_step_hlo(model, mesh, axis_rules) -> str:
+  """The compiled AdamW training step of `model` on `mesh` (its per-device program, as text)."""
+  compiled = steps_lib.compile_steps(model, adamw(), mesh, axis_rules=axis_rules)
+  contexts = np.zeros((BATCH, model.context_size), np.int32)
+  with jax.set_mesh(mesh):
+    state = compiled.init()
+    return compiled.lower_train(state, sharding.put_batch(mesh, contexts),
+                                sharding.put_batch(mesh, contexts[:, 0])).compile().as_text()
+
+
 def rows_gathered(hlo: str) -> set[int]:
   """How many rows of C each gather of the compiled program fetches (per device)."""
   return {int(rows) for rows in re.findall(r'= f32\[(\d+),1,\d+\]\S* gather\(', hlo)}
@@ -372,21 +382,14 @@ def rows_gathered(hlo: str) -> set[int]:
 @pytest.mark.parametrize('shape', [(2, 4), (1, 8)], ids=lambda s: f'mesh{s[0]}x{s[1]}')
 def test_distant_block_split_on_model_matches_one_device(shape, tied):
   """With mesh.axis_rules.distant='model' the kernels are split by distant position over 'model': each
-  device gathers and weighs its share of the distant block (the step's largest gather shrinks by the
-  axis's size) and XLA sums the partial summaries. Training gives what one device gives."""
+  device gathers and weighs its share of the distant block (its gather fetches 1/model of the rows)
+  and XLA sums the partial summaries. Training gives what one device gives."""
   model = small_revisited(distant_tokens=16, tied=tied)
   losses, params, param_sh = train_three_steps(model, shape, DISTANT_SPLIT)
   assert_trains_as_one_device((losses, params), train_three_steps(model, (1, 1), {'vocab': 'model'})[:2])
   assert param_sh['distant_kernels'].spec == jax.sharding.PartitionSpec(None, 'model')
-  mesh, contexts = mesh_of(shape), np.zeros((BATCH, model.context_size), np.int32)
-  gathers = {}
-  for name, rules in (('split', DISTANT_SPLIT), ('whole', HIDDEN_SPLIT)):
-    compiled = steps_lib.compile_steps(model, adamw(), mesh, axis_rules=rules)
-    with jax.set_mesh(mesh):
-      state = compiled.init()
-      hlo = compiled.lower_train(state, sharding.put_batch(mesh, contexts),
-                                 sharding.put_batch(mesh, contexts[:, 0])).compile().as_text()
-    gathers[name] = rows_gathered(hlo)
+  gathers = {name: rows_gathered(train_step_hlo(model, mesh_of(shape), rules))
+             for name, rules in (('split', DISTANT_SPLIT), ('whole', HIDDEN_SPLIT))}
   # whole: the 16 distant words of each of the device's examples; split: 16 / model of them
   examples = BATCH // shape[0]
   assert 16 * examples in gathers['whole'] and 16 // shape[1] * examples not in gathers['whole'], gathers
@@ -399,14 +402,8 @@ def test_tied_output_layer_is_padded_without_an_exchange_between_devices():
   collective-permute in the step (XLA's halo exchange for a pad of the split array, forward and
   backward, which it made every step before on mesh 1x2, the CPU default)."""
   mesh = mesh_of((1, 2))
-  model = small_revisited(distant_tokens=16, tied=True)
-  compiled = steps_lib.compile_steps(model, adamw(), mesh, axis_rules=DISTANT_SPLIT)
-  contexts = np.zeros((BATCH, model.context_size), np.int32)
-  with jax.set_mesh(mesh):
-    state = compiled.init()
-    hlo = compiled.lower_train(state, sharding.put_batch(mesh, contexts),
-                               sharding.put_batch(mesh, contexts[:, 0])).compile().as_text()
-    # the detector finds the exchange where the split array is padded
+  hlo = train_step_hlo(small_revisited(distant_tokens=16, tied=True), mesh, DISTANT_SPLIT)
+  with jax.set_mesh(mesh):  # the detector finds the exchange where the split array is padded
     split_pad = jax.jit(lambda c: jnp.pad(c.T, ((0, 0), (0, 3))),
                         out_shardings=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, 'model')))
     control = split_pad.lower(jnp.ones((VOCAB, 8))).compile().as_text()
