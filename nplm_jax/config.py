@@ -92,6 +92,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.optimizer.b1 = 0.9  # adamw
   c.optimizer.b2 = 0.999  # adamw
   c.optimizer.warmup_steps = 0  # adamw: the rate rises linearly from 0 over this many steps; 0 = none
+  # adamw: > 0, after the warm-up the rate falls along a cosine to 0 at this step and stays there (Sun &
+  # Iyyer's schedule; set it to the run's length in steps); 0 = constant after the warm-up
+  c.optimizer.cosine_decay_steps = 0
   # adamw: the first moment's dtype; 'bfloat16' halves its memory and its traffic in every update (optax's
   # mu_dtype; the second moment stays float32)
   c.optimizer.mu_dtype = 'float32'
@@ -321,6 +324,7 @@ _RANGES = [
     ('model.distant_tokens', 'int', 0, None, 'use 0 for no distant context'),
     ('model.distant_kernels', 'int', 0, None, 'use 0 for no distant context'),
     ('optimizer.warmup_steps', 'int', 0, None, 'use 0 for no warm-up'),
+    ('optimizer.cosine_decay_steps', 'int', 0, None, 'use 0 for a constant rate after the warm-up'),
     ('optimizer.decay_rate', 'float', 0.0, None, 'use 0 for a constant rate'),
     ('optimizer.weight_decay', 'float', 0.0, None, 'use 0 for none'),
     ('optimizer.clip_norm', 'float', 0.0, None, 'use 0 for no gradient clipping'),
@@ -407,6 +411,18 @@ def validate(config) -> None:
   _validate_relations(config)
 
 
+def _validate_cosine_decay(opt) -> None:
+  decay_steps = opt.get('cosine_decay_steps', 0)
+  if not decay_steps:
+    return
+  if opt.name != 'adamw':
+    raise UserError(f'optimizer.cosine_decay_steps={decay_steps} is for adamw (paper_sgd has its own schedule, '
+                    'optimizer.decay_rate); set --config.optimizer.name=adamw or cosine_decay_steps=0')
+  if decay_steps <= opt.warmup_steps:
+    raise UserError(f'optimizer.cosine_decay_steps={decay_steps} must exceed optimizer.warmup_steps='
+                    f'{opt.warmup_steps} (the decay starts after the warm-up); e.g. the run\'s length in steps')
+
+
 def _validate_relations(config) -> None:
   """Checks that involve more than one value."""
   train, model = config.train, config.model
@@ -434,6 +450,7 @@ def _validate_relations(config) -> None:
     rate = model.get(name, 0.0)
     if not _number_ok(rate, 'float') or not 0.0 <= rate < 1.0:
       raise UserError(f'model.{name}={rate!r} must be in [0, 1) (0 = none); e.g. --config.model.{name}=0.2')
+  _validate_cosine_decay(config.optimizer)
   for name in ('b1', 'b2'):  # Adam's moment decay rates: 1 would never update a moment from its start
     value = config.optimizer.get(name, 0.9)
     if not _number_ok(value, 'float') or not 0.0 <= value < 1.0:

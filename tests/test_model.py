@@ -285,6 +285,25 @@ def test_gradient_clipping_scales_every_gradient_by_the_global_norm_before_the_d
   assert jax.tree.structure(optim.make_optimizer(config, 4).init(params)) == plain
 
 
+def test_cosine_decay_falls_from_the_rate_after_the_warm_up_to_zero_and_stays():
+  """optimizer.cosine_decay_steps: Sun & Iyyer's schedule; the optimiser's state keeps its layout (a
+  constant-rate workdir resumes with the cosine), and configs without the key keep the constant rate."""
+  from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import optim  # pylint: disable=g-import-not-at-top
+  config = config_lib.base_config().optimizer
+  config.update(name='adamw', learning_rate=1e-3, warmup_steps=10)
+  rate = lambda step: optim.learning_rate_at(config, 4, step)
+  assert [rate(s) for s in (0, 5, 10, 1000)] == pytest.approx([0.0, 5e-4, 1e-3, 1e-3])
+  params = {'C': jnp.ones((2, 3))}
+  constant = jax.tree.structure(optim.make_optimizer(config, 4).init(params))
+  config.cosine_decay_steps = 110
+  expected = [0.0, 5e-4, 1e-3, 1e-3 * 0.5 * (1 + np.cos(np.pi * 25 / 100)), 5e-4, 0.0, 0.0]
+  assert [rate(s) for s in (0, 5, 10, 35, 60, 110, 500)] == pytest.approx(expected, abs=1e-9)
+  assert jax.tree.structure(optim.make_optimizer(config, 4).init(params)) == constant
+  del config.cosine_decay_steps  # an older workdir's config
+  assert rate(1000) == pytest.approx(1e-3)
+
+
 def test_the_older_separate_layout_stacks_into_the_output_layer():
   model = model_lib.NPLM(vocab_size=13, context_size=2, embed_dim=3, hidden_dim=4, direct=True, vocab_pad_multiple=8)
   params = random_params(model)

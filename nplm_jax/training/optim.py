@@ -88,8 +88,12 @@ def first_moment_dtype(opt_config) -> jnp.dtype:
 
 
 def adamw_schedule(opt_config) -> optax.Schedule | float:
-  """AdamW's rate: constant, after a linear rise from 0 over optimizer.warmup_steps steps."""
+  """AdamW's rate: a linear rise from 0 over optimizer.warmup_steps steps, then constant, or with
+  optimizer.cosine_decay_steps a cosine down to 0 at that step (counted from the start, warm-up included)."""
   warmup = opt_config.get('warmup_steps', 0)
+  decay_steps = opt_config.get('cosine_decay_steps', 0)  # configs older than the key: constant
+  if decay_steps:
+    return optax.warmup_cosine_decay_schedule(0.0, opt_config.learning_rate, warmup, decay_steps, end_value=0.0)
   if not warmup:
     return opt_config.learning_rate
   return optax.linear_schedule(0.0, opt_config.learning_rate, warmup)
