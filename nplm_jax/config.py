@@ -93,7 +93,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.optimizer.b2 = 0.999  # adamw
   c.optimizer.warmup_steps = 0  # adamw: the rate rises linearly from 0 over this many steps; 0 = none
   # adamw: > 0, after the warm-up the rate falls along a cosine to 0 at this step and stays there (Sun &
-  # Iyyer's schedule; set it to the run's length in steps); 0 = constant after the warm-up
+  # Iyyer's schedule); -1 = at the end of the run (train.max_steps, else train.num_epochs; a time budget
+  # does not shorten it); 0 = constant after the warm-up
   c.optimizer.cosine_decay_steps = 0
   # adamw: the first moment's dtype; 'bfloat16' halves its memory and its traffic in every update (optax's
   # mu_dtype; the second moment stays float32)
@@ -324,7 +325,7 @@ _RANGES = [
     ('model.distant_tokens', 'int', 0, None, 'use 0 for no distant context'),
     ('model.distant_kernels', 'int', 0, None, 'use 0 for no distant context'),
     ('optimizer.warmup_steps', 'int', 0, None, 'use 0 for no warm-up'),
-    ('optimizer.cosine_decay_steps', 'int', 0, None, 'use 0 for a constant rate after the warm-up'),
+    ('optimizer.cosine_decay_steps', 'int', -1, None, 'use 0 for a constant rate after the warm-up, -1 for the run'),
     ('optimizer.decay_rate', 'float', 0.0, None, 'use 0 for a constant rate'),
     ('optimizer.weight_decay', 'float', 0.0, None, 'use 0 for none'),
     ('optimizer.clip_norm', 'float', 0.0, None, 'use 0 for no gradient clipping'),
@@ -418,7 +419,7 @@ def _validate_cosine_decay(opt) -> None:
   if opt.name != 'adamw':
     raise UserError(f'optimizer.cosine_decay_steps={decay_steps} is for adamw (paper_sgd has its own schedule, '
                     'optimizer.decay_rate); set --config.optimizer.name=adamw or cosine_decay_steps=0')
-  if decay_steps <= opt.warmup_steps:
+  if decay_steps != -1 and decay_steps <= opt.warmup_steps:
     raise UserError(f'optimizer.cosine_decay_steps={decay_steps} must exceed optimizer.warmup_steps='
                     f'{opt.warmup_steps} (the decay starts after the warm-up); e.g. the run\'s length in steps')
 

@@ -286,8 +286,9 @@ def test_gradient_clipping_scales_every_gradient_by_the_global_norm_before_the_d
 
 
 def test_cosine_decay_falls_from_the_rate_after_the_warm_up_to_zero_and_stays():
-  """optimizer.cosine_decay_steps: Sun & Iyyer's schedule; the optimiser's state keeps its layout (a
-  constant-rate workdir resumes with the cosine), and configs without the key keep the constant rate."""
+  """optimizer.cosine_decay_steps: Sun & Iyyer's schedule, to a given step or (-1) to the run's end; the
+  optimiser's state keeps its layout (a constant-rate workdir resumes with the cosine), and configs
+  without the key keep the constant rate."""
   from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
   from nplm_jax.training import optim  # pylint: disable=g-import-not-at-top
   config = config_lib.base_config().optimizer
@@ -300,6 +301,10 @@ def test_cosine_decay_falls_from_the_rate_after_the_warm_up_to_zero_and_stays():
   expected = [0.0, 5e-4, 1e-3, 1e-3 * 0.5 * (1 + np.cos(np.pi * 25 / 100)), 5e-4, 0.0, 0.0]
   assert [rate(s) for s in (0, 5, 10, 35, 60, 110, 500)] == pytest.approx(expected, abs=1e-9)
   assert jax.tree.structure(optim.make_optimizer(config, 4).init(params)) == constant
+  config.cosine_decay_steps = -1  # at the end of the run, whose length the caller gives
+  assert optim.learning_rate_at(config, 4, 60, run_steps=110) == pytest.approx(5e-4)
+  with pytest.raises(ValueError, match='needs run_steps'):
+    optim.make_optimizer(config, 4)
   del config.cosine_decay_steps  # an older workdir's config
   assert rate(1000) == pytest.approx(1e-3)
 

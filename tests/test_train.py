@@ -531,3 +531,16 @@ def test_adamw_with_a_bfloat16_first_moment_trains_as_float32_does(tiny_config, 
       losses[mu_dtype] = [r['train_loss_mean'] for r in map(json.loads, f) if 'train_loss_mean' in r]
   assert len(losses['float32']) == 6 and losses['bfloat16'][-1] < losses['bfloat16'][0]
   np.testing.assert_allclose(losses['bfloat16'], losses['float32'], rtol=1e-2)
+
+
+def test_a_cosine_over_the_run_brings_the_logged_rate_to_zero_at_its_last_step(tiny_config, tmp_path):
+  """optimizer.cosine_decay_steps=-1 decays over the run's planned steps (here train.max_steps): the rate
+  the loop logs follows the cosine, from the full rate after the warm-up to 0 at the last step."""
+  tiny_config.optimizer.update(name='adamw', learning_rate=2e-3, weight_decay=0.0, warmup_steps=4,
+                               cosine_decay_steps=-1)
+  tiny_config.train.update(max_steps=24, eval_every=24, log_every=4)
+  train.train_and_evaluate(tiny_config, str(tmp_path))
+  with open(tmp_path / 'metrics.jsonl', encoding='utf-8') as f:
+    rates = {r['step']: r['learning_rate'] for r in map(json.loads, f) if 'learning_rate' in r}
+  expected = {s: 2e-3 * 0.5 * (1 + np.cos(np.pi * (s - 4) / 20)) for s in (4, 8, 12, 16, 20, 24)}
+  assert rates == pytest.approx(expected, abs=1e-9)

@@ -19,8 +19,9 @@ at 0.41 epoch): input vectors scaled by sqrt(m) (embed_scale), a first layer wit
 (first_hidden; they use 1500 there and 2100 in the blocks), and the input dropout on each embedding
 before the kernels (feature_dropout_at='embeddings'; here on x after them). Their training differs
 too: gradients clipped to global norm 0.25 (optimizer.clip_norm, off by default) and the rate decayed
-along a cosine over a fixed number of steps, where this project keeps it constant after the warm-up
-and halves it from the best parameters at each stall (train.anneal_factor).
+along a cosine to 0 over a fixed number of steps (optimizer.cosine_decay_steps, off by default), where
+this project keeps it constant after the warm-up and halves it from the best parameters at each stall
+(train.anneal_factor); plain Adam where the project uses AdamW's decoupled weight decay.
 
 The module has the interface of model.NPLM that training and the tools use: context_size,
 features(contexts, deterministic), output_layer(params), __call__ (dense logits).

@@ -26,6 +26,14 @@ from nplm_jax.data import workdir_vocab
 from nplm_jax.errors import UserError
 
 
+def check_cosine_decay(opt_config, run_steps: int) -> None:
+  """optimizer.cosine_decay_steps=-1 decays over the run's planned steps: they must outlast the warm-up."""
+  warmup = opt_config.get('warmup_steps', 0)
+  if opt_config.get('cosine_decay_steps', 0) == -1 and run_steps <= warmup:
+    raise UserError(f'optimizer.cosine_decay_steps=-1 decays over the run, {run_steps} steps, which end within '
+                    f'optimizer.warmup_steps={warmup}; train longer (train.num_epochs, train.max_steps) or warm up less')
+
+
 def steps_plan(config, train_examples: int) -> dict:
   steps_per_epoch = train_examples // config.train.batch_size
   if steps_per_epoch < 1:
@@ -135,7 +143,8 @@ class Experiment:
                                              self.plan['steps_per_epoch'], self.plan['total'], self.rows)
     self.train_counts = train_counts = self.corpus.unigram_counts('train')  # a pass unless stored (prepared)
     check_rare_share(config.data, self.corpus, train_counts)
-    self.optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size)
+    check_cosine_decay(config.optimizer, self.plan['total'])
+    self.optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size, self.plan['total'])
     sampled = sampled_noise.make_sampled_loss(config.loss, train_counts, config.seed)
     bias_counts = train_counts if config.model.unigram_bias_init else None
     self.steps = steps_lib.compile_steps(self.model, self.optimizer, self.mesh, bias_counts, sampled,

@@ -53,7 +53,8 @@ def paper_schedule(learning_rate: float, decay_rate: float, batch_size: int) -> 
   return schedule
 
 
-def make_optimizer(opt_config, batch_size: int) -> optax.GradientTransformation:
+def make_optimizer(opt_config, batch_size: int, run_steps: int | None = None) -> optax.GradientTransformation:
+  """`run_steps`: the run's planned length, which optimizer.cosine_decay_steps = -1 decays over."""
   name = opt_config.name
   if name == 'paper_sgd':
     optimizer = optax.chain(
@@ -63,7 +64,7 @@ def make_optimizer(opt_config, batch_size: int) -> optax.GradientTransformation:
     optimizer = optax.chain(
         optax.scale_by_adam(b1=opt_config.b1, b2=opt_config.b2, mu_dtype=first_moment_dtype(opt_config)),
         decay_weights_not_biases(opt_config.weight_decay),
-        optax.scale_by_learning_rate(adamw_schedule(opt_config)))
+        optax.scale_by_learning_rate(adamw_schedule(opt_config, run_steps)))
   else:
     raise ValueError(f'optimizer {name!r} has no implementation (config.validate lists the names)')
   clip_norm = opt_config.get('clip_norm', 0.0)  # configs older than the key: no clipping
@@ -87,11 +88,23 @@ def first_moment_dtype(opt_config) -> jnp.dtype:
   return jnp.dtype(opt_config.get('mu_dtype', 'float32'))
 
 
-def adamw_schedule(opt_config) -> optax.Schedule | float:
-  """AdamW's rate: a linear rise from 0 over optimizer.warmup_steps steps, then constant, or with
-  optimizer.cosine_decay_steps a cosine down to 0 at that step (counted from the start, warm-up included)."""
-  warmup = opt_config.get('warmup_steps', 0)
+def cosine_decay_end(opt_config, run_steps: int | None) -> int:
+  """The step at which optimizer.cosine_decay_steps has the rate reach 0 (0: no decay; -1: the end of
+  the run, `run_steps`, which the caller must then give)."""
   decay_steps = opt_config.get('cosine_decay_steps', 0)  # configs older than the key: constant
+  if decay_steps != -1:
+    return decay_steps
+  if not run_steps:
+    raise ValueError('optimizer.cosine_decay_steps=-1 decays over the run: make_optimizer needs run_steps')
+  return run_steps
+
+
+def adamw_schedule(opt_config, run_steps: int | None = None) -> optax.Schedule | float:
+  """AdamW's rate: a linear rise from 0 over optimizer.warmup_steps steps, then constant, or with
+  optimizer.cosine_decay_steps a cosine down to 0 at that step (counted from the start, warm-up
+  included; -1: at the end of the run, `run_steps`)."""
+  warmup = opt_config.get('warmup_steps', 0)
+  decay_steps = cosine_decay_end(opt_config, run_steps)
   if decay_steps:
     return optax.warmup_cosine_decay_schedule(0.0, opt_config.learning_rate, warmup, decay_steps, end_value=0.0)
   if not warmup:
@@ -99,10 +112,10 @@ def adamw_schedule(opt_config) -> optax.Schedule | float:
   return optax.linear_schedule(0.0, opt_config.learning_rate, warmup)
 
 
-def learning_rate_at(opt_config, batch_size: int, step: int) -> float:
+def learning_rate_at(opt_config, batch_size: int, step: int, run_steps: int | None = None) -> float:
   if opt_config.name == 'paper_sgd':
     return float(paper_schedule(opt_config.learning_rate, opt_config.decay_rate, batch_size)(step))
-  schedule = adamw_schedule(opt_config)
+  schedule = adamw_schedule(opt_config, run_steps)
   return float(schedule(step) if callable(schedule) else schedule)
 
 

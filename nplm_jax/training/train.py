@@ -552,7 +552,7 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
     if line_now:
       loss = interval.mean_loss()  # over the steps since the last logged step
       rate = progress.report(step, seconds_left=budget - wall() if budget else None)
-      lr = optim.learning_rate_at(config.optimizer, config.train.batch_size, step) * run_state.lr_scale
+      lr = optim.learning_rate_at(config.optimizer, config.train.batch_size, step, plan['total']) * run_state.lr_scale
       shown_lr = lr / config.train.batch_size if config.optimizer.name == 'paper_sgd' else lr
       metrics_lib.log(f'step {step}/{plan["total"]} epoch {step / plan["steps_per_epoch"]:.2f} '
                       f'mean {loss_name} {loss:.4f} lr {shown_lr:.4g} {rate["tokens_per_sec"]:,.0f} tok/s '
