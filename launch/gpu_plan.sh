@@ -12,8 +12,8 @@
 #              half hour of device time fits three calls, so ladders (360 s of training a row), ladders
 #              again with BUDGET=720 (the rows go on), then kernel, where ptb, chars and brown take all three
 #   reference  issue 27: the reference code's options on the top PTB row (the family's defaults)
-#   tune       issue 27: seven points around the top row of PTB and six around Brown's (dropout, width, depth,
-#              window, clipping, rate: TUNE in the two experiment files), all thirteen side by side
+#   tune       issue 27: eight points around the top row of PTB and seven around Brown's (dropout, width, depth,
+#              window, clipping, rate, a cosine schedule: TUNE in the two experiment files), all fifteen side by side
 #   seeds      issue 27: the best row of each corpus with seeds 1 and 2, all six side by side
 #              (PTB_ROW, CHAR_ROW, BROWN_ROW name the rows, of the sweeps PTB_SWEEP, CHAR_SWEEP,
 #              BROWN_SWEEP; default: each ladder's top row; PTB_SWEEP=tune PTB_ROW=tune1_dropout0.5_h2048)
