@@ -196,19 +196,22 @@ class Checkpoints:
     left behind), so the sweep repeats, a moment apart, until none is found."""
     if not distributed.is_leader():
       return
-    for attempt in range(attempts):
-      found = False
-      for manager in (self.latest, self.best):
-        try:
-          for leftover in manager.directory.glob('*.orbax-checkpoint-tmp*'):
-            found = True
-            leftover.rmtree()
-        except OSError:
-          pass  # a lost folder, or one still being written: the next sweep (or start) takes it
-      if not found:
+    for _ in range(attempts):
+      if not self._sweep_temporaries():
         return
-      if attempt + 1 < attempts:
-        time.sleep(pause_seconds)
+      time.sleep(pause_seconds)
+
+  def _sweep_temporaries(self) -> bool:
+    """Removes the temporary folders found now; whether there were any."""
+    found = False
+    for manager in (self.latest, self.best):
+      try:
+        for leftover in manager.directory.glob('*.orbax-checkpoint-tmp*'):
+          found = True
+          leftover.rmtree()
+      except OSError:
+        pass  # a lost folder, or one still being written: the next sweep (or start) takes it
+    return found
 
   def check(self) -> None:
     """Raises SaveFailed when a save running in the background has failed (the loop checks between
