@@ -64,8 +64,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.initialiser = 'normal_0.02'  # C and kernels ~ N(0, 0.02); 'lecun': C ~ N(0, 1/m), kernels lecun-normal
   c.model.first_hidden = 0  # the first layer's own inner width; 0 = model.h
   c.model.feature_dropout_at = 'features'  # 'features': on x after the kernels; 'embeddings': on each input vector
-  # C's gradient: 'scatter' (XLA's scatter-add; sorted under train.deterministic on GPUs) or 'one_hot' (a
-  # matmul with a [batch x context, |V|] one-hot: deterministic without a sort; short windows only)
+  # C's gradient: 'scatter' (XLA's scatter-add; made in a fixed order under train.deterministic on GPUs),
+  # 'one_hot' (a matmul with a [batch x context, |V|] one-hot: short windows only) or 'sorted' (a sort, then
+  # sums along runs of one word: any window); the last two deterministic without a scatter (models/lookup.py)
   c.model.embedding_gradient = 'scatter'
   # The vocabulary is padded to a multiple of this, so it splits evenly over every mesh.model size
   # that divides it (128: every power of two up to 128), and checkpoints move between such meshes.
@@ -358,7 +359,7 @@ _CHOICES = [
     ('data.blank_lines', ('eos', 'skip')),
     ('model.initialiser', ('lecun', 'normal_0.02')),
     ('model.feature_dropout_at', ('features', 'embeddings')),
-    ('model.embedding_gradient', ('scatter', 'one_hot')),
+    ('model.embedding_gradient', ('scatter', 'one_hot', 'sorted')),
     ('model.kind', ('bengio2003', 'revisited')),
     ('model.compute_dtype', ('auto', 'float32', 'bfloat16')),
     ('model.matmul_precision', ('highest', 'default')),

@@ -358,9 +358,10 @@ def test_chunked_or_streamed_training_holds_a_block_of_logits():
 
 @pytest.mark.parametrize('kind', ['bengio2003', 'revisited'])
 @pytest.mark.parametrize('compute_dtype', ['float32', 'bfloat16'])
-def test_the_one_hot_embedding_gradient_equals_the_scatter(kind, compute_dtype):
-  """model.embedding_gradient='one_hot' (C's gradient as a matmul, deterministic without a sort) gives
-  every gradient the scatter gives, contexts with a word repeated included, in both families."""
+def test_the_one_hot_and_sorted_embedding_gradients_equal_the_scatter(kind, compute_dtype):
+  """model.embedding_gradient='one_hot' (C's gradient as a matmul) and 'sorted' (sums along runs of sorted
+  ids) give every gradient the scatter gives, contexts with a word repeated and words absent included,
+  in both families."""
   from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
   from nplm_jax.models import family  # pylint: disable=g-import-not-at-top
   config = config_lib.base_config()
@@ -381,7 +382,24 @@ def test_the_one_hot_embedding_gradient_equals_the_scatter(kind, compute_dtype):
     loss = lambda p: -jnp.mean(jax.nn.log_softmax(model.apply({'params': p}, contexts))[jnp.arange(16), targets])
     return jax.grad(loss)(params)
 
-  scatter, one_hot = gradients('scatter'), gradients('one_hot')
+  scatter = gradients('scatter')
   assert np.abs(np.asarray(scatter['C'])).sum() > 0
-  for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(scatter), jax.tree.leaves(one_hot)):
-    np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-6, err_msg=str(path))
+  for form in ('one_hot', 'sorted'):
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(scatter), jax.tree.leaves(gradients(form))):
+      np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-6, err_msg=f'{form} {path}')
+
+
+def test_the_sorted_embedding_gradient_sums_every_run_of_a_word():
+  """lookup.rows(..., 'sorted'): C's gradient summed along runs of sorted ids equals the scatter-add for
+  thousands of ids over a small vocabulary (long runs), its first and last words and absent ones."""
+  from nplm_jax.models import lookup  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(5)
+  vocab, m = 50, 6
+  table = jnp.asarray(rng.normal(size=(vocab, m)), jnp.float32)
+  ids = jnp.asarray(np.concatenate([rng.integers(0, 40, size=(64, 38)), np.zeros((64, 1)), np.full((64, 1), vocab - 1)],
+                                   axis=1), jnp.int32)  # words 40..48 never seen
+  upstream = jnp.asarray(rng.normal(size=(64, 40, m)), jnp.float32)
+  grad = lambda form: jax.grad(lambda t: jnp.sum(lookup.rows(t, ids, form) * upstream))(table)
+  scatter, by_runs = np.asarray(grad('scatter')), np.asarray(grad('sorted'))
+  np.testing.assert_allclose(by_runs, scatter, rtol=1e-5, atol=1e-5)
+  assert not by_runs[40:vocab - 1].any() and by_runs[vocab - 1].any()

@@ -1,11 +1,16 @@
 """Rows of the word-vector table C for a batch of contexts, with a choice of how their gradient is made.
 
 C[ids]'s gradient is a scatter-add of each context position's gradient into its word's row. On GPUs,
-XLA's deterministic mode (train.deterministic) sorts the ids to make that sum in a fixed order, which
-README's H100 figures name among the costs of the research-size step. 'one_hot' makes the same sum a
-matmul instead, one_hot(ids)^T @ g (float32 accumulation): deterministic without a sort, at the cost
-of a [batch x context, |V|] one-hot operand, which suits short windows (the 2003 model), not the
-revisited family's hundreds of distant words. Both give the same gradient (tests/test_model.py).
+XLA's deterministic mode (train.deterministic) makes that sum in a fixed order, which README's H100
+figures name among the costs of a step (38% of reg4_n7's rate, 6 words a context); the revisited
+family gathers 255 words a context. Two other forms give the same gradient (tests/test_model.py),
+deterministic without a scatter:
+- 'one_hot': one_hot(ids)^T @ g, a matmul (float32 accumulation) with a [batch x context, |V|]
+  one-hot operand: for short windows (the 2003 model), not hundreds of distant words;
+- 'sorted': the ids sorted once (a stable sort), the rows' gradients summed along runs of one word by
+  a segmented scan (a fixed tree of additions), and each word's total read at the end of its run
+  (a binary search and a gather): memory linear in batch x context, whatever |V|. On one device, or
+  data-parallel at the cost of gathering the batch's ids and gradients for the sort.
 """
 
 import functools
@@ -13,7 +18,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-EMBEDDING_GRADIENTS = ('scatter', 'one_hot')
+EMBEDDING_GRADIENTS = ('scatter', 'one_hot', 'sorted')
 
 
 def rows(table: jax.Array, ids: jax.Array, gradient: str = 'scatter') -> jax.Array:
@@ -22,6 +27,8 @@ def rows(table: jax.Array, ids: jax.Array, gradient: str = 'scatter') -> jax.Arr
     return table[ids]
   if gradient == 'one_hot':
     return _rows_one_hot_gradient(table.shape[0], table, ids)
+  if gradient == 'sorted':
+    return _rows_sorted_gradient(table.shape[0], table, ids)
   raise ValueError(f'unknown embedding gradient {gradient!r}; use one of {EMBEDDING_GRADIENTS}')
 
 
@@ -45,3 +52,33 @@ def _backward(vocab_size, residuals, g):
 
 
 _rows_one_hot_gradient.defvjp(_forward, _backward)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _rows_sorted_gradient(vocab_size, table, ids):
+  del vocab_size
+  return table[ids]
+
+
+def _backward_sorted(vocab_size, residuals, g):
+  ids, like = residuals
+  flat_ids = ids.reshape(-1).astype(jnp.int32)
+  flat_g = g.reshape(-1, g.shape[-1]).astype(jnp.float32)
+  order = jnp.argsort(flat_ids, stable=True)
+  sorted_ids, sorted_g = flat_ids[order], flat_g[order]
+
+  def add_within_runs(left, right):
+    # right's value sums its elements of its last id; left's, its elements of left's last id. Sorted
+    # ids make right all one word when the two last ids agree, so the sum then extends right's run.
+    (left_sum, left_id), (right_sum, right_id) = left, right
+    return jnp.where((left_id == right_id)[..., None], left_sum + right_sum, right_sum), right_id
+
+  run_sums, _ = jax.lax.associative_scan(add_within_runs, (sorted_g, sorted_ids))
+  words = jnp.arange(vocab_size, dtype=jnp.int32)
+  run_ends = jnp.maximum(jnp.searchsorted(sorted_ids, words, side='right') - 1, 0)
+  present = sorted_ids[run_ends] == words
+  d_table = jnp.where(present[:, None], run_sums[run_ends], 0.0).astype(like.dtype)
+  return d_table, None
+
+
+_rows_sorted_gradient.defvjp(_forward, _backward_sorted)
