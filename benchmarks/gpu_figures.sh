@@ -16,6 +16,8 @@
 #          synthetic |V| 10,000), sharing the GPU in time slices (mps_off), then through CUDA's Multi-Process
 #          Service (launch/mps.sh; mps_on): each copy's loop tokens/s and their sum (mps_sum_off, mps_sum_on),
 #          which says whether launch/device_sweeps.sh's rows run better with MPS=1;
+#   revisited: the PTB ladder's top row's loop, then with each suspect of its slow step removed in turn
+#          (deterministic reductions, C's gradient as a sort, the distant block, dropout, the blocks, tying);
 #   train2: brown.py:reg4_n7 alone (end to end, the Brown words cached), then in bfloat16, then the
 #          research-size loop without deterministic reductions (their cost).
 # ONLY=NAME,NAME runs those benchmarks of a part alone (one GPU call is at most 10 minutes);
@@ -132,6 +134,21 @@ for mode, each in rates.items():
   print(json.dumps({'name': mode.replace('mps_', 'mps_sum_'), 'copies': len(each),
                     'loop_train_tokens_per_sec_each': each, 'loop_train_tokens_per_sec_sum': round(sum(each), 1)}))
 EOF
+elif [ "$part" = revisited ]; then
+  # where the revisited family's step spends its time: PTB's top row (ladder5_dropout: 15 window words and
+  # 240 distant ones a token, 4 blocks, tied, dropout) alone, then with each suspect removed in turn
+  # (synthetic |V| 10,000, PTB's; bfloat16; the loop's rate at batch 256 and 1024)
+  REV="--config=experiments/ptb.py:ladder5_dropout --vocab=10000 --batch_sizes=256,1024 --steps=10 --repeats=3
+    --loop --loop_steps=600 --config.model.compute_dtype=bfloat16"
+  bench rev_default $REV
+  bench rev_nondeterministic $REV --config.train.deterministic=False
+  bench rev_sorted_gradient $REV --config.model.embedding_gradient=sorted
+  bench rev_no_distant $REV --config.model.distant_tokens=0 --config.model.distant_kernels=0
+  bench rev_no_distant_nondeterministic $REV --config.model.distant_tokens=0 --config.model.distant_kernels=0 \
+    --config.train.deterministic=False
+  bench rev_no_dropout $REV --config.model.feature_dropout=0 --config.model.hidden_dropout=0
+  bench rev_depth0 $REV --config.model.depth=0
+  bench rev_untied $REV --config.model.tied=False
 elif [ "$part" = train2 ]; then
   export XLA_PYTHON_CLIENT_PREALLOCATE=false
   python -c "from nplm_jax import data; data.load_brown_words()"  # the words' cache, as after a first run

@@ -18,6 +18,9 @@
 #              (PTB_ROW, CHAR_ROW, BROWN_ROW name the rows, of the sweeps PTB_SWEEP, CHAR_SWEEP,
 #              BROWN_SWEEP; default: each ladder's top row; PTB_SWEEP=tune PTB_ROW=tune1_dropout0.5_h2048)
 #   kernel     issue 28: the fused kernel against XLA, bfloat16 (DTYPES=float32 for the other half)
+#   speed      issue 27 (run it first): where the revisited step's time goes on the GPU (the top row alone ran
+#              18,900 tokens/s on the H100, the 2003 network at research size 118,576): the row, then with
+#              each suspect removed in turn (benchmarks/gpu_figures.sh revisited), about 6 minutes
 #   research   issues 28 and 31: research-size candidates at batch 256 and 1024 (beside an older
 #              tree's loop when .carry/baseline holds one: BASELINE=6d3a2d5 bash launch/device_pack.sh),
 #              and the evaluation batch sizes 256 / 1024 / 4096
@@ -40,8 +43,8 @@ set -u
 step=$1 out=$2
 cd "$(dirname "$0")/.."
 case $step in
-  ptb|chars|brown|ladders|reference|tune|seeds|kernel|research|mps) ;;
-  *) echo "unknown step $step: use ptb, chars, brown, ladders, reference, tune, seeds, kernel, research or mps"; exit 2 ;;
+  ptb|chars|brown|ladders|reference|tune|seeds|kernel|research|mps|speed) ;;
+  *) echo "unknown step $step: use ptb, chars, brown, ladders, reference, tune, seeds, kernel, research, mps or speed"; exit 2 ;;
 esac
 source launch/device_env.sh || { echo "device_env.sh failed: carry .whl and .carry (launch/device_pack.sh)"; exit 1; }
 export SWEEP_ROOT=${SWEEP_ROOT:-$PWD/runs/device} MPS=${MPS:-1}
@@ -83,4 +86,6 @@ case $step in
     bash benchmarks/gpu_figures.sh eval "$out" ;;
   mps)
     bash benchmarks/gpu_figures.sh mps "$out" ;;
+  speed)
+    bash benchmarks/gpu_figures.sh revisited "$out" ;;
 esac
