@@ -35,10 +35,10 @@ TABLE = {
         'accelerators only when the [batch, columns] float32 logits exceed 8 GiB (H100: all at once 1.56x-1.72x '
         'faster at |V| 33k-300k)'),
     'train.eval_batch_size': BackendDefault(
-        256, 256,
-        'CPU (2 cores): 256 keeps the [batch, |V|] block in cache, 2x the rate of 1024; accelerators: 256, the '
-        'value every backend had, kept until a measurement there chooses another (benchmarks/throughput.py '
-        'reports eval_tokens_per_sec at each --batch_sizes)'),
+        256, 4096,
+        'CPU (2 cores): 256 keeps the [batch, |V|] block in cache, 2x the rate of 1024; H100 (bfloat16): 4096 '
+        'evaluates 2.3x / 2.9x / 1.6x as fast as 256 (Brown reg4_n7, the research size at |V| 33k, |V| 100k; '
+        'benchmarks/gpu_figures.sh eval), its logits block 1.7 GB at |V| 100k; TPUs: not measured'),
     'train.softmax_kernel': BackendDefault(
         'xla', 'xla',
         'the Pallas kernel runs in interpret mode on CPUs (a test vehicle); its GPU form lowers for CUDA through '
