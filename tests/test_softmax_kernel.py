@@ -128,3 +128,20 @@ def test_softmax_kernel_choice_by_backend():
   with pytest.raises(UserError) as e:
     vocab_softmax.softmax_kernel_for('pallas', 'gpu')
   assert '\n' not in str(e.value) and 'softmax_kernel' in str(e.value)
+
+
+def test_the_loop_form_tiles_fit_the_gpus_shared_memory():
+  """loop_tile: 128 x 128 where a program fits in an H100's 227 KiB of shared memory (bfloat16 at K = 256,
+  which compiled there), smaller where it did not (float32 at K = 256 and bfloat16 at K = 512 asked for
+  384 KiB), smaller still on chips with less; one line naming the XLA path where no tile fits."""
+  h100, a10 = 227 * 1024, 99 * 1024
+  assert softmax_kernel.loop_tile(256, 2, h100) == 128
+  assert softmax_kernel.loop_tile(256, 4, h100) == 64
+  assert softmax_kernel.loop_tile(512, 2, h100) == 64
+  assert softmax_kernel.loop_tile(1024, 4, h100) == 16
+  assert softmax_kernel.loop_tile(256, 2, a10) == 32
+  for tile, features, itemsize in ((128, 256, 2), (64, 256, 4), (64, 512, 2), (16, 1024, 4)):
+    # what Triton asked for on the H100: one [tile, K] operand and two [K, tile] in flight
+    assert itemsize * features * tile * 3 <= 232448
+  with pytest.raises(ValueError, match='softmax_kernel=xla'):
+    softmax_kernel.loop_tile(4096, 4, h100)

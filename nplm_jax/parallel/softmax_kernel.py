@@ -34,9 +34,11 @@ path. On a GPU, pallas_call would lower through Mosaic GPU by default (jax_palla
 whose async copies and shared memory these kernels' whole-array blocks exceed; the loop form names
 Triton through its compiler parameters instead and pads the feature width K with zeros to a power of
 two (Triton's lowering takes no other array size; JAX 0.11 deprecates Pallas's Triton backend, so a
-later JAX will need a Mosaic GPU form). It lowers for CUDA (a CPU test builds it), and
-tests/test_gpu.py runs it against NumPy on a GPU; it has not been timed on one yet, so 'auto' never
-picks it (backend_defaults). The grid form is for TPUs only (vocab_softmax refuses it elsewhere): its
+later JAX will need a Mosaic GPU form). It lowers for CUDA (a CPU test builds it). On an H100 (JAX
+0.11.2, tests/test_gpu.py) it compiled and matched NumPy in bfloat16 with 128 x 128 tiles at K = 256,
+while float32 (and bfloat16 at K = 512) asked Triton for 384 KiB of shared memory where the chip has
+227: its tiles now shrink with K and the operand size to fit the chip's shared memory (loop_tile),
+which has not run on a GPU yet. Nor has it been timed there, so 'auto' never picks it (backend_defaults). The grid form is for TPUs only (vocab_softmax refuses it elsewhere): its
 first grid axis parallel, its last in order; it lowers through Mosaic for TPU v4, v5e and v6e (a CPU
 test builds it for an abstract TPU device) but has not been compiled or run on a TPU.
 """
@@ -49,9 +51,16 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pl_tpu
 from jax.experimental.pallas import triton as pl_triton
 
+from nplm_jax.errors import UserError
+
 BLOCK_B = 128  # examples a tile
 BLOCK_V = 128  # vocabulary columns a tile
 FORMS = ('grid', 'loop')
+# The loop form on a GPU: Triton pipelines each loop's loads over LOOP_STAGES buffers in shared memory,
+# whose size a program may use depends on the chip (KiB by compute capability; others: LOOP_SHARED_KIB_OTHER).
+LOOP_STAGES = 2
+LOOP_SHARED_KIB = {(9, 0): 227, (10, 0): 227, (8, 0): 163, (8, 7): 163}
+LOOP_SHARED_KIB_OTHER = 99
 
 
 def online_logsumexp_step(running_max, running_sum, logits):
@@ -201,10 +210,43 @@ def _interpret() -> bool:
   return _platform() == 'cpu'
 
 
+def _shared_memory_bytes() -> int:
+  """Shared memory a program may use on this GPU (on other backends, an H100's: interpret mode then tiles
+  as the H100 would)."""
+  capability = getattr(jax.devices()[0], 'compute_capability', None) if _platform() == 'gpu' else '9.0'
+  try:
+    major, minor = (int(x) for x in str(capability).split('.')[:2])
+  except ValueError:
+    return LOOP_SHARED_KIB_OTHER * 1024
+  return LOOP_SHARED_KIB.get((major, minor), LOOP_SHARED_KIB_OTHER) * 1024
+
+
+def loop_tile(features: int, itemsize: int, shared_bytes: int | None = None) -> int:
+  """The loop form's square tile (block_b = block_v) for a padded feature width `features` of operands of
+  `itemsize` bytes: the largest of 128, 64, 32, 16 whose program fits in shared memory, about one
+  [tile, K] operand held and LOOP_STAGES [K, tile] ones in flight, with 10% to spare (on the H100,
+  128 x 128 tiles at K = 256 in float32 asked Triton for 384 KiB of its 227). UserError where none fits."""
+  shared_bytes = shared_bytes or _shared_memory_bytes()
+  for tile in (128, 64, 32, 16):
+    if itemsize * features * tile * (1 + LOOP_STAGES) <= 0.9 * shared_bytes:
+      return tile
+  raise UserError(f'the fused softmax kernel cannot tile a feature width of {features} ({itemsize}-byte operands) '
+                   f'in this GPU\'s {shared_bytes // 1024} KiB of shared memory; use --config.train.softmax_kernel=xla')
+
+
+def _tiles(block_b, block_v, f, w, form: str) -> tuple[int, int]:
+  """(block_b, block_v): those given, else BLOCK_B x BLOCK_V (grid form) or loop_tile's (loop form)."""
+  if form == 'loop' and not (block_b and block_v):
+    features = 1 << max(f.shape[1] - 1, 0).bit_length()  # as _prepared pads it
+    tile = loop_tile(features, max(jnp.dtype(f.dtype).itemsize, jnp.dtype(w.dtype).itemsize))
+    return block_b or tile, block_v or tile
+  return block_b or BLOCK_B, block_v or BLOCK_V
+
+
 def _loop_compiler_params():
   """The loop form's lowering on a GPU: Triton (named by its compiler parameters; pallas_call would
   take Mosaic GPU otherwise, whose async copies and shared memory these whole-array blocks exceed)."""
-  return pl_triton.CompilerParams(num_warps=4, num_stages=2) if _platform() == 'gpu' else None
+  return pl_triton.CompilerParams(num_warps=4, num_stages=LOOP_STAGES) if _platform() == 'gpu' else None
 
 
 def _grid_compiler_params():
@@ -217,9 +259,9 @@ def shard_stats(f, w, b, local_targets, *, block_b: int | None = None, block_v: 
                 form: str = 'grid'):
   """(max, sum of exp(z - max), z of the target or 0 where the shard does not own it) per example,
   float32 [B] each, for z = f w + b over this shard's columns; local_targets are column indices
-  (outside [0, columns): not this shard's). Tiles of block_b x block_v (default BLOCK_B x BLOCK_V),
-  in the 'grid' (TPU) or 'loop' (GPU) form."""
-  block_b, block_v = block_b or BLOCK_B, block_v or BLOCK_V
+  (outside [0, columns): not this shard's). Tiles of block_b x block_v (default BLOCK_B x BLOCK_V in the
+  grid form, loop_tile's in the loop form), in the 'grid' (TPU) or 'loop' (GPU) form."""
+  block_b, block_v = _tiles(block_b, block_v, f, w, form)
   batch, columns = f.shape[0], w.shape[-1]
   f, w, b, (t,) = _prepared(f, w, b, [local_targets.astype(jnp.int32)], block_b, block_v, form=form)
   if form == 'loop':
@@ -251,8 +293,8 @@ def shard_grads(f, w, b, log_z, local_targets, g, *, block_b: int | None = None,
                 form: str = 'grid'):
   """(df [B, K], dw [K, columns], db [columns] or None) of sum(g * -log P(target)) from this shard's
   columns, float32, given the global log Z per example (the logits recomputed tile by tile), in the
-  'grid' (TPU) or 'loop' (GPU) form."""
-  block_b, block_v = block_b or BLOCK_B, block_v or BLOCK_V
+  'grid' (TPU) or 'loop' (GPU) form, tiled as shard_stats."""
+  block_b, block_v = _tiles(block_b, block_v, f, w, form)
   batch, columns, has_bias = f.shape[0], w.shape[-1], b is not None
   rows = [log_z.astype(jnp.float32), local_targets.astype(jnp.int32), g.astype(jnp.float32)]
   # padded rows: log Z = +inf and g = 0, so their probabilities are 0 and their dz 0 whatever the bias
