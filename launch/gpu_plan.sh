@@ -14,6 +14,9 @@
 #   reference  issue 27: the reference code's options on the top PTB row (the family's defaults)
 #   tune       issue 27: eight points around the top row of PTB and seven around Brown's (dropout, width, depth,
 #              window, clipping, rate, a cosine schedule: TUNE in the two experiment files), all fifteen side by side
+#   targets    issue 27, after speed: the rows whose targets are not met yet, side by side: PTB characters'
+#              top row, Brown's top row with 0.5 dropout and weight decay 0.2 (halved, and with a cosine
+#              over 4 epochs), and PTB's top row with seeds 1 and 2 (its target met with seed 0)
 #   seeds      issue 27: the best row of each corpus with seeds 1 and 2, all six side by side
 #              (PTB_ROW, CHAR_ROW, BROWN_ROW name the rows, of the sweeps PTB_SWEEP, CHAR_SWEEP,
 #              BROWN_SWEEP; default: each ladder's top row; PTB_SWEEP=tune PTB_ROW=tune1_dropout0.5_h2048)
@@ -32,6 +35,8 @@
 # GPU in time slices. Not yet measured here: the mps step measures it.
 # Back here: python -m launch.results collect_pack --pack=OUT/results.tgz, then
 # python -m launch.results render --write (every finished row as a results file, RESULTS.md's tables).
+# EXTRA_SET adds --set options to every row of a sweep step (say, what `speed` found faster:
+# EXTRA_SET=--set=train.deterministic=False), recorded in each row's config.
 # Training budgets (train.max_seconds) leave each call time for its n-gram mixtures and the pack:
 # a row that hits it is time-budgeted ('stopped by' in RESULTS.md). The workdirs live in runs/device/
 # (git-ignored: a later call on the same warm machine finds them), so the same step again with a larger
@@ -43,8 +48,8 @@ set -u
 step=$1 out=$2
 cd "$(dirname "$0")/.."
 case $step in
-  ptb|chars|brown|ladders|reference|tune|seeds|kernel|research|mps|speed) ;;
-  *) echo "unknown step $step: use ptb, chars, brown, ladders, reference, tune, seeds, kernel, research, mps or speed"; exit 2 ;;
+  ptb|chars|brown|ladders|reference|tune|seeds|targets|kernel|research|mps|speed) ;;
+  *) echo "unknown step $step: use ptb, chars, brown, ladders, reference, tune, seeds, targets, kernel, research, mps or speed"; exit 2 ;;
 esac
 source launch/device_env.sh || { echo "device_env.sh failed: carry .whl and .carry (launch/device_pack.sh)"; exit 1; }
 export SWEEP_ROOT=${SWEEP_ROOT:-$PWD/runs/device} MPS=${MPS:-1}
@@ -53,27 +58,34 @@ export SWEEP_ROOT=${SWEEP_ROOT:-$PWD/runs/device} MPS=${MPS:-1}
 default_budget=420
 [ "$step" = ladders ] && default_budget=360
 budget=${BUDGET:-$default_budget}
-ptb_ladder="experiments/ptb.py ladder --set=train.max_seconds=$budget"
-char_ladder="experiments/ptb.py char_ladder --set=train.max_seconds=$budget --set=train.eval_every=2000"
-brown_ladder="experiments/brown.py ladder --name=brown_ladder --set=train.max_seconds=$budget"
+extra=${EXTRA_SET:-}
+ptb_ladder="experiments/ptb.py ladder --set=train.max_seconds=$budget $extra"
+char_ladder="experiments/ptb.py char_ladder --set=train.max_seconds=$budget --set=train.eval_every=2000 $extra"
+brown_ladder="experiments/brown.py ladder --name=brown_ladder --set=train.max_seconds=$budget $extra"
 case $step in
   ptb) bash launch/device_sweeps.sh "$out" "$ptb_ladder" ;;
   chars) bash launch/device_sweeps.sh "$out" "$char_ladder" ;;
   brown) bash launch/device_sweeps.sh "$out" "$brown_ladder" ;;
   ladders) bash launch/device_sweeps.sh "$out" "$ptb_ladder" "$char_ladder" "$brown_ladder" ;;
   reference)
-    bash launch/device_sweeps.sh "$out" "experiments/ptb.py reference_options --set=train.max_seconds=$budget" ;;
+    bash launch/device_sweeps.sh "$out" "experiments/ptb.py reference_options --set=train.max_seconds=$budget $extra" ;;
   tune)
-    bash launch/device_sweeps.sh "$out" "experiments/ptb.py tune --name=ptb_tune --set=train.max_seconds=$budget" \
-      "experiments/brown.py tune --name=brown_tune --set=train.max_seconds=$budget" ;;
+    bash launch/device_sweeps.sh "$out" "experiments/ptb.py tune --name=ptb_tune --set=train.max_seconds=$budget $extra" \
+      "experiments/brown.py tune --name=brown_tune --set=train.max_seconds=$budget $extra" ;;
+  targets)
+    bash launch/device_sweeps.sh "$out" \
+      "experiments/ptb.py char_ladder --only=char_ladder5_dropout --set=train.max_seconds=$budget --set=train.eval_every=2000 $extra" \
+      "experiments/brown.py tune --name=brown_tune --only=tune2_dropout0.5_weight_decay0.2,tune6_dropout0.5_weight_decay0.2_cosine4 --set=train.max_seconds=$budget $extra" \
+      "experiments/ptb.py ladder --name=ptb_seed1 --only=ladder5_dropout --set=seed=1 --set=train.max_seconds=$budget $extra" \
+      "experiments/ptb.py ladder --name=ptb_seed2 --only=ladder5_dropout --set=seed=2 --set=train.max_seconds=$budget $extra" ;;
   seeds)
     ptb_row=${PTB_ROW:-ladder5_dropout} char_row=${CHAR_ROW:-char_ladder5_dropout} brown_row=${BROWN_ROW:-ladder5_dropout}
     ptb_sweep=${PTB_SWEEP:-ladder} char_sweep=${CHAR_SWEEP:-char_ladder} brown_sweep=${BROWN_SWEEP:-ladder}
     specs=()
     for seed in 1 2; do
-      specs+=("experiments/ptb.py $ptb_sweep --name=ptb_seed$seed --only=$ptb_row --set=seed=$seed --set=train.max_seconds=$budget"
-              "experiments/ptb.py $char_sweep --name=char_seed$seed --only=$char_row --set=seed=$seed --set=train.max_seconds=$budget --set=train.eval_every=2000"
-              "experiments/brown.py $brown_sweep --name=brown_seed$seed --only=$brown_row --set=seed=$seed --set=train.max_seconds=$budget")
+      specs+=("experiments/ptb.py $ptb_sweep --name=ptb_seed$seed --only=$ptb_row --set=seed=$seed --set=train.max_seconds=$budget $extra"
+              "experiments/ptb.py $char_sweep --name=char_seed$seed --only=$char_row --set=seed=$seed --set=train.max_seconds=$budget --set=train.eval_every=2000 $extra"
+              "experiments/brown.py $brown_sweep --name=brown_seed$seed --only=$brown_row --set=seed=$seed --set=train.max_seconds=$budget $extra")
     done
     bash launch/device_sweeps.sh "$out" "${specs[@]}" ;;
   kernel)

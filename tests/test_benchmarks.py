@@ -138,7 +138,8 @@ def _script_overrides(path):
 
 @pytest.mark.parametrize('path,expected', [
     ('benchmarks/gpu_figures.sh', [('train.softmax_kernel', 'pallas_loop'), ('optimizer.mu_dtype', 'bfloat16')]),
-    ('launch/gpu_plan.sh', [('seed', '2'), ('train.eval_every', '2000')])])
+    ('launch/gpu_plan.sh', [('seed', '2'), ('train.eval_every', '2000')]),
+    ('benchmarks/gpu_figures.sh', [('model.embedding_gradient', 'sorted'), ('model.tied', 'False')])])
 def test_every_config_override_the_gpu_scripts_pass_is_valid(path, expected):
   """A GPU call is scarce: a key or value the config refuses (train.softmax_kernel=pallas_loop was one)
   must fail here, on the CPU, not there."""
@@ -164,6 +165,9 @@ def test_the_gpu_plan_runs_sweeps_and_rows_that_exist():
   assert len(specs) >= 6, specs
   for path, sweep in specs:  # each names a sweep of its experiment file
     assert config_lib.load_experiment(path).get_sweep(sweep), (path, sweep)
+  for path, sweep, only in re.findall(r'(experiments/\w+\.py) (\w+) [^"]*?--only=([\w.,-]+)', text):
+    points = {p['name'] for p in config_lib.load_experiment(path).get_sweep(sweep)}
+    assert set(only.split(',')) <= points, (path, sweep, only)  # the rows a step names exist
   defaults = dict(re.findall(r'\$\{(\w+)_ROW:-(\w+)\}', text))
   sweeps = dict(re.findall(r'\$\{(\w+)_SWEEP:-(\w+)\}', text))
   for corpus, path in {'PTB': 'experiments/ptb.py', 'CHAR': 'experiments/ptb.py', 'BROWN': 'experiments/brown.py'}.items():

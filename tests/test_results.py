@@ -101,6 +101,8 @@ def test_a_gpu_plan_pack_is_collected_with_each_sweeps_names_and_labels(tmp_path
     for root in sorted(os.listdir(tmp_path / 'sweeps')):
       tar.add(tmp_path / 'sweeps' / root, arcname=root)
   monkeypatch.setattr(results, 'RESULTS_DIR', str(tmp_path / 'results'))
+  (tmp_path / 'RESULTS.md').write_text('# Results\n\n<!-- results:ladder -->\n<!-- /results -->\n')
+  monkeypatch.setattr(results, 'RESULTS_MD', str(tmp_path / 'RESULTS.md'))  # a section for words, none for characters
   assert results.main(['collect_pack', f'--pack={tmp_path / "results.tgz"}', '--commit=abc']) == 0
   kept = {}
   for name in os.listdir(tmp_path / 'results'):
