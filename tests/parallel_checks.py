@@ -360,6 +360,15 @@ def test_hidden_layers_split_on_model_match_one_device(family, shape):
   assert hidden_kernel.shard_shape((40, 16)) == (40, 16 // shape[1])
 
 
+@pytest.mark.parametrize('shape', [(8, 1), (2, 4)], ids=lambda s: f'mesh{s[0]}x{s[1]}')
+def test_the_sorted_embedding_gradient_trains_on_meshes_as_the_scatter(shape):
+  """model.embedding_gradient='sorted' (a sort of the batch's words, sums along runs) on a data- and
+  model-split mesh trains as the scatter does on one device: the sort sees the whole batch's words."""
+  reference = train_three_steps(small_revisited(tied=True), (1, 1), {'vocab': 'model'})[:2]
+  training = train_three_steps(small_revisited(tied=True, embedding_gradient='sorted'), shape, HIDDEN_SPLIT)[:2]
+  assert_trains_as_one_device(training, reference)
+
+
 DISTANT_SPLIT = {**HIDDEN_SPLIT, 'distant': 'model'}
 
 
