@@ -74,6 +74,12 @@ if [ "$part" = loop ]; then
   # C's gradient as a one-hot matmul: deterministic without the scatter's sort (model.embedding_gradient)
   bench research_bf16_one_hot $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
     --config.model.embedding_gradient=one_hot
+  # C's gradient by a sort and sums along runs of one word (model.embedding_gradient=sorted): no scatter
+  bench research_bf16_sorted $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
+    --config.model.embedding_gradient=sorted
+  # the same without deterministic reductions: what determinism costs beside the sorted gradient
+  bench research_bf16_nondeterministic $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
+    --config.train.deterministic=False
   # AdamW's first moment in bfloat16 (optimizer.mu_dtype): less of the output layer's optimiser traffic
   bench research_bf16_mu_bf16 $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
     --config.optimizer.mu_dtype=bfloat16

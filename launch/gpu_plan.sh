@@ -93,7 +93,7 @@ case $step in
   research)
     baseline=$PWD/.carry/baseline  # BASELINE=COMMIT bash launch/device_pack.sh puts an older tree there
     [ -d "$baseline" ] || baseline=''
-    ONLY=research_bf16,research_bf16_one_hot,research_bf16_mu_bf16,baseline_research_bf16 BASELINE=$baseline \
+    ONLY=research_bf16,research_bf16_sorted,research_bf16_nondeterministic,baseline_research_bf16 BASELINE=$baseline \
       bash benchmarks/gpu_figures.sh loop "$out"
     bash benchmarks/gpu_figures.sh eval "$out" ;;
   mps)
