@@ -16,8 +16,9 @@
 #          synthetic |V| 10,000), sharing the GPU in time slices (mps_off), then through CUDA's Multi-Process
 #          Service (launch/mps.sh; mps_on): each copy's loop tokens/s and their sum (mps_sum_off, mps_sum_on),
 #          which says whether launch/device_sweeps.sh's rows run better with MPS=1;
-#   revisited: the PTB ladder's top row's loop, then with each suspect of its slow step removed in turn
-#          (deterministic reductions, C's gradient as a sort, the distant block, dropout, the blocks, tying);
+#   revisited: the PTB ladder's top row's step profiled (XLA's per-operation times), its loop, then its step
+#          with each suspect removed in turn (deterministic reductions, C's gradient as a sort, the distant
+#          block, dropout, the blocks, tying);
 #   train2: brown.py:reg4_n7 alone (end to end, the Brown words cached), then in bfloat16, then the
 #          research-size loop without deterministic reductions (their cost).
 # ONLY=NAME,NAME runs those benchmarks of a part alone (one GPU call is at most 10 minutes);
@@ -147,6 +148,13 @@ elif [ "$part" = revisited ]; then
   # as it is: about 40 s a variant)
   REV="--config=experiments/ptb.py:ladder5_dropout --vocab=10000 --batch_sizes=256,1024 --steps=10 --repeats=3
     --config.model.compute_dtype=bfloat16"
+  for batch in 256 1024; do  # XLA's own per-operation times of the row's step (benchmarks/profile_step.py)
+    echo "== profile_rev_$batch"
+    timeout 180 python benchmarks/profile_step.py --config=experiments/ptb.py:ladder5_dropout --batch_size=$batch \
+      --vocab=10000 --steps=5 --top=25 --config.model.compute_dtype=bfloat16 2>&1 \
+      | grep -v '^[0-9][0-9]:\|^[IWE][0-9]' >"$out/profile_rev_$batch.txt"
+    tail -32 "$out/profile_rev_$batch.txt"
+  done
   bench rev_default $REV --loop --loop_steps=600
   bench rev_nondeterministic $REV --config.train.deterministic=False
   bench rev_sorted_gradient $REV --config.model.embedding_gradient=sorted
