@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# The GPU work the open issues wait for, as calls of at most 10 minutes each (the device tool's limit),
-# in the order to run them: the revisited family's training first, then the kernel and throughput
-# figures. On a lent GPU machine, from the repository root, with .whl/ and .carry/ carried
-# (bash launch/device_pack.sh fills them here):
+# The GPU work the open issues wait for, as calls of at most 10 minutes each (the device tool's limit).
+# A session's half hour fits about three calls. The order (RESULTS.md, "The ladders on the H100"):
+# speed first (the revisited step ran 18,900 tokens/s on the H100, too slow to converge rows in a
+# call); then targets with EXTRA_SET naming what speed found faster, and again with a larger BUDGET on
+# the warm machine (the rows go on); then kernel. On a lent GPU machine, from the repository root,
+# with .whl/ and .carry/ carried (bash launch/device_pack.sh fills them here):
 #   bash launch/gpu_plan.sh STEP OUT_DIR
 # STEP:
 #   ptb        issue 27: PTB words, the ladder's six rows side by side (each + KN5)
 #   chars      issue 27: PTB characters, the ladder's six rows side by side (each + KN11)
 #   brown      issue 27: Brown, the ladder's six rows side by side (each + the interpolated trigram)
-#   ladders    issue 27: ptb, chars and brown at once, eighteen rows side by side in one call: a session's
-#              half hour of device time fits three calls, so ladders (360 s of training a row), ladders
-#              again with BUDGET=720 (the rows go on), then kernel, where ptb, chars and brown take all three
+#   ladders    issue 27: ptb, chars and brown at once, eighteen rows side by side in one call (360 s of
+#              training a row; on the H100 each row then ran at 1/18 of its rate alone: 0.2-3 epochs)
 #   reference  issue 27: the reference code's options on the top PTB row (the family's defaults)
 #   tune       issue 27: eight points around the top row of PTB and seven around Brown's (dropout, width, depth,
 #              window, clipping, rate, a cosine schedule: TUNE in the two experiment files), all fifteen side by side
