@@ -1,10 +1,11 @@
 """Rows of the word-vector table C for a batch of contexts, with a choice of how their gradient is made.
 
 C[ids]'s gradient is a scatter-add of each context position's gradient into its word's row. On GPUs,
-XLA's deterministic mode (train.deterministic) makes that sum in a fixed order, which README's H100
-figures name among the costs of a step (38% of reg4_n7's rate, 6 words a context); the revisited
-family gathers 255 words a context. Two other forms give the same gradient (tests/test_model.py),
-deterministic without a scatter:
+XLA's deterministic mode (train.deterministic) makes that sum in a fixed order by expanding the
+scatter to one index per element and sorting those (its ScatterDeterminismExpander): README's H100
+figures name it among the costs of a step (38% of reg4_n7's rate, 6 words a context), and the
+revisited family gathers 255 words a context (16.7 M elements a step at batch 256, m = 256). Two
+other forms give the same gradient (tests/test_model.py), deterministic without a scatter:
 - 'one_hot': one_hot(ids)^T @ g, a matmul (float32 accumulation) with a [batch x context, |V|]
   one-hot operand: for short windows (the 2003 model), not hundreds of distant words;
 - 'sorted': the ids sorted once (a stable sort), the rows' gradients summed along runs of one word by
