@@ -164,6 +164,18 @@ elif [ "$part" = revisited ]; then
   bench rev_no_dropout $REV --config.model.feature_dropout=0 --config.model.hidden_dropout=0
   bench rev_depth0 $REV --config.model.depth=0
   bench rev_untied $REV --config.model.tied=False
+  # one line a variant, fastest first, against the row as it is: what EXTRA_SET the next call should name
+  python3 - "$out/bench.jsonl" <<'EOF'
+import json, sys
+rates = {}
+for row in map(json.loads, open(sys.argv[1])):
+  if row['name'].startswith('rev_') and 'train_tokens_per_sec' in row:
+    rates.setdefault(row['name'], {})[row['batch_size']] = row['train_tokens_per_sec']
+base = rates.get('rev_default', {})
+for name, by_batch in sorted(rates.items(), key=lambda kv: -kv[1].get(256, 0)):
+  print(name, ' '.join(f'batch {b}: {r:,.0f} tokens/s ({r / base[b]:.2f}x)' if b in base else f'batch {b}: {r:,.0f}'
+                       for b, r in sorted(by_batch.items())))
+EOF
 elif [ "$part" = train2 ]; then
   export XLA_PYTHON_CLIENT_PREALLOCATE=false
   python -c "from nplm_jax import data; data.load_brown_words()"  # the words' cache, as after a first run
