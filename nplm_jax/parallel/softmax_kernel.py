@@ -38,9 +38,10 @@ later JAX will need a Mosaic GPU form). It lowers for CUDA (a CPU test builds it
 0.11.2, tests/test_gpu.py) it compiled and matched NumPy in bfloat16 with 128 x 128 tiles at K = 256,
 while float32 (and bfloat16 at K = 512) asked Triton for 384 KiB of shared memory where the chip has
 227: its tiles now shrink with K and the operand size to fit the chip's shared memory (loop_tile),
-which has not run on a GPU yet. Nor has it been timed there, so 'auto' never picks it (backend_defaults). The grid form is for TPUs only (vocab_softmax refuses it elsewhere): its
-first grid axis parallel, its last in order; it lowers through Mosaic for TPU v4, v5e and v6e (a CPU
-test builds it for an abstract TPU device) but has not been compiled or run on a TPU.
+which has not run on a GPU yet. Nor has the kernel been timed there, so 'auto' never picks it
+(backend_defaults). The grid form is for TPUs only (vocab_softmax refuses it elsewhere): its first
+grid axis parallel, its last in order; it lowers through Mosaic for TPU v4, v5e and v6e (a CPU test
+builds it for an abstract TPU device) but has not been compiled or run on a TPU.
 """
 
 import functools
