@@ -26,17 +26,9 @@ def rows(table: jax.Array, ids: jax.Array, gradient: str = 'scatter') -> jax.Arr
   """table[ids] ([*ids.shape, m]), its gradient with respect to the table made as `gradient` says."""
   if gradient == 'scatter':
     return table[ids]
-  if gradient == 'one_hot':
-    return _rows_one_hot_gradient(table.shape[0], table, ids)
-  if gradient == 'sorted':
-    return _rows_sorted_gradient(table.shape[0], table, ids)
+  if gradient in _CUSTOM_GRADIENT_ROWS:
+    return _CUSTOM_GRADIENT_ROWS[gradient](table.shape[0], table, ids)
   raise ValueError(f'unknown embedding gradient {gradient!r}; use one of {EMBEDDING_GRADIENTS}')
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _rows_one_hot_gradient(vocab_size, table, ids):
-  del vocab_size
-  return table[ids]
 
 
 def _forward(vocab_size, table, ids):
@@ -44,21 +36,12 @@ def _forward(vocab_size, table, ids):
   return table[ids], (ids, jnp.zeros((), table.dtype))
 
 
-def _backward(vocab_size, residuals, g):
+def _backward_one_hot(vocab_size, residuals, g):
   ids, like = residuals
   flat_ids, flat_g = ids.reshape(-1), g.reshape(-1, g.shape[-1])
   one_hot = jax.nn.one_hot(flat_ids, vocab_size, dtype=flat_g.dtype)
   d_table = jnp.einsum('nv,nm->vm', one_hot, flat_g, preferred_element_type=jnp.float32).astype(like.dtype)
   return d_table, None
-
-
-_rows_one_hot_gradient.defvjp(_forward, _backward)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _rows_sorted_gradient(vocab_size, table, ids):
-  del vocab_size
-  return table[ids]
 
 
 def _backward_sorted(vocab_size, residuals, g):
@@ -82,4 +65,14 @@ def _backward_sorted(vocab_size, residuals, g):
   return d_table, None
 
 
-_rows_sorted_gradient.defvjp(_forward, _backward_sorted)
+def _rows_with_gradient(backward):
+  """table[ids] (arguments: vocab_size, table, ids) whose gradient with respect to the table is `backward`'s."""
+  @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+  def rows_(vocab_size, table, ids):
+    del vocab_size
+    return table[ids]
+  rows_.defvjp(_forward, backward)
+  return rows_
+
+
+_CUSTOM_GRADIENT_ROWS = {'one_hot': _rows_with_gradient(_backward_one_hot), 'sorted': _rows_with_gradient(_backward_sorted)}

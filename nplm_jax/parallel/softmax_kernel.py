@@ -189,6 +189,11 @@ def _feature_grads_loop_kernel(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, df_
   df_ref[...] = jax.lax.fori_loop(0, num_v, tile, jnp.zeros(df_ref.shape, jnp.float32))
 
 
+def _loop_features(k: int) -> int:
+  """The loop form's feature width: K padded with zeros to a power of two (Triton's arrays need it)."""
+  return 1 << max(k - 1, 0).bit_length()
+
+
 def _prepared(f, w, b, rows, block_b: int, block_v: int, row_pads=None, form: str = 'grid'):
   """Inputs padded to whole tiles: f [B', K'], w [K', V'], b [V'] (float32), per-example rows [B']
   (padded with `row_pads`, one value a row input, default 0). The loop form pads the feature width K
@@ -196,7 +201,7 @@ def _prepared(f, w, b, rows, block_b: int, block_v: int, row_pads=None, form: st
   b = jnp.zeros(w.shape[-1], jnp.float32) if b is None else b.astype(jnp.float32)
   row_pads = row_pads or [0] * len(rows)
   if form == 'loop':
-    features = 1 << max(f.shape[1] - 1, 0).bit_length()
+    features = _loop_features(f.shape[1])
     f, w = _pad_to(f, 1, features), _pad_to(w, 0, features)
   return (_pad_to(f, 0, block_b), _pad_to(w, 1, block_v), _pad_to(b, 0, block_v),
           [_pad_to(r, 0, block_b, pad) for r, pad in zip(rows, row_pads)])
@@ -238,8 +243,7 @@ def loop_tile(features: int, itemsize: int, shared_bytes: int | None = None) -> 
 def _tiles(block_b, block_v, f, w, form: str) -> tuple[int, int]:
   """(block_b, block_v): those given, else BLOCK_B x BLOCK_V (grid form) or loop_tile's (loop form)."""
   if form == 'loop' and not (block_b and block_v):
-    features = 1 << max(f.shape[1] - 1, 0).bit_length()  # as _prepared pads it
-    tile = loop_tile(features, max(jnp.dtype(f.dtype).itemsize, jnp.dtype(w.dtype).itemsize))
+    tile = loop_tile(_loop_features(f.shape[1]), max(jnp.dtype(f.dtype).itemsize, jnp.dtype(w.dtype).itemsize))
     return block_b or tile, block_v or tile
   return block_b or BLOCK_B, block_v or BLOCK_V
 
