@@ -81,6 +81,9 @@ TUNE = [
     # the reference's schedule: on the CPU, tune2 with a cosine over 4 epochs beat its halvings (test
     # 232.6 against 236.7 alone, in 59% of the time; RESULTS.md): that run again, on the GPU
     ('tune6_dropout0.5_weight_decay0.2_cosine4', {**_DROPOUT_05, 'optimizer.weight_decay': 0.2, **COSINE_4_EPOCHS}),
+    # against memorisation (the training loss steps down at each epoch boundary): whole context words dropped
+    ('tune7_dropout0.5_weight_decay0.2_cosine4_word0.1', {**_DROPOUT_05, 'optimizer.weight_decay': 0.2,
+                                                          **COSINE_4_EPOCHS, 'model.word_dropout': 0.1}),
 ]
 
 

@@ -127,6 +127,8 @@ TUNE = [
     ('tune6_dropout0.6', {'model.feature_dropout': 0.6, 'model.hidden_dropout': 0.6}),
     # the reference's schedule, a cosine over the run (on Brown's CPU runs it beat the halvings, RESULTS.md)
     ('tune7_dropout0.5_cosine4', {**_DROPOUT_05, **COSINE_4_EPOCHS}),
+    # against memorisation (the training loss steps down at each epoch boundary): whole context words dropped
+    ('tune8_dropout0.5_cosine4_word0.1', {**_DROPOUT_05, **COSINE_4_EPOCHS, 'model.word_dropout': 0.1}),
 ]
 
 

@@ -84,6 +84,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.unigram_bias_init = True  # b starts at the log unigram distribution of train
   c.model.feature_dropout = 0.0  # training only: dropout on x = [C(w_{t-1}), ...] (before H and W)
   c.model.hidden_dropout = 0.0  # training only: dropout on tanh(d + H x)
+  # training only: each context word's whole vector zeroed with this probability (the kept ones scaled by
+  # 1 / (1 - p)), before anything reads it: the window, and in the revisited family the distant block too.
+  # A context then loses whole words, not features, so the exact contexts the network could memorise vary
+  c.model.word_dropout = 0.0
 
   c.optimizer = ml_collections.ConfigDict()
   c.optimizer.name = 'paper_sgd'  # 'paper_sgd' | 'adamw'
@@ -453,7 +457,7 @@ def _validate_relations(config) -> None:
     raise UserError('model.h=0 with model.direct=False leaves no path from the context to the output; '
                     'set --config.model.h > 0 or --config.model.direct=True')
   _validate_axis_rules(config.mesh.get('axis_rules', {}))
-  for name in ('feature_dropout', 'hidden_dropout'):
+  for name in ('feature_dropout', 'hidden_dropout', 'word_dropout'):
     rate = model.get(name, 0.0)
     if not _number_ok(rate, 'float') or not 0.0 <= rate < 1.0:
       raise UserError(f'model.{name}={rate!r} must be in [0, 1) (0 = none); e.g. --config.model.{name}=0.2')

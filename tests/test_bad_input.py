@@ -143,6 +143,7 @@ CASES = [
                                                            '--config.optimizer.cosine_decay_steps=-1',
                                                            '--config.train.max_steps=40'), 'end within'),
     ('dropout_1', lambda w: main_args(w, '--config.model.feature_dropout=1.0'), 'model.feature_dropout=1.0'),
+    ('word_dropout_negative', lambda w: main_args(w, '--config.model.word_dropout=-0.1'), 'model.word_dropout=-0.1'),
     ('epochs_0', lambda w: main_args(w, '--config.train.num_epochs=0'), 'train.num_epochs=0'),
     ('mesh_does_not_fit', lambda w: main_args(w, '--config.mesh.cpu_devices=2', '--config.mesh.data=3',
                                               '--config.mesh.model=1'), 'does not fit 2 devices'),

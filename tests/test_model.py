@@ -403,3 +403,59 @@ def test_the_sorted_embedding_gradient_sums_every_run_of_a_word():
   scatter, by_runs = np.asarray(grad('scatter')), np.asarray(grad('sorted'))
   np.testing.assert_allclose(by_runs, scatter, rtol=1e-5, atol=1e-5)
   assert not by_runs[40:vocab - 1].any() and by_runs[vocab - 1].any()
+
+
+def _record_word_dropout(monkeypatch) -> list:
+  """The outputs of every whole-vector dropout call (output_layer.word_dropout) while training."""
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  outputs, original = [], nn.Dropout.__call__
+
+  def recording(self, inputs, *args, **kwargs):
+    out = original(self, inputs, *args, **kwargs)
+    if tuple(self.broadcast_dims) == (-1,):
+      outputs.append(np.asarray(out))
+    return out
+  monkeypatch.setattr(nn.Dropout, '__call__', recording)
+  return outputs
+
+
+@pytest.mark.parametrize('kind', ['bengio2003', 'revisited'])
+def test_word_dropout_drops_whole_context_words(kind, monkeypatch):
+  """model.word_dropout: training's logits equal the NumPy forward's on the same contexts with each dropped
+  word replaced by a word whose vector is 0 and every kept vector scaled by 1 / (1 - p); in the revisited
+  family the distant block's words are dropped too (before its kernels). Evaluation drops nothing."""
+  from nplm_jax.models import revisited  # pylint: disable=g-import-not-at-top
+  vocab, rate, rows = 37, 0.25, 64
+  if kind == 'bengio2003':
+    model = model_lib.NPLM(vocab_size=vocab, context_size=3, embed_dim=5, hidden_dim=12, direct=True,
+                           vocab_pad_multiple=8, word_dropout=rate)
+    params = random_params(model)
+  else:
+    model = revisited.RevisitedNPLM(vocab_size=vocab, window=3, embed_dim=8, hidden_dim=12, depth=1, distant_tokens=5,
+                                    distant_kernels=2, vocab_pad_multiple=8, word_dropout=rate)
+    params = output_layer.init_params(model)
+    leaves, tree = jax.tree.flatten(params)  # away from the initial values, so that every part matters
+    keys = jax.random.split(jax.random.PRNGKey(0), len(leaves))
+    params = jax.tree.unflatten(tree, [x + 0.2 * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)])
+  assert model.has_dropout
+  contexts = np.random.default_rng(3).integers(0, vocab, size=(rows, model.context_size)).astype(np.int32)
+  outputs = _record_word_dropout(monkeypatch)
+  features = model.apply({'params': params}, contexts, False, method='features', rngs={'dropout': jax.random.PRNGKey(4)})
+  logits = np.asarray(output_layer.dense_logits(features, model.output_layer(params)))
+  # the masks: the window's vectors [B, window, m], then (revisited) the distant block's [distant, B, m]
+  dropped = np.concatenate([np.all(outputs[0] == 0, axis=-1)] + [np.all(o == 0, axis=-1).T for o in outputs[1:]], axis=1)
+  assert dropped.shape == contexts.shape and 0.15 < dropped.mean() < 0.35
+  kept = np.concatenate([o[..., 0][np.any(o != 0, axis=-1)] for o in outputs])
+  assert np.all(kept != 0)  # a kept vector is kept whole
+  C = np.asarray(params['C'], np.float64)
+  reference_params = jax.device_get(params)
+  reference_params['C'] = np.concatenate([C / (1 - rate), np.zeros((1, C.shape[1]))])  # word `vocab`: a zero vector
+  replaced = np.where(dropped, vocab, contexts)
+  if kind == 'bengio2003':
+    expected = numpy_reference.logits(separate(model, reference_params), replaced)
+  else:
+    expected = numpy_reference.revisited_logits(reference_params, replaced, model.window, model.layer_norm)
+  np.testing.assert_allclose(logits[:, :vocab], expected[:, :vocab], rtol=2e-5, atol=2e-5)
+  evaluation = model.apply({'params': params}, contexts, True, method='features')
+  np.testing.assert_array_equal(np.asarray(evaluation), np.asarray(model.apply({'params': params}, contexts,
+                                                                                 method='features')))

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from nplm_jax import backend_defaults
 from nplm_jax.models import lookup
 from nplm_jax.models.output_layer import (OUTPUT, OutputLayerModel, dense_logits, initial_output_layer,
-                                          with_axes)
+                                          with_axes, word_dropout)
 
 def num_parameters(vocab_size: int, n: int, m: int, h: int, direct: bool) -> int:
   """The paper's count: |V|(1 + nm + h) + h(1 + (n-1)m) with direct connections."""
@@ -38,6 +38,7 @@ class NPLM(OutputLayerModel, nn.Module):
   compute_dtype: str = 'float32'  # of every matmul's operands, float32 accumulation ('bfloat16' for accelerators)
   feature_dropout: float = 0.0  # dropout on the word features x (training only)
   hidden_dropout: float = 0.0  # dropout on the hidden layer tanh(d + H x) (training only)
+  word_dropout: float = 0.0  # each context word's whole vector dropped (training only)
   embedding_gradient: str = 'scatter'  # how C's gradient is made (lookup.EMBEDDING_GRADIENTS)
 
 
@@ -71,14 +72,15 @@ class NPLM(OutputLayerModel, nn.Module):
                              (self.feature_dim + 1, vp))
     self.drop_features = nn.Dropout(self.feature_dropout)
     self.drop_hidden = nn.Dropout(self.hidden_dropout)
+    self.drop_words = word_dropout(self.word_dropout)
 
   def features(self, contexts: jax.Array, deterministic: bool = True) -> jax.Array:
     """f = [tanh(d + H x), x] [batch, K]: the inputs of the output layer's U and W rows.
 
-    deterministic=False (training) applies dropout, drawn from the 'dropout' rng, to x before
-    both H and W, and to the hidden layer's output.
+    deterministic=False (training) applies dropout, drawn from the 'dropout' rng, to whole word
+    vectors (word_dropout), to x's features before both H and W, and to the hidden layer's output.
     """
-    vectors = lookup.rows(self.C, contexts, self.embedding_gradient)
+    vectors = self.drop_words(lookup.rows(self.C, contexts, self.embedding_gradient), deterministic=deterministic)
     x = self.drop_features(vectors.reshape(contexts.shape[0], -1), deterministic=deterministic)
     parts = []
     if self.hidden_dim:
@@ -110,6 +112,7 @@ def from_config(model_config, vocab_size: int, platform: str = 'cpu') -> NPLM:
               vocab_pad_multiple=model_config.vocab_pad_multiple,
               compute_dtype=compute_dtype(model_config.compute_dtype, platform),
               feature_dropout=model_config.feature_dropout,
-              hidden_dropout=model_config.hidden_dropout, embedding_gradient=model_config.embedding_gradient)
+              hidden_dropout=model_config.hidden_dropout, word_dropout=model_config.word_dropout,
+              embedding_gradient=model_config.embedding_gradient)
 
 

@@ -32,15 +32,20 @@ def padded_size(vocab_size: int, multiple: int) -> int:
 
 class OutputLayerModel:
   """What both families' modules share beyond their fields (vocab_size, vocab_pad_multiple, the
-  dropout rates): mixed into each nn.Module."""
+  dropout rates feature_dropout, hidden_dropout and word_dropout): mixed into each nn.Module."""
 
   @property
   def has_dropout(self) -> bool:
-    return bool(self.feature_dropout or self.hidden_dropout)
+    return bool(self.feature_dropout or self.hidden_dropout or self.word_dropout)
 
   @property
   def padded_vocab_size(self) -> int:
     return padded_size(self.vocab_size, self.vocab_pad_multiple)
+
+
+def word_dropout(rate: float) -> nn.Dropout:
+  """Dropout of whole word vectors: on [..., m] vectors, one draw per vector (its m features share it)."""
+  return nn.Dropout(rate, broadcast_dims=(-1,))
 
 
 def initial_output_layer(shape, vocab_size: int) -> jax.Array:

@@ -21,7 +21,9 @@ before the kernels (feature_dropout_at='embeddings'; here on x after them). Thei
 too: gradients clipped to global norm 0.25 (optimizer.clip_norm, off by default) and the rate decayed
 along a cosine to 0 over a fixed number of steps (optimizer.cosine_decay_steps, off by default), where
 this project keeps it constant after the warm-up and halves it from the best parameters at each stall
-(train.anneal_factor); plain Adam where the project uses AdamW's decoupled weight decay.
+(train.anneal_factor); plain Adam where the project uses AdamW's decoupled weight decay. An option
+of this project's own, off by default: word_dropout drops whole input words (window and distant block)
+in training.
 
 The module has the interface of model.NPLM that training and the tools use: context_size,
 features(contexts, deterministic), output_layer(params), __call__ (dense logits).
@@ -94,6 +96,7 @@ class RevisitedNPLM(output_layer.OutputLayerModel, nn.Module):
   compute_dtype: str = 'float32'
   feature_dropout: float = 0.0  # on x, the concatenated window and distant summaries (or each embedding)
   hidden_dropout: float = 0.0  # on every residual branch
+  word_dropout: float = 0.0  # each input word's whole vector (window and distant block), before the kernels
   embed_scale: bool = False  # input vectors times sqrt(m)
   initialiser: str = 'normal_0.02'  # INITIALISERS
   first_hidden: int = 0  # the first layer's inner width; 0 = hidden_dim
@@ -128,6 +131,7 @@ class RevisitedNPLM(output_layer.OutputLayerModel, nn.Module):
         lambda key, shape: output_layer.initial_output_layer(shape, self.vocab_size), ('features', 'vocab')),
         (self.feature_dim + 1, self.padded_vocab_size))
     self.drop_features = nn.Dropout(self.feature_dropout)
+    self.drop_words = output_layer.word_dropout(self.word_dropout)
 
   def features(self, contexts: jax.Array, deterministic: bool = True) -> jax.Array:
     """s [batch, m]: the residual stream after the last block (the output layer's input)."""
@@ -148,8 +152,8 @@ class RevisitedNPLM(output_layer.OutputLayerModel, nn.Module):
     return s
 
   def _input_vectors(self, ids: jax.Array, deterministic: bool) -> jax.Array:
-    """C's rows for ids ([*ids.shape, m]), scaled and dropped out as the options say."""
-    vectors = lookup.rows(self.C, ids, self.embedding_gradient)
+    """C's rows for ids ([*ids.shape, m]), dropped out whole, scaled and dropped out as the options say."""
+    vectors = self.drop_words(lookup.rows(self.C, ids, self.embedding_gradient), deterministic=deterministic)
     if self.embed_scale:
       vectors = vectors * math.sqrt(self.embed_dim)
     if self.feature_dropout_at == 'embeddings':
@@ -184,7 +188,8 @@ def from_config(model_config, vocab_size: int, compute_dtype: str) -> RevisitedN
                        distant_tokens=model_config.distant_tokens, distant_kernels=model_config.distant_kernels,
                        tied=model_config.tied, vocab_pad_multiple=model_config.vocab_pad_multiple,
                        compute_dtype=compute_dtype, feature_dropout=model_config.feature_dropout,
-                       hidden_dropout=model_config.hidden_dropout, embed_scale=model_config.embed_scale,
+                       hidden_dropout=model_config.hidden_dropout, word_dropout=model_config.word_dropout,
+                       embed_scale=model_config.embed_scale,
                        initialiser=model_config.initialiser, first_hidden=model_config.first_hidden,
                        feature_dropout_at=model_config.feature_dropout_at,
                        embedding_gradient=model_config.embedding_gradient)
