@@ -2,7 +2,8 @@
 # The GPU figures of README "GPUs and TPUs", on one GPU: bash benchmarks/gpu_figures.sh PART OUT_DIR
 #   loop: the step alone against the training loop (benchmarks/throughput.py --loop) for Brown reg4_n7
 #          and a research-size config, float32 'highest' / TF32 / bfloat16, deterministic ops on/off,
-#          C's gradient as a scatter or a one-hot matmul, AdamW's first moment in float32 or bfloat16;
+#          C's gradient as a scatter, a one-hot matmul or a sort, AdamW's first moment in float32 or
+#          bfloat16; the research size's step profiled at batch 256 and 1024 (profile_research_bf16_*);
 #   softmax: the vocab_block rule at |V| 33k-300k, the previous loop (BASELINE=folder of an older
 #          checkout, optional) on the same synthetic corpora, and the GPU smoke tests;
 #   train: brown.py:reg4_n7 alone (end to end), then reg4_n7 in bfloat16 and the PTB table network
@@ -48,6 +49,16 @@ bench_in() {  # DIR NAME ARGS...: bench with DIR's code (an older checkout: BASE
   grep -v '^[0-9][0-9]:' /tmp/$name.out | tail -3
 }
 
+profile() {  # NAME BATCH ARGS...: XLA's per-operation times of a step (benchmarks/profile_step.py) as text,
+  # OUT_DIR/NAME.txt (ONLY=a,b: those names alone)
+  local name=$1 batch=$2; shift 2
+  if [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]]; then return; fi
+  echo "== $name"
+  timeout 180 python benchmarks/profile_step.py --batch_size=$batch --steps=5 --top=25 "$@" 2>&1 \
+    | grep -v '^[0-9][0-9]:\|^[IWE][0-9]' >"$out/$name.txt"
+  tail -32 "$out/$name.txt"
+}
+
 old_loop() {  # NAME BATCH VOCAB CONFIG_ARGS...: the older checkout's training loop on a synthetic corpus
   local name=$1 batch=$2 vocab=$3; shift 3
   local corpus=/tmp/synthetic_$vocab
@@ -84,6 +95,10 @@ if [ "$part" = loop ]; then
   # AdamW's first moment in bfloat16 (optimizer.mu_dtype): less of the output layer's optimiser traffic
   bench research_bf16_mu_bf16 $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
     --config.optimizer.mu_dtype=bfloat16
+  # where the research size's step spends its time (issue 28: a profile before and after each change)
+  for batch in 256 1024; do
+    profile profile_research_bf16_$batch $batch $RESEARCH --config.model.compute_dtype=bfloat16
+  done
   if [ -n "${BASELINE:-}" ]; then  # the same research size with an older checkout's code, in this call
     bench_in "$BASELINE" baseline_research_bf16 $RESEARCH --batch_sizes=256,1024 --loop \
       --config.model.compute_dtype=bfloat16
@@ -148,12 +163,9 @@ elif [ "$part" = revisited ]; then
   # as it is: about 40 s a variant)
   REV="--config=experiments/ptb.py:ladder5_dropout --vocab=10000 --batch_sizes=256,1024 --steps=10 --repeats=3
     --config.model.compute_dtype=bfloat16"
-  for batch in 256 1024; do  # XLA's own per-operation times of the row's step (benchmarks/profile_step.py)
-    echo "== profile_rev_$batch"
-    timeout 180 python benchmarks/profile_step.py --config=experiments/ptb.py:ladder5_dropout --batch_size=$batch \
-      --vocab=10000 --steps=5 --top=25 --config.model.compute_dtype=bfloat16 2>&1 \
-      | grep -v '^[0-9][0-9]:\|^[IWE][0-9]' >"$out/profile_rev_$batch.txt"
-    tail -32 "$out/profile_rev_$batch.txt"
+  for batch in 256 1024; do  # XLA's own per-operation times of the row's step
+    profile profile_rev_$batch $batch --config=experiments/ptb.py:ladder5_dropout --vocab=10000 \
+      --config.model.compute_dtype=bfloat16
   done
   bench rev_default $REV --loop --loop_steps=600
   bench rev_nondeterministic $REV --config.train.deterministic=False

@@ -181,3 +181,19 @@ def test_the_gpu_plan_runs_sweeps_and_rows_that_exist():
   proc = subprocess.run(['bash', os.path.join('launch', 'gpu_plan.sh'), 'nonsense', '/tmp/unused'], cwd=REPO,
                         capture_output=True, text=True, timeout=60)
   assert proc.returncode == 2 and proc.stdout.strip().startswith('unknown step nonsense'), proc.stdout + proc.stderr
+
+
+def test_every_benchmark_the_gpu_plan_names_is_run_by_the_figures_script():
+  """The names in gpu_plan.sh's ONLY= lists are benchmarks or profiles of benchmarks/gpu_figures.sh (a
+  misspelt name would run nothing in a GPU call); names built in a loop over batches count for each."""
+  import re  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(REPO, 'launch', 'gpu_plan.sh'), encoding='utf-8') as f:
+    plan = f.read()
+  with open(os.path.join(REPO, 'benchmarks', 'gpu_figures.sh'), encoding='utf-8') as f:
+    figures = f.read()
+  runs = set(re.findall(r'^\s*(?:bench|profile) (\S+)', figures, re.M))
+  runs |= set(re.findall(r'^\s*bench_in \S+ (\S+)', figures, re.M))
+  runs = {name.replace('$batch', batch) for name in runs for batch in ('256', '1024')}
+  named = [name for only in re.findall(r'ONLY=([\w,]+)', plan) for name in only.split(',')]
+  assert 'profile_research_bf16_256' in named and 'research_bf16' in named, named
+  assert set(named) <= runs, set(named) - runs
