@@ -157,6 +157,30 @@ def test_bfloat16_output_layer_gradient_is_float32_and_one_array(kernel, vocab_b
   np.testing.assert_allclose(np.asarray(grad[:-1]), f16.T @ as_bf16(dz), rtol=2e-4, atol=2e-5)
 
 
+def layer_shaped_concatenations(hlo_text: str, rows: int, columns: int) -> list[str]:
+  """The compiled program's instructions that make an f32[rows, columns] array by a concatenation."""
+  made = re.compile(rf'= f32\[{rows},{columns}\]')
+  return [line for line in hlo_text.splitlines() if made.search(line) and 'concatenate' in line]
+
+
+@pytest.mark.parametrize('vocab_block', [0, 24])
+def test_the_bfloat16_layer_gradient_is_made_in_the_layers_shape(vocab_block):
+  """In bfloat16 the output layer's gradient comes out of the matmul in the layer's shape, db written over
+  its last row in place: no concatenation of dW and db, which costs a copy of the whole layer's gradient
+  each step (vocab_softmax._layer_gradient). Positive control: the detector finds such a concatenation."""
+  batch, k, vocab = 32, 40, 96
+  mesh = jax.make_mesh((1, 1), ('data', 'model'), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  f, out = jnp.ones((batch, k), jnp.float32), jnp.ones((k + 1, vocab), jnp.float32)
+  targets = jnp.zeros((batch,), jnp.int32)
+  loss = lambda o: jnp.sum(vocab_softmax.token_nll(f, o, targets, mesh=mesh, compute_dtype='bfloat16',
+                                                   vocab_block=vocab_block))
+  with jax.set_mesh(mesh):
+    hlo = jax.jit(jax.grad(loss)).lower(out).compile().as_text()
+  assert not layer_shaped_concatenations(hlo, k + 1, vocab), layer_shaped_concatenations(hlo, k + 1, vocab)
+  control = jax.jit(lambda dw, db: jnp.concatenate([2 * dw, 3 * db[None]])).lower(out[:-1], out[-1]).compile()
+  assert layer_shaped_concatenations(control.as_text(), k + 1, vocab)
+
+
 def test_the_automatic_vocab_block_streams_only_large_shards():
   assert vocab_softmax.streamed_vocab_block(-1, 8_960) == 0  # Brown on 2 devices: all at once (faster)
   assert vocab_softmax.streamed_vocab_block(-1, 50_000) == AUTO_VOCAB_BLOCK

@@ -45,19 +45,28 @@ def _dlogits(logits, first, log_z, targets, g):
   return g[:, None] * (jnp.exp(logits - log_z[:, None]) - (columns[None, :] == targets[:, None]))
 
 
-def _block_backward(f, w, b, z, log_z, targets, g):
-  """Gradients of sum(g * nll) from this shard's block: dlogits = g (softmax - onehot), in one pass.
+def _layer_gradient(f, b, dlogits):
+  """The output layer's gradient [dW; db] from a block's float32 dlogits, before the sum over 'data':
+  f^T dlogits with both in f's dtype and float32 accumulation. Where the bias b is apart (f has no
+  column of ones), f gets a column of zeros, so the matmul makes the layer's shape and db, the float32
+  sum of dlogits, is written over its last row in place: no copy of dW into a larger array (which a
+  concatenation of dW and db costs: the size of the layer read and written again each step)."""
+  rows = f if b is None else jnp.pad(f, ((0, 0), (0, 1)))
+  d_layer = jnp.matmul(rows.T, dlogits.astype(f.dtype), preferred_element_type=jnp.float32)
+  if b is None:
+    return d_layer
+  return lax.dynamic_update_slice_in_dim(d_layer, jnp.sum(dlogits, axis=0)[None, :], f.shape[-1], axis=0)
 
-  float32 whatever the matmuls' dtype (they accumulate in it); a separate bias gets its gradient
-  summed from the float32 dlogits.
+
+def _block_backward(f, w, b, z, log_z, targets, g):
+  """Gradients of sum(g * nll) from this shard's block: dlogits = g (softmax - onehot), in one pass,
+  then df and the layer's gradient [dW; db] (_layer_gradient): float32 whatever the matmuls' dtype
+  (they accumulate in it); a separate bias gets its gradient summed from the float32 dlogits.
   """
   block = z.shape[-1]
   dlogits = _dlogits(z if b is None else z + b, lax.axis_index('model') * block, log_z, targets, g)
-  db = None if b is None else lax.psum(jnp.sum(dlogits, axis=0), 'data')
-  dlogits = dlogits.astype(f.dtype)
-  df = lax.psum(jnp.matmul(dlogits, w.T, preferred_element_type=jnp.float32), 'model')
-  dw = lax.psum(jnp.matmul(f.T, dlogits, preferred_element_type=jnp.float32), 'data')
-  return df, dw, db
+  df = lax.psum(jnp.matmul(dlogits.astype(f.dtype), w.T, preferred_element_type=jnp.float32), 'model')
+  return df, lax.psum(_layer_gradient(f, b, dlogits), 'data')
 
 
 def _block_backward_recomputed(f, w, b, log_z, targets, g):
@@ -122,28 +131,23 @@ def _combine_shards(shard_max, shard_sum, target_part):
 
 def _streamed_backward(f, w, b, log_z, targets, g, *, vocab_block):
   """_block_backward a sub-block at a time: each piece's logits recomputed, its dlogits made and
-  used at once for its columns of dw (and db) and its share of df. dw is made and summed over
-  'data' in float32 whatever the matmuls' dtype (as the all-at-once path does)."""
+  used at once for its columns of the layer's gradient and its share of df. The layer's gradient is
+  made and summed over 'data' in float32 whatever the matmuls' dtype (as the all-at-once path does)."""
   block = w.shape[-1]
   first = lax.axis_index('model') * block
 
   def body(start, size, carry):
-    df, dw, db = carry
+    df, d_layer = carry
     dlogits = _dlogits(_sub_block_logits(f, w, b, start, size), first + start, log_z, targets, g)
-    if db is not None:
-      db = lax.dynamic_update_slice_in_dim(db, jnp.sum(dlogits, axis=0), start, axis=0)
-    dlogits = dlogits.astype(f.dtype)
-    df = df + jnp.matmul(dlogits, lax.dynamic_slice_in_dim(w, start, size, axis=1).T,
+    df = df + jnp.matmul(dlogits.astype(f.dtype), lax.dynamic_slice_in_dim(w, start, size, axis=1).T,
                          preferred_element_type=jnp.float32)
-    dw = lax.dynamic_update_slice_in_dim(dw, jnp.matmul(f.T, dlogits, preferred_element_type=jnp.float32), start,
-                                         axis=1)
-    return df, dw, db
+    d_layer = lax.dynamic_update_slice_in_dim(d_layer, _layer_gradient(f, b, dlogits), start, axis=1)
+    return df, d_layer
 
-  init = (jnp.zeros(f.shape, jnp.float32), jnp.zeros(w.shape, jnp.float32),
-          None if b is None else jnp.zeros(b.shape, jnp.float32))
-  df, dw, db = _for_each_sub_block(block, vocab_block, body, _varying(init))
-  db = None if db is None else lax.psum(db, 'data')
-  return lax.psum(df, 'model'), lax.psum(dw, 'data'), db
+  rows = f.shape[-1] + (b is not None)
+  init = (jnp.zeros(f.shape, jnp.float32), jnp.zeros((rows, block), jnp.float32))
+  df, d_layer = _for_each_sub_block(block, vocab_block, body, _varying(init))
+  return lax.psum(df, 'model'), lax.psum(d_layer, 'data')
 
 
 # Where each kernel form runs: Mosaic TPU runs the grid form's grid in order (its accumulation over
@@ -189,8 +193,8 @@ def _kernel_backward(f, w, b, log_z, targets, g, form='grid'):
   """_streamed_backward with the shard's pass in the fused Pallas kernels (softmax_kernel.shard_grads)."""
   local = targets - lax.axis_index('model') * w.shape[-1]
   df, dw, db = softmax_kernel.shard_grads(f, w, b, log_z, local, g, form=form)
-  db = None if db is None else lax.psum(db, 'data')
-  return lax.psum(df, 'model'), lax.psum(dw, 'data'), db
+  d_layer = dw if db is None else jnp.concatenate([dw, db[None, :]], axis=0)  # the kernels make db apart
+  return lax.psum(df, 'model'), lax.psum(d_layer, 'data')
 
 
 def _shard_operands(f, output, dtype):
@@ -203,16 +207,16 @@ def _shard_operands(f, output, dtype):
 
 
 def _on_output_layer(forward_body, backward_body, dtype):
-  """A shard's passes written for (f, w, b) taking (f, output) instead: the backward pass gives the
-  output layer's gradient as one float32 array, dW's rows as the matmul accumulated them and db's
-  after them. Taking the layer whole (not its rows and bias row as two slices) spares autodiff a
-  full-size zero-padded copy of each slice's gradient, and dW any rounding to the matmuls' dtype."""
+  """A shard's passes written for (f, w, b) taking (f, output) instead: the backward body gives the
+  output layer's gradient as one float32 array (dW's rows, then db's), as the matmul accumulated it.
+  Taking the layer whole (not its rows and bias row as two slices) spares autodiff a full-size
+  zero-padded copy of each slice's gradient, and dW any rounding to the matmuls' dtype; making it in
+  the layer's shape (_layer_gradient) spares a copy of dW into it (a concatenation)."""
   def forward(f, output, *rest):
     return forward_body(*_shard_operands(f, output, dtype), *rest)
 
   def backward(f, output, *rest):
-    df, dw, db = backward_body(*_shard_operands(f, output, dtype), *rest)
-    d_output = dw if db is None else jnp.concatenate([dw, db[None, :]], axis=0)
+    df, d_output = backward_body(*_shard_operands(f, output, dtype), *rest)
     return df.astype(f.dtype), d_output.astype(output.dtype)
   return forward, backward
 
@@ -310,8 +314,8 @@ def token_nll(f, output, targets, *, mesh, compute_dtype='float32', recompute=Fa
   f [B, K] are the features, output [K + 1, |V|] the output layer [U; W; b]. In float32 the bias
   is folded into the matmul, [f, 1] @ output: no pass of its own over the [B, |V|] logits (a
   separate add made the float32 step 10-17% slower on CPU) and no copy of the output layer. In
-  bfloat16 the weight rows are cast (a pass that cast needs anyway) and the bias stays float32; the
-  layer's gradient is float32 either way, one array (_on_output_layer).
+  bfloat16 the weight rows are cast (a pass that cast needs anyway) and the bias stays float32 in the
+  logits; the layer's gradient is float32 either way, one array made in its shape (_layer_gradient).
   recompute: the backward pass recomputes the logits instead of keeping them (_vocab_parallel_nll).
   vocab_block: go over each shard's columns this many at a time (_vocab_parallel_nll); 0 = at once.
   kernel: 'xla', or 'pallas' for the fused kernels (softmax_kernel).
