@@ -18,8 +18,8 @@
 #          Service (launch/mps.sh; mps_on): each copy's loop tokens/s and their sum (mps_sum_off, mps_sum_on),
 #          which says whether launch/device_sweeps.sh's rows run better with MPS=1;
 #   revisited: the PTB ladder's top row's step profiled (XLA's per-operation times), its loop, then its step
-#          with each suspect removed in turn (deterministic reductions, C's gradient as a sort, the distant
-#          block, dropout, the blocks, tying);
+#          with each suspect removed in turn (deterministic reductions, C's gradient as a sort or the distant
+#          block's as a matmul, the distant block, dropout, the blocks, tying);
 #   train2: brown.py:reg4_n7 alone (end to end, the Brown words cached), then in bfloat16, then the
 #          research-size loop without deterministic reductions (their cost).
 # ONLY=NAME,NAME runs those benchmarks of a part alone (one GPU call is at most 10 minutes);
@@ -168,11 +168,14 @@ elif [ "$part" = revisited ]; then
       --config.model.compute_dtype=bfloat16
   done
   bench rev_default $REV --loop --loop_steps=600
-  bench rev_nondeterministic $REV --config.train.deterministic=False
+  # the suspects, the likeliest first (a call cut at its 10 minutes loses the last; bench.jsonl keeps the rest):
+  # C's gradient without a scatter of rows (a sort; the distant block's share as a matmul, model.distant_gradient;
+  # both), then deterministic reductions off, the distant block, dropout, the blocks, tying
   bench rev_sorted_gradient $REV --config.model.embedding_gradient=sorted
+  bench rev_distant_counts $REV --config.model.distant_gradient=counts
+  bench rev_distant_counts_sorted $REV --config.model.distant_gradient=counts --config.model.embedding_gradient=sorted
+  bench rev_nondeterministic $REV --config.train.deterministic=False
   bench rev_no_distant $REV --config.model.distant_tokens=0 --config.model.distant_kernels=0
-  bench rev_no_distant_nondeterministic $REV --config.model.distant_tokens=0 --config.model.distant_kernels=0 \
-    --config.train.deterministic=False
   bench rev_no_dropout $REV --config.model.feature_dropout=0 --config.model.hidden_dropout=0
   bench rev_depth0 $REV --config.model.depth=0
   bench rev_untied $REV --config.model.tied=False

@@ -25,7 +25,8 @@
 #   kernel     issue 28: the fused kernel against XLA, bfloat16 (DTYPES=float32 for the other half)
 #   speed      issue 27 (run it first): where the revisited step's time goes on the GPU (the top row alone ran
 #              18,900 tokens/s on the H100, the 2003 network at research size 118,576): the row, then with
-#              each suspect removed in turn (benchmarks/gpu_figures.sh revisited), about 8 minutes
+#              each suspect removed in turn (benchmarks/gpu_figures.sh revisited), about 9 minutes: the
+#              likeliest suspects first (C's gradient as a sort, the distant block's as a matmul)
 #   research   issues 28 and 31: research-size candidates at batch 256 and 1024 (beside an older
 #              tree's loop when .carry/baseline holds one: BASELINE=6d3a2d5 bash launch/device_pack.sh),
 #              the research step's profile at both batches (XLA's per-operation times, as text), and the

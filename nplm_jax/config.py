@@ -68,6 +68,10 @@ def base_config() -> ml_collections.ConfigDict:
   # 'one_hot' (a matmul with a [batch x context, |V|] one-hot: short windows only) or 'sorted' (a sort, then
   # sums along runs of one word: any window); the last two deterministic without a scatter (models/lookup.py)
   c.model.embedding_gradient = 'scatter'
+  # revisited: the distant block's share of C's gradient. 'rows': as the other rows (embedding_gradient);
+  # 'counts': a matmul of the sums' gradients with each example's kernel weights per word ([batch x
+  # kernels, |V|], made by a scatter of scalars): deterministic without a scatter of rows (models/lookup.py)
+  c.model.distant_gradient = 'rows'
   # The vocabulary is padded to a multiple of this, so it splits evenly over every mesh.model size
   # that divides it (128: every power of two up to 128), and checkpoints move between such meshes.
   # It wastes < 128 columns: 15 of Brown's 17,920 (0.08%), 32 of 300,032 at |V| = 300,000.
@@ -364,6 +368,7 @@ _CHOICES = [
     ('model.initialiser', ('lecun', 'normal_0.02')),
     ('model.feature_dropout_at', ('features', 'embeddings')),
     ('model.embedding_gradient', ('scatter', 'one_hot', 'sorted')),
+    ('model.distant_gradient', ('rows', 'counts')),
     ('model.kind', ('bengio2003', 'revisited')),
     ('model.compute_dtype', ('auto', 'float32', 'bfloat16')),
     ('model.matmul_precision', ('highest', 'default')),
@@ -512,6 +517,10 @@ def _validate_revisited(model) -> None:
   if model.h < 1:
     raise UserError(f"model.h={model.h} is invalid for model.kind='revisited': its layers need an inner width; "
                     'e.g. --config.model.h=1000')
+  if model.get('distant_gradient', 'rows') == 'counts' and model.get('feature_dropout_at') == 'embeddings':
+    raise UserError("model.distant_gradient='counts' weighs whole word vectors, so it cannot drop each embedding's "
+                    "features (model.feature_dropout_at='embeddings'); use --config.model.distant_gradient=rows or "
+                    "--config.model.feature_dropout_at=features")
   if bool(model.distant_tokens) != bool(model.distant_kernels):
     raise UserError(f'model.distant_tokens={model.distant_tokens} and model.distant_kernels={model.distant_kernels} '
                     'must both be 0 (no distant context) or both > 0; e.g. --config.model.distant_tokens=200 '

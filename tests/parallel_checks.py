@@ -372,6 +372,17 @@ def test_the_sorted_embedding_gradient_trains_on_meshes_as_the_scatter(shape):
 DISTANT_SPLIT = {**HIDDEN_SPLIT, 'distant': 'model'}
 
 
+@pytest.mark.parametrize('shape', [(8, 1), (2, 4)], ids=lambda s: f'mesh{s[0]}x{s[1]}')
+def test_the_distant_gradient_by_counts_trains_on_meshes_as_the_rows(shape):
+  """model.distant_gradient='counts' (C's share from the distant block as a matmul with the kernels'
+  weights per word) on a data-split mesh, and with the distant block split over 'model', trains as the
+  rows' scatter does on one device."""
+  reference = train_three_steps(small_revisited(tied=True, distant_tokens=8), (1, 1), {'vocab': 'model'})[:2]
+  training = train_three_steps(small_revisited(tied=True, distant_tokens=8, distant_gradient='counts'), shape,
+                               DISTANT_SPLIT)[:2]
+  assert_trains_as_one_device(training, reference)
+
+
 def train_step_hlo(model, mesh, axis_rules) -> str:
   """The compiled AdamW training step of `model` on `mesh` (its per-device program, as text)."""
   compiled = steps_lib.compile_steps(model, adamw(), mesh, axis_rules=axis_rules)

@@ -1,6 +1,7 @@
 """The revisited feed-forward family (nplm_jax/models/revisited.py): its forward pass against NumPy, its
 parameters, placement and configuration, and every tool on a tiny trained revisited workdir."""
 
+import functools
 import json
 import math
 import os
@@ -282,3 +283,60 @@ def test_export_says_it_writes_the_2003_model_only(workdir):
   proc = tool('nplm_jax.tools.export', f'--workdir={workdir["path"]}', f'--output={workdir["base"] / "exported"}', check=False)
   assert proc.returncode == 1 and proc.stderr.count('\n') == 1 and "model.kind='revisited'" in proc.stderr
 
+
+
+@pytest.mark.parametrize('kw', [{}, {'tied': True, 'embed_scale': True}, {'word_dropout': 0.3}],
+                         ids=['untied', 'tied_embed_scale', 'word_dropout'])
+def test_the_distant_gradient_by_counts_equals_the_rows(kw):
+  """model.distant_gradient='counts' (lookup.weighted_sums: C's share from the distant block as a matmul with
+  each example's kernel weights per word) gives the rows' loss and every parameter's gradient, in training
+  (dropout, the same masks: word dropout's too) with words repeated inside a distant block."""
+  rows_model = make(distant_tokens=9, hidden_dropout=0.1, **kw)
+  counts_model = rows_model.clone(distant_gradient='counts')
+  params = perturbed(output_layer.init_params(rows_model))
+  contexts = contexts_for(rows_model, rows=8)
+  contexts[:, 5] = contexts[:, 7] = contexts[:, 9]  # one word three times in each distant block
+  targets = np.arange(8, dtype=np.int32) % VOCAB
+
+  def loss(model, p):
+    feats = model.apply({'params': p}, contexts, False, method='features', rngs={'dropout': jax.random.PRNGKey(2)})
+    logits = output_layer.dense_logits(feats, model.output_layer(p))[:, :VOCAB]
+    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), targets[:, None], axis=1))
+  (rows_loss, rows_grad), (counts_loss, counts_grad) = (jax.jit(jax.value_and_grad(functools.partial(loss, m)))(params)
+                                                        for m in (rows_model, counts_model))
+  np.testing.assert_allclose(float(counts_loss), float(rows_loss), rtol=1e-6)
+  for (path, value), (_, expected) in zip(jax.tree_util.tree_flatten_with_path(counts_grad)[0],
+                                          jax.tree_util.tree_flatten_with_path(rows_grad)[0]):
+    np.testing.assert_allclose(np.asarray(value), np.asarray(expected), rtol=2e-5, atol=2e-6,
+                               err_msg=jax.tree_util.keystr(path))
+  assert float(jnp.abs(counts_grad['distant_kernels']).max()) > 0
+
+
+def scatter_updates(jaxpr) -> list[tuple[int, ...]]:
+  """The updates' shape of every scatter-add in a jaxpr, its inner jaxprs included."""
+  found = []
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'scatter-add':
+      found.append(tuple(eqn.invars[2].aval.shape))
+    for value in eqn.params.values():
+      for inner in (value if isinstance(value, (list, tuple)) else [value]):
+        if hasattr(inner, 'jaxpr') or hasattr(inner, 'eqns'):
+          found += scatter_updates(getattr(inner, 'jaxpr', inner))
+  return found
+
+
+def test_the_distant_gradient_by_counts_scatters_no_rows_of_the_distant_block():
+  """In the gradient, 'counts' scatters whole m-rows of C only for the window's words (batch x window of them);
+  the distant block's words are scattered as scalars (each example's kernel weights per word). 'rows'
+  scatters the distant block's m-rows too."""
+  model = make(distant_tokens=9, embed_dim=8)
+  params = output_layer.init_params(model)
+  contexts = contexts_for(model, rows=4)
+
+  def scatters(m):
+    grad = jax.grad(lambda p: jnp.sum(m.apply({'params': p}, contexts, method='features')))
+    return scatter_updates(jax.make_jaxpr(grad)(params).jaxpr)
+  rows_of_c = lambda found: sorted(int(np.prod(shape[:-1])) for shape in found if shape[-1:] == (8,))
+  assert rows_of_c(scatters(model)) == [4 * 3, 9 * 4]  # the window's rows, the distant block's rows
+  counts = scatters(model.clone(distant_gradient='counts'))
+  assert rows_of_c(counts) == [4 * 3] and (2 * 9 * 4,) in counts  # scalars: kernels x distant x batch

@@ -12,6 +12,12 @@ other forms give the same gradient (tests/test_model.py), deterministic without 
   a segmented scan (a fixed tree of additions), and each word's total read at the end of its run
   (a binary search and a gather): memory linear in batch x context, whatever |V|. On one device, or
   data-parallel at the cost of gathering the batch's ids and gradients for the sort.
+
+The revisited family's distant block reads hundreds of words a context only through learned weighted
+sums (its kernels): weighted_sums gives those sums with C's share of the gradient made as a matmul,
+A^T G, where A [batch x kernels, |V|] holds each example's kernel weights per word (built by a scatter
+of scalars: batch x kernels x distant of them, not as many rows of m) and G the sums' gradients: the
+same gradient (tests/test_revisited.py), deterministic without a scatter of rows.
 """
 
 import functools
@@ -76,3 +82,50 @@ def _rows_with_gradient(backward):
 
 
 _CUSTOM_GRADIENT_ROWS = {'one_hot': _rows_with_gradient(_backward_one_hot), 'sorted': _rows_with_gradient(_backward_sorted)}
+
+
+DISTANT_GRADIENTS = ('rows', 'counts')
+
+
+def weighted_sums(table: jax.Array, ids: jax.Array, weights: jax.Array, scale: jax.Array | None = None) -> jax.Array:
+  """sum_p weights[k, p] scale[p, b] table[ids[p, b]]: [kernels, batch, m] for ids [positions, batch]
+  (position-major), weights [kernels, positions] and an optional scale per vector [positions, batch]
+  (word dropout's mask), with C's gradient made as a matmul with the weights per word (the module
+  docstring): model.distant_gradient='counts'. 'rows' is the gather and its gradient as any other."""
+  return _weighted_sums_by_counts(table, ids, weights, jnp.ones(ids.shape, table.dtype) if scale is None else scale)
+
+
+def _weigh(weights, vectors):
+  """weights [kernels, positions] times vectors [positions, batch, m], as one matmul over batch x m."""
+  positions, batch, m = vectors.shape
+  return (weights @ vectors.reshape(positions, batch * m)).reshape(-1, batch, m)
+
+
+@jax.custom_vjp
+def _weighted_sums_by_counts(table, ids, weights, scale):
+  return _weigh(weights, table[ids] * scale[..., None])
+
+
+def _weighted_sums_forward(table, ids, weights, scale):
+  # Nothing the size of the gathered block is kept: the backward pass gathers it again (a read, no scatter).
+  return _weighted_sums_by_counts(table, ids, weights, scale), (table, ids, weights, scale)
+
+
+def _weighted_sums_backward(residuals, g):
+  table, ids, weights, scale = residuals
+  kernels, batch, m = g.shape
+  positions = ids.shape[0]
+  vectors = table[ids] * scale[..., None]  # [positions, batch, m]
+  d_weights = g.reshape(kernels, batch * m) @ vectors.reshape(positions, batch * m).T
+  # A[b * kernels + k, v] = sum over the positions p holding word v of weights[k, p] scale[p, b]
+  values = weights[:, :, None] * scale[None, :, :]  # [kernels, positions, batch]
+  row = jnp.arange(batch)[None, None, :] * kernels + jnp.arange(kernels)[:, None, None]
+  word = jnp.broadcast_to(ids[None], values.shape)
+  counts = jnp.zeros((batch * kernels, table.shape[0]), jnp.float32).at[
+      jnp.broadcast_to(row, values.shape).reshape(-1), word.reshape(-1)].add(values.reshape(-1).astype(jnp.float32))
+  sums_grad = g.transpose(1, 0, 2).reshape(batch * kernels, m)  # row b * kernels + k
+  d_table = jnp.matmul(counts.T, sums_grad.astype(jnp.float32), preferred_element_type=jnp.float32)
+  return d_table.astype(table.dtype), None, d_weights.astype(weights.dtype), None
+
+
+_weighted_sums_by_counts.defvjp(_weighted_sums_forward, _weighted_sums_backward)

@@ -25,6 +25,9 @@ this project keeps it constant after the warm-up and halves it from the best par
 of this project's own, off by default: word_dropout drops whole input words (window and distant block)
 in training.
 
+C's gradient from the distant block can be made as a matmul instead of a scatter of its rows
+(distant_gradient='counts': lookup.weighted_sums), the same numbers, for deterministic GPU steps.
+
 The module has the interface of model.NPLM that training and the tools use: context_size,
 features(contexts, deterministic), output_layer(params), __call__ (dense logits).
 """
@@ -102,6 +105,7 @@ class RevisitedNPLM(output_layer.OutputLayerModel, nn.Module):
   first_hidden: int = 0  # the first layer's inner width; 0 = hidden_dim
   feature_dropout_at: str = 'features'  # 'features' (x) or 'embeddings' (each input vector, before the kernels)
   embedding_gradient: str = 'scatter'  # how C's gradient is made (lookup.EMBEDDING_GRADIENTS)
+  distant_gradient: str = 'rows'  # the distant block's share of it: as the rows', or 'counts' (lookup.weighted_sums)
 
   @property
   def context_size(self) -> int:
@@ -141,15 +145,25 @@ class RevisitedNPLM(output_layer.OutputLayerModel, nn.Module):
       # are one matmul [kernels, distant] x [distant, batch * m]: gathered [batch, distant, m], the block
       # (hundreds of vectors an example) is transposed for the contraction, forward and backward (a
       # training step 1.16-1.27x slower on CPU, evaluation 1.45x; README, "the NPLM revisited").
-      far = self._input_vectors(contexts[:, self.window:].T, deterministic)
-      distant_tokens, batch, m = far.shape
-      summaries = (self.kernels @ far.reshape(distant_tokens, batch * m)).reshape(-1, batch, m)
+      summaries = self._distant_summaries(contexts[:, self.window:].T, deterministic)
       local = jnp.concatenate([local, summaries.transpose(1, 0, 2)], axis=1)
     x = local if self.feature_dropout_at == 'embeddings' else self.drop_features(local, deterministic=deterministic)
     s = self.first(x.sum(axis=1), x.reshape(x.shape[0], -1), deterministic)
     for block in self.blocks:
       s = block(s, s, deterministic)
     return s
+
+  def _distant_summaries(self, ids: jax.Array, deterministic: bool) -> jax.Array:
+    """The kernels' weighted sums of the distant block's vectors [kernels, batch, m], ids [distant, batch]."""
+    if self.distant_gradient == 'rows':
+      far = self._input_vectors(ids, deterministic)
+      distant_tokens, batch, m = far.shape
+      return (self.kernels @ far.reshape(distant_tokens, batch * m)).reshape(-1, batch, m)
+    # 'counts' (config refuses it with dropout on each embedding's features): word dropout's mask is the
+    # one _input_vectors would draw (the same module and shape but m), a weight per vector
+    mask = self.drop_words(jnp.ones((*ids.shape, 1), self.C.dtype), deterministic=deterministic)[..., 0]
+    summaries = lookup.weighted_sums(self.C, ids, self.kernels, mask if self.word_dropout else None)
+    return summaries * math.sqrt(self.embed_dim) if self.embed_scale else summaries
 
   def _input_vectors(self, ids: jax.Array, deterministic: bool) -> jax.Array:
     """C's rows for ids ([*ids.shape, m]), dropped out whole, scaled and dropped out as the options say."""
@@ -192,4 +206,5 @@ def from_config(model_config, vocab_size: int, compute_dtype: str) -> RevisitedN
                        embed_scale=model_config.embed_scale,
                        initialiser=model_config.initialiser, first_hidden=model_config.first_hidden,
                        feature_dropout_at=model_config.feature_dropout_at,
-                       embedding_gradient=model_config.embedding_gradient)
+                       embedding_gradient=model_config.embedding_gradient,
+                       distant_gradient=model_config.distant_gradient)
