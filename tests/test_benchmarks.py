@@ -191,8 +191,8 @@ def test_every_benchmark_the_gpu_plan_names_is_run_by_the_figures_script():
     plan = f.read()
   with open(os.path.join(REPO, 'benchmarks', 'gpu_figures.sh'), encoding='utf-8') as f:
     figures = f.read()
-  runs = set(re.findall(r'^\s*(?:bench|profile) (\S+)', figures, re.M))
-  runs |= set(re.findall(r'^\s*bench_in \S+ (\S+)', figures, re.M))
+  runs = set(re.findall(r'^\s*(?:bench|profile) (\S+)', figures, re.MULTILINE))
+  runs |= set(re.findall(r'^\s*bench_in \S+ (\S+)', figures, re.MULTILINE))
   runs = {name.replace('$batch', batch) for name in runs for batch in ('256', '1024')}
   named = [name for only in re.findall(r'ONLY=([\w,]+)', plan) for name in only.split(',')]
   assert 'profile_research_bf16_256' in named and 'research_bf16' in named, named
