@@ -110,6 +110,16 @@ def test_resume_refuses_a_change_of_trajectory(finished, change, match):
   assert checksums(workdir) == before
 
 
+def test_resume_takes_another_form_of_the_embedding_gradient(finished):
+  """model.embedding_gradient and model.distant_gradient say how C's gradient is made, not what it is: a
+  finished run goes on with other forms (train.RESUME_FREE_KEYS) where any other model key is refused."""
+  config, workdir = finished
+  config.train.update(max_steps=45)
+  config.model.update(embedding_gradient='sorted', distant_gradient='counts')
+  results = train.train_and_evaluate(config, str(workdir))
+  assert results['steps_trained'] == 45
+
+
 @pytest.mark.parametrize('edit', ['shuffle_lines', 'new_word'])
 def test_resume_refuses_another_corpus_at_the_same_path(finished, edit):
   config, workdir = finished

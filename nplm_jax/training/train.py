@@ -48,6 +48,9 @@ PROGRESS_SECONDS = 30.0
 # Config keys that must match for a workdir to be resumed (besides its corpus, corpus.json): they
 # change the steps already taken. Others may change (README, "Reliability").
 RESUME_KEYS = ('seed', 'data', 'model', 'optimizer', 'loss', 'train.batch_size')
+# Keys inside RESUME_KEYS that say how C's gradient is made, not what it is (the same gradient, tested):
+# a run may go on with another form, say one started on a CPU and resumed on a GPU.
+RESUME_FREE_KEYS = ('model.embedding_gradient', 'model.distant_gradient')
 
 
 # Fault injection for tests/test_reliability.py: NPLM_SIGNAL_AT=POINT:SIGNAL[:COUNT] sends this
@@ -106,7 +109,8 @@ def check_resumable(workdir: workdir_lib.Workdir, config) -> None:
     config.model.compute_dtype = saved_dtype  # a run made before 'auto' existed keeps its arithmetic
   current = json.loads(config.to_json_best_effort())
   for key in RESUME_KEYS:
-    changed = _changed_keys(config_lib.value_at(saved, key), config_lib.value_at(current, key), key)
+    changed = [k for k in _changed_keys(config_lib.value_at(saved, key), config_lib.value_at(current, key), key)
+               if k not in RESUME_FREE_KEYS]
     if changed:
       raise UserError(f'--workdir={str(workdir)!r} holds a run with a different config.{changed[0]}; '
                       'use a new --workdir (nothing in this one was changed)')
