@@ -84,18 +84,15 @@ def _rows_with_gradient(backward):
 _CUSTOM_GRADIENT_ROWS = {'one_hot': _rows_with_gradient(_backward_one_hot), 'sorted': _rows_with_gradient(_backward_sorted)}
 
 
-DISTANT_GRADIENTS = ('rows', 'counts')
-
-
-def weighted_sums(table: jax.Array, ids: jax.Array, weights: jax.Array, scale: jax.Array | None = None) -> jax.Array:
+def weighted_sums(table: jax.Array, ids: jax.Array, weights: jax.Array, scale: jax.Array) -> jax.Array:
   """sum_p weights[k, p] scale[p, b] table[ids[p, b]]: [kernels, batch, m] for ids [positions, batch]
-  (position-major), weights [kernels, positions] and an optional scale per vector [positions, batch]
-  (word dropout's mask), with C's gradient made as a matmul with the weights per word (the module
+  (position-major), weights [kernels, positions] and a scale per vector [positions, batch] (word
+  dropout's mask, or ones), with C's gradient made as a matmul with the weights per word (the module
   docstring): model.distant_gradient='counts'. 'rows' is the gather and its gradient as any other."""
-  return _weighted_sums_by_counts(table, ids, weights, jnp.ones(ids.shape, table.dtype) if scale is None else scale)
+  return _weighted_sums_by_counts(table, ids, weights, scale)
 
 
-def _weigh(weights, vectors):
+def weigh(weights, vectors):
   """weights [kernels, positions] times vectors [positions, batch, m], as one matmul over batch x m."""
   positions, batch, m = vectors.shape
   return (weights @ vectors.reshape(positions, batch * m)).reshape(-1, batch, m)
@@ -103,7 +100,7 @@ def _weigh(weights, vectors):
 
 @jax.custom_vjp
 def _weighted_sums_by_counts(table, ids, weights, scale):
-  return _weigh(weights, table[ids] * scale[..., None])
+  return weigh(weights, table[ids] * scale[..., None])
 
 
 def _weighted_sums_forward(table, ids, weights, scale):

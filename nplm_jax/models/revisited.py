@@ -156,13 +156,11 @@ class RevisitedNPLM(output_layer.OutputLayerModel, nn.Module):
   def _distant_summaries(self, ids: jax.Array, deterministic: bool) -> jax.Array:
     """The kernels' weighted sums of the distant block's vectors [kernels, batch, m], ids [distant, batch]."""
     if self.distant_gradient == 'rows':
-      far = self._input_vectors(ids, deterministic)
-      distant_tokens, batch, m = far.shape
-      return (self.kernels @ far.reshape(distant_tokens, batch * m)).reshape(-1, batch, m)
+      return lookup.weigh(self.kernels, self._input_vectors(ids, deterministic))
     # 'counts' (config refuses it with dropout on each embedding's features): word dropout's mask is the
     # one _input_vectors would draw (the same module and shape but m), a weight per vector
     mask = self.drop_words(jnp.ones((*ids.shape, 1), self.C.dtype), deterministic=deterministic)[..., 0]
-    summaries = lookup.weighted_sums(self.C, ids, self.kernels, mask if self.word_dropout else None)
+    summaries = lookup.weighted_sums(self.C, ids, self.kernels, mask)
     return summaries * math.sqrt(self.embed_dim) if self.embed_scale else summaries
 
   def _input_vectors(self, ids: jax.Array, deterministic: bool) -> jax.Array:
