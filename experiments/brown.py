@@ -84,6 +84,11 @@ TUNE = [
     # against memorisation (the training loss steps down at each epoch boundary): whole context words dropped
     ('tune7_dropout0.5_weight_decay0.2_cosine4_word0.1', {**_DROPOUT_05, 'optimizer.weight_decay': 0.2,
                                                           **COSINE_4_EPOCHS, 'model.word_dropout': 0.1}),
+    # Polyak averaging (AWD-LSTM's averaged SGD, here a moving average over about 1,000 steps): the
+    # half-epoch evaluations swing by up to 10 points around the whole-epoch ones, and an average is
+    # what the swings leave
+    ('tune8_dropout0.5_weight_decay0.2_cosine4_ema0.999', {**_DROPOUT_05, 'optimizer.weight_decay': 0.2,
+                                                           **COSINE_4_EPOCHS, 'optimizer.ema_decay': 0.999}),
 ]
 
 

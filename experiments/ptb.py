@@ -129,6 +129,8 @@ TUNE = [
     ('tune7_dropout0.5_cosine4', {**_DROPOUT_05, **COSINE_4_EPOCHS}),
     # against memorisation (the training loss steps down at each epoch boundary): whole context words dropped
     ('tune8_dropout0.5_cosine4_word0.1', {**_DROPOUT_05, **COSINE_4_EPOCHS, 'model.word_dropout': 0.1}),
+    # Polyak averaging: the parameters' moving average over about 1,000 steps is what is evaluated
+    ('tune9_dropout0.5_cosine4_ema0.999', {**_DROPOUT_05, **COSINE_4_EPOCHS, 'optimizer.ema_decay': 0.999}),
 ]
 
 

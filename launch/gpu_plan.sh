@@ -13,9 +13,9 @@
 #   ladders    issue 27: ptb, chars and brown at once, eighteen rows side by side in one call (360 s of
 #              training a row; on the H100 each row then ran at 1/18 of its rate alone: 0.2-3 epochs)
 #   reference  issue 27: the reference code's options on the top PTB row (the family's defaults)
-#   tune       issue 27: nine points around the top row of PTB and eight around Brown's (dropout, width, depth,
-#              window, clipping, rate, a cosine schedule, word dropout: TUNE in the two experiment files), all
-#              seventeen side by side
+#   tune       issue 27: ten points around the top row of PTB and nine around Brown's (dropout, width, depth,
+#              window, clipping, rate, a cosine schedule, word dropout, a moving average of the parameters:
+#              TUNE in the two experiment files), all nineteen side by side
 #   targets    issue 27, after speed: the rows whose targets are not met yet, side by side: PTB characters'
 #              top row, Brown's top row with 0.5 dropout and weight decay 0.2 (halved, and with a cosine
 #              over 4 epochs), and PTB's top row with seeds 1 and 2 (its target met with seed 0)

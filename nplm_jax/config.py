@@ -110,6 +110,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.optimizer.mu_dtype = 'float32'
   # > 0: each step's gradients scaled to this global norm where larger (Sun & Iyyer's code: 0.25); 0 = off
   c.optimizer.clip_norm = 0.0
+  # > 0: the run also keeps an exponential moving average of the parameters, decay ema_decay a step
+  # (about 1 / (1 - ema_decay) steps' memory; lower for the first steps), and evaluates, keeps as best and
+  # reports the average instead of the last parameters (Polyak averaging); 0 = off
+  c.optimizer.ema_decay = 0.0
 
   c.loss = ml_collections.ConfigDict()  # training loss; evaluation is always the exact softmax
   c.loss.name = 'softmax'  # 'softmax' (exact) | 'sampled_softmax' | 'nce'
@@ -343,6 +347,7 @@ _RANGES = [
     ('optimizer.decay_rate', 'float', 0.0, None, 'use 0 for a constant rate'),
     ('optimizer.weight_decay', 'float', 0.0, None, 'use 0 for none'),
     ('optimizer.clip_norm', 'float', 0.0, None, 'use 0 for no gradient clipping'),
+    ('optimizer.ema_decay', 'float', 0.0, 0.999999, 'use 0 for no moving average, or a decay below 1 such as 0.999'),
     ('loss.noise_power', 'float', 0.0, None, '1 = unigram, 0 = uniform noise'),
     ('train.batch_size', 'int', 1, None, 'a step needs at least one example'),
     ('train.eval_batch_size', 'int', -1, None, 'use -1 for the backend default, or a positive batch'),

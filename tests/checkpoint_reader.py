@@ -8,7 +8,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 
-def latest_params(workdir) -> dict:
+def latest_params(workdir, item: str = 'params') -> dict:
+  """The newest checkpoint's `item` of the train state: 'params', or 'average' (optimizer.ema_decay)."""
   manager = ocp.CheckpointManager(os.path.join(workdir, 'checkpoints'), item_handlers={
       'state': ocp.StandardCheckpointHandler(), 'meta': ocp.JsonCheckpointHandler()})
   try:
@@ -19,4 +20,4 @@ def latest_params(workdir) -> dict:
     restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))
   finally:
     manager.close()
-  return {k: np.asarray(v) for k, v in restored.state['params'].items()}
+  return jax.tree.map(np.asarray, restored.state[item])

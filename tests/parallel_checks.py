@@ -308,10 +308,12 @@ def adamw():
   return optim.make_optimizer(config, BATCH)
 
 
-def train_three_steps(model, shape, axis_rules=None, softmax_kernel='xla'):
-  """Per-step losses and the parameters after three AdamW steps (dropout on) on a mesh."""
+def train_three_steps(model, shape, axis_rules=None, softmax_kernel='xla', ema_decay=0.0, keep_state=None):
+  """Per-step losses and the parameters after three AdamW steps (dropout on) on a mesh. keep_state: a
+  list the final train state is appended to."""
   mesh = mesh_of(shape)
-  compiled = steps_lib.compile_steps(model, adamw(), mesh, axis_rules=axis_rules, softmax_kernel=softmax_kernel)
+  compiled = steps_lib.compile_steps(model, adamw(), mesh, axis_rules=axis_rules, softmax_kernel=softmax_kernel,
+                                     ema_decay=ema_decay)
   rng = np.random.default_rng(4)
   losses = []
   with jax.set_mesh(mesh):
@@ -321,6 +323,8 @@ def train_three_steps(model, shape, axis_rules=None, softmax_kernel='xla'):
       targets = rng.integers(0, VOCAB, size=BATCH).astype(np.int32)
       state, metrics = compiled.train(state, sharding.put_batch(mesh, contexts), sharding.put_batch(mesh, targets))
       losses.append(float(metrics['loss']))
+  if keep_state is not None:
+    keep_state.append(state)
   return losses, jax.device_get(state.params), compiled.param_shardings
 
 
@@ -367,6 +371,22 @@ def test_the_sorted_embedding_gradient_trains_on_meshes_as_the_scatter(shape):
   reference = train_three_steps(small_revisited(tied=True), (1, 1), {'vocab': 'model'})[:2]
   training = train_three_steps(small_revisited(tied=True, embedding_gradient='sorted'), shape, HIDDEN_SPLIT)[:2]
   assert_trains_as_one_device(training, reference)
+
+
+def test_the_moving_average_is_split_as_the_parameters_and_trains_as_one_device():
+  """optimizer.ema_decay on a 2x4 mesh with the hidden layers and the vocabulary split: each array of
+  the average has its parameter's sharding, and the average is what one device computes."""
+  reference, states = [], []
+  train_three_steps(small_revisited(tied=True), (1, 1), {'vocab': 'model'}, ema_decay=0.5, keep_state=reference)
+  train_three_steps(small_revisited(tied=True), (2, 4), HIDDEN_SPLIT, ema_decay=0.5, keep_state=states)
+  (state,), (reference_state,) = states, reference
+  jax.tree.map(lambda a, p: assert_same_sharding(a, p), state.average, state.params)
+  assert sum(not a.sharding.is_fully_replicated for a in jax.tree.leaves(state.average)) >= 3  # output, hidden
+  assert_trains_as_one_device(([0.0], jax.device_get(state.average)), ([0.0], jax.device_get(reference_state.average)))
+
+
+def assert_same_sharding(a, b):
+  assert a.sharding.is_equivalent_to(b.sharding, a.ndim), (a.sharding, b.sharding)
 
 
 DISTANT_SPLIT = {**HIDDEN_SPLIT, 'distant': 'model'}

@@ -144,6 +144,7 @@ CASES = [
                                                            '--config.train.max_steps=40'), 'end within'),
     ('dropout_1', lambda w: main_args(w, '--config.model.feature_dropout=1.0'), 'model.feature_dropout=1.0'),
     ('word_dropout_negative', lambda w: main_args(w, '--config.model.word_dropout=-0.1'), 'model.word_dropout=-0.1'),
+    ('ema_decay_one', lambda w: main_args(w, '--config.optimizer.ema_decay=1.0'), 'optimizer.ema_decay=1.0'),
     ('distant_counts_with_embedding_dropout',
      lambda w: ['nplm_jax.main', '--config=experiments/ptb.py:ladder5_dropout', '--config.model.distant_gradient=counts',
                 '--config.model.feature_dropout_at=embeddings', f'--workdir={w["base"] / "new"}'],

@@ -12,11 +12,12 @@ from nplm_jax.training import optim
 from nplm_jax.errors import UserError
 
 
-@pytest.mark.parametrize('direct,h,optimizer,mu_dtype', [(True, 16, 'adamw', 'float32'), (False, 8, 'paper_sgd', 'float32'),
-                                                          (True, 0, 'adamw', 'float32'), (True, 16, 'adamw', 'bfloat16')])
-def test_parameters_and_optimizer_state_are_counted_exactly(tiny_config, direct, h, optimizer, mu_dtype):
+@pytest.mark.parametrize('direct,h,optimizer,mu_dtype,ema_decay', [
+    (True, 16, 'adamw', 'float32', 0.0), (False, 8, 'paper_sgd', 'float32', 0.0), (True, 0, 'adamw', 'float32', 0.0),
+    (True, 16, 'adamw', 'bfloat16', 0.0), (True, 16, 'adamw', 'float32', 0.999), (False, 8, 'paper_sgd', 'float32', 0.9)])
+def test_parameters_and_optimizer_state_are_counted_exactly(tiny_config, direct, h, optimizer, mu_dtype, ema_decay):
   tiny_config.model.update(direct=direct, h=h)
-  tiny_config.optimizer.update(name=optimizer, mu_dtype=mu_dtype)
+  tiny_config.optimizer.update(name=optimizer, mu_dtype=mu_dtype, ema_decay=ema_decay)
   vocab_size = 61
   model = model_lib.from_config(tiny_config.model, vocab_size)
   params = output_layer.init_params(model)
@@ -25,7 +26,8 @@ def test_parameters_and_optimizer_state_are_counted_exactly(tiny_config, direct,
   estimate = memory.estimate(tiny_config, model.padded_vocab_size, vocab_size, {'data': 1, 'model': 1}, training=True,
                              eval_batch_size=tiny_config.train.eval_batch_size)
   assert estimate.parameters == nbytes(params)
-  assert estimate.optimizer == nbytes(state) + nbytes(params)  # the moments (if any) and the gradients
+  average = nbytes(params) if ema_decay else 0
+  assert estimate.optimizer == nbytes(state) + nbytes(params) + average  # the moments (if any), gradients, average
   halves = memory.estimate(tiny_config, model.padded_vocab_size, vocab_size, {'data': 2, 'model': 2}, training=True,
                              eval_batch_size=tiny_config.train.eval_batch_size)
   output = np.asarray(params[output_layer.OUTPUT]).nbytes

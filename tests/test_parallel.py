@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXPECTED_CHECKS = 58
+EXPECTED_CHECKS = 59
 
 
 @pytest.fixture(scope='module')

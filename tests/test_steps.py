@@ -27,7 +27,7 @@ def adamw():
   return optim.make_optimizer(config, 16)
 
 
-def built(family: str, steps_per_epoch: int = 0, **overrides):
+def built(family: str, steps_per_epoch: int = 0, ema_decay: float = 0.0, **overrides):
   config = config_lib.base_config()
   config.model.update(FAMILIES[family])
   config.model.update(overrides)
@@ -35,7 +35,7 @@ def built(family: str, steps_per_epoch: int = 0, **overrides):
   model = model_family.from_config(config.model, VOCAB, 'cpu')
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
   compiled = steps_lib.compile_steps(model, adamw(), mesh, seed=3, axis_rules=dict(config.mesh.axis_rules),
-                                     steps_per_epoch=steps_per_epoch, batch_size=16)
+                                     steps_per_epoch=steps_per_epoch, batch_size=16, ema_decay=ema_decay)
   return model, mesh, compiled
 
 
@@ -113,6 +113,31 @@ def test_a_dispatch_of_several_steps_reports_the_mean_of_their_losses():
   assert int(state.step) == 4 and int(interval.steps) == 4  # the count asked, not the program's most
   np.testing.assert_allclose(interval.mean_loss(), np.mean(singles), rtol=1e-6)
   assert len(set(singles)) == 4  # distinct losses: a first or last one alone would not match the mean
+
+
+@pytest.mark.parametrize('family', sorted(FAMILIES))
+def test_the_moving_average_follows_the_parameters_and_leaves_them_alone(family):
+  """optimizer.ema_decay: after each step the state's average is a + (1 - d_t) (p - a), d_t =
+  min(decay, (1 + t) / (10 + t)), from the initial parameters, p the step's new parameters; and the
+  parameters are those of the same steps without an average."""
+  decay = 0.8
+  model, _, plain = built(family)
+  _, _, averaged = built(family, ema_decay=decay)
+  contexts, targets = batch(model)
+  state_a, state_b = plain.init(), averaged.init()
+  assert state_a.average is None
+  expected = jax.device_get(state_b.params)
+  for t in range(12):
+    state_a, _ = plain.train(state_a, contexts, targets)
+    state_b, _ = averaged.train(state_b, contexts, targets)
+    params = jax.device_get(state_b.params)
+    d = min(decay, (1 + t) / (10 + t))
+    expected = jax.tree.map(lambda e, p: e + np.float32(1 - d) * (p - e), expected, params)
+    jax.tree.map(np.testing.assert_array_equal, params, jax.device_get(state_a.params))
+  assert steps_lib.evaluated_params(state_b) is state_b.average and steps_lib.evaluated_params(state_a) is state_a.params
+  average = jax.device_get(state_b.average)
+  jax.tree.map(lambda a, e: np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-7), average, expected)
+  assert not any(jax.tree.leaves(jax.tree.map(np.allclose, average, params)))  # an average, not the last parameters
 
 
 def test_the_interval_marks_the_first_nonfinite_step():

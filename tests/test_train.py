@@ -53,9 +53,10 @@ def test_sampled_training_learns_and_evaluates_exactly(tiny_files, tiny_config, 
 
 
 
-@pytest.mark.parametrize('anneal,dropout', [(False, False), (True, False), (False, True)],
-                         ids=['plain', 'anneal', 'dropout'])
-def test_resume_equals_uninterrupted(tiny_config, tmp_path, anneal, dropout):
+@pytest.mark.parametrize('anneal,dropout,average', [(False, False, False), (True, False, False), (False, True, False),
+                                                     (True, False, True)],
+                         ids=['plain', 'anneal', 'dropout', 'anneal_average'])
+def test_resume_equals_uninterrupted(tiny_config, tmp_path, anneal, dropout, average):
   for c in (tiny_config,):
     c.optimizer.name = 'paper_sgd'
     c.optimizer.learning_rate = 3e-3
@@ -64,16 +65,19 @@ def test_resume_equals_uninterrupted(tiny_config, tmp_path, anneal, dropout):
       c.train.update(anneal_factor=0.5, anneal_threshold=1.0, max_anneals=3, patience=0)
     if dropout:  # the masks of a step depend on (seed, step) only
       c.model.update(feature_dropout=0.2, hidden_dropout=0.3)
+    if average:  # the moving average is saved and resumed with the parameters
+      c.optimizer.ema_decay = 0.9
   whole, parts = str(tmp_path / 'whole'), str(tmp_path / 'parts')
   train.train_and_evaluate(tiny_config, whole)
   interrupted = tiny_config.copy_and_resolve_references()
   interrupted.train.max_steps = 32 if anneal else 22  # stops between evaluations (after an anneal)
   train.train_and_evaluate(interrupted, parts)
   resumed = train.train_and_evaluate(tiny_config, parts)
-  a, b = checkpoint_reader.latest_params(whole), checkpoint_reader.latest_params(parts)
-  assert a.keys() == b.keys()
-  for k in a:
-    np.testing.assert_array_equal(a[k], b[k])
+  for item in ('params', 'average') if average else ('params',):
+    a, b = checkpoint_reader.latest_params(whole, item), checkpoint_reader.latest_params(parts, item)
+    assert a.keys() == b.keys()
+    for k in a:
+      np.testing.assert_array_equal(a[k], b[k])
   with open(os.path.join(whole, 'results.json')) as f:
     assert json.load(f)['valid_ppl'] == resumed['valid_ppl']
 
@@ -254,6 +258,29 @@ def test_annealing_lowers_the_rate_and_goes_on_from_the_best_parameters(tiny_con
   for h in history[2:]:
     assert h['valid_ppl'] == pytest.approx(best_after_anneal, rel=1e-5)
   assert results['valid_ppl'] == pytest.approx(best_after_anneal, rel=1e-5)
+
+
+def test_a_moving_average_is_what_a_run_evaluates_keeps_and_goes_on_from(tiny_config, tmp_path):
+  """optimizer.ema_decay: evaluations read the average, best/ holds it, and an anneal after a worse
+  evaluation restarts both the parameters and the average from the best one. A rate too large for
+  this model (0.3) makes evaluation 2 worse; the anneal's factor 1e-9 then freezes the parameters,
+  so every later evaluation equals the best, which it would not if the average went on from its own."""
+  tiny_config.optimizer.update(learning_rate=0.3, ema_decay=0.5)
+  tiny_config.train.update(max_steps=60, eval_every=10, anneal_factor=1e-9, anneal_threshold=1.0, max_anneals=2,
+                           patience=0)
+  results = train.train_and_evaluate(tiny_config, str(tmp_path / 'with'))
+  history = [h['valid_ppl'] for h in results['history']]
+  assert history[1] > history[0] and results['steps_trained'] == 40
+  assert history[2:] == pytest.approx([history[0]] * 2, rel=1e-6)
+  assert results['valid_ppl'] == pytest.approx(history[0], rel=1e-6) and results['step'] == 10
+  average = checkpoint_reader.latest_params(str(tmp_path / 'with'), 'average')
+  for k, p in checkpoint_reader.latest_params(str(tmp_path / 'with')).items():
+    np.testing.assert_allclose(average[k], p, rtol=1e-6, atol=1e-8, err_msg=k)  # both went on from the best
+  # The same first 10 steps without the average (the parameters' course is the same): another evaluation.
+  tiny_config.optimizer.ema_decay = 0.0
+  tiny_config.train.max_steps = 10
+  last_params = train.train_and_evaluate(tiny_config, str(tmp_path / 'without'))
+  assert last_params['valid_ppl'] != pytest.approx(history[0], rel=1e-3)
 
 
 def test_resume_refuses_a_different_model(tiny_config, tmp_path):

@@ -22,7 +22,7 @@ FIRST_MOMENT_BYTES = {'float32': 4, 'bfloat16': 2}  # AdamW's, by optimizer.mu_d
 class Estimate:
   """Bytes a device needs, by part."""
   parameters: int
-  optimizer: int  # the optimiser's state and the gradients
+  optimizer: int  # the optimiser's state, the gradients and the parameters' moving average (if kept)
   step: int  # a training step's output-layer blocks
   evaluation: int
 
@@ -42,10 +42,13 @@ def estimate(config, padded_vocab_size: int, vocab_size: int, mesh_shape: dict, 
   replicated, rows = parameter_shapes(config.model, vocab_size)
   shard = -(-padded_vocab_size // mesh_shape['model'])
   parameters = FLOAT_BYTES * (replicated + rows * shard)
-  # a gradient per parameter; AdamW adds two moments, the first in optimizer.mu_dtype
+  # a gradient per parameter; AdamW adds two moments, the first in optimizer.mu_dtype; a moving average
+  # of the parameters (optimizer.ema_decay) one more copy of them
   moment_bytes = 0
   if config.optimizer.name == 'adamw':
     moment_bytes = FLOAT_BYTES + FIRST_MOMENT_BYTES[config.optimizer.get('mu_dtype', 'float32')]
+  if config.optimizer.get('ema_decay', 0.0) > 0:
+    moment_bytes += FLOAT_BYTES
   optimizer = (FLOAT_BYTES + moment_bytes) * (parameters // FLOAT_BYTES) if training else 0
 
   def block(batch: int) -> int:

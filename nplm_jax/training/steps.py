@@ -39,6 +39,28 @@ class TrainState:
   step: jax.Array
   params: dict[str, jax.Array]
   opt_state: Any
+  # The parameters' exponential moving average (optimizer.ema_decay > 0), what evaluation reads; None
+  # otherwise, so a state without it has the pytree (and checkpoints) it always had.
+  average: Any = None
+
+
+def evaluated_params(state: TrainState):
+  """The parameters a run evaluates and keeps as its best: the moving average when there is one."""
+  return state.params if state.average is None else state.average
+
+
+def ema_decay_at(ema_decay: float, step):
+  """The average's decay after `step` steps: optimizer.ema_decay, lower at first, (1 + t) / (10 + t),
+  so the initialisation is forgotten within the first hundreds of steps (as TensorFlow's
+  ExponentialMovingAverage with num_updates)."""
+  step = jnp.asarray(step, jnp.float32)
+  return jnp.minimum(ema_decay, (1.0 + step) / (10.0 + step))
+
+
+def updated_average(average, params, decay):
+  """average + (1 - decay) (params - average), leaf by leaf: one more read of each, fused by XLA into
+  the step's parameter update."""
+  return jax.tree.map(lambda a, p: a + ((1.0 - decay) * (p - a)).astype(a.dtype), average, params)
 
 
 def features(model, params, contexts, dropout_key=None):
@@ -109,9 +131,9 @@ class Interval:
 
 
 def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mesh, optimizer, loss=None,
-               chunk_size=0, seed=0, vocab_block=-1, softmax_kernel='xla'):
-  """One optimiser step on the mean loss of a batch: the exact softmax, or `loss` (sampled).
-  Returns the new state and the batch's loss."""
+               chunk_size=0, seed=0, vocab_block=-1, softmax_kernel='xla', ema_decay=0.0):
+  """One optimiser step on the mean loss of a batch: the exact softmax, or `loss` (sampled), and the
+  moving average of the parameters when the state has one. Returns the new state and the batch's loss."""
   def loss_fn(params):
     key = dropout_key(seed, state.step) if model.has_dropout else None
     feats, out = features(model, params, contexts, key), model.output_layer(params)
@@ -129,7 +151,10 @@ def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mes
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   # Fused by XLA into the parameter update itself: no extra pass over the parameters.
   params = jax.tree.map(lambda p, u: p + lr_scale * u, state.params, updates)
-  return TrainState(step=state.step + 1, params=params, opt_state=opt_state), loss_value
+  average = state.average
+  if average is not None:
+    average = updated_average(average, params, ema_decay_at(ema_decay, state.step))
+  return TrainState(step=state.step + 1, params=params, opt_state=opt_state, average=average), loss_value
 
 
 def train_step_in_interval(state: TrainState, contexts, targets, lr_scale, interval: Interval, **step_options):
@@ -213,12 +238,13 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
                   unigram_counts=None, loss: sampled_noise.SampledLoss | None = None, chunk_size: int = 0,
                   seed: int = 0, vocab_block: int = -1, matmul_precision: str = 'highest',
                   steps_per_epoch: int = 0, batch_size: int = 0, axis_rules=None,
-                  softmax_kernel: str = 'xla') -> CompiledSteps:
+                  softmax_kernel: str = 'xla', ema_decay: float = 0.0) -> CompiledSteps:
   """Jitted init/train/eval with explicit shardings; parameters are born sharded, drawn from `seed`.
 
   optimizer None: evaluation only. steps_per_epoch and batch_size shape the resident-data dispatch.
   axis_rules (config.mesh.axis_rules) places the parameters; None: the output layer's vocabulary on
   'model', the rest replicated. softmax_kernel: 'xla' or 'pallas' (config.train.softmax_kernel resolved).
+  ema_decay > 0 (config.optimizer.ema_decay): the train state carries the parameters' moving average.
   """
   precise = functools.partial(with_matmul_precision, precision=matmul_precision,
                               platform=mesh.devices.flat[0].platform)
@@ -241,18 +267,20 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
   if optimizer is None:
     return compiled
 
+  def fresh_state(params):  # the average starts at the parameters themselves
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params),
+                      average=params if ema_decay > 0 else None)
+
   def init_state():
-    params = output_layer.init_params(model, unigram_counts, seed)
-    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params))
+    return fresh_state(output_layer.init_params(model, unigram_counts, seed))
 
   def boxed_state():  # the optimiser state initialised from boxed parameters carries their axis names
-    boxed = output_layer.boxed_params(model, seed)
-    return TrainState(step=jnp.zeros((), jnp.int32), params=boxed, opt_state=optimizer.init(boxed))
+    return fresh_state(output_layer.boxed_params(model, seed))
 
   abstract = jax.eval_shape(init_state)
   state_sh = sharding.named_shardings(mesh, nn.get_partition_spec(jax.eval_shape(boxed_state)), axis_rules)
   step_options = dict(optimizer=optimizer, loss=loss, chunk_size=chunk_size, seed=seed, vocab_block=vocab_block,
-                      softmax_kernel=softmax_kernel)
+                      softmax_kernel=softmax_kernel, ema_decay=ema_decay)
   jitted_train = jax.jit(
       precise(functools.partial(train_step_in_interval, model=model, mesh=mesh, **step_options)),
       in_shardings=(state_sh, ctx_sh, tgt_sh, replicated, replicated),
@@ -268,9 +296,7 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
         model=model, **step_options)), in_shardings=(state_sh,) + (replicated,) * 5,
         out_shardings=(state_sh, replicated), donate_argnums=0)
 
-  from_params = jax.jit(
-      lambda p: TrainState(step=jnp.zeros((), jnp.int32), params=p, opt_state=optimizer.init(p)),
-      in_shardings=(state_sh.params,), out_shardings=state_sh)
+  from_params = jax.jit(fresh_state, in_shardings=(state_sh.params,), out_shardings=state_sh)
   return dataclasses.replace(
       compiled, init=jax.jit(init_state, out_shardings=state_sh), state_from_params=from_params, train=train,
       lower_train=lambda state, contexts, targets: jitted_train.lower(state, contexts, targets, np.float32(1.0),

@@ -22,6 +22,7 @@ import time
 from typing import Callable
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
@@ -216,7 +217,7 @@ def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_l
       with Preemption() as preemption:
         state, best_valid = _train_loop(run, state, run_state, checkpoints, writer, preemption)
       has_best = run_state.best_step is not None
-      params = run.restore_best_params(checkpoints, run_state.best_step) if has_best else state.params
+      params = run.restore_best_params(checkpoints, run_state.best_step) if has_best else steps_lib.evaluated_params(state)
       _signal_point('final_evaluation')
       between = _evaluation_hooks('inside_final_evaluation')  # a signal here raises entry.Stopped between calls
       # The best step's validation NLLs are known when this process evaluated it: not computed again.
@@ -589,7 +590,8 @@ def _evaluate_and_track(run: experiment_lib.Experiment, state, run_state: run_st
   stalled evaluation after the last anneal ends training. The time budget is the loop's.
   """
   train_config = run.config.train
-  nll = evaluation.split_nll(run, state.params, 'valid', between)
+  params = steps_lib.evaluated_params(state)  # with optimizer.ema_decay, the moving average
+  nll = evaluation.split_nll(run, params, 'valid', between)
   valid_ppl = evaluation.perplexity(nll)
   if not math.isfinite(valid_ppl):
     raise _diverged(run, checkpoints, run_state, f'the validation perplexity overflows at step {step}')
@@ -601,7 +603,7 @@ def _evaluate_and_track(run: experiment_lib.Experiment, state, run_state: run_st
   improved = run_state.record_evaluation(step, epoch, valid_ppl, scheduled)
   if improved:
     saving = time.perf_counter()
-    checkpoints.save_best(step, state.params)
+    checkpoints.save_best(step, params)
     checkpoints.save_seconds += time.perf_counter() - saving
   writer.write(step, {'valid_ppl': valid_ppl, 'wall_seconds': run_state.wall_seconds})
   metrics_lib.log(f'eval step {step} epoch {epoch:.2f}: valid ppl {valid_ppl:.2f} '
@@ -610,8 +612,9 @@ def _evaluate_and_track(run: experiment_lib.Experiment, state, run_state: run_st
   if train_config.anneal_factor > 0 and stalled and scheduled:
     if run_state.anneals < train_config.max_anneals:
       run_state.anneal(train_config.anneal_factor)
-      if not improved:
-        state = state.replace(params=run.restore_best_params(checkpoints, run_state.best_step))
+      if not improved:  # a moving average goes on from them too
+        best = run.restore_best_params(checkpoints, run_state.best_step)
+        state = state.replace(params=best, average=None if state.average is None else jax.tree.map(jnp.copy, best))
       metrics_lib.log(f'anneal {run_state.anneals}/{train_config.max_anneals}: learning rate '
                       f'x{run_state.lr_scale:.4g}, from the parameters of step {run_state.best_step}')
     else:
