@@ -7,9 +7,13 @@ import subprocess
 import sys
 import time
 
+from typing import Any
+
+import flax.struct
 import numpy as np
 import pytest
 
+from nplm_jax.training import checkpoint as ckpt_lib
 from nplm_jax.training import run_state as run_state_lib
 from nplm_jax.training import sampled_noise
 from nplm_jax.data import corpora as data
@@ -281,6 +285,30 @@ def test_a_moving_average_is_what_a_run_evaluates_keeps_and_goes_on_from(tiny_co
   tiny_config.train.max_steps = 10
   last_params = train.train_and_evaluate(tiny_config, str(tmp_path / 'without'))
   assert last_params['valid_ppl'] != pytest.approx(history[0], rel=1e-3)
+
+
+@flax.struct.dataclass
+class StateBeforeTheAverage:
+  """The train state as every run saved it before optimizer.ema_decay existed."""
+  step: Any
+  params: Any
+  opt_state: Any
+
+
+def test_a_run_saved_before_the_moving_average_existed_resumes_exactly(tiny_config, tmp_path, monkeypatch):
+  """A state without an average is the tree it was before the average existed, so older checkpoints
+  restore (a restore compares the saved tree with the one asked for) and the run goes on as it would."""
+  tiny_config.train.update(max_steps=20, eval_every=10)
+  whole = train.train_and_evaluate(tiny_config, str(tmp_path / 'whole'))
+  save_latest = ckpt_lib.Checkpoints.save_latest
+  monkeypatch.setattr(ckpt_lib.Checkpoints, 'save_latest', lambda self, step, state, run_state: save_latest(
+      self, step, StateBeforeTheAverage(step=state.step, params=state.params, opt_state=state.opt_state), run_state))
+  older = tiny_config.copy_and_resolve_references()
+  older.train.max_steps = 10
+  train.train_and_evaluate(older, str(tmp_path / 'parts'))
+  monkeypatch.undo()
+  resumed = train.train_and_evaluate(tiny_config, str(tmp_path / 'parts'))
+  assert resumed['valid_ppl'] == whole['valid_ppl'] and resumed['history'] == whole['history']
 
 
 def test_resume_refuses_a_different_model(tiny_config, tmp_path):

@@ -34,14 +34,34 @@ from nplm_jax.parallel import sharding
 from nplm_jax.parallel import vocab_softmax
 
 
-@flax.struct.dataclass
+@dataclasses.dataclass(frozen=True)
 class TrainState:
   step: jax.Array
   params: dict[str, jax.Array]
   opt_state: Any
   # The parameters' exponential moving average (optimizer.ema_decay > 0), what evaluation reads; None
-  # otherwise, so a state without it has the pytree (and checkpoints) it always had.
+  # otherwise, and then not a node of the pytree at all: a state without it has the pytree, and so
+  # the checkpoints, it had before the average existed (their restore compares trees).
   average: Any = None
+
+  def replace(self, **changes) -> 'TrainState':
+    return dataclasses.replace(self, **changes)
+
+
+_STATE_FIELDS = ('step', 'params', 'opt_state', 'average')
+
+
+def _state_children(state: TrainState):
+  fields = _STATE_FIELDS if state.average is not None else _STATE_FIELDS[:3]
+  return [(jax.tree_util.GetAttrKey(name), getattr(state, name)) for name in fields], state.average is not None
+
+
+def _state_from_children(has_average: bool, children) -> TrainState:
+  del has_average  # in the tree's definition: states with and without an average are different trees
+  return TrainState(*children)
+
+
+jax.tree_util.register_pytree_with_keys(TrainState, _state_children, _state_from_children)
 
 
 def evaluated_params(state: TrainState):
