@@ -17,8 +17,9 @@
 #              window, clipping, rate, a cosine schedule, word dropout, a moving average of the parameters:
 #              TUNE in the two experiment files), all nineteen side by side
 #   targets    issue 27, after speed: the rows whose targets are not met yet, side by side: PTB characters'
-#              top row, Brown's top row with 0.5 dropout and weight decay 0.2 (halved, and with a cosine
-#              over 4 epochs), and PTB's top row with seeds 1 and 2 (its target met with seed 0)
+#              top row, Brown's top row with 0.5 dropout and weight decay 0.2 (halved, with a cosine over 4
+#              epochs, and that with the parameters' moving average), and PTB's top row with seeds 1 and 2
+#              (its target met with seed 0)
 #   seeds      issue 27: the best row of each corpus with seeds 1 and 2, all six side by side
 #              (PTB_ROW, CHAR_ROW, BROWN_ROW name the rows, of the sweeps PTB_SWEEP, CHAR_SWEEP,
 #              BROWN_SWEEP; default: each ladder's top row; PTB_SWEEP=tune PTB_ROW=tune1_dropout0.5_h2048)
@@ -79,7 +80,7 @@ case $step in
   targets)
     bash launch/device_sweeps.sh "$out" \
       "experiments/ptb.py char_ladder --only=char_ladder5_dropout --set=train.max_seconds=$budget --set=train.eval_every=2000 $extra" \
-      "experiments/brown.py tune --name=brown_tune --only=tune2_dropout0.5_weight_decay0.2,tune6_dropout0.5_weight_decay0.2_cosine4 --set=train.max_seconds=$budget $extra" \
+      "experiments/brown.py tune --name=brown_tune --only=tune2_dropout0.5_weight_decay0.2,tune6_dropout0.5_weight_decay0.2_cosine4,tune8_dropout0.5_weight_decay0.2_cosine4_ema0.999 --set=train.max_seconds=$budget $extra" \
       "experiments/ptb.py ladder --name=ptb_seed1 --only=ladder5_dropout --set=seed=1 --set=train.max_seconds=$budget $extra" \
       "experiments/ptb.py ladder --name=ptb_seed2 --only=ladder5_dropout --set=seed=2 --set=train.max_seconds=$budget $extra" ;;
   seeds)
