@@ -380,7 +380,7 @@ def test_the_moving_average_is_split_as_the_parameters_and_trains_as_one_device(
   train_three_steps(small_revisited(tied=True), (1, 1), {'vocab': 'model'}, ema_decay=0.5, keep_state=reference)
   train_three_steps(small_revisited(tied=True), (2, 4), HIDDEN_SPLIT, ema_decay=0.5, keep_state=states)
   (state,), (reference_state,) = states, reference
-  jax.tree.map(lambda a, p: assert_same_sharding(a, p), state.average, state.params)
+  jax.tree.map(assert_same_sharding, state.average, state.params)
   assert sum(not a.sharding.is_fully_replicated for a in jax.tree.leaves(state.average)) >= 3  # output, hidden
   assert_trains_as_one_device(([0.0], jax.device_get(state.average)), ([0.0], jax.device_get(reference_state.average)))
 

@@ -48,12 +48,9 @@ class TrainState:
     return dataclasses.replace(self, **changes)
 
 
-_STATE_FIELDS = ('step', 'params', 'opt_state', 'average')
-
-
 def _state_children(state: TrainState):
-  fields = _STATE_FIELDS if state.average is not None else _STATE_FIELDS[:3]
-  return [(jax.tree_util.GetAttrKey(name), getattr(state, name)) for name in fields], state.average is not None
+  names = [f.name for f in dataclasses.fields(state) if f.name != 'average' or state.average is not None]
+  return [(jax.tree_util.GetAttrKey(name), getattr(state, name)) for name in names], state.average is not None
 
 
 def _state_from_children(has_average: bool, children) -> TrainState:
