@@ -293,8 +293,8 @@ def parse_set(items: list[str]) -> dict:
   out = {}
   for item in items:
     key, eq, value = item.partition('=')
-    if not eq or '.' not in key:
-      raise SweepError(f'--set {item!r} is not of the form section.key=value')
+    if not eq or not key:  # a top-level key (seed) has no section; check_points rejects unknown keys
+      raise SweepError(f'--set {item!r} is not of the form section.key=value (or seed=N)')
     out[key] = value
   return out
 

@@ -71,6 +71,18 @@ def test_bad_points_are_refused_before_any_starts(tiny_files, tmp_path, capsys):
   assert not root.exists() or not any(root.iterdir())
 
 
+def test_a_top_level_key_is_set_on_every_point_and_an_unknown_one_is_refused(tiny_files, tmp_path, capsys):
+  """--set=seed=1 (gpu_plan.sh's seeds and targets steps, launch.session's rows) reaches each point's
+  config; a key the config lacks is one line before any point starts."""
+  import json  # pylint: disable=g-import-not-at-top
+  root = tmp_path / 'sweep'
+  args = [a.replace('model.h=0,8', 'model.h=8') for a in tiny_grid_args(tiny_files, str(root))]
+  assert sweep.main(args + ['--set=seed=1']) == 0
+  assert json.loads((root / 'h8' / 'results.json').read_text(encoding='utf-8'))['config']['seed'] == 1
+  assert sweep.main(args + ['--set=sead=1', f'--root={tmp_path / "other"}']) == 2
+  assert 'sead' in capsys.readouterr().err and not (tmp_path / 'other').exists()
+
+
 def test_named_sweep_of_ngram_points(ptb_dir, tmp_path, capsys, monkeypatch):
   monkeypatch.setenv('PTB_DIR', ptb_dir)
   root = str(tmp_path / 'ptb')
