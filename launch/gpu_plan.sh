@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # The GPU work the open issues wait for, as calls of at most 10 minutes each (the device tool's limit).
-# A session's half hour fits about three calls. The order (RESULTS.md, "The ladders on the H100"):
-# speed first (the revisited step ran 18,900 tokens/s on the H100, too slow to converge rows in a
+# A session lent 15 minutes of device time (the present rule; the machine's start counts) has one call:
+# run `session` (below), which times the gradient forms and trains what fits. With half an hour, about
+# three calls, in this order (RESULTS.md, "The ladders on the H100"): speed first (the revisited step ran 18,900 tokens/s on the H100, too slow to converge rows in a
 # call); then targets with EXTRA_SET naming what speed found faster, and again with a larger BUDGET on
 # the warm machine (the rows go on); then kernel. On a lent GPU machine, from the repository root,
 # with .whl/ and .carry/ carried (bash launch/device_pack.sh fills them here):
 #   bash launch/gpu_plan.sh STEP OUT_DIR
 # STEP:
+#   session    a session lent 15 minutes of device time (one call once the machine has started): the
+#              revisited step's deterministic gradient forms timed, the fastest picked, then Brown's best
+#              point, PTB's top row with seeds 1 and 2 and the character row, one at a time, each only if
+#              it fits in the call (launch/session.py); run it first when the budget is that short
 #   ptb        issue 27: PTB words, the ladder's six rows side by side (each + KN5)
 #   chars      issue 27: PTB characters, the ladder's six rows side by side (each + KN11)
 #   brown      issue 27: Brown, the ladder's six rows side by side (each + the interpolated trigram)
@@ -53,8 +58,8 @@ set -u
 step=$1 out=$2
 cd "$(dirname "$0")/.."
 case $step in
-  ptb|chars|brown|ladders|reference|tune|seeds|targets|kernel|research|mps|speed) ;;
-  *) echo "unknown step $step: use ptb, chars, brown, ladders, reference, tune, seeds, targets, kernel, research, mps or speed"; exit 2 ;;
+  ptb|chars|brown|ladders|reference|tune|seeds|targets|kernel|research|mps|speed|session) ;;
+  *) echo "unknown step $step: use session, ptb, chars, brown, ladders, reference, tune, seeds, targets, kernel, research, mps or speed"; exit 2 ;;
 esac
 source launch/device_env.sh || { echo "device_env.sh failed: carry .whl and .carry (launch/device_pack.sh)"; exit 1; }
 export SWEEP_ROOT=${SWEEP_ROOT:-$PWD/runs/device} MPS=${MPS:-1}
@@ -106,4 +111,7 @@ case $step in
     bash benchmarks/gpu_figures.sh mps "$out" ;;
   speed)
     bash benchmarks/gpu_figures.sh revisited "$out" ;;
+  session)
+    read -r -a sets <<<"$extra"
+    python3 -m launch.session --out="$out" --root="$SWEEP_ROOT" "${sets[@]}" ;;
 esac

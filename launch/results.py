@@ -226,7 +226,8 @@ def point_record(sweep_root: str, point: str, name: str, table: str, label: str,
 
 def collect_pack(pack: str, commit, device) -> int:
   """Every finished point of a launch/gpu_plan.sh call's OUT/results.tgz as a results file (names,
-  tables and labels from GPU_PLAN_SWEEPS); says which tables RESULTS.md has no section for yet."""
+  tables and labels from GPU_PLAN_SWEEPS, the command from the pack's session.json where the session step
+  made it); says which tables RESULTS.md has no section for yet."""
   import tarfile  # pylint: disable=g-import-not-at-top
   import tempfile  # pylint: disable=g-import-not-at-top
   if not os.path.isfile(pack):
@@ -234,6 +235,11 @@ def collect_pack(pack: str, commit, device) -> int:
   with tempfile.TemporaryDirectory() as unpacked:
     with tarfile.open(pack) as tar:
       tar.extractall(unpacked, filter='data')
+    session_path = os.path.join(unpacked, 'session.json')
+    session_command = None
+    if os.path.isfile(session_path):
+      with open(session_path, encoding='utf-8') as f:
+        session_command = json.load(f)['command']
     tables = set()
     for root_name in sorted(os.listdir(unpacked)):
       root = os.path.join(unpacked, root_name)
@@ -244,7 +250,8 @@ def collect_pack(pack: str, commit, device) -> int:
           print(f'left out {root_name}/{point}: not a sweep launch/gpu_plan.sh runs (collect it with --sweep_root)')
           continue
         name, table, label, step = where
-        _write(point_record(root, point, name, table, label, f'bash launch/gpu_plan.sh {step} OUT', commit, device))
+        command = session_command or f'bash launch/gpu_plan.sh {step} OUT'
+        _write(point_record(root, point, name, table, label, command, commit, device))
         tables.add(table)
   with open(RESULTS_MD, encoding='utf-8') as f:
     marked = {m.group(2) for m in _SECTION.finditer(f.read())}

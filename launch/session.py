@@ -1,0 +1,221 @@
+"""One accelerator call for a session lent little device time (15 minutes, of which one call of at most
+10 minutes is left once the machine has started): the revisited step's deterministic forms of C's
+gradient timed on the machine, the fastest picked, then the rows whose targets are open (issue 27), one
+at a time, the most useful first, each started only when its estimated time fits in what is left of the
+call. A row is never planned to be cut by the call's end: each gets the time that is left as its
+train.max_seconds (a safety), and one that does not fit is skipped and said so. When none fits, the
+rest of the call profiles the step and times it without each suspect (gpu_plan.sh speed).
+
+On a lent machine, from the repository root, with .whl/ and .carry/ carried:
+  bash launch/gpu_plan.sh session OUT          # source launch/device_env.sh, then python -m launch.session
+Back here: python -m launch.results collect_pack --pack=OUT/results.tgz (session.json in the pack names the
+call), then python -m launch.results render --write.
+
+Rows run one at a time rather than side by side: on the H100, eighteen rows side by side each ran at
+about 1/18 of its rate alone (RESULTS.md, "The ladders on the H100"), so nothing is lost, and each row's
+tokens/s and wall time are its own. OUT gets probe.jsonl (the timed forms), session.json (what was
+picked, run and skipped, with the estimates), each row's log and results.tgz (as launch/device_sweeps.sh
+packs it, refreshed after every row).
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+
+# The forms of C's gradient timed first, all deterministic (model.embedding_gradient: C's window rows;
+# model.distant_gradient: the distant block's share): on the H100 the scatter of rows that deterministic
+# reductions expand into one sorted index per element held the top row at 18,900 tokens/s.
+GRADIENT_FORMS = {
+    'scatter': (),
+    'sorted': ('model.embedding_gradient=sorted',),
+    'sorted_counts': ('model.embedding_gradient=sorted', 'model.distant_gradient=counts'),
+}
+PROBE_CONFIG = 'experiments/ptb.py:ladder5_dropout'  # every row below has this row's shape
+PROBE_VOCAB = 10_000  # PTB's |V|; Brown's 17,905 makes its output layer 1.8x larger (SLOWDOWN covers it)
+PROBE_BATCH = 256  # the rows' train.batch_size
+PROBE_TIMEOUT = 150  # seconds a form may take, its compile included
+
+# Training tokens an epoch (the paper's Brown split; Mikolov's PTB with a sentence end per line).
+BROWN_TRAIN_TOKENS = 800_000
+PTB_TRAIN_TOKENS = 929_589
+PTB_CHAR_TRAIN_TOKENS = 5_016_961  # the H100 character rows' steps x batch / epochs
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+  """A sweep point trained in the session: ROOT/POINT with launch.sweep, `epochs` the expected length."""
+  root: str  # the sweep root's name, one that launch.results.gpu_plan_sweep knows
+  experiment: str
+  sweep: str
+  point: str
+  sets: tuple[str, ...]
+  epochs: float
+  epoch_tokens: int
+  why: str
+
+  @property
+  def tokens(self) -> float:
+    return self.epochs * self.epoch_tokens
+
+
+# The most useful first: Brown's target is the nearest one still open, and its cosine rows have a fixed
+# length; then PTB's top row (target met with seed 0) with seeds 1 and 2, each expected to stop early at
+# about 7 epochs as seed 0 did (6.5 on the H100); then the character row.
+ROWS = (
+    Row('brown_tune', 'experiments/brown.py', 'tune', 'tune8_dropout0.5_weight_decay0.2_cosine4_ema0.999', (), 4.0,
+        BROWN_TRAIN_TOKENS, "Brown's best CPU point (test 231.69; target 225), on the GPU"),
+    Row('ptb_seed1', 'experiments/ptb.py', 'ladder', 'ladder5_dropout', ('seed=1',), 7.0, PTB_TRAIN_TOKENS,
+        "PTB's top row, seed 1 (issue 27: the best row over three seeds)"),
+    Row('ptb_seed2', 'experiments/ptb.py', 'ladder', 'ladder5_dropout', ('seed=2',), 7.0, PTB_TRAIN_TOKENS,
+        "PTB's top row, seed 2"),
+    Row('char_ladder', 'experiments/ptb.py', 'char_ladder', 'char_ladder5_dropout', ('train.eval_every=2000',), 3.0,
+        PTB_CHAR_TRAIN_TOKENS, 'the PTB character ladder\'s top row (target 1.40 bits/char)'),
+)
+
+# A row's estimated seconds: its tokens at the probe's step rate times SLOWDOWN (the loop's logging and
+# half-epoch evaluations; Brown's larger output layer), plus START_AND_FINISH (start-up and compiles,
+# the final evaluation, the n-gram mixture, the results).
+SLOWDOWN = 1.3
+START_AND_FINISH = 75.0
+FINISH_RESERVE = 60.0  # seconds a row is left after its train.max_seconds: final evaluation and mixture
+PACK_RESERVE = 15.0  # seconds kept at the call's end for the last pack
+MIN_FALLBACK_SECONDS = 120  # below this, a call that trained no row ends rather than profile the step
+
+
+def estimate_seconds(row: Row, tokens_per_sec: float) -> float:
+  return row.tokens / tokens_per_sec * SLOWDOWN + START_AND_FINISH
+
+
+def pick_form(rates: dict[str, float | None]) -> str:
+  """The fastest form measured; 'scatter' (the default) when none was."""
+  measured = {name: rate for name, rate in rates.items() if rate}
+  return max(measured, key=measured.get) if measured else 'scatter'
+
+
+def probe(name: str, out: str, python: str = sys.executable) -> float | None:
+  """The top row's training step rate (tokens/s at PROBE_BATCH) with a form of C's gradient, None if it
+  failed or ran past PROBE_TIMEOUT (its output is in OUT/probe_NAME.log either way)."""
+  sets = [f'--config.{s}' for s in GRADIENT_FORMS[name]]
+  args = [python, 'benchmarks/throughput.py', f'--config={PROBE_CONFIG}', f'--vocab={PROBE_VOCAB}',
+          f'--batch_sizes={PROBE_BATCH}', '--steps=10', '--repeats=3', '--peak_size=1024', *sets]
+  log = os.path.join(out, f'probe_{name}.log')
+  with open(log, 'w', encoding='utf-8') as f:
+    try:
+      subprocess.run(args, stdout=f, stderr=subprocess.STDOUT, timeout=PROBE_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired:
+      return None
+  with open(log, encoding='utf-8') as f:
+    rows = [json.loads(line) for line in f if line.startswith('{')]
+  rates = [r['train_tokens_per_sec'] for r in rows if r.get('batch_size') == PROBE_BATCH]
+  return rates[0] if rates else None
+
+
+def pack(root: str, out: str) -> None:
+  """OUT/results.tgz as launch/device_sweeps.sh packs it (each point's results, metrics, config and log,
+  each sweep's results.md), with OUT/session.json beside the sweep roots."""
+  patterns = ('results.json', 'mix_results.json', 'metrics.jsonl', 'config.json', 'log.txt')
+  part = os.path.join(out, 'results.tgz.part')
+  with tarfile.open(part, 'w:gz') as tar:
+    for sweep in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+      folder = os.path.join(root, sweep)
+      if not os.path.isdir(folder):
+        continue
+      if os.path.exists(os.path.join(folder, 'results.md')):
+        tar.add(os.path.join(folder, 'results.md'), f'{sweep}/results.md')
+      for point in sorted(os.listdir(folder)):
+        for name in patterns:
+          path = os.path.join(folder, point, name)
+          if os.path.isfile(path):
+            tar.add(path, f'{sweep}/{point}/{name}')
+    summary = os.path.join(out, 'session.json')
+    if os.path.exists(summary):
+      tar.add(summary, 'session.json')
+  os.replace(part, os.path.join(out, 'results.tgz'))
+
+
+def sweep_command(row: Row, root: str, sets: list[str], python: str = sys.executable) -> list[str]:
+  return [python, '-m', 'launch.sweep', f'--config={row.experiment}', f'--sweep={row.sweep}',
+          f'--root={os.path.join(root, row.root)}', f'--only={row.point}', '--parallel=1',
+          *(f'--set={s}' for s in sets)]
+
+
+@dataclasses.dataclass
+class Session:
+  """What the call picked and did, written to OUT/session.json after every step."""
+  command: str = 'bash launch/gpu_plan.sh session OUT'
+  rates: dict = dataclasses.field(default_factory=dict)
+  form: str = 'scatter'
+  rows: list = dataclasses.field(default_factory=list)
+
+  def write(self, out: str) -> None:
+    with open(os.path.join(out, 'session.json'), 'w', encoding='utf-8') as f:
+      json.dump(dataclasses.asdict(self), f, indent=1)
+
+
+def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=subprocess.run, clock=time.time,
+             extra_sets=()) -> None:
+  """Each row in order that fits in the time left before `deadline` (a clock() time), at the picked
+  form's rate; a row that does not fit is skipped and a later, shorter one may still run."""
+  rate = session.rates.get(session.form)
+  for row in rows:
+    left = deadline - clock() - PACK_RESERVE
+    estimate = estimate_seconds(row, rate) if rate else None
+    entry = {'root': row.root, 'point': row.point, 'why': row.why,
+             'estimate_s': round(estimate) if estimate else None, 'left_s': round(left)}
+    if estimate is None or estimate > left:
+      entry['status'] = ('skipped: no rate was measured' if estimate is None else
+                         f'skipped: about {estimate:.0f} s, {left:.0f} s left')
+      print(f'{row.root}/{row.point}: {entry["status"]}', flush=True)
+      session.rows.append(entry)
+      continue
+    budget = int(left - FINISH_RESERVE)
+    sets = [*row.sets, *GRADIENT_FORMS[session.form], *extra_sets, f'train.max_seconds={budget}']
+    print(f'{row.root}/{row.point}: about {estimate:.0f} s of {left:.0f} s left ({row.why})', flush=True)
+    started = clock()
+    with open(os.path.join(out, f'{row.root}.log'), 'a', encoding='utf-8') as log:
+      returncode = run(sweep_command(row, root, sets), stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+    entry.update(status='done' if returncode == 0 else f'failed (exit {returncode})', seconds=round(clock() - started),
+                 sets=sets)
+    print(f'{row.root}/{row.point}: {entry["status"]} in {entry["seconds"]} s', flush=True)
+    session.rows.append(entry)
+    session.write(out)
+    pack(root, out)
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser('launch.session', description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--out', required=True, help='the folder that comes back ($OUT)')
+  parser.add_argument('--root', default=os.environ.get('SWEEP_ROOT', 'runs/device'), help='where the rows train')
+  parser.add_argument('--seconds', type=float, default=570.0,
+                      help='the call\'s time from now: the device tool stops a command at 600 s')
+  parser.add_argument('--set', action='append', default=[], help='a config override for every row (key=value)')
+  args = parser.parse_args(argv)
+  deadline = time.time() + args.seconds
+  os.makedirs(args.out, exist_ok=True)
+  session = Session()
+  for name in GRADIENT_FORMS:
+    session.rates[name] = probe(name, args.out)
+    print(f'probe {name}: {session.rates[name] or "failed"} tokens/s at batch {PROBE_BATCH}', flush=True)
+  session.form = pick_form(session.rates)
+  print(f'picked {session.form}: {" ".join(GRADIENT_FORMS[session.form]) or "the default"}', flush=True)
+  session.write(args.out)
+  run_rows(ROWS, session, args.out, args.root, deadline, extra_sets=tuple(args.set))
+  left = int(deadline - time.time() - PACK_RESERVE)
+  if not any(row.get('seconds') is not None for row in session.rows) and left > MIN_FALLBACK_SECONDS:
+    # no row fitted: the call still brings back where the step's time goes (gpu_plan.sh speed, cut at
+    # the time left; its bench.jsonl keeps each finished variant)
+    print(f'no row fitted: {left} s of gpu_plan.sh speed instead', flush=True)
+    subprocess.run(['timeout', str(left), 'bash', 'benchmarks/gpu_figures.sh', 'revisited', args.out], check=False)
+  session.write(args.out)
+  pack(args.root, args.out)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

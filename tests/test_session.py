@@ -1,0 +1,146 @@
+"""launch/session.py: the one-call GPU session (gradient forms timed, the fastest picked, then the rows
+that fit in the call, one at a time), checked on the CPU."""
+
+import json
+import os
+import subprocess
+import sys
+import types
+
+from launch import results
+from launch import session as session_lib
+from launch import sweep as sweep_lib
+from nplm_jax import config as config_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_the_fastest_measured_form_is_picked_and_the_default_when_none_was():
+  assert session_lib.pick_form({'scatter': 18_900.0, 'sorted': 41_000.0, 'sorted_counts': 39_000.0}) == 'sorted'
+  assert session_lib.pick_form({'scatter': None, 'sorted': None, 'sorted_counts': 25_000.0}) == 'sorted_counts'
+  assert session_lib.pick_form({'scatter': None, 'sorted': None}) == 'scatter'
+
+
+def test_every_row_is_a_sweep_point_whose_config_validates_with_every_form_and_a_root_collect_pack_knows():
+  """A misspelt point, key or root would waste the session's one call: each row, with each gradient form
+  and a time budget, is read and validated as its run will read it."""
+  for row in session_lib.ROWS:
+    points = {p['name']: p for p in config_lib.load_experiment(row.experiment).get_sweep(row.sweep)}
+    assert row.point in points, row
+    assert results.gpu_plan_sweep(row.root, row.point) is not None, row.root
+    for form in session_lib.GRADIENT_FORMS.values():
+      sweep_lib.check_points([points[row.point]], sweep_lib.parse_set([*row.sets, *form, 'train.max_seconds=400']))
+
+
+class FakeClock:
+  """time.time for run_rows: each fake run advances it by the seconds its row was given to train."""
+
+  def __init__(self):
+    self.now = 1000.0
+
+  def __call__(self):
+    return self.now
+
+
+def fake_run(clock, calls):
+  def run(args, **unused_kwargs):
+    calls.append(args)
+    budget = next(a for a in args if a.startswith('--set=train.max_seconds='))
+    clock.now += float(budget.rpartition('=')[2]) / 2  # rows end at half their budget
+    return types.SimpleNamespace(returncode=0)
+  return run
+
+
+def _row(name, epochs):
+  return session_lib.Row('brown_tune', 'experiments/brown.py', 'tune', name, ('seed=1',), epochs, 10_000, 'a test')
+
+
+def test_rows_run_in_order_while_they_fit_and_a_long_one_is_skipped_for_a_shorter_after_it(tmp_path, monkeypatch):
+  monkeypatch.setattr(session_lib, 'pack', lambda root, out: None)
+  clock, calls = FakeClock(), []
+  session = session_lib.Session(rates={'scatter': 100.0, 'sorted': 1000.0}, form='sorted')
+  # at 1,000 tokens/s: 10 s x 1.3 + 75 = 88 s for 1 epoch, 218 s for 11, 8,135 s for 620
+  rows = [_row('first', 1.0), _row('too_long', 620.0), _row('second', 11.0)]
+  session_lib.run_rows(rows, session, str(tmp_path), str(tmp_path / 'root'), deadline=clock() + 570, run=fake_run(clock, calls),
+                       clock=clock, extra_sets=('train.deterministic=True',))
+  assert [r['point'] for r in session.rows] == ['first', 'too_long', 'second']
+  assert [r['status'] for r in session.rows] == ['done', 'skipped: about 8135 s, 308 s left', 'done']
+  first_sets = [a for a in calls[0] if a.startswith('--set=')]
+  assert first_sets == ['--set=seed=1', '--set=model.embedding_gradient=sorted', '--set=train.deterministic=True',
+                        '--set=train.max_seconds=495']  # 570 - 15 for the pack - 60 to finish
+  assert '--set=train.max_seconds=247' in calls[1]  # 555 s less the first row's 247.5, less 60 to finish
+  assert '--only=second' in calls[1] and f'--root={tmp_path / "root" / "brown_tune"}' in calls[1]
+  with open(tmp_path / 'session.json', encoding='utf-8') as f:
+    written = json.load(f)
+  assert written['form'] == 'sorted' and written['command'] == 'bash launch/gpu_plan.sh session OUT'
+
+
+def test_without_a_measured_rate_no_row_runs(tmp_path):
+  clock, calls = FakeClock(), []
+  session = session_lib.Session(rates={'scatter': None}, form='scatter')
+  session_lib.run_rows([_row('first', 1.0)], session, str(tmp_path), str(tmp_path / 'root'), deadline=clock() + 570,
+                       run=fake_run(clock, calls), clock=clock)
+  assert not calls and session.rows[0]['status'] == 'skipped: no rate was measured'
+
+
+def test_a_form_is_timed_by_the_throughput_benchmark_and_a_failed_one_gives_no_rate(tmp_path, monkeypatch):
+  monkeypatch.chdir(REPO)
+  monkeypatch.setattr(session_lib, 'PROBE_CONFIG', 'experiments/brown.py:mlp1')
+  monkeypatch.setattr(session_lib, 'PROBE_VOCAB', 300)
+  monkeypatch.setattr(session_lib, 'PROBE_BATCH', 32)
+  rate = session_lib.probe('sorted', str(tmp_path))
+  assert rate and rate > 0, (tmp_path / 'probe_sorted.log').read_text()
+  monkeypatch.setitem(session_lib.GRADIENT_FORMS, 'misspelt', ('model.embedding_gradient=nonsense',))
+  assert session_lib.probe('misspelt', str(tmp_path)) is None
+  assert 'nonsense' in (tmp_path / 'probe_misspelt.log').read_text()
+
+
+def test_a_row_trains_for_real_and_its_pack_is_collected_with_the_sessions_command(tmp_path, monkeypatch, nltk_data):
+  """A real (tiny) row through launch.sweep, packed as device_sweeps.sh packs, and collect_pack's record
+  names the session call."""
+  del nltk_data  # the row reads Brown from NLTK_DATA
+  monkeypatch.chdir(REPO)
+  row = session_lib.Row('brown_tune', 'experiments/brown.py', 'regularised', 'reg0_mlp9',
+                        ('train.max_steps=20', 'train.eval_every=20', 'mix.enabled=False', 'train.batch_size=64'),
+                        0.01, 800_000, 'a test')
+  session = session_lib.Session(rates={'scatter': 5000.0}, form='scatter')
+  out, root = tmp_path / 'out', tmp_path / 'root'
+  out.mkdir()
+  session_lib.run_rows([row], session, str(out), str(root), deadline=session_lib.time.time() + 570)
+  assert session.rows[0]['status'] == 'done', (out / 'brown_tune.log').read_text()
+  assert (root / 'brown_tune' / 'reg0_mlp9' / 'results.json').exists()
+  monkeypatch.setattr(results, 'RESULTS_DIR', str(tmp_path / 'results'))
+  (tmp_path / 'RESULTS.md').write_text('<!-- results:ladder -->\n<!-- /results -->\n')
+  monkeypatch.setattr(results, 'RESULTS_MD', str(tmp_path / 'RESULTS.md'))
+  assert results.main(['collect_pack', f'--pack={out / "results.tgz"}', '--commit=abc', '--device=CPU']) == 0
+  with open(tmp_path / 'results' / 'brown_tune_reg0_mlp9_seed0.json', encoding='utf-8') as f:
+    kept = json.load(f)
+  assert kept['command'] == 'bash launch/gpu_plan.sh session OUT  # point reg0_mlp9'
+  assert 490 <= kept['config']['train']['max_seconds'] <= 495  # 570 s less the pack's 15 and the finish's 60
+
+
+def test_the_plan_runs_the_session_step():
+  """gpu_plan.sh session passes EXTRA_SET's --set options to launch.session (bash -n: the script parses)."""
+  with open(os.path.join(REPO, 'launch', 'gpu_plan.sh'), encoding='utf-8') as f:
+    text = f.read()
+  assert 'python3 -m launch.session --out="$out" --root="$SWEEP_ROOT" "${sets[@]}"' in text
+  assert subprocess.run(['bash', '-n', 'launch/gpu_plan.sh'], cwd=REPO, check=False).returncode == 0
+  proc = subprocess.run([sys.executable, '-m', 'launch.session', '--help'], cwd=REPO, capture_output=True, text=True,
+                        check=False)
+  assert proc.returncode == 0 and '--seconds' in proc.stdout
+
+
+def test_a_call_where_no_row_fits_times_the_step_instead(tmp_path, monkeypatch):
+  """Nothing trains (every row too long at the measured rate): the rest of the call is gpu_plan.sh's
+  speed step, cut at the time left, so the call still brings figures back."""
+  calls = []
+  monkeypatch.setattr(session_lib, 'probe', lambda name, out: {'sorted': 2000.0}.get(name))
+  monkeypatch.setattr(session_lib, 'ROWS', (_row('too_long', 1000.0),))
+  monkeypatch.setattr(session_lib.subprocess, 'run', lambda args, **kw: calls.append(args))
+  assert session_lib.main([f'--out={tmp_path}', f'--root={tmp_path / "root"}', '--seconds=400']) == 0
+  assert len(calls) == 1 and calls[0][0] == 'timeout' and calls[0][2:] == [
+      'bash', 'benchmarks/gpu_figures.sh', 'revisited', str(tmp_path)]
+  assert 380 <= int(calls[0][1]) <= 385  # 400 s less the pack's 15
+  with open(tmp_path / 'session.json', encoding='utf-8') as f:
+    written = json.load(f)
+  assert written['form'] == 'sorted' and written['rows'][0]['status'].startswith('skipped: about')
