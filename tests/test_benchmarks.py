@@ -183,6 +183,32 @@ def test_the_gpu_plan_runs_sweeps_and_rows_that_exist():
   assert proc.returncode == 2 and proc.stdout.strip().startswith('unknown step nonsense'), proc.stdout + proc.stderr
 
 
+def test_every_sweep_spec_of_the_gpu_plan_is_accepted_as_launch_sweep_reads_it():
+  """Each "EXPERIMENT SWEEP options" the plan hands device_sweeps.sh, its variables filled, passes
+  launch.sweep's own checks (its --set options parsed, its points' configs validated) before a GPU call
+  spends minutes on it: `--set=seed=1` was once refused there."""
+  import re  # pylint: disable=g-import-not-at-top
+  from launch import sweep  # pylint: disable=g-import-not-at-top
+  from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(REPO, 'launch', 'gpu_plan.sh'), encoding='utf-8') as f:
+    text = f.read()
+  filled = {'$budget': '420', '$extra': '', '$seed': '1', '$ptb_sweep': 'ladder', '$char_sweep': 'char_ladder',
+            '$brown_sweep': 'ladder', '$ptb_row': 'ladder5_dropout', '$char_row': 'char_ladder5_dropout',
+            '$brown_row': 'ladder5_dropout'}
+  specs = re.findall(r'"(experiments/\w+\.py [^"]*)"', text)
+  assert len(specs) >= 12, specs
+  for spec in specs:
+    for variable, value in filled.items():
+      spec = spec.replace(variable, value)
+    assert '$' not in spec, spec
+    path, sweep_name, *options = spec.split()
+    only = [o.partition('=')[2].split(',') for o in options if o.startswith('--only=')]
+    sets = sweep.parse_set([o.partition('=')[2] for o in options if o.startswith('--set=')])
+    points = [p for p in config_lib.load_experiment(path).get_sweep(sweep_name) if not only or p['name'] in only[0]]
+    assert points, spec
+    sweep.check_points(points, sets)
+
+
 def test_every_benchmark_the_gpu_plan_names_is_run_by_the_figures_script():
   """The names in gpu_plan.sh's ONLY= lists are benchmarks or profiles of benchmarks/gpu_figures.sh (a
   misspelt name would run nothing in a GPU call); names built in a loop over batches count for each."""
