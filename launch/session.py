@@ -1,8 +1,9 @@
 """One accelerator call for a session lent little device time (15 minutes, of which one call of at most
 10 minutes is left once the machine has started): the revisited step's deterministic forms of C's
-gradient timed on the machine, the fastest picked, then the rows whose targets are open (issue 27), one
-at a time, the most useful first, each started only when its estimated time fits in what is left of the
-call. A row is never planned to be cut by the call's end: each gets the time that is left as its
+gradient timed on the machine, the fastest picked, then the rows issue 27 waits for, one at a time:
+Brown's open target, PTB's top row with two more seeds, the character row, then the word ladders' other
+revisited rows to early stopping (ROWS). Each starts only when its estimated time fits in what is left
+of the call: a row is never planned to be cut by the call's end. Each gets the time left as its
 train.max_seconds (a safety), and one that does not fit is skipped and said so. When none fits, the
 rest of the call profiles the step and times it without each suspect (gpu_plan.sh speed).
 
@@ -48,7 +49,7 @@ PTB_CHAR_TRAIN_TOKENS = 5_016_961  # the H100 character rows' steps x batch / ep
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-  """A sweep point trained in the session: ROOT/POINT with launch.sweep, `epochs` the expected length."""
+  """A sweep point trained in the session: ROOT/POINT with launch.sweep, `epochs` its expected length."""
   root: str  # the sweep root's name, one that launch.results.gpu_plan_sweep knows
   experiment: str
   sweep: str
@@ -57,15 +58,27 @@ class Row:
   epochs: float
   epoch_tokens: int
   why: str
+  relative_rate: float = 1.0  # its tokens/s over the probed row's
 
   @property
   def tokens(self) -> float:
     return self.epochs * self.epoch_tokens
 
 
-# The most useful first: Brown's target is the nearest one still open, and its cosine rows have a fixed
-# length; then PTB's top row (target met with seed 0) with seeds 1 and 2, each expected to stop early at
-# about 7 epochs as seed 0 did (6.5 on the H100); then the character row.
+def _ladder_row(corpus: str, point: str, relative_rate: float) -> Row:
+  """A word ladder's row, seed 0, to early stopping (the top row took 5.5-6.5 epochs on the H100)."""
+  experiment, root, tokens = {'ptb': ('experiments/ptb.py', 'ladder', PTB_TRAIN_TOKENS),
+                              'brown': ('experiments/brown.py', 'brown_ladder', BROWN_TRAIN_TOKENS)}[corpus]
+  return Row(root, experiment, 'ladder', point, (), 6.0, tokens, f'the {corpus} ladder\'s {point} to early stopping',
+             relative_rate)
+
+
+# The most useful first: Brown's target, the nearest one still open, with a fixed-length cosine; PTB's
+# top row (target met with seed 0) with seeds 1 and 2, each expected to stop early at about 7 epochs as
+# seed 0 did (6.5 on the H100); the character row (target 1.40 bits/char); then the word ladders' other
+# revisited rows to early stopping (their 2003 rows are brown.py:reg4_n7's and the PTB table network's,
+# already converged). Relative rates: each row's tokens/s over the top row's when the 18 rows shared the
+# H100 (results/*_ladder_*_seed0.json: ladder2 2,309 and 2,281, ladder3-4 about 1,580, characters 2,980).
 ROWS = (
     Row('brown_tune', 'experiments/brown.py', 'tune', 'tune8_dropout0.5_weight_decay0.2_cosine4_ema0.999', (), 4.0,
         BROWN_TRAIN_TOKENS, "Brown's best CPU point (test 231.69; target 225), on the GPU"),
@@ -74,10 +87,16 @@ ROWS = (
     Row('ptb_seed2', 'experiments/ptb.py', 'ladder', 'ladder5_dropout', ('seed=2',), 7.0, PTB_TRAIN_TOKENS,
         "PTB's top row, seed 2"),
     Row('char_ladder', 'experiments/ptb.py', 'char_ladder', 'char_ladder5_dropout', ('train.eval_every=2000',), 3.0,
-        PTB_CHAR_TRAIN_TOKENS, 'the PTB character ladder\'s top row (target 1.40 bits/char)'),
+        PTB_CHAR_TRAIN_TOKENS, "the PTB character ladder's top row (target 1.40 bits/char)", 1.9),
+    _ladder_row('ptb', 'ladder2_depth4', 1.45),
+    _ladder_row('brown', 'ladder2_depth4', 1.45),
+    _ladder_row('ptb', 'ladder3_distant', 1.0),
+    _ladder_row('brown', 'ladder3_distant', 1.0),
+    _ladder_row('ptb', 'ladder4_tied', 1.0),
+    _ladder_row('brown', 'ladder4_tied', 1.0),
 )
 
-# A row's estimated seconds: its tokens at the probe's step rate times SLOWDOWN (the loop's logging and
+# A row's estimated seconds: its tokens at its share of the probe's step rate times SLOWDOWN (the loop's logging and
 # half-epoch evaluations; Brown's larger output layer), plus START_AND_FINISH (start-up and compiles,
 # the final evaluation, the n-gram mixture, the results).
 SLOWDOWN = 1.3
@@ -88,7 +107,8 @@ MIN_FALLBACK_SECONDS = 120  # below this, a call that trained no row ends rather
 
 
 def estimate_seconds(row: Row, tokens_per_sec: float) -> float:
-  return row.tokens / tokens_per_sec * SLOWDOWN + START_AND_FINISH
+  """A row's seconds at the probed row's rate `tokens_per_sec`."""
+  return row.tokens / (tokens_per_sec * row.relative_rate) * SLOWDOWN + START_AND_FINISH
 
 
 def pick_form(rates: dict[str, float | None]) -> str:
