@@ -11,7 +11,8 @@
 #   session    a session lent 15 minutes of device time (one call once the machine has started): the
 #              revisited step's deterministic gradient forms timed, the fastest picked, then Brown's best
 #              point, PTB's top row with seeds 1 and 2, the character row and the word ladders' other rows,
-#              one at a time, each only if it fits in the call (launch/session.py); run it first when the
+#              one at a time, each only if it fits in the call (launch/session.py); the rest of the call
+#              goes to the kernel step in bfloat16 (speed where no row fitted); run it first when the
 #              budget is that short
 #   ptb        issue 27: PTB words, the ladder's six rows side by side (each + KN5)
 #   chars      issue 27: PTB characters, the ladder's six rows side by side (each + KN11)

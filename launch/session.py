@@ -4,8 +4,9 @@ gradient timed on the machine, the fastest picked, then the rows issue 27 waits 
 Brown's open target, PTB's top row with two more seeds, the character row, then the word ladders' other
 revisited rows to early stopping (ROWS). Each starts only when its estimated time fits in what is left
 of the call: a row is never planned to be cut by the call's end. Each gets the time left as its
-train.max_seconds (a safety), and one that does not fit is skipped and said so. When none fits, the
-rest of the call profiles the step and times it without each suspect (gpu_plan.sh speed).
+train.max_seconds (a safety), and one that does not fit is skipped and said so. The time left after
+the rows goes to the fused kernel's figures (gpu_plan.sh kernel, issue 28); where no row fitted, to
+where the step's time goes (gpu_plan.sh speed).
 
 On a lent machine, from the repository root, with .whl/ and .carry/ carried:
   bash launch/gpu_plan.sh session OUT          # source launch/device_env.sh, then python -m launch.session
@@ -103,7 +104,7 @@ SLOWDOWN = 1.3
 START_AND_FINISH = 75.0
 FINISH_RESERVE = 60.0  # seconds a row is left after its train.max_seconds: final evaluation and mixture
 PACK_RESERVE = 15.0  # seconds kept at the call's end for the last pack
-MIN_FALLBACK_SECONDS = 120  # below this, a call that trained no row ends rather than profile the step
+MIN_FALLBACK_SECONDS = 90  # the least time left after the rows worth spending on benchmarks
 
 
 def estimate_seconds(row: Row, tokens_per_sec: float) -> float:
@@ -171,16 +172,18 @@ class Session:
   rates: dict = dataclasses.field(default_factory=dict)
   form: str = 'scatter'
   rows: list = dataclasses.field(default_factory=list)
+  rest: str = ''  # what the time after the rows went to
 
   def write(self, out: str) -> None:
     with open(os.path.join(out, 'session.json'), 'w', encoding='utf-8') as f:
       json.dump(dataclasses.asdict(self), f, indent=1)
 
 
-def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=subprocess.run, clock=time.time,
+def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=None, clock=time.time,
              extra_sets=()) -> None:
   """Each row in order that fits in the time left before `deadline` (a clock() time), at the picked
   form's rate; a row that does not fit is skipped and a later, shorter one may still run."""
+  run = run or subprocess.run
   rate = session.rates.get(session.form)
   for row in rows:
     left = deadline - clock() - PACK_RESERVE
@@ -207,6 +210,20 @@ def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=s
     pack(root, out)
 
 
+def spend_the_rest(session: Session, out: str, left: int) -> None:
+  """The call's time after its rows, cut at `left` seconds (bench.jsonl keeps each finished benchmark):
+  where no row trained, where the step's time goes (gpu_plan.sh speed); else the fused kernel against
+  XLA in bfloat16 (gpu_plan.sh kernel, issue 28), the scarce hardware's next use."""
+  if left < MIN_FALLBACK_SECONDS:
+    return
+  trained = any(row.get('seconds') is not None for row in session.rows)
+  part = 'kernel' if trained else 'revisited'
+  session.rest = f'{left} s of benchmarks/gpu_figures.sh {part}'
+  print(f'the rest of the call: {session.rest}', flush=True)
+  subprocess.run(['timeout', str(left), 'bash', 'benchmarks/gpu_figures.sh', part, out], check=False,
+                 env={**os.environ, 'DTYPES': 'bfloat16'})
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser('launch.session', description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -226,12 +243,7 @@ def main(argv=None) -> int:
   print(f'picked {session.form}: {" ".join(GRADIENT_FORMS[session.form]) or "the default"}', flush=True)
   session.write(args.out)
   run_rows(ROWS, session, args.out, args.root, deadline, extra_sets=tuple(args.set))
-  left = int(deadline - time.time() - PACK_RESERVE)
-  if not any(row.get('seconds') is not None for row in session.rows) and left > MIN_FALLBACK_SECONDS:
-    # no row fitted: the call still brings back where the step's time goes (gpu_plan.sh speed, cut at
-    # the time left; its bench.jsonl keeps each finished variant)
-    print(f'no row fitted: {left} s of gpu_plan.sh speed instead', flush=True)
-    subprocess.run(['timeout', str(left), 'bash', 'benchmarks/gpu_figures.sh', 'revisited', args.out], check=False)
+  spend_the_rest(session, args.out, int(deadline - time.time() - PACK_RESERVE))
   session.write(args.out)
   pack(args.root, args.out)
   return 0

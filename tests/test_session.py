@@ -7,6 +7,8 @@ import subprocess
 import sys
 import types
 
+import pytest
+
 from launch import results
 from launch import session as session_lib
 from launch import sweep as sweep_lib
@@ -130,17 +132,33 @@ def test_the_plan_runs_the_session_step():
   assert proc.returncode == 0 and '--seconds' in proc.stdout
 
 
-def test_a_call_where_no_row_fits_times_the_step_instead(tmp_path, monkeypatch):
-  """Nothing trains (every row too long at the measured rate): the rest of the call is gpu_plan.sh's
-  speed step, cut at the time left, so the call still brings figures back."""
+@pytest.mark.parametrize('epochs,part', [(1000.0, 'revisited'), (1.0, 'kernel')])
+def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epochs, part):
+  """After the rows, the rest of the call (cut at the time left) is the kernel's figures (issue 28); where
+  no row fitted (too long at the measured rate), gpu_plan.sh's speed step, so the call still brings
+  figures back."""
   calls = []
   monkeypatch.setattr(session_lib, 'probe', lambda name, out: {'sorted': 2000.0}.get(name))
-  monkeypatch.setattr(session_lib, 'ROWS', (_row('too_long', 1000.0),))
-  monkeypatch.setattr(session_lib.subprocess, 'run', lambda args, **kw: calls.append(args))
+  monkeypatch.setattr(session_lib, 'ROWS', (_row('row', epochs),))
+  monkeypatch.setattr(session_lib, 'pack', lambda root, out: None)
+
+  def run(args, **kwargs):
+    calls.append((args, kwargs.get('env', {}).get('DTYPES')))
+    return types.SimpleNamespace(returncode=0)
+  monkeypatch.setattr(session_lib.subprocess, 'run', run)
   assert session_lib.main([f'--out={tmp_path}', f'--root={tmp_path / "root"}', '--seconds=400']) == 0
-  assert len(calls) == 1 and calls[0][0] == 'timeout' and calls[0][2:] == [
-      'bash', 'benchmarks/gpu_figures.sh', 'revisited', str(tmp_path)]
-  assert 380 <= int(calls[0][1]) <= 385  # 400 s less the pack's 15
+  args, dtypes = calls[-1]
+  assert args[0] == 'timeout' and args[2:] == ['bash', 'benchmarks/gpu_figures.sh', part, str(tmp_path)]
+  assert 90 <= int(args[1]) <= 385 and dtypes == 'bfloat16'  # 400 s less the pack's 15 (and the row's)
   with open(tmp_path / 'session.json', encoding='utf-8') as f:
     written = json.load(f)
-  assert written['form'] == 'sorted' and written['rows'][0]['status'].startswith('skipped: about')
+  assert written['form'] == 'sorted' and part in written['rest']
+  assert written['rows'][0]['status'].startswith('skipped: about' if part == 'revisited' else 'done')
+
+
+def test_too_little_time_after_the_rows_is_left_alone(monkeypatch):
+  calls = []
+  monkeypatch.setattr(session_lib.subprocess, 'run', lambda args, **kw: calls.append(args))
+  session = session_lib.Session()
+  session_lib.spend_the_rest(session, '/tmp/unused', session_lib.MIN_FALLBACK_SECONDS - 1)
+  assert not calls and not session.rest
