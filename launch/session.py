@@ -15,12 +15,12 @@ call), then python -m launch.results render --write.
 
 Rows run one at a time rather than side by side: on the H100, eighteen rows side by side each ran at
 about 1/18 of its rate alone (RESULTS.md, "The ladders on the H100"), so nothing is lost, and each row's
-tokens/s and wall time are its own. OUT gets probe.jsonl (the timed forms), session.json (what was
-picked, run and skipped, with the estimates), each row's log and results.tgz (as launch/device_sweeps.sh
-packs it, refreshed after every row).
+tokens/s and wall time are its own. OUT gets probe_FORM.log (each form's throughput.py output),
+session.json (the rates, what was picked, run and skipped, with the estimates), ROOT.log of each row's
+sweep, results.tgz (as launch/device_sweeps.sh packs it, refreshed after every row) and the benchmarks'
+bench.jsonl and log.txt.
 """
 
-import argparse
 import dataclasses
 import json
 import os
@@ -28,6 +28,8 @@ import subprocess
 import sys
 import tarfile
 import time
+
+from nplm_jax import cli as cli_lib
 
 # The forms of C's gradient timed first, all deterministic (model.embedding_gradient: C's window rows;
 # model.distant_gradient: the distant block's share): on the H100 the scatter of rows that deterministic
@@ -225,8 +227,7 @@ def spend_the_rest(session: Session, out: str, left: int) -> None:
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser('launch.session', description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli_lib.ArgumentParser('launch.session', description=__doc__.splitlines()[0])
   parser.add_argument('--out', required=True, help='the folder that comes back ($OUT)')
   parser.add_argument('--root', default=os.environ.get('SWEEP_ROOT', 'runs/device'), help='where the rows train')
   parser.add_argument('--seconds', type=float, default=570.0,
