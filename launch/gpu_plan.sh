@@ -9,8 +9,8 @@
 #   bash launch/gpu_plan.sh STEP OUT_DIR
 # STEP:
 #   session    a session lent 15 minutes of device time (one call once the machine has started): the
-#              revisited step's deterministic gradient forms timed, the fastest picked, then Brown's best
-#              point, PTB's top row with seeds 1 and 2, the character row and the word ladders' other rows,
+#              revisited step's deterministic gradient forms timed, the fastest picked, then Brown's next
+#              point and its best with seeds 1 and 2, PTB's top row with seeds 1 and 2, the character row and the word ladders' other rows,
 #              one at a time, each only if it fits in the call (launch/session.py); the rest of the call
 #              goes to the kernel step in bfloat16 (speed where no row fitted); run it first when the
 #              budget is that short
@@ -20,13 +20,13 @@
 #   ladders    issue 27: ptb, chars and brown at once, eighteen rows side by side in one call (360 s of
 #              training a row; on the H100 each row then ran at 1/18 of its rate alone: 0.2-3 epochs)
 #   reference  issue 27: the reference code's options on the top PTB row (the family's defaults)
-#   tune       issue 27: ten points around the top row of PTB and nine around Brown's (dropout, width, depth,
-#              window, clipping, rate, a cosine schedule, word dropout, a moving average of the parameters:
-#              TUNE in the two experiment files), all nineteen side by side
+#   tune       issue 27: ten points around the top row of PTB and eleven around Brown's (dropout, width,
+#              depth, window, clipping, rate, a cosine schedule, word dropout, a moving average of the
+#              parameters, weight decay: TUNE in the two experiment files), all twenty-one side by side
 #   targets    issue 27, after speed: the rows whose targets are not met yet, side by side: PTB characters'
-#              top row, Brown's top row with 0.5 dropout and weight decay 0.2 (halved, with a cosine over 4
-#              epochs, and that with the parameters' moving average), and PTB's top row with seeds 1 and 2
-#              (its target met with seed 0)
+#              top row, Brown's top row with 0.5 dropout, a cosine over 4 epochs and the parameters' moving
+#              average at weight decay 0.2, 0.4 and 0.8, and PTB's top row with seeds 1 and 2 (its target
+#              met with seed 0)
 #   seeds      issue 27: the best row of each corpus with seeds 1 and 2, all six side by side
 #              (PTB_ROW, CHAR_ROW, BROWN_ROW name the rows, of the sweeps PTB_SWEEP, CHAR_SWEEP,
 #              BROWN_SWEEP; default: each ladder's top row; PTB_SWEEP=tune PTB_ROW=tune1_dropout0.5_h2048)
@@ -87,7 +87,7 @@ case $step in
   targets)
     bash launch/device_sweeps.sh "$out" \
       "experiments/ptb.py char_ladder --only=char_ladder5_dropout --set=train.max_seconds=$budget --set=train.eval_every=2000 $extra" \
-      "experiments/brown.py tune --name=brown_tune --only=tune2_dropout0.5_weight_decay0.2,tune6_dropout0.5_weight_decay0.2_cosine4,tune8_dropout0.5_weight_decay0.2_cosine4_ema0.999 --set=train.max_seconds=$budget $extra" \
+      "experiments/brown.py tune --name=brown_tune --only=tune8_dropout0.5_weight_decay0.2_cosine4_ema0.999,tune9_dropout0.5_weight_decay0.4_cosine4_ema0.999,tune10_dropout0.5_weight_decay0.8_cosine4_ema0.999 --set=train.max_seconds=$budget $extra" \
       "experiments/ptb.py ladder --name=ptb_seed1 --only=ladder5_dropout --set=seed=1 --set=train.max_seconds=$budget $extra" \
       "experiments/ptb.py ladder --name=ptb_seed2 --only=ladder5_dropout --set=seed=2 --set=train.max_seconds=$budget $extra" ;;
   seeds)
