@@ -2,18 +2,19 @@
 # The GPU work the open issues wait for, as calls of at most 10 minutes each (the device tool's limit).
 # A session lent 15 minutes of device time (the present rule; the machine's start counts) has one call:
 # run `session` (below), which times the gradient forms and trains what fits. With half an hour, about
-# three calls, in this order (RESULTS.md, "The ladders on the H100"): speed first (the revisited step ran 18,900 tokens/s on the H100, too slow to converge rows in a
-# call); then targets with EXTRA_SET naming what speed found faster, and again with a larger BUDGET on
-# the warm machine (the rows go on); then kernel. On a lent GPU machine, from the repository root,
-# with .whl/ and .carry/ carried (bash launch/device_pack.sh fills them here):
+# three calls, in this order (RESULTS.md, "The ladders on the H100"): speed first (the revisited step
+# ran 18,900 tokens/s on the H100, too slow to converge rows in a call); then targets with EXTRA_SET
+# naming what speed found faster, and again with a larger BUDGET on the warm machine (the rows go on);
+# then kernel. On a lent GPU machine, from the repository root, with .whl/ and .carry/ carried (bash
+# launch/device_pack.sh fills them here):
 #   bash launch/gpu_plan.sh STEP OUT_DIR
 # STEP:
 #   session    a session lent 15 minutes of device time (one call once the machine has started): the
 #              revisited step's deterministic gradient forms timed, the fastest picked, then Brown's next
-#              point and its best with seeds 1 and 2, PTB's top row with seeds 1 and 2, the character row and the word ladders' other rows,
-#              one at a time, each only if it fits in the call (launch/session.py); the rest of the call
-#              goes to the kernel step in bfloat16 (speed where no row fitted); run it first when the
-#              budget is that short
+#              point and its best with seeds 1 and 2, PTB's top row with seeds 1 and 2, the character
+#              row and the word ladders' other rows, one at a time, each only if it fits in the call
+#              (launch/session.py); the rest of the call goes to the kernel step in bfloat16 (speed where
+#              no row fitted); run it first when the budget is that short
 #   ptb        issue 27: PTB words, the ladder's six rows side by side (each + KN5)
 #   chars      issue 27: PTB characters, the ladder's six rows side by side (each + KN11)
 #   brown      issue 27: Brown, the ladder's six rows side by side (each + the interpolated trigram)

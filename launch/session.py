@@ -2,9 +2,10 @@
 10 minutes is left once the machine has started): the revisited step's deterministic forms of C's
 gradient timed on the machine, the fastest picked, then the rows issue 27 waits for, one at a time:
 Brown's next point and its best one with two more seeds, PTB's top row with two more seeds, the
-character row, then the word ladders' other revisited rows to early stopping (ROWS). Each starts only when its estimated time fits in what is left
-of the call: a row is never planned to be cut by the call's end. Each gets the time left as its
-train.max_seconds (a safety), and one that does not fit is skipped and said so. The time left after
+character row, then the word ladders' other revisited rows to early stopping (ROWS). Each starts only
+when its estimated time fits in what is left of the call: a row is never planned to be cut by the
+call's end. Each gets the time left as its train.max_seconds (a safety), and one that does not fit is
+skipped and said so. The time left after
 the rows goes to the fused kernel's figures (gpu_plan.sh kernel, issue 28); where no row fitted, to
 where the step's time goes (gpu_plan.sh speed).
 
@@ -78,17 +79,18 @@ def _ladder_row(corpus: str, point: str, relative_rate: float) -> Row:
 
 # The most useful first: Brown's target (weight decay 0.8, the next step along the line the CPU runs
 # followed: 0.4 brought validation 4% below 0.2's), then the CPU's best Brown point with seeds 1 and 2
-# (each a fixed-length cosine); PTB's top row (target met with seed 0) with seeds 1 and 2, each expected to stop early at about 7 epochs as
-# seed 0 did (6.5 on the H100); the character row (target 1.40 bits/char); then the word ladders' other
-# revisited rows to early stopping (their 2003 rows are brown.py:reg4_n7's and the PTB table network's,
-# already converged). Relative rates: each row's tokens/s over the top row's when the 18 rows shared the
-# H100 (results/*_ladder_*_seed0.json: ladder2 2,309 and 2,281, ladder3-4 about 1,580, characters 2,980).
+# (each a fixed-length cosine); PTB's top row (target met with seed 0) with seeds 1 and 2, each expected
+# to stop early at about 7 epochs as seed 0 did (6.5 on the H100); the character row (target 1.40
+# bits/char); then the word ladders' other revisited rows to early stopping (their 2003 rows are
+# brown.py:reg4_n7's and the PTB table network's, already converged). Relative rates: each row's
+# tokens/s over the top row's when the 18 rows shared the H100 (results/*_ladder_*_seed0.json: ladder2
+# 2,309 and 2,281, ladder3-4 about 1,580, characters 2,980).
 ROWS = (
     Row('brown_tune', 'experiments/brown.py', 'tune', 'tune10_dropout0.5_weight_decay0.8_cosine4_ema0.999', (), 4.0,
         BROWN_TRAIN_TOKENS, "Brown's best CPU point with weight decay 0.8 (target 225)"),
     *(Row(f'brown_seed{seed}', 'experiments/brown.py', 'tune', 'tune9_dropout0.5_weight_decay0.4_cosine4_ema0.999',
-          (f'seed={seed}',), 4.0, BROWN_TRAIN_TOKENS, f"Brown's best CPU point, seed {seed} (the best row over three seeds)")
-      for seed in (1, 2)),
+          (f'seed={seed}',), 4.0, BROWN_TRAIN_TOKENS,
+          f"Brown's best CPU point (test 221.35), seed {seed}: the best row over three seeds") for seed in (1, 2)),
     Row('ptb_seed1', 'experiments/ptb.py', 'ladder', 'ladder5_dropout', ('seed=1',), 7.0, PTB_TRAIN_TOKENS,
         "PTB's top row, seed 1 (issue 27: the best row over three seeds)"),
     Row('ptb_seed2', 'experiments/ptb.py', 'ladder', 'ladder5_dropout', ('seed=2',), 7.0, PTB_TRAIN_TOKENS,
@@ -103,8 +105,8 @@ ROWS = (
     _ladder_row('brown', 'ladder4_tied', 1.0),
 )
 
-# A row's estimated seconds: its tokens at its share of the probe's step rate times SLOWDOWN (the loop's logging and
-# half-epoch evaluations; Brown's larger output layer), plus START_AND_FINISH (start-up and compiles,
+# A row's estimated seconds: its tokens at its share of the probe's step rate times SLOWDOWN (the loop's
+# logging and half-epoch evaluations; Brown's larger output layer), plus START_AND_FINISH (start-up and compiles,
 # the final evaluation, the n-gram mixture, the results).
 SLOWDOWN = 1.3
 START_AND_FINISH = 75.0

@@ -63,8 +63,8 @@ def test_rows_run_in_order_while_they_fit_and_a_long_one_is_skipped_for_a_shorte
   session = session_lib.Session(rates={'scatter': 100.0, 'sorted': 1000.0}, form='sorted')
   # at 1,000 tokens/s: 10 s x 1.3 + 75 = 88 s for 1 epoch, 218 s for 11, 8,135 s for 620
   rows = [_row('first', 1.0), _row('too_long', 620.0), _row('second', 11.0)]
-  session_lib.run_rows(rows, session, str(tmp_path), str(tmp_path / 'root'), deadline=clock() + 570, run=fake_run(clock, calls),
-                       clock=clock, extra_sets=('train.deterministic=True',))
+  session_lib.run_rows(rows, session, str(tmp_path), str(tmp_path / 'root'), deadline=clock() + 570,
+                       run=fake_run(clock, calls), clock=clock, extra_sets=('train.deterministic=True',))
   assert [r['point'] for r in session.rows] == ['first', 'too_long', 'second']
   assert [r['status'] for r in session.rows] == ['done', 'skipped: about 8135 s, 308 s left', 'done']
   first_sets = [a for a in calls[0] if a.startswith('--set=')]
