@@ -126,11 +126,11 @@ def pick_form(rates: dict[str, float | None]) -> str:
   return max(measured, key=measured.get) if measured else 'scatter'
 
 
-def probe(name: str, out: str, python: str = sys.executable) -> float | None:
+def probe(name: str, out: str) -> float | None:
   """The top row's training step rate (tokens/s at PROBE_BATCH) with a form of C's gradient, None if it
   failed or ran past PROBE_TIMEOUT (its output is in OUT/probe_NAME.log either way)."""
   sets = [f'--config.{s}' for s in GRADIENT_FORMS[name]]
-  args = [python, 'benchmarks/throughput.py', f'--config={PROBE_CONFIG}', f'--vocab={PROBE_VOCAB}',
+  args = [sys.executable, 'benchmarks/throughput.py', f'--config={PROBE_CONFIG}', f'--vocab={PROBE_VOCAB}',
           f'--batch_sizes={PROBE_BATCH}', '--steps=10', '--repeats=3', '--peak_size=1024', *sets]
   log = os.path.join(out, f'probe_{name}.log')
   with open(log, 'w', encoding='utf-8') as f:
@@ -167,8 +167,8 @@ def pack(root: str, out: str) -> None:
   os.replace(part, os.path.join(out, 'results.tgz'))
 
 
-def sweep_command(row: Row, root: str, sets: list[str], python: str = sys.executable) -> list[str]:
-  return [python, '-m', 'launch.sweep', f'--config={row.experiment}', f'--sweep={row.sweep}',
+def sweep_command(row: Row, root: str, sets: list[str]) -> list[str]:
+  return [sys.executable, '-m', 'launch.sweep', f'--config={row.experiment}', f'--sweep={row.sweep}',
           f'--root={os.path.join(root, row.root)}', f'--only={row.point}', '--parallel=1',
           *(f'--set={s}' for s in sets)]
 
