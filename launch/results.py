@@ -34,8 +34,9 @@ RESULTS_MD = os.path.join(REPO, 'RESULTS.md')
 class _Figure:
   """A column of one figure (results' figures[key]), which a seed summary can average."""
 
-  def __init__(self, key: str, digits: int = 2, of=None):
+  def __init__(self, key: str, digits: int = 2, of=None, per_device: bool = False):
     self.key, self.digits, self.of = key, digits, of or (lambda value: value)
+    self.per_device = per_device  # a speed: a summary over seeds run on different devices leaves it out
 
   def value(self, record: dict):
     figure = record['figures'].get(self.key)
@@ -67,8 +68,8 @@ _CHECKS = [('run', _label), ('parameters', _num('num_parameters', 0)), ('steps',
 def _ladder_columns(*figures) -> list:
   """A ladder table's columns: the row, its size and cost, then `figures` (header, cell), seed, device."""
   return [('row', _label), ('parameters', _num('num_parameters', 0)), ('epochs', _num('epochs', 2)),
-          ('stopped by', lambda r: r['figures'].get('stop_reason') or '-'), ('tokens/s', _num('tokens_per_sec', 0)),
-          ('wall s', _num('wall_seconds', 0)), *figures, ('seed', lambda r: str(r['seed'])), ('device', _device_of)]
+          ('stopped by', lambda r: r['figures'].get('stop_reason') or '-'), ('tokens/s', _num('tokens_per_sec', 0, per_device=True)),
+          ('wall s', _num('wall_seconds', 0, per_device=True)), *figures, ('seed', lambda r: str(r['seed'])), ('device', _device_of)]
 
 
 TABLES = {
@@ -186,13 +187,16 @@ def _seed_groups(rows: list[dict]) -> list[tuple[str, list[dict]]]:
 
 
 def _seed_summary(label: str, group: list[dict], columns) -> str:
-  """A row of means ± sample standard deviations over the group's seeds (figure columns only)."""
+  """A row of means ± sample standard deviations over the group's seeds (figure columns only; speeds only
+  where every seed ran on one device)."""
+  one_device = len({r['device'] for r in group}) == 1
   cells = []
   for header, cell in columns:
     if header == columns[0][0]:
       cells.append(f'`{label}`: mean ± sd of {len(group)} seeds')
       continue
-    values = [cell.value(r) for r in group] if isinstance(cell, _Figure) else []
+    averaged = isinstance(cell, _Figure) and (one_device or not cell.per_device)
+    values = [cell.value(r) for r in group] if averaged else []
     if not values or any(v is None for v in values):
       cells.append('')
       continue

@@ -64,6 +64,19 @@ def test_a_row_run_over_several_seeds_gets_a_mean_and_spread():
   table = results.render_table('ladder', [record(0, 100.0), record(1, 102.0), record(2, 104.0)])
   summary = [line for line in table.splitlines() if 'mean ± sd of 3 seeds' in line]
   assert len(summary) == 1 and '| 112.00 ± 2.00 | 102.00 ± 2.00 |' in summary[0]
+  assert '| 50,000 ± 0 | 100 ± 0 |' in summary[0]
+
+
+def test_a_summary_over_devices_leaves_out_the_speeds():
+  """Seeds run on a CPU and a GPU: perplexities averaged, tokens/s and wall time not (they measure the device)."""
+  def record(seed, device, tokens_per_sec):
+    figures = {'test_ppl': 100.0 + seed, 'valid_ppl': 110.0, 'wall_seconds': 1e6 / tokens_per_sec, 'epochs': 4.0,
+               'num_parameters': 1000, 'tokens_per_sec': tokens_per_sec}
+    return {'name': f'r{seed}', 'table': 'ladder', 'label': 'tune9', 'seed': seed, 'device': device,
+            'figures': figures}
+  table = results.render_table('ladder', [record(0, 'CPU', 500.0), record(1, 'H200', 1.4e5), record(2, 'H200', 1.4e5)])
+  summary = [line for line in table.splitlines() if 'mean ± sd of 3 seeds' in line]
+  assert len(summary) == 1 and '| 4.00 ± 0.00 |  |  |  | 110.00 ± 0.00 | 101.00 ± 1.00 |' in summary[0], summary
 
 
 def test_a_sweep_root_is_collected_point_by_point(tmp_path, monkeypatch):
