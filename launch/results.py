@@ -228,10 +228,12 @@ def point_record(sweep_root: str, point: str, name: str, table: str, label: str,
   return value
 
 
-def collect_pack(pack: str, commit, device) -> int:
+def collect_pack(pack: str, commit, device, tag: str = '') -> int:
   """Every finished point of a launch/gpu_plan.sh call's OUT/results.tgz as a results file (names,
   tables and labels from GPU_PLAN_SWEEPS, the command from the pack's session.json where the session step
-  made it); says which tables RESULTS.md has no section for yet."""
+  made it; `tag` after each name's prefix, to keep an earlier call's rows of the same points); says which
+  tables RESULTS.md has no section for yet. A file of another run already under that name is an error,
+  before anything is written."""
   import tarfile  # pylint: disable=g-import-not-at-top
   import tempfile  # pylint: disable=g-import-not-at-top
   if not os.path.isfile(pack):
@@ -244,7 +246,7 @@ def collect_pack(pack: str, commit, device) -> int:
     if os.path.isfile(session_path):
       with open(session_path, encoding='utf-8') as f:
         session_command = json.load(f)['command']
-    tables = set()
+    tables, values = set(), []
     for root_name in sorted(os.listdir(unpacked)):
       root = os.path.join(unpacked, root_name)
       points = finished_points(root) if os.path.isdir(root) else []
@@ -255,14 +257,31 @@ def collect_pack(pack: str, commit, device) -> int:
           continue
         name, table, label, step = where
         command = session_command or f'bash launch/gpu_plan.sh {step} OUT'
-        _write(point_record(root, point, name, table, label, command, commit, device))
+        values.append(point_record(root, point, f'{name}_{tag}' if tag else name, table, label, command, commit,
+                                   device))
         tables.add(table)
+  taken = [v['name'] for v in values if _another_run(v)]
+  if taken:
+    raise SystemExit(f'error: results/ already holds {", ".join(taken)} from another run; pass --tag=WORD (say, the '
+                     'device) to keep both, or delete the old files to replace them')
+  for value in values:
+    _write(value)
   with open(RESULTS_MD, encoding='utf-8') as f:
     marked = {m.group(2) for m in _SECTION.finditer(f.read())}
   for table in sorted(tables - marked):
     print(f'RESULTS.md has no <!-- results:{table} --> section yet: add one (and <!-- /results -->) where the '
           'table belongs, then python -m launch.results render --write')
   return 0
+
+
+def _another_run(value: dict) -> bool:
+  """Whether results/ holds value's name from a run of another command, commit, device or config."""
+  path = os.path.join(RESULTS_DIR, f'{value["name"]}.json')
+  if not os.path.exists(path):
+    return False
+  with open(path, encoding='utf-8') as f:
+    old = json.load(f)
+  return any(old.get(k) != value.get(k) for k in ('command', 'commit', 'device', 'config'))
 
 
 def _write(value: dict) -> None:
@@ -293,6 +312,8 @@ def main(argv=None) -> int:
   pack.add_argument('--pack', required=True, help='OUT/results.tgz of the call')
   pack.add_argument('--commit', default=None, help='the commit the call ran at (default: HEAD)')
   pack.add_argument('--device', default=None, help="where it ran (default: each results.json's device_kind)")
+  pack.add_argument('--tag', default='', help='a word after each name\'s prefix (ptb_ladder_TAG_ladder4_tied_seed0): '
+                                              "keeps an earlier call's rows of the same points")
   render = sub.add_parser('render', help="print RESULTS.md's tables from results/, or write or check them")
   render.add_argument('--write', action='store_true')
   render.add_argument('--check', action='store_true')
@@ -311,7 +332,9 @@ def main(argv=None) -> int:
                           args.device))
     return 0
   if args.what == 'collect_pack':
-    return collect_pack(args.pack, args.commit, args.device)
+    if not re.fullmatch(r'[\w-]*', args.tag):
+      raise SystemExit(f'error: --tag={args.tag!r}: use letters, digits, _ and - only')
+    return collect_pack(args.pack, args.commit, args.device, args.tag)
   records = load_records()
   with open(RESULTS_MD, encoding='utf-8') as f:
     text = f.read()

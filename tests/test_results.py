@@ -3,6 +3,8 @@
 import json
 import os
 
+import pytest
+
 from launch import results
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -130,6 +132,16 @@ def test_a_gpu_plan_pack_is_collected_with_each_sweeps_names_and_labels(tmp_path
   assert {r['device'] for r in kept.values()} == {'NVIDIA H100 80GB HBM3'}
   out = capsys.readouterr().out
   assert 'left out mystery/p' in out and 'no <!-- results:char_ladder --> section' in out
+  # the same pack again is the same run (kept as it is); another call's pack of the same points is refused
+  # in one line before anything is written, and kept beside the first with --tag
+  assert results.main(['collect_pack', f'--pack={tmp_path / "results.tgz"}', '--commit=abc']) == 0
+  with pytest.raises(SystemExit) as e:
+    results.main(['collect_pack', f'--pack={tmp_path / "results.tgz"}', '--commit=def'])
+  assert 'already holds' in str(e.value) and '--tag' in str(e.value) and '\n' not in str(e.value)
+  assert len(os.listdir(tmp_path / 'results')) == 4
+  assert results.main(['collect_pack', f'--pack={tmp_path / "results.tgz"}', '--commit=def', '--tag=h200']) == 0
+  assert 'ptb_ladder_h200_ladder5_dropout_seed1.json' in os.listdir(tmp_path / 'results')
+  assert len(os.listdir(tmp_path / 'results')) == 8
 
 
 def test_a_missing_pack_is_one_line(tmp_path):
