@@ -5,9 +5,10 @@ Brown's next point and its best one with two more seeds, PTB's top row with two 
 character row, then the word ladders' other revisited rows to early stopping (ROWS). Each starts only
 when its estimated time fits in what is left of the call: a row is never planned to be cut by the
 call's end. Each gets the time left as its train.max_seconds (a safety), and one that does not fit is
-skipped and said so. The time left after
-the rows goes to the fused kernel's figures (gpu_plan.sh kernel, issue 28); where no row fitted, to
-where the step's time goes (gpu_plan.sh speed).
+skipped and said so. The rows leave
+FIGURES_RESERVE seconds of the call to issue 28's figures: the research-size loop with C's gradient as
+the scatter and as the sort (gpu_figures.sh loop), then the fused kernel against XLA (gpu_figures.sh
+kernel); where no row fitted, where the step's time goes (gpu_plan.sh speed).
 
 On a lent machine, from the repository root, with .whl/ and .carry/ carried:
   bash launch/gpu_plan.sh session OUT          # source launch/device_env.sh, then python -m launch.session
@@ -16,10 +17,11 @@ call), then python -m launch.results render --write.
 
 Rows run one at a time rather than side by side: on the H100, eighteen rows side by side each ran at
 about 1/18 of its rate alone (RESULTS.md, "The ladders on the H100"), so nothing is lost, and each row's
-tokens/s and wall time are its own. OUT gets probe_FORM.log (each form's throughput.py output),
-session.json (the rates, what was picked, run and skipped, with the estimates), ROOT.log of each row's
-sweep, results.tgz (as launch/device_sweeps.sh packs it, refreshed after every row) and the benchmarks'
-bench.jsonl and log.txt.
+tokens/s and wall time are its own. OUT gets session.json (the rates, what was picked, run and skipped,
+with the estimates), results.tgz (as launch/device_sweeps.sh packs it, refreshed after every row, with
+logs/: probe_FORM.log, each form's throughput.py output, and ROOT.log, each row's sweep) and the
+benchmarks' bench.jsonl, log.txt and profiles: no more files than the device tool brings back (8; on
+the H200 session of 2026-11-26 the logs beside the pack made 12, and the pack was left out).
 """
 
 import dataclasses
@@ -77,42 +79,41 @@ def _ladder_row(corpus: str, point: str, relative_rate: float) -> Row:
              relative_rate)
 
 
-# The most useful first: Brown's target (weight decay 0.8, the next step along the line the CPU runs
-# followed: 0.4 brought validation 4% below 0.2's), then the CPU's best Brown point with seeds 1 and 2
-# (each a fixed-length cosine); PTB's top row (target met with seed 0) with seeds 1 and 2, each expected
-# to stop early at about 7 epochs as seed 0 did (6.5 on the H100); the character row (target 1.40
-# bits/char); then the word ladders' other revisited rows to early stopping (their 2003 rows are
-# brown.py:reg4_n7's and the PTB table network's, already converged). Relative rates: each row's
-# tokens/s over the top row's when the 18 rows shared the H100 (results/*_ladder_*_seed0.json: ladder2
-# 2,309 and 2,281, ladder3-4 about 1,580, characters 2,980).
+# What the H200 session of 2026-11-26 left (RESULTS.md, "The H200 session"), the most useful first: the
+# word ladders' tied rows to early stopping (PTB's had 40 s, Brown's none); Brown's best point with a
+# longer cosine and with a higher rate (the aim, 215: weight decay 0.8 gave no more than 0.4); the
+# character row to early stopping (4.6 epochs in 116 s gave 1.626 bits/char, still falling); its seeds;
+# then the ladders' first two rows (the 2003 network and its 15-word window), whose only runs had 360 s
+# beside seventeen others. Relative rates: each row's loop tokens/s over PTB's top row's on the H200
+# (results/*_h200_*.json and the seeds': ladder4 1.0, characters 1.41, ladder2 1.34 and Brown's 1.3),
+# the 2003 rows' from the H100 ladders call (about 4x beside seventeen others; 2 here, to be safe).
 ROWS = (
-    Row('brown_tune', 'experiments/brown.py', 'tune', 'tune10_dropout0.5_weight_decay0.8_cosine4_ema0.999', (), 4.0,
-        BROWN_TRAIN_TOKENS, "Brown's best CPU point with weight decay 0.8 (target 225)"),
-    *(Row(f'brown_seed{seed}', 'experiments/brown.py', 'tune', 'tune9_dropout0.5_weight_decay0.4_cosine4_ema0.999',
-          (f'seed={seed}',), 4.0, BROWN_TRAIN_TOKENS,
-          f"Brown's best CPU point (test 221.35), seed {seed}: the best row over three seeds") for seed in (1, 2)),
-    Row('ptb_seed1', 'experiments/ptb.py', 'ladder', 'ladder5_dropout', ('seed=1',), 7.0, PTB_TRAIN_TOKENS,
-        "PTB's top row, seed 1 (issue 27: the best row over three seeds)"),
-    Row('ptb_seed2', 'experiments/ptb.py', 'ladder', 'ladder5_dropout', ('seed=2',), 7.0, PTB_TRAIN_TOKENS,
-        "PTB's top row, seed 2"),
-    Row('char_ladder', 'experiments/ptb.py', 'char_ladder', 'char_ladder5_dropout', ('train.eval_every=2000',), 3.0,
-        PTB_CHAR_TRAIN_TOKENS, "the PTB character ladder's top row (target 1.40 bits/char)", 1.9),
-    _ladder_row('ptb', 'ladder2_depth4', 1.45),
-    _ladder_row('brown', 'ladder2_depth4', 1.45),
-    _ladder_row('ptb', 'ladder3_distant', 1.0),
-    _ladder_row('brown', 'ladder3_distant', 1.0),
     _ladder_row('ptb', 'ladder4_tied', 1.0),
     _ladder_row('brown', 'ladder4_tied', 1.0),
+    Row('brown_tune', 'experiments/brown.py', 'tune', 'tune11_dropout0.5_weight_decay0.4_cosine6_ema0.999', (), 6.0,
+        BROWN_TRAIN_TOKENS, "Brown's best point (220.7 over three seeds) with a cosine over 6 epochs (aim 215)"),
+    Row('brown_tune', 'experiments/brown.py', 'tune', 'tune12_dropout0.5_weight_decay0.4_cosine4_ema0.999_lr2e-3',
+        (), 4.0, BROWN_TRAIN_TOKENS, "Brown's best point at twice the rate (aim 215)"),
+    Row('char_ladder', 'experiments/ptb.py', 'char_ladder', 'char_ladder5_dropout', ('train.eval_every=2000',), 8.0,
+        PTB_CHAR_TRAIN_TOKENS, "the PTB character ladder's top row to early stopping (target 1.40 bits/char)", 1.41),
+    *(Row(f'char_seed{seed}', 'experiments/ptb.py', 'char_ladder', 'char_ladder5_dropout',
+          (f'seed={seed}', 'train.eval_every=2000'), 8.0, PTB_CHAR_TRAIN_TOKENS,
+          f"the character row, seed {seed}: the best row over three seeds", 1.41) for seed in (1, 2)),
+    _ladder_row('ptb', 'ladder0_nplm2003', 2.0),
+    _ladder_row('brown', 'ladder0_nplm2003', 2.0),
+    _ladder_row('ptb', 'ladder1_window15', 2.0),
+    _ladder_row('brown', 'ladder1_window15', 2.0),
 )
 
 # A row's estimated seconds: its tokens at its share of the probe's step rate times SLOWDOWN (the loop's
 # logging and half-epoch evaluations; Brown's larger output layer), plus START_AND_FINISH (start-up and compiles,
 # the final evaluation, the n-gram mixture, the results).
 SLOWDOWN = 1.3
-START_AND_FINISH = 75.0
+START_AND_FINISH = 50.0  # the H200's rows took 31-46 s beyond their tokens at the loop's rate
 FINISH_RESERVE = 60.0  # seconds a row is left after its train.max_seconds: final evaluation and mixture
 PACK_RESERVE = 15.0  # seconds kept at the call's end for the last pack
 MIN_FALLBACK_SECONDS = 90  # the least time left after the rows worth spending on benchmarks
+FIGURES_RESERVE = 120.0  # seconds of the call the rows leave to FIGURES (issue 28)
 
 
 def estimate_seconds(row: Row, tokens_per_sec: float) -> float:
@@ -126,13 +127,13 @@ def pick_form(rates: dict[str, float | None]) -> str:
   return max(measured, key=measured.get) if measured else 'scatter'
 
 
-def probe(name: str, out: str) -> float | None:
+def probe(name: str, logs: str) -> float | None:
   """The top row's training step rate (tokens/s at PROBE_BATCH) with a form of C's gradient, None if it
-  failed or ran past PROBE_TIMEOUT (its output is in OUT/probe_NAME.log either way)."""
+  failed or ran past PROBE_TIMEOUT (its output is in LOGS/probe_NAME.log either way)."""
   sets = [f'--config.{s}' for s in GRADIENT_FORMS[name]]
   args = [sys.executable, 'benchmarks/throughput.py', f'--config={PROBE_CONFIG}', f'--vocab={PROBE_VOCAB}',
           f'--batch_sizes={PROBE_BATCH}', '--steps=10', '--repeats=3', '--peak_size=1024', *sets]
-  log = os.path.join(out, f'probe_{name}.log')
+  log = os.path.join(logs, f'probe_{name}.log')
   with open(log, 'w', encoding='utf-8') as f:
     try:
       subprocess.run(args, stdout=f, stderr=subprocess.STDOUT, timeout=PROBE_TIMEOUT, check=False)
@@ -144,15 +145,23 @@ def probe(name: str, out: str) -> float | None:
   return rates[0] if rates else None
 
 
+def logs_folder(root: str) -> str:
+  """Where the call's logs go: packed into results.tgz (logs/), not left in OUT beside it."""
+  return os.path.join(root, 'logs')
+
+
 def pack(root: str, out: str) -> None:
   """OUT/results.tgz as launch/device_sweeps.sh packs it (each point's results, metrics, config and log,
-  each sweep's results.md), with OUT/session.json beside the sweep roots."""
+  each sweep's results.md), with OUT/session.json beside the sweep roots and the call's logs in logs/."""
   patterns = ('results.json', 'mix_results.json', 'metrics.jsonl', 'config.json', 'log.txt')
   part = os.path.join(out, 'results.tgz.part')
   with tarfile.open(part, 'w:gz') as tar:
+    logs = logs_folder(root)
+    for name in sorted(os.listdir(logs)) if os.path.isdir(logs) else []:
+      tar.add(os.path.join(logs, name), f'logs/{name}')
     for sweep in sorted(os.listdir(root)) if os.path.isdir(root) else []:
       folder = os.path.join(root, sweep)
-      if not os.path.isdir(folder):
+      if not os.path.isdir(folder) or folder == logs:
         continue
       if os.path.exists(os.path.join(folder, 'results.md')):
         tar.add(os.path.join(folder, 'results.md'), f'{sweep}/results.md')
@@ -192,6 +201,7 @@ def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=N
   """Each row in order that fits in the time left before `deadline` (a clock() time), at the picked
   form's rate; a row that does not fit is skipped and a later, shorter one may still run."""
   run = run or subprocess.run
+  os.makedirs(logs_folder(root), exist_ok=True)
   rate = session.rates.get(session.form)
   for row in rows:
     left = deadline - clock() - PACK_RESERVE
@@ -208,7 +218,7 @@ def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=N
     sets = [*row.sets, *GRADIENT_FORMS[session.form], *extra_sets, f'train.max_seconds={budget}']
     print(f'{row.root}/{row.point}: about {estimate:.0f} s of {left:.0f} s left ({row.why})', flush=True)
     started = clock()
-    with open(os.path.join(out, f'{row.root}.log'), 'a', encoding='utf-8') as log:
+    with open(os.path.join(logs_folder(root), f'{row.root}.log'), 'a', encoding='utf-8') as log:
       returncode = run(sweep_command(row, root, sets), stdout=log, stderr=subprocess.STDOUT, check=False).returncode
     entry.update(status='done' if returncode == 0 else f'failed (exit {returncode})', seconds=round(clock() - started),
                  sets=sets)
@@ -218,18 +228,32 @@ def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=N
     pack(root, out)
 
 
-def spend_the_rest(session: Session, out: str, left: int) -> None:
-  """The call's time after its rows, cut at `left` seconds (bench.jsonl keeps each finished benchmark):
-  where no row trained, where the step's time goes (gpu_plan.sh speed); else the fused kernel against
-  XLA in bfloat16 (gpu_plan.sh kernel, issue 28), the scarce hardware's next use."""
+# Issue 28's figures after the rows, each (gpu_figures.sh part, ONLY): the research-size loop with C's
+# gradient as the scatter and as the sort (the sort made the revisited step 5.8x faster on the H200;
+# deterministic reductions cost the research size a quarter of its rate on the H100), then the fused
+# kernel against XLA in bfloat16.
+FIGURES = (('loop', 'research_bf16,research_bf16_sorted'), ('kernel', ''))
+
+
+def spend_the_rest(session: Session, out: str, left: int, clock=time.time) -> None:
+  """The call's time after its rows, `left` seconds (bench.jsonl keeps each finished benchmark): where no
+  row trained, where the step's time goes (gpu_plan.sh speed); else FIGURES in turn, each cut at the time
+  still left."""
   if left < MIN_FALLBACK_SECONDS:
     return
   trained = any(row.get('seconds') is not None for row in session.rows)
-  part = 'kernel' if trained else 'revisited'
-  session.rest = f'{left} s of benchmarks/gpu_figures.sh {part}'
-  print(f'the rest of the call: {session.rest}', flush=True)
-  subprocess.run(['timeout', str(left), 'bash', 'benchmarks/gpu_figures.sh', part, out], check=False,
-                 env={**os.environ, 'DTYPES': 'bfloat16'})
+  end = clock() + left
+  parts = FIGURES if trained else (('revisited', ''),)
+  spent = []
+  for part, only in parts:
+    seconds = int(end - clock())
+    if seconds < MIN_FALLBACK_SECONDS:
+      break
+    spent.append(f'{seconds} s of benchmarks/gpu_figures.sh {part}' + (f' (ONLY={only})' if only else ''))
+    session.rest = '; '.join(spent)
+    print(f'the rest of the call: {spent[-1]}', flush=True)
+    subprocess.run(['timeout', str(seconds), 'bash', 'benchmarks/gpu_figures.sh', part, out], check=False,
+                   env={**os.environ, 'DTYPES': 'bfloat16', 'ONLY': only})
 
 
 def main(argv=None) -> int:
@@ -242,14 +266,15 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   deadline = time.time() + args.seconds
   os.makedirs(args.out, exist_ok=True)
+  os.makedirs(logs_folder(args.root), exist_ok=True)
   session = Session()
   for name in GRADIENT_FORMS:
-    session.rates[name] = probe(name, args.out)
+    session.rates[name] = probe(name, logs_folder(args.root))
     print(f'probe {name}: {session.rates[name] or "failed"} tokens/s at batch {PROBE_BATCH}', flush=True)
   session.form = pick_form(session.rates)
   print(f'picked {session.form}: {" ".join(GRADIENT_FORMS[session.form]) or "the default"}', flush=True)
   session.write(args.out)
-  run_rows(ROWS, session, args.out, args.root, deadline, extra_sets=tuple(args.set))
+  run_rows(ROWS, session, args.out, args.root, deadline - FIGURES_RESERVE, extra_sets=tuple(args.set))
   spend_the_rest(session, args.out, int(deadline - time.time() - PACK_RESERVE))
   session.write(args.out)
   pack(args.root, args.out)

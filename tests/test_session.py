@@ -61,12 +61,12 @@ def test_rows_run_in_order_while_they_fit_and_a_long_one_is_skipped_for_a_shorte
   monkeypatch.setattr(session_lib, 'pack', lambda root, out: None)
   clock, calls = FakeClock(), []
   session = session_lib.Session(rates={'scatter': 100.0, 'sorted': 1000.0}, form='sorted')
-  # at 1,000 tokens/s: 10 s x 1.3 + 75 = 88 s for 1 epoch, 218 s for 11, 8,135 s for 620
+  # at 1,000 tokens/s: 10 s x 1.3 + 50 = 63 s for 1 epoch, 193 s for 11, 8,110 s for 620
   rows = [_row('first', 1.0), _row('too_long', 620.0), _row('second', 11.0)]
   session_lib.run_rows(rows, session, str(tmp_path), str(tmp_path / 'root'), deadline=clock() + 570,
                        run=fake_run(clock, calls), clock=clock, extra_sets=('train.deterministic=True',))
   assert [r['point'] for r in session.rows] == ['first', 'too_long', 'second']
-  assert [r['status'] for r in session.rows] == ['done', 'skipped: about 8135 s, 308 s left', 'done']
+  assert [r['status'] for r in session.rows] == ['done', 'skipped: about 8110 s, 308 s left', 'done']
   first_sets = [a for a in calls[0] if a.startswith('--set=')]
   assert first_sets == ['--set=seed=1', '--set=model.embedding_gradient=sorted', '--set=train.deterministic=True',
                         '--set=train.max_seconds=495']  # 570 - 15 for the pack - 60 to finish
@@ -109,7 +109,7 @@ def test_a_row_trains_for_real_and_its_pack_is_collected_with_the_sessions_comma
   out, root = tmp_path / 'out', tmp_path / 'root'
   out.mkdir()
   session_lib.run_rows([row], session, str(out), str(root), deadline=session_lib.time.time() + 570)
-  assert session.rows[0]['status'] == 'done', (out / 'brown_tune.log').read_text()
+  assert session.rows[0]['status'] == 'done', (root / 'logs' / 'brown_tune.log').read_text()
   assert (root / 'brown_tune' / 'reg0_mlp9' / 'results.json').exists()
   monkeypatch.setattr(results, 'RESULTS_DIR', str(tmp_path / 'results'))
   (tmp_path / 'RESULTS.md').write_text('<!-- results:ladder -->\n<!-- /results -->\n')
@@ -132,28 +132,60 @@ def test_the_plan_runs_the_session_step():
   assert proc.returncode == 0 and '--seconds' in proc.stdout
 
 
-@pytest.mark.parametrize('epochs,part', [(1000.0, 'revisited'), (1.0, 'kernel')])
-def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epochs, part):
-  """After the rows, the rest of the call (cut at the time left) is the kernel's figures (issue 28); where
-  no row fitted (too long at the measured rate), gpu_plan.sh's speed step, so the call still brings
-  figures back."""
+@pytest.mark.parametrize('epochs,parts', [(1000.0, ['revisited']), (1.0, ['loop', 'kernel'])])
+def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epochs, parts):
+  """After the rows, the rest of the call (cut at the time left) is issue 28's figures: the research
+  size's loop with the scatter and the sorted gradient, then the kernel; where no row fitted (too long at
+  the measured rate), gpu_plan.sh's speed step, so the call still brings figures back. The rows leave
+  FIGURES_RESERVE for them."""
   calls = []
-  monkeypatch.setattr(session_lib, 'probe', lambda name, out: {'sorted': 2000.0}.get(name))
+  monkeypatch.setattr(session_lib, 'probe', lambda name, logs: {'sorted': 2000.0}.get(name))
   monkeypatch.setattr(session_lib, 'ROWS', (_row('row', epochs),))
   monkeypatch.setattr(session_lib, 'pack', lambda root, out: None)
 
   def run(args, **kwargs):
-    calls.append((args, kwargs.get('env', {}).get('DTYPES')))
+    calls.append((args, kwargs.get('env', {}).get('DTYPES'), kwargs.get('env', {}).get('ONLY')))
     return types.SimpleNamespace(returncode=0)
   monkeypatch.setattr(session_lib.subprocess, 'run', run)
   assert session_lib.main([f'--out={tmp_path}', f'--root={tmp_path / "root"}', '--seconds=400']) == 0
-  args, dtypes = calls[-1]
-  assert args[0] == 'timeout' and args[2:] == ['bash', 'benchmarks/gpu_figures.sh', part, str(tmp_path)]
-  assert 90 <= int(args[1]) <= 385 and dtypes == 'bfloat16'  # 400 s less the pack's 15 (and the row's)
+  figures = [c for c in calls if c[0][0] == 'timeout']
+  assert [args[3] for args, _, _ in figures] == ['benchmarks/gpu_figures.sh'] * len(parts)
+  assert [args[4] for args, _, _ in figures] == parts
+  for args, dtypes, only in figures:
+    assert 90 <= int(args[1]) <= 385 and dtypes == 'bfloat16'  # 400 s less the pack's 15 (and the row's)
+  if epochs == 1.0:
+    assert figures[0][2] == 'research_bf16,research_bf16_sorted' and figures[1][2] == ''
+    row = next(c[0] for c in calls if c[0][0] != 'timeout')
+    budget = int(next(a for a in row if a.startswith('--set=train.max_seconds=')).rpartition('=')[2])
+    assert 200 <= budget <= 205  # 400 less the figures' 120, the pack's 15, the finish's 60
   with open(tmp_path / 'session.json', encoding='utf-8') as f:
     written = json.load(f)
-  assert written['form'] == 'sorted' and part in written['rest']
-  assert written['rows'][0]['status'].startswith('skipped: about' if part == 'revisited' else 'done')
+  assert written['form'] == 'sorted' and all(part in written['rest'] for part in parts)
+  assert written['rows'][0]['status'].startswith('done' if epochs == 1.0 else 'skipped: about')
+
+
+def test_the_call_leaves_no_more_files_than_come_back(tmp_path, monkeypatch):
+  """The device tool brings back 8 files of OUT: the probes' and the rows' logs go into results.tgz (logs/),
+  not beside it (on the H200 the logs made 12 files and the pack was left out)."""
+  monkeypatch.setattr(session_lib, 'ROWS', tuple(_row(f'row{k}', 1.0) for k in range(8)))
+  monkeypatch.setattr(session_lib, 'probe', lambda name, logs: (
+      open(os.path.join(logs, f'probe_{name}.log'), 'w', encoding='utf-8').write('{}'), 1e5)[1])
+
+  def run(args, **unused_kwargs):
+    if args[0] != 'timeout':  # a row's sweep: its results where launch.sweep would put them
+      root, point = next(a for a in args if a.startswith('--root=')), next(a for a in args if a.startswith('--only='))
+      os.makedirs(os.path.join(root[7:], point[7:]), exist_ok=True)
+      open(os.path.join(root[7:], point[7:], 'results.json'), 'w', encoding='utf-8').write('{}')
+    return types.SimpleNamespace(returncode=0)
+  monkeypatch.setattr(session_lib.subprocess, 'run', run)
+  out = tmp_path / 'out'
+  assert session_lib.main([f'--out={out}', f'--root={tmp_path / "root"}', '--seconds=400']) == 0
+  assert sorted(os.listdir(out)) == ['results.tgz', 'session.json']
+  import tarfile  # pylint: disable=g-import-not-at-top
+  with tarfile.open(out / 'results.tgz') as tar:
+    names = tar.getnames()
+  assert 'logs/probe_sorted_counts.log' in names and 'logs/brown_tune.log' in names and 'session.json' in names
+  assert 'brown_tune/row7/results.json' in names
 
 
 def test_too_little_time_after_the_rows_is_left_alone(monkeypatch):
