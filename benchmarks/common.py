@@ -96,7 +96,7 @@ def emit(record: dict) -> None:
 
 def build_train_step(config, vocab: int, mesh):
   """(compiled steps, fresh state) for `config`'s model over a vocabulary of `vocab` words."""
-  model = model_family.from_config(config.model, vocab, mesh.devices.flat[0].platform)
+  model = model_family.from_config(config.model, vocab, mesh.devices.flat[0].platform, config.train.deterministic)
   # a run's length only shapes the rate (cosine_decay_steps=-1), not the step's cost
   optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size, run_steps=10**6)
   sampled = sampled_noise.make_sampled_loss(config.loss, np.ones(vocab), config.seed)  # uniform noise: random data

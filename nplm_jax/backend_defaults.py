@@ -1,7 +1,8 @@
 """The defaults that depend on the backend, in one table: each 'auto' (or -1) of the config resolves
 here, and each entry says which backend and which measurement its value comes from (README, "Defaults
 by backend"). A value measured on one backend is never assumed on another: 'cpu' is a 2-core CPU
-(the developers' and CI machine), 'accelerator' GPUs and TPUs (measured on one H100).
+(the developers' and CI machine), 'accelerator' GPUs and TPUs (measured on one H100 or H200), 'tpu'
+TPUs where an entry's accelerator value was measured on a GPU alone.
 """
 
 import dataclasses
@@ -12,6 +13,7 @@ class BackendDefault:
   cpu: object
   accelerator: object
   measured: str  # where each value comes from
+  tpu: object = None  # where set: TPUs' own value (the accelerator value was measured on GPUs alone)
 
 
 TABLE = {
@@ -44,10 +46,24 @@ TABLE = {
         'the Pallas kernel runs in interpret mode on CPUs (a test vehicle); its GPU form lowers for CUDA through '
         'Triton (CPU test) and matched NumPy on an H100 in bfloat16, its grid form is for TPUs; neither has been '
         'measured faster than XLA on hardware'),
+    # the revisited family under deterministic reductions (the 2003 model and GPU steps without them: the
+    # scatter and the rows, not yet measured otherwise; models/family.gradient_forms)
+    'model.embedding_gradient': BackendDefault(
+        'scatter', 'sorted',
+        "H200, PTB's top row (ladder5_dropout) at batch 256, bfloat16, deterministic: the training step ran "
+        '21,309 tokens/s with the scatter (XLA expands its deterministic form to one sorted index per element), '
+        "124,609 with 'sorted' (5.8x); 2-core CPU: the scatter 910, 'sorted' 603 (beside two trainings); TPUs: "
+        'not measured, the scatter', tpu='scatter'),
+    'model.distant_gradient': BackendDefault(
+        'rows', 'counts',
+        "H200, the same step with 'sorted': 152,968 tokens/s with the distant block's share as 'counts', "
+        "124,609 as 'rows' (1.23x); 2-core CPU: 694 against 603; TPUs: not measured, the rows", tpu='rows'),
 }
 
 
 def backend_default(key: str, platform: str):
   """The value of TABLE[key] for a platform ('cpu', 'gpu', 'tpu')."""
   entry = TABLE[key]
+  if platform == 'tpu' and entry.tpu is not None:
+    return entry.tpu
   return entry.cpu if platform == 'cpu' else entry.accelerator

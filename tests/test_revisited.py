@@ -340,3 +340,29 @@ def test_the_distant_gradient_by_counts_scatters_no_rows_of_the_distant_block():
   assert rows_of_c(scatters(model)) == [4 * 3, 9 * 4]  # the window's rows, the distant block's rows
   counts = scatters(model.clone(distant_gradient='counts'))
   assert rows_of_c(counts) == [4 * 3] and (2 * 9 * 4,) in counts  # scalars: kernels x distant x batch
+
+
+@pytest.mark.parametrize('kind,platform,deterministic,overrides,forms', [
+    ('revisited', 'cpu', True, {}, ('scatter', 'rows')),  # 2-core CPU: the scatter measured fastest
+    ('revisited', 'gpu', True, {}, ('sorted', 'counts')),  # H200: 7.2x the scatter
+    ('revisited', 'gpu', False, {}, ('scatter', 'rows')),  # atomic scatters: not measured, the default stays
+    ('revisited', 'tpu', True, {}, ('scatter', 'rows')),  # not measured on TPUs
+    ('revisited', 'gpu', True, {'model.feature_dropout_at': 'embeddings'}, ('sorted', 'rows')),  # counts can't
+    ('revisited', 'gpu', True, {'model.embedding_gradient': 'scatter'}, ('scatter', 'rows')),  # counts: with sorted
+    ('revisited', 'cpu', True, {'model.embedding_gradient': 'one_hot', 'model.distant_gradient': 'counts'},
+     ('one_hot', 'counts')),  # named forms are kept
+    ('bengio2003', 'gpu', True, {}, ('scatter', 'rows')),  # the 2003 model: not measured yet
+])
+def test_auto_gradient_forms_resolve_by_backend(kind, platform, deterministic, overrides, forms):
+  """model.embedding_gradient / distant_gradient 'auto' (the defaults): the forms measured fastest on the
+  backend (backend_defaults.TABLE), the scatter and the rows where nothing else was measured; the module
+  built for that backend carries them."""
+  config = config_lib.base_config()
+  config.model.update(kind=kind, n=4, m=8, h=12, depth=1, distant_tokens=5 if kind == 'revisited' else 0,
+                      distant_kernels=2 if kind == 'revisited' else 0)
+  config_lib.apply_overrides(config, overrides)
+  assert model_family.gradient_forms(config.model, platform, deterministic) == forms
+  model = model_family.from_config(config.model, VOCAB, platform, deterministic)
+  assert model.embedding_gradient == forms[0]
+  if kind == 'revisited':
+    assert model.distant_gradient == forms[1]

@@ -68,7 +68,8 @@ def test_rows_run_in_order_while_they_fit_and_a_long_one_is_skipped_for_a_shorte
   assert [r['point'] for r in session.rows] == ['first', 'too_long', 'second']
   assert [r['status'] for r in session.rows] == ['done', 'skipped: about 8110 s, 308 s left', 'done']
   first_sets = [a for a in calls[0] if a.startswith('--set=')]
-  assert first_sets == ['--set=seed=1', '--set=model.embedding_gradient=sorted', '--set=train.deterministic=True',
+  assert first_sets == ['--set=seed=1', '--set=model.embedding_gradient=sorted', '--set=model.distant_gradient=rows',
+                        '--set=train.deterministic=True',
                         '--set=train.max_seconds=495']  # 570 - 15 for the pack - 60 to finish
   assert '--set=train.max_seconds=247' in calls[1]  # 555 s less the first row's 247.5, less 60 to finish
   assert '--only=second' in calls[1] and f'--root={tmp_path / "root" / "brown_tune"}' in calls[1]

@@ -106,13 +106,14 @@ def compute_dtype(name: str, platform: str) -> str:
   return backend_defaults.backend_default('model.compute_dtype', platform) if name == 'auto' else name
 
 
-def from_config(model_config, vocab_size: int, platform: str = 'cpu') -> NPLM:
+def from_config(model_config, vocab_size: int, platform: str = 'cpu', embedding_gradient: str = 'scatter') -> NPLM:
+  """The module of a config with model.kind = 'bengio2003' (embedding_gradient resolved: family.from_config)."""
   return NPLM(vocab_size=vocab_size, context_size=model_config.n - 1, embed_dim=model_config.m,
               hidden_dim=model_config.h, direct=model_config.direct,
               vocab_pad_multiple=model_config.vocab_pad_multiple,
               compute_dtype=compute_dtype(model_config.compute_dtype, platform),
               feature_dropout=model_config.feature_dropout,
               hidden_dropout=model_config.hidden_dropout, word_dropout=model_config.word_dropout,
-              embedding_gradient=model_config.embedding_gradient)
+              embedding_gradient=embedding_gradient)
 
 

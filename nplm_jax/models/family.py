@@ -5,6 +5,7 @@ import math
 
 import jax
 
+from nplm_jax import backend_defaults
 from nplm_jax.models import bengio2003 as model_lib
 from nplm_jax.models import output_layer
 from nplm_jax.models import revisited
@@ -16,12 +17,33 @@ def kind(model_config) -> str:
   return model_config.get('kind', BENGIO2003)  # configs saved before model.kind existed are the 2003 model
 
 
-def from_config(model_config, vocab_size: int, platform: str = 'cpu'):
-  """The module of a config, its compute dtype resolved for the backend `platform`."""
+def gradient_forms(model_config, platform: str, deterministic: bool = True) -> tuple[str, str]:
+  """(model.embedding_gradient, model.distant_gradient), each 'auto' resolved for the backend `platform`:
+  the forms measured fastest there for the revisited family under deterministic reductions
+  (backend_defaults.TABLE; 'counts' beside 'sorted'); the scatter and the rows wherever nothing else was
+  measured (the 2003 model, GPU steps without deterministic reductions), and the rows where 'counts'
+  cannot serve (dropout on each input vector)."""
+  measured = kind(model_config) == REVISITED and (deterministic or platform != 'gpu')
+  embedding, distant = model_config.get('embedding_gradient', 'scatter'), model_config.get('distant_gradient', 'rows')
+  if embedding == 'auto':
+    embedding = backend_defaults.backend_default('model.embedding_gradient', platform) if measured else 'scatter'
+  if distant == 'auto':  # measured with 'sorted' alone
+    distant = backend_defaults.backend_default('model.distant_gradient', platform) if (
+        measured and embedding == 'sorted') else 'rows'
+    if model_config.get('feature_dropout_at', 'features') == 'embeddings':
+      distant = 'rows'
+  return embedding, distant
+
+
+def from_config(model_config, vocab_size: int, platform: str = 'cpu', deterministic: bool = True):
+  """The module of a config, its compute dtype and forms of C's gradient resolved for the backend
+  `platform` (and train.deterministic)."""
+  embedding_gradient, distant_gradient = gradient_forms(model_config, platform, deterministic)
   if kind(model_config) == REVISITED:
     return revisited.from_config(model_config, vocab_size,
-                                 model_lib.compute_dtype(model_config.compute_dtype, platform))
-  return model_lib.from_config(model_config, vocab_size, platform)
+                                 model_lib.compute_dtype(model_config.compute_dtype, platform),
+                                 embedding_gradient, distant_gradient)
+  return model_lib.from_config(model_config, vocab_size, platform, embedding_gradient)
 
 
 def parameter_split(model) -> tuple[int, int]:

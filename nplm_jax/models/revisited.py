@@ -193,8 +193,10 @@ class RevisitedNPLM(output_layer.OutputLayerModel, nn.Module):
     return jnp.where(jnp.arange(logits.shape[-1]) < self.vocab_size, logits, -jnp.inf)
 
 
-def from_config(model_config, vocab_size: int, compute_dtype: str) -> RevisitedNPLM:
-  """The module of a config with model.kind = 'revisited' (compute_dtype resolved for the backend)."""
+def from_config(model_config, vocab_size: int, compute_dtype: str, embedding_gradient: str = 'scatter',
+                distant_gradient: str = 'rows') -> RevisitedNPLM:
+  """The module of a config with model.kind = 'revisited' (compute_dtype and the forms of C's gradient
+  resolved for the backend: family.from_config)."""
   return RevisitedNPLM(vocab_size=vocab_size, window=model_config.n - 1, embed_dim=model_config.m,
                        hidden_dim=model_config.h, depth=model_config.depth, layer_norm=model_config.layer_norm,
                        distant_tokens=model_config.distant_tokens, distant_kernels=model_config.distant_kernels,
@@ -204,5 +206,4 @@ def from_config(model_config, vocab_size: int, compute_dtype: str) -> RevisitedN
                        embed_scale=model_config.embed_scale,
                        initialiser=model_config.initialiser, first_hidden=model_config.first_hidden,
                        feature_dropout_at=model_config.feature_dropout_at,
-                       embedding_gradient=model_config.embedding_gradient,
-                       distant_gradient=model_config.distant_gradient)
+                       embedding_gradient=embedding_gradient, distant_gradient=distant_gradient)

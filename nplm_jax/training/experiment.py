@@ -116,7 +116,8 @@ class Experiment:
     log(f'corpus {config.data.corpus}: {self.corpus.summary()}')
     if training:
       config_lib.validate_against_corpus(config, self.corpus.vocab_size, self.corpus.num_tokens('train'))
-    self.model = model_family.from_config(config.model, self.corpus.vocab_size, self.platform)
+    self.model = model_family.from_config(config.model, self.corpus.vocab_size, self.platform,
+                                          config.train.get('deterministic', True))
     self.eval_batch_size = eval_batch_size(config.train, self.platform)
     sharding.check_divisibility(self.mesh, config.train.batch_size, self.eval_batch_size, self.model.padded_vocab_size)
     self.stream = data_lib.TokenStream(self.corpus, self.model.context_size)
