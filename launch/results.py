@@ -68,8 +68,10 @@ _CHECKS = [('run', _label), ('parameters', _num('num_parameters', 0)), ('steps',
 def _ladder_columns(*figures) -> list:
   """A ladder table's columns: the row, its size and cost, then `figures` (header, cell), seed, device."""
   return [('row', _label), ('parameters', _num('num_parameters', 0)), ('epochs', _num('epochs', 2)),
-          ('stopped by', lambda r: r['figures'].get('stop_reason') or '-'), ('tokens/s', _num('tokens_per_sec', 0, per_device=True)),
-          ('wall s', _num('wall_seconds', 0, per_device=True)), *figures, ('seed', lambda r: str(r['seed'])), ('device', _device_of)]
+          ('stopped by', lambda r: r['figures'].get('stop_reason') or '-'),
+          ('tokens/s', _num('tokens_per_sec', 0, per_device=True)),
+          ('wall s', _num('wall_seconds', 0, per_device=True)), *figures, ('seed', lambda r: str(r['seed'])),
+          ('device', _device_of)]
 
 
 TABLES = {

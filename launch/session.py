@@ -1,14 +1,14 @@
 """One accelerator call for a session lent little device time (15 minutes, of which one call of at most
 10 minutes is left once the machine has started): the revisited step's deterministic forms of C's
 gradient timed on the machine, the fastest picked, then the rows issue 27 waits for, one at a time:
-Brown's next point and its best one with two more seeds, PTB's top row with two more seeds, the
-character row, then the word ladders' other revisited rows to early stopping (ROWS). Each starts only
-when its estimated time fits in what is left of the call: a row is never planned to be cut by the
-call's end. Each gets the time left as its train.max_seconds (a safety), and one that does not fit is
-skipped and said so. The rows leave
-FIGURES_RESERVE seconds of the call to issue 28's figures: the research-size loop with C's gradient as
-the scatter and as the sort (gpu_figures.sh loop), then the fused kernel against XLA (gpu_figures.sh
-kernel); where no row fitted, where the step's time goes (gpu_plan.sh speed).
+the word ladders' tied rows, two Brown tune points, the character row and its seeds, then the
+ladders' 2003 rows, each to early stopping or its planned length (ROWS). Each starts only when its
+estimated time fits in what is left of the call: a row is never planned to be cut by the call's end.
+Each gets the time left as its train.max_seconds (a safety), and one that does not fit is skipped and
+said so. The rows leave FIGURES_RESERVE seconds of the call to issue 28's figures: the research-size
+loop with C's gradient as the scatter and as the sort (gpu_figures.sh loop), then the fused kernel
+against XLA (gpu_figures.sh kernel); where no row fitted, where the step's time goes (gpu_plan.sh
+speed).
 
 On a lent machine, from the repository root, with .whl/ and .carry/ carried:
   bash launch/gpu_plan.sh session OUT          # source launch/device_env.sh, then python -m launch.session
@@ -86,8 +86,9 @@ def _ladder_row(corpus: str, point: str, relative_rate: float) -> Row:
 # character row to early stopping (4.6 epochs in 116 s gave 1.626 bits/char, still falling); its seeds;
 # then the ladders' first two rows (the 2003 network and its 15-word window), whose only runs had 360 s
 # beside seventeen others. Relative rates: each row's loop tokens/s over PTB's top row's on the H200
-# (results/*_h200_*.json and the seeds': ladder4 1.0, characters 1.41, ladder2 1.34 and Brown's 1.3),
-# the 2003 rows' from the H100 ladders call (about 4x beside seventeen others; 2 here, to be safe).
+# (results/*_h200_*.json and the seeds': ladder4 1.0, characters 1.41; Brown's rows 0.8, its output
+# layer 1.8x larger, which SLOWDOWN covers), the 2003 rows' from the H100 ladders call (about 4x beside
+# seventeen others; 2 here, to be safe).
 ROWS = (
     _ladder_row('ptb', 'ladder4_tied', 1.0),
     _ladder_row('brown', 'ladder4_tied', 1.0),
