@@ -15,7 +15,8 @@
 #              seeds, the 2003 rows: launch/session.py's ROWS), one at a time, each only if it fits in the
 #              call; its last 120 s go to issue 28's figures (the research size's loop with the scatter
 #              and the sorted gradient, then the kernel in bfloat16; speed where no row fitted); run it
-#              first when the budget is that short
+#              first when the budget is that short. Again at once on the warm machine with
+#              SESSION_SECONDS=(what is left, less a minute): the rows not yet trained, no probes
 #   ptb        issue 27: PTB words, the ladder's six rows side by side (each + KN5)
 #   chars      issue 27: PTB characters, the ladder's six rows side by side (each + KN11)
 #   brown      issue 27: Brown, the ladder's six rows side by side (each + the interpolated trigram)

@@ -10,8 +10,13 @@ loop with C's gradient as the scatter and as the sort (gpu_figures.sh loop), the
 against XLA (gpu_figures.sh kernel); where no row fitted, where the step's time goes (gpu_plan.sh
 speed).
 
+A later call on the same warm machine (the tool keeps it about 30 s after a call; the rows' workdirs
+and ROOT/session.json are still there) goes on from the first: no probes, the rows not yet trained,
+no figures; SESSION_SECONDS says how long it may run (what the session has left, less a minute).
+
 On a lent machine, from the repository root, with .whl/ and .carry/ carried:
   bash launch/gpu_plan.sh session OUT          # source launch/device_env.sh, then python -m launch.session
+  SESSION_SECONDS=150 bash launch/gpu_plan.sh session OUT   # at once after it, on the warm machine
 Back here: python -m launch.results collect_pack --pack=OUT/results.tgz (session.json in the pack names the
 call), then python -m launch.results render --write.
 
@@ -186,16 +191,29 @@ def sweep_command(row: Row, root: str, sets: list[str]) -> list[str]:
 
 @dataclasses.dataclass
 class Session:
-  """What the call picked and did, written to OUT/session.json after every step."""
+  """What the calls picked and did, written to OUT/session.json (and ROOT/session.json, which a later call
+  on the same warm machine goes on from) after every step."""
   command: str = 'bash launch/gpu_plan.sh session OUT'
   rates: dict = dataclasses.field(default_factory=dict)
   form: str = 'scatter'
   rows: list = dataclasses.field(default_factory=list)
   rest: str = ''  # what the time after the rows went to
+  calls: int = 1  # calls on one machine: the first probes and ends with the figures, a later one trains rows
 
-  def write(self, out: str) -> None:
-    with open(os.path.join(out, 'session.json'), 'w', encoding='utf-8') as f:
-      json.dump(dataclasses.asdict(self), f, indent=1)
+  def write(self, *folders: str) -> None:
+    for folder in folders:
+      with open(os.path.join(folder, 'session.json'), 'w', encoding='utf-8') as f:
+        json.dump(dataclasses.asdict(self), f, indent=1)
+
+  @classmethod
+  def earlier(cls, root: str) -> 'Session | None':
+    """The session an earlier call on this machine left in ROOT (its workdirs are there too), or None."""
+    path = os.path.join(root, 'session.json')
+    if not os.path.exists(path):
+      return None
+    with open(path, encoding='utf-8') as f:
+      fields = json.load(f)
+    return cls(**{k: v for k, v in fields.items() if k in {f.name for f in dataclasses.fields(cls)}})
 
 
 def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=None, clock=time.time,
@@ -206,6 +224,9 @@ def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=N
   os.makedirs(logs_folder(root), exist_ok=True)
   rate = session.rates.get(session.form)
   for row in rows:
+    if os.path.exists(os.path.join(root, row.root, row.point, 'results.json')):
+      print(f'{row.root}/{row.point}: trained by an earlier call', flush=True)
+      continue
     left = deadline - clock() - PACK_RESERVE
     estimate = estimate_seconds(row, rate) if rate else None
     entry = {'root': row.root, 'point': row.point, 'why': row.why,
@@ -226,7 +247,7 @@ def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=N
                  sets=sets)
     print(f'{row.root}/{row.point}: {entry["status"]} in {entry["seconds"]} s', flush=True)
     session.rows.append(entry)
-    session.write(out)
+    session.write(out, root)
     pack(root, out)
 
 
@@ -262,23 +283,33 @@ def main(argv=None) -> int:
   parser = cli_lib.ArgumentParser('launch.session', description=__doc__.splitlines()[0])
   parser.add_argument('--out', required=True, help='the folder that comes back ($OUT)')
   parser.add_argument('--root', default=os.environ.get('SWEEP_ROOT', 'runs/device'), help='where the rows train')
-  parser.add_argument('--seconds', type=float, default=570.0,
-                      help='the call\'s time from now: the device tool stops a command at 600 s')
+  parser.add_argument('--seconds', type=float, default=float(os.environ.get('SESSION_SECONDS', 570)),
+                      help='the call\'s time from now (SESSION_SECONDS): the device tool stops a command at 600 s; '
+                           'a later call on the same machine gets what the session has left')
   parser.add_argument('--set', action='append', default=[], help='a config override for every row (key=value)')
   args = parser.parse_args(argv)
   deadline = time.time() + args.seconds
   os.makedirs(args.out, exist_ok=True)
   os.makedirs(logs_folder(args.root), exist_ok=True)
-  session = Session()
-  for name in GRADIENT_FORMS:
-    session.rates[name] = probe(name, logs_folder(args.root))
-    print(f'probe {name}: {session.rates[name] or "failed"} tokens/s at batch {PROBE_BATCH}', flush=True)
-  session.form = pick_form(session.rates)
-  print(f'picked {session.form}: {" ".join(GRADIENT_FORMS[session.form]) or "the default"}', flush=True)
-  session.write(args.out)
-  run_rows(ROWS, session, args.out, args.root, deadline - FIGURES_RESERVE, extra_sets=tuple(args.set))
-  spend_the_rest(session, args.out, int(deadline - time.time() - PACK_RESERVE))
-  session.write(args.out)
+  session = Session.earlier(args.root)
+  if session:  # a later call on the same warm machine: the rates measured, the rows left, no figures again
+    session.calls += 1
+    print(f'call {session.calls} on this machine: {session.form} at {session.rates.get(session.form)} tokens/s, '
+          'measured by the first', flush=True)
+  else:
+    session = Session()
+    for name in GRADIENT_FORMS:
+      session.rates[name] = probe(name, logs_folder(args.root))
+      print(f'probe {name}: {session.rates[name] or "failed"} tokens/s at batch {PROBE_BATCH}', flush=True)
+    session.form = pick_form(session.rates)
+    print(f'picked {session.form}: {" ".join(GRADIENT_FORMS[session.form]) or "the default"}', flush=True)
+  session.write(args.out, args.root)
+  first = session.calls == 1
+  run_rows(ROWS, session, args.out, args.root, deadline - (FIGURES_RESERVE if first else 0),
+           extra_sets=tuple(args.set))
+  if first:
+    spend_the_rest(session, args.out, int(deadline - time.time() - PACK_RESERVE))
+  session.write(args.out, args.root)
   pack(args.root, args.out)
   return 0
 

@@ -195,3 +195,31 @@ def test_too_little_time_after_the_rows_is_left_alone(monkeypatch):
   session = session_lib.Session()
   session_lib.spend_the_rest(session, '/tmp/unused', session_lib.MIN_FALLBACK_SECONDS - 1)
   assert not calls and not session.rest
+
+
+def test_a_later_call_on_the_warm_machine_goes_on_from_the_first(tmp_path, monkeypatch):
+  """ROOT/session.json and the rows' workdirs outlive a call on a warm machine: the next call measures
+  nothing again, trains the rows no call has trained (not those with results), leaves no time to the
+  figures and runs none, and counts the calls (SESSION_SECONDS gives its length)."""
+  rows = tuple(_row(f'row{k}', 1.0) for k in range(3))
+  monkeypatch.setattr(session_lib, 'ROWS', rows)
+  root, calls = tmp_path / 'root', []
+  (root / 'brown_tune' / 'row0').mkdir(parents=True)
+  (root / 'brown_tune' / 'row0' / 'results.json').write_text('{}')
+  session_lib.Session(rates={'sorted': 1e5}, form='sorted', rows=[{'point': 'row0', 'status': 'done'}],
+                      rest='120 s of benchmarks/gpu_figures.sh loop').write(str(root))
+  monkeypatch.setattr(session_lib, 'probe', lambda name, logs: pytest.fail('probed again'))
+
+  def run(args, **unused_kwargs):
+    calls.append(args)
+    return types.SimpleNamespace(returncode=0)
+  monkeypatch.setattr(session_lib.subprocess, 'run', run)
+  monkeypatch.setenv('SESSION_SECONDS', '150')
+  assert session_lib.main([f'--out={tmp_path / "out"}', f'--root={root}']) == 0
+  assert all(args[0] != 'timeout' for args in calls)  # no figures
+  assert [next(a for a in args if a.startswith('--only=')) for args in calls] == ['--only=row1', '--only=row2']
+  budget = int(next(a for a in calls[0] if a.startswith('--set=train.max_seconds=')).rpartition('=')[2])
+  assert 70 <= budget <= 75  # 150 s less the pack's 15 and the finish's 60: no figures' reserve
+  with open(tmp_path / 'out' / 'session.json', encoding='utf-8') as f:
+    written = json.load(f)
+  assert written['calls'] == 2 and [r['point'] for r in written['rows']] == ['row0', 'row1', 'row2']
