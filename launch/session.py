@@ -283,7 +283,7 @@ def main(argv=None) -> int:
   parser = cli_lib.ArgumentParser('launch.session', description=__doc__.splitlines()[0])
   parser.add_argument('--out', required=True, help='the folder that comes back ($OUT)')
   parser.add_argument('--root', default=os.environ.get('SWEEP_ROOT', 'runs/device'), help='where the rows train')
-  parser.add_argument('--seconds', type=float, default=float(os.environ.get('SESSION_SECONDS', 570)),
+  parser.add_argument('--seconds', type=float, default=float(os.environ.get('SESSION_SECONDS', '570')),
                       help='the call\'s time from now (SESSION_SECONDS): the device tool stops a command at 600 s; '
                            'a later call on the same machine gets what the session has left')
   parser.add_argument('--set', action='append', default=[], help='a config override for every row (key=value)')

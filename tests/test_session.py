@@ -3,6 +3,7 @@ that fit in the call, one at a time), checked on the CPU."""
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import types
@@ -170,13 +171,13 @@ def test_the_call_leaves_no_more_files_than_come_back(tmp_path, monkeypatch):
   not beside it (on the H200 the logs made 12 files and the pack was left out)."""
   monkeypatch.setattr(session_lib, 'ROWS', tuple(_row(f'row{k}', 1.0) for k in range(8)))
   monkeypatch.setattr(session_lib, 'probe', lambda name, logs: (
-      open(os.path.join(logs, f'probe_{name}.log'), 'w', encoding='utf-8').write('{}'), 1e5)[1])
+      pathlib.Path(logs, f'probe_{name}.log').write_text('{}'), 1e5)[1])
 
   def run(args, **unused_kwargs):
     if args[0] != 'timeout':  # a row's sweep: its results where launch.sweep would put them
       root, point = next(a for a in args if a.startswith('--root=')), next(a for a in args if a.startswith('--only='))
-      os.makedirs(os.path.join(root[7:], point[7:]), exist_ok=True)
-      open(os.path.join(root[7:], point[7:], 'results.json'), 'w', encoding='utf-8').write('{}')
+      pathlib.Path(root[7:], point[7:]).mkdir(parents=True, exist_ok=True)
+      pathlib.Path(root[7:], point[7:], 'results.json').write_text('{}')
     return types.SimpleNamespace(returncode=0)
   monkeypatch.setattr(session_lib.subprocess, 'run', run)
   out = tmp_path / 'out'
