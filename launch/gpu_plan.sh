@@ -11,8 +11,8 @@
 # STEP:
 #   session    a session lent 15 minutes of device time (one call once the machine has started): the
 #              revisited step's deterministic gradient forms timed, the fastest picked, then the rows
-#              issue 27 still waits for (the tied rows, two Brown tune points, the character row and its
-#              seeds, the 2003 rows: launch/session.py's ROWS), one at a time, each only if it fits in the
+#              issue 27 still waits for (the character row, the tied rows, two Brown tune points, the
+#              character row's seeds, the 2003 rows: launch/session.py's ROWS), one at a time, each only if it fits in the
 #              call; its last 120 s go to issue 28's figures (the research size's loop with the scatter
 #              and the sorted gradient, then the kernel in bfloat16; speed where no row fitted); run it
 #              first when the budget is that short. Again at once on the warm machine with

@@ -1,8 +1,8 @@
 """One accelerator call for a session lent little device time (15 minutes, of which one call of at most
 10 minutes is left once the machine has started): the revisited step's deterministic forms of C's
 gradient timed on the machine, the fastest picked, then the rows issue 27 waits for, one at a time:
-the word ladders' tied rows, two Brown tune points, the character row and its seeds, then the
-ladders' 2003 rows, each to early stopping or its planned length (ROWS). Each starts only when its
+the character row, the word ladders' tied rows, two Brown tune points, the character row's seeds,
+then the ladders' 2003 rows, each to early stopping or its planned length (ROWS). Each starts only when its
 estimated time fits in what is left of the call: a row is never planned to be cut by the call's end.
 Each gets the time left as its train.max_seconds (a safety), and one that does not fit is skipped and
 said so. The rows leave FIGURES_RESERVE seconds of the call to issue 28's figures: the research-size
@@ -86,23 +86,24 @@ def _ladder_row(corpus: str, point: str, relative_rate: float) -> Row:
 
 
 # What the H200 session of 2026-11-26 left (RESULTS.md, "The H200 session"), the most useful first: the
-# word ladders' tied rows to early stopping (PTB's had 40 s, Brown's none); Brown's best point with a
-# longer cosine and with a higher rate (the aim, 215: weight decay 0.8 gave no more than 0.4); the
-# character row to early stopping (4.6 epochs in 116 s gave 1.626 bits/char, still falling); its seeds;
+# character row to early stopping (4.6 epochs in 116 s gave 1.626 bits/char, still falling; the target
+# furthest off, and the longest row: first, or no call would fit it after the others); the word ladders'
+# tied rows to early stopping (PTB's had 40 s, Brown's none); Brown's best point with a longer cosine and
+# with a higher rate (the aim, 215: weight decay 0.8 gave no more than 0.4); the character row's seeds;
 # then the ladders' first two rows (the 2003 network and its 15-word window), whose only runs had 360 s
 # beside seventeen others. Relative rates: each row's loop tokens/s over PTB's top row's on the H200
 # (results/*_h200_*.json and the seeds': ladder4 1.0, characters 1.41; Brown's rows 0.8, its output
 # layer 1.8x larger, which SLOWDOWN covers), the 2003 rows' from the H100 ladders call (about 4x beside
 # seventeen others; 2 here, to be safe).
 ROWS = (
+    Row('char_ladder', 'experiments/ptb.py', 'char_ladder', 'char_ladder5_dropout', ('train.eval_every=2000',), 8.0,
+        PTB_CHAR_TRAIN_TOKENS, "the PTB character ladder's top row to early stopping (target 1.40 bits/char)", 1.41),
     _ladder_row('ptb', 'ladder4_tied', 1.0),
     _ladder_row('brown', 'ladder4_tied', 1.0),
     Row('brown_tune', 'experiments/brown.py', 'tune', 'tune11_dropout0.5_weight_decay0.4_cosine6_ema0.999', (), 6.0,
         BROWN_TRAIN_TOKENS, "Brown's best point (220.7 over three seeds) with a cosine over 6 epochs (aim 215)"),
     Row('brown_tune', 'experiments/brown.py', 'tune', 'tune12_dropout0.5_weight_decay0.4_cosine4_ema0.999_lr2e-3',
         (), 4.0, BROWN_TRAIN_TOKENS, "Brown's best point at twice the rate (aim 215)"),
-    Row('char_ladder', 'experiments/ptb.py', 'char_ladder', 'char_ladder5_dropout', ('train.eval_every=2000',), 8.0,
-        PTB_CHAR_TRAIN_TOKENS, "the PTB character ladder's top row to early stopping (target 1.40 bits/char)", 1.41),
     *(Row(f'char_seed{seed}', 'experiments/ptb.py', 'char_ladder', 'char_ladder5_dropout',
           (f'seed={seed}', 'train.eval_every=2000'), 8.0, PTB_CHAR_TRAIN_TOKENS,
           f"the character row, seed {seed}: the best row over three seeds", 1.41) for seed in (1, 2)),
