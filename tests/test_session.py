@@ -45,9 +45,11 @@ class FakeClock:
     return self.now
 
 
-def fake_run(clock, calls):
-  def run(args, **unused_kwargs):
+def fake_run(clock, calls, envs=None):
+  def run(args, **kwargs):
     calls.append(args)
+    if envs is not None:
+      envs.append(kwargs['env']['JAX_COMPILATION_CACHE_DIR'])
     budget = next(a for a in args if a.startswith('--set=train.max_seconds='))
     clock.now += float(budget.rpartition('=')[2]) / 2  # rows end at half their budget
     return types.SimpleNamespace(returncode=0)
@@ -60,12 +62,13 @@ def _row(name, epochs):
 
 def test_rows_run_in_order_while_they_fit_and_a_long_one_is_skipped_for_a_shorter_after_it(tmp_path, monkeypatch):
   monkeypatch.setattr(session_lib, 'pack', lambda root, out: None)
-  clock, calls = FakeClock(), []
+  monkeypatch.delenv('JAX_COMPILATION_CACHE_DIR', raising=False)  # tests/conftest.py sets one of its own
+  clock, calls, envs = FakeClock(), [], []
   session = session_lib.Session(rates={'scatter': 100.0, 'sorted': 1000.0}, form='sorted')
   # at 1,000 tokens/s: 10 s x 1.3 + 50 = 63 s for 1 epoch, 193 s for 11, 8,110 s for 620
   rows = [_row('first', 1.0), _row('too_long', 620.0), _row('second', 11.0)]
   session_lib.run_rows(rows, session, str(tmp_path), str(tmp_path / 'root'), deadline=clock() + 570,
-                       run=fake_run(clock, calls), clock=clock, extra_sets=('train.deterministic=True',))
+                       run=fake_run(clock, calls, envs), clock=clock, extra_sets=('train.deterministic=True',))
   assert [r['point'] for r in session.rows] == ['first', 'too_long', 'second']
   assert [r['status'] for r in session.rows] == ['done', 'skipped: about 8110 s, 308 s left', 'done']
   first_sets = [a for a in calls[0] if a.startswith('--set=')]
@@ -74,6 +77,7 @@ def test_rows_run_in_order_while_they_fit_and_a_long_one_is_skipped_for_a_shorte
                         '--set=train.max_seconds=495']  # 570 - 15 for the pack - 60 to finish
   assert '--set=train.max_seconds=247' in calls[1]  # 555 s less the first row's 247.5, less 60 to finish
   assert '--only=second' in calls[1] and f'--root={tmp_path / "root" / "brown_tune"}' in calls[1]
+  assert envs == [str(tmp_path / 'root' / 'jax_cache')] * 2  # the rows share one compilation cache
   with open(tmp_path / 'session.json', encoding='utf-8') as f:
     written = json.load(f)
   assert written['form'] == 'sorted' and written['command'] == 'bash launch/gpu_plan.sh session OUT'
