@@ -311,7 +311,7 @@ def main(argv=None) -> int:
       session.rates[name] = probe(name, logs_folder(args.root))
       print(f'probe {name}: {session.rates[name] or "failed"} tokens/s at batch {PROBE_BATCH}', flush=True)
     session.form = pick_form(session.rates)
-    print(f'picked {session.form}: {" ".join(GRADIENT_FORMS[session.form]) or "the default"}', flush=True)
+    print(f'picked {session.form}: {" ".join(GRADIENT_FORMS[session.form])}', flush=True)
   session.write(args.out, args.root)
   first = session.calls == 1
   run_rows(ROWS, session, args.out, args.root, deadline - (FIGURES_RESERVE if first else 0),

@@ -27,11 +27,10 @@ def gradient_forms(model_config, platform: str, deterministic: bool = True) -> t
   embedding, distant = model_config.get('embedding_gradient', 'scatter'), model_config.get('distant_gradient', 'rows')
   if embedding == 'auto':
     embedding = backend_defaults.backend_default('model.embedding_gradient', platform) if measured else 'scatter'
-  if distant == 'auto':  # measured with 'sorted' alone
+  if distant == 'auto':  # measured beside 'sorted' alone
+    counts_serve = embedding == 'sorted' and model_config.get('feature_dropout_at', 'features') != 'embeddings'
     distant = backend_defaults.backend_default('model.distant_gradient', platform) if (
-        measured and embedding == 'sorted') else 'rows'
-    if model_config.get('feature_dropout_at', 'features') == 'embeddings':
-      distant = 'rows'
+        measured and counts_serve) else 'rows'
   return embedding, distant
 
 
