@@ -46,14 +46,16 @@ TABLE = {
         'the Pallas kernel runs in interpret mode on CPUs (a test vehicle); its GPU form lowers for CUDA through '
         'Triton (CPU test) and matched NumPy on an H100 in bfloat16, its grid form is for TPUs; neither has been '
         'measured faster than XLA on hardware'),
-    # the revisited family under deterministic reductions (the 2003 model and GPU steps without them: the
-    # scatter and the rows, not yet measured otherwise; models/family.gradient_forms)
+    # under deterministic reductions (GPU steps without them: the scatter and the rows, not measured;
+    # models/family.gradient_forms)
     'model.embedding_gradient': BackendDefault(
         'scatter', 'sorted',
         "H200, PTB's top row (ladder5_dropout) at batch 256, bfloat16, deterministic: the training step ran "
         '21,309 tokens/s with the scatter (XLA expands its deterministic form to one sorted index per element), '
-        "124,609 with 'sorted' (5.8x); 2-core CPU: the scatter 910, 'sorted' 603 (beside two trainings); TPUs: "
-        'not measured, the scatter', tpu='scatter'),
+        "124,609 with 'sorted' (5.8x); the 2003 model at research size (n 8, m 200, h 1000, |V| 33,278, "
+        "bfloat16): 174,526 against 159,860 at batch 256 (1.09x; the loop 148,665 against 160,123, one run "
+        'each), 351,576 against 305,799 at 1024 (1.15x, the loop 1.15x too); 2-core CPU: the scatter 910, '
+        "'sorted' 603 (beside two trainings); TPUs: not measured, the scatter", tpu='scatter'),
     'model.distant_gradient': BackendDefault(
         'rows', 'counts',
         "H200, the same step with 'sorted': 152,968 tokens/s with the distant block's share as 'counts', "

@@ -67,8 +67,9 @@ def base_config() -> ml_collections.ConfigDict:
   # C's gradient: 'scatter' (XLA's scatter-add; made in a fixed order under train.deterministic on GPUs),
   # 'one_hot' (a matmul with a [batch x context, |V|] one-hot: short windows only) or 'sorted' (a sort, then
   # sums along runs of one word: any window); the last two deterministic without a scatter (models/lookup.py).
-  # 'auto': 'sorted' for the revisited family on GPUs under train.deterministic (5.8x the scatter's step on
-  # an H200), else the scatter (backend_defaults.TABLE; models/family.gradient_forms). The same gradient.
+  # 'auto': 'sorted' on GPUs under train.deterministic (on an H200: 5.8x the scatter's step for the revisited
+  # family, 1.09x-1.15x for the 2003 model at research size), else the scatter (backend_defaults.TABLE;
+  # models/family.gradient_forms). The same gradient.
   c.model.embedding_gradient = 'auto'
   # revisited: the distant block's share of C's gradient. 'rows': as the other rows (embedding_gradient);
   # 'counts': a matmul of the sums' gradients with each example's kernel weights per word ([batch x

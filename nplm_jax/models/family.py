@@ -19,16 +19,17 @@ def kind(model_config) -> str:
 
 def gradient_forms(model_config, platform: str, deterministic: bool = True) -> tuple[str, str]:
   """(model.embedding_gradient, model.distant_gradient), each 'auto' resolved for the backend `platform`:
-  the forms measured fastest there for the revisited family under deterministic reductions
-  (backend_defaults.TABLE; 'counts' beside 'sorted'); the scatter and the rows wherever nothing else was
-  measured (the 2003 model, GPU steps without deterministic reductions), and the rows where 'counts'
-  cannot serve (dropout on each input vector)."""
-  measured = kind(model_config) == REVISITED and (deterministic or platform != 'gpu')
+  the forms measured fastest there under deterministic reductions (backend_defaults.TABLE: 'sorted' on
+  GPUs for both families; 'counts' beside it for the revisited family's distant block); the scatter and
+  the rows where nothing else was measured (GPU steps without deterministic reductions), and the rows
+  where 'counts' cannot serve (dropout on each input vector; the 2003 model has no distant block)."""
+  measured = deterministic or platform != 'gpu'
   embedding, distant = model_config.get('embedding_gradient', 'scatter'), model_config.get('distant_gradient', 'rows')
   if embedding == 'auto':
     embedding = backend_defaults.backend_default('model.embedding_gradient', platform) if measured else 'scatter'
   if distant == 'auto':  # measured beside 'sorted' alone
-    counts_serve = embedding == 'sorted' and model_config.get('feature_dropout_at', 'features') != 'embeddings'
+    counts_serve = (kind(model_config) == REVISITED and embedding == 'sorted'
+                    and model_config.get('feature_dropout_at', 'features') != 'embeddings')
     distant = backend_defaults.backend_default('model.distant_gradient', platform) if (
         measured and counts_serve) else 'rows'
   return embedding, distant
