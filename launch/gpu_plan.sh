@@ -11,21 +11,22 @@
 # STEP:
 #   session    a session lent 15 minutes of device time (one call once the machine has started): the
 #              revisited step's deterministic gradient forms timed, the fastest picked, then the rows
-#              issue 27 still waits for (the character row, the tied rows, two Brown tune points, the
-#              character row's seeds, the 2003 rows: launch/session.py's ROWS), one at a time, each only if it fits in the
-#              call; its last 120 s go to issue 28's figures (the research size's loop with the scatter
-#              and the sorted gradient, then the kernel in bfloat16; speed where no row fitted); run it
-#              first when the budget is that short. Again at once on the warm machine with
-#              SESSION_SECONDS=(what is left, less a minute): the rows not yet trained, no probes
+#              issue 27 still waits for (the character tune points, Brown's best point's seeds and two
+#              points beside it, the character seeds, the ladders' rows not yet at early stopping:
+#              launch/session.py's ROWS), one at a time, each only if it fits in the call; its last
+#              150 s go to issue 28's figures (the kernel in bfloat16, then the research size's step
+#              profiled; speed where no row fitted); run it first when the budget is that short. Again
+#              at once on the warm machine with SESSION_SECONDS=(what is left, less a minute): the rows
+#              not yet trained, no probes
 #   ptb        issue 27: PTB words, the ladder's six rows side by side (each + KN5)
 #   chars      issue 27: PTB characters, the ladder's six rows side by side (each + KN11)
 #   brown      issue 27: Brown, the ladder's six rows side by side (each + the interpolated trigram)
 #   ladders    issue 27: ptb, chars and brown at once, eighteen rows side by side in one call (360 s of
 #              training a row; on the H100 each row then ran at 1/18 of its rate alone: 0.2-3 epochs)
 #   reference  issue 27: the reference code's options on the top PTB row (the family's defaults)
-#   tune       issue 27: ten points around the top row of PTB and thirteen around Brown's (dropout, width,
+#   tune       issue 27: ten points around the top row of PTB and fifteen around Brown's (dropout, width,
 #              depth, window, clipping, rate, a cosine schedule, word dropout, a moving average of the
-#              parameters, weight decay: TUNE in the two experiment files), all twenty-three side by side
+#              parameters, weight decay: TUNE in the two experiment files), all twenty-five side by side
 #   targets    issue 27, after speed: the rows whose targets are not met yet, side by side: PTB characters'
 #              top row, Brown's top row with 0.5 dropout, a cosine over 4 epochs and the parameters' moving
 #              average at weight decay 0.2, 0.4 and 0.8, and PTB's top row with seeds 1 and 2 (its target

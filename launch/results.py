@@ -114,11 +114,12 @@ GPU_PLAN_SWEEPS = {
     'reference_options': ('ptb_reference_gpu', 'reference_options', 'ladder5_dropout +', 'reference'),
     'ptb_tune': ('ptb_tune', 'ladder', 'PTB', 'tune'),
     'brown_tune': ('brown_tune', 'ladder', 'Brown', 'tune'),
+    'char_tune': ('ptb_char_tune', 'char_ladder', 'PTB characters', 'session'),
 }
 # The seeds step's roots (ptb_seed1, char_seed2, ...) hold rows of those sweeps under other seeds: they
 # take their sweep's name and label, so that the seeds of a row render as one summary.
 _SEED_ROOT = re.compile(r'(ptb|char|brown)_seed\d+')
-_SEED_SWEEPS = {'ptb': ('ladder', 'ptb_tune'), 'char': ('char_ladder', 'char_ladder'), 'brown': ('brown_ladder', 'brown_tune')}
+_SEED_SWEEPS = {'ptb': ('ladder', 'ptb_tune'), 'char': ('char_ladder', 'char_tune'), 'brown': ('brown_ladder', 'brown_tune')}
 
 
 def gpu_plan_sweep(root_name: str, point: str) -> tuple[str, str, str, str] | None:
@@ -126,7 +127,7 @@ def gpu_plan_sweep(root_name: str, point: str) -> tuple[str, str, str, str] | No
   seeds = _SEED_ROOT.fullmatch(root_name)
   if seeds:
     ladder, tune = _SEED_SWEEPS[seeds.group(1)]
-    return GPU_PLAN_SWEEPS[tune if point.startswith('tune') else ladder][:3] + ('seeds',)
+    return GPU_PLAN_SWEEPS[tune if point.startswith(('tune', 'char_tune')) else ladder][:3] + ('seeds',)
   return GPU_PLAN_SWEEPS.get(root_name)
 
 

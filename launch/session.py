@@ -1,13 +1,13 @@
 """One accelerator call for a session lent little device time (15 minutes, of which one call of at most
 10 minutes is left once the machine has started): the revisited step's deterministic forms of C's
 gradient timed on the machine, the fastest picked, then the rows issue 27 waits for, one at a time:
-the character row, the word ladders' tied rows, two Brown tune points, the character row's seeds,
-then the ladders' 2003 rows, each to early stopping or its planned length (ROWS). Each starts only when its
-estimated time fits in what is left of the call: a row is never planned to be cut by the call's end.
-Each gets the time left as its train.max_seconds (a safety), and one that does not fit is skipped and
-said so. The rows leave FIGURES_RESERVE seconds of the call to issue 28's figures: the research-size
-loop with C's gradient as the scatter and as the sort (gpu_figures.sh loop), then the fused kernel
-against XLA (gpu_figures.sh kernel); where no row fitted, where the step's time goes (gpu_plan.sh
+the character tune points, Brown's best point's seeds and two points beside it, the character seeds,
+then the ladders' rows not yet at early stopping, each to early stopping or its planned length (ROWS).
+Each starts only when its estimated time fits in what is left of the call: a row is never planned to be
+cut by the call's end. Each gets the time left as its train.max_seconds (a safety), and one that does not
+fit is skipped and said so. The rows leave FIGURES_RESERVE seconds of the call to issue 28's figures:
+the fused kernel against XLA (gpu_figures.sh kernel), then the research size's step profiled
+(gpu_figures.sh loop, its profiles alone); where no row fitted, where the step's time goes (gpu_plan.sh
 speed).
 
 A later call on the same warm machine (the tool keeps it about 30 s after a call; the rows' workdirs
@@ -85,30 +85,43 @@ def _ladder_row(corpus: str, point: str, relative_rate: float) -> Row:
              relative_rate)
 
 
-# What the H200 session of 2026-11-26 left (RESULTS.md, "The H200 session"), the most useful first: the
-# character row to early stopping (4.6 epochs in 116 s gave 1.626 bits/char, still falling; the target
-# furthest off, and the longest row: first, or no call would fit it after the others); the word ladders'
-# tied rows to early stopping (PTB's had 40 s, Brown's none); Brown's best point with a longer cosine and
-# with a higher rate (the aim, 215: weight decay 0.8 gave no more than 0.4); the character row's seeds;
-# then the ladders' first two rows (the 2003 network and its 15-word window), whose only runs had 360 s
-# beside seventeen others. Relative rates: each row's loop tokens/s over PTB's top row's on the H200
-# (results/*_h200_*.json and the seeds': ladder4 1.0, characters 1.41; Brown's rows 0.8, its output
-# layer 1.8x larger, which SLOWDOWN covers), the 2003 rows' from the H100 ladders call (about 4x beside
-# seventeen others; 2 here, to be safe).
+# What the second H200 session (2026-11-26) left (RESULTS.md, "The second H200 session"), the most useful
+# first: the character row with less dropout and a cosine over 8 epochs (its constant-rate run stopped on
+# patience at 1.620 bits/char, underfitting; the target furthest off, and a long row: first, or no call
+# fits it); seeds 1 and 2 of Brown's best point (tune11, test 216.34 at seed 0) and two points beside it
+# (aim 215); the character tune points' wider and longer-window rows and the longer schedule; the character
+# seeds of the first; then the ladders' rows not yet trained to early stopping (Brown's 2003 row had 49 s;
+# the 15-word windows 360 s beside seventeen others on the H100). Relative rates: each row's loop tokens/s
+# over PTB's top row's on the H200 (results/*_h200*.json: ladder4 1.0, characters 1.41; Brown's rows 0.8,
+# its output layer 1.8x larger, which SLOWDOWN covers; the 2003 rows 1.7-2.1); guesses for rows not yet
+# run (h 4096: 0.5; an 81-character window: 1.0).
+_CHAR_TUNE0 = 'char_tune0_dropout0.1_cosine8'
+_BROWN_TUNE11 = 'tune11_dropout0.5_weight_decay0.4_cosine6_ema0.999'
+
+
+def _char_tune_row(point: str, epochs: float, relative_rate: float, why: str, root: str = 'char_tune',
+                   sets: tuple[str, ...] = ()) -> Row:
+  return Row(root, 'experiments/ptb.py', 'char_tune', point, (*sets, 'train.eval_every=2000'), epochs,
+             PTB_CHAR_TRAIN_TOKENS, why, relative_rate)
+
+
 ROWS = (
-    Row('char_ladder', 'experiments/ptb.py', 'char_ladder', 'char_ladder5_dropout', ('train.eval_every=2000',), 8.0,
-        PTB_CHAR_TRAIN_TOKENS, "the PTB character ladder's top row to early stopping (target 1.40 bits/char)", 1.41),
-    _ladder_row('ptb', 'ladder4_tied', 1.0),
-    _ladder_row('brown', 'ladder4_tied', 1.0),
-    Row('brown_tune', 'experiments/brown.py', 'tune', 'tune11_dropout0.5_weight_decay0.4_cosine6_ema0.999', (), 6.0,
-        BROWN_TRAIN_TOKENS, "Brown's best point (220.7 over three seeds) with a cosine over 6 epochs (aim 215)"),
-    Row('brown_tune', 'experiments/brown.py', 'tune', 'tune12_dropout0.5_weight_decay0.4_cosine4_ema0.999_lr2e-3',
-        (), 4.0, BROWN_TRAIN_TOKENS, "Brown's best point at twice the rate (aim 215)"),
-    *(Row(f'char_seed{seed}', 'experiments/ptb.py', 'char_ladder', 'char_ladder5_dropout',
-          (f'seed={seed}', 'train.eval_every=2000'), 8.0, PTB_CHAR_TRAIN_TOKENS,
-          f"the character row, seed {seed}: the best row over three seeds", 1.41) for seed in (1, 2)),
-    _ladder_row('ptb', 'ladder0_nplm2003', 2.0),
-    _ladder_row('brown', 'ladder0_nplm2003', 2.0),
+    _char_tune_row(_CHAR_TUNE0, 8.0, 1.41, 'the character row with dropout 0.1 and a cosine over 8 epochs '
+                   '(target 1.40 bits/char)'),
+    *(Row(f'brown_seed{seed}', 'experiments/brown.py', 'tune', _BROWN_TUNE11, (f'seed={seed}',), 6.0,
+          BROWN_TRAIN_TOKENS, f"Brown's best point (216.34 at seed 0), seed {seed}: over three seeds")
+      for seed in (1, 2)),
+    Row('brown_tune', 'experiments/brown.py', 'tune', 'tune13_dropout0.5_weight_decay0.4_cosine8_ema0.999', (), 8.0,
+        BROWN_TRAIN_TOKENS, "Brown's best point with a cosine over 8 epochs (aim 215)"),
+    Row('brown_tune', 'experiments/brown.py', 'tune', 'tune14_dropout0.6_weight_decay0.4_cosine6_ema0.999', (), 6.0,
+        BROWN_TRAIN_TOKENS, "Brown's best point with dropout 0.6 (aim 215)"),
+    _char_tune_row('char_tune1_dropout0.1_cosine8_h4096', 8.0, 0.5, 'the character row twice as wide'),
+    _char_tune_row('char_tune2_dropout0.1_cosine8_window81', 8.0, 1.0, 'the character row with an 81-character window'),
+    _char_tune_row('char_tune3_dropout0.1_cosine16', 16.0, 1.41, 'the character row over 16 epochs'),
+    *(_char_tune_row(_CHAR_TUNE0, 8.0, 1.41, f'the first character tune point, seed {seed}: over three seeds',
+                     root=f'char_seed{seed}', sets=(f'seed={seed}',)) for seed in (1, 2)),
+    Row('brown_ladder', 'experiments/brown.py', 'ladder', 'ladder0_nplm2003', (), 20.0, BROWN_TRAIN_TOKENS,
+        "the brown ladder's ladder0_nplm2003 to early stopping (49 s gave 13.3 epochs)", 2.0),
     _ladder_row('ptb', 'ladder1_window15', 2.0),
     _ladder_row('brown', 'ladder1_window15', 2.0),
 )
@@ -121,7 +134,7 @@ START_AND_FINISH = 50.0  # the H200's rows took 31-46 s beyond their tokens at t
 FINISH_RESERVE = 60.0  # seconds a row is left after its train.max_seconds: final evaluation and mixture
 PACK_RESERVE = 15.0  # seconds kept at the call's end for the last pack
 MIN_FALLBACK_SECONDS = 90  # the least time left after the rows worth spending on benchmarks
-FIGURES_RESERVE = 120.0  # seconds of the call the rows leave to FIGURES (issue 28)
+FIGURES_RESERVE = 150.0  # seconds of the call the rows leave to FIGURES (issue 28)
 
 
 def estimate_seconds(row: Row, tokens_per_sec: float) -> float:
@@ -207,6 +220,12 @@ class Session:
   rest: str = ''  # what the time after the rows went to
   calls: int = 1  # calls on one machine: the first probes and ends with the figures, a later one trains rows
 
+  def record(self, entry: dict) -> None:
+    """A row's entry, in place of an earlier call's skip of the same row (a failure stays on record)."""
+    self.rows = [r for r in self.rows if not (
+        (r.get('root'), r.get('point')) == (entry['root'], entry['point']) and r['status'].startswith('skipped'))]
+    self.rows.append(entry)
+
   def write(self, *folders: str) -> None:
     for folder in folders:
       with open(os.path.join(folder, 'session.json'), 'w', encoding='utf-8') as f:
@@ -242,7 +261,7 @@ def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=N
       entry['status'] = ('skipped: no rate was measured' if estimate is None else
                          f'skipped: about {estimate:.0f} s, {left:.0f} s left')
       print(f'{row.root}/{row.point}: {entry["status"]}', flush=True)
-      session.rows.append(entry)
+      session.record(entry)
       continue
     budget = int(left - FINISH_RESERVE)
     sets = [*row.sets, *GRADIENT_FORMS[session.form], *extra_sets, f'train.max_seconds={budget}']
@@ -255,16 +274,16 @@ def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=N
     entry.update(status='done' if returncode == 0 else f'failed (exit {returncode})', seconds=round(clock() - started),
                  sets=sets)
     print(f'{row.root}/{row.point}: {entry["status"]} in {entry["seconds"]} s', flush=True)
-    session.rows.append(entry)
+    session.record(entry)
     session.write(out, root)
     pack(root, out)
 
 
-# Issue 28's figures after the rows, each (gpu_figures.sh part, ONLY): the research-size loop with C's
-# gradient as the scatter and as the sort (the sort made the revisited step 5.8x faster on the H200;
-# deterministic reductions cost the research size a quarter of its rate on the H100), then the fused
-# kernel against XLA in bfloat16.
-FIGURES = (('loop', 'research_bf16,research_bf16_sorted'), ('kernel', ''))
+# Issue 28's figures after the rows, each (gpu_figures.sh part, ONLY): the fused kernel against XLA in
+# bfloat16 (never yet run on a GPU: the second H200 session's figures went to the research size's loop,
+# the scatter against the sort), then the research size's step profiled at batch 256 and 1024 (where its
+# time goes: 160,000-175,000 tokens/s on the H200 at 256, the issue asks 250,000).
+FIGURES = (('kernel', ''), ('loop', 'profile_research_bf16_256,profile_research_bf16_1024'))
 
 
 def spend_the_rest(session: Session, out: str, left: int, clock=time.time) -> None:

@@ -105,7 +105,7 @@ def test_a_gpu_plan_pack_is_collected_with_each_sweeps_names_and_labels(tmp_path
   has no section for named."""
   import tarfile  # pylint: disable=g-import-not-at-top
   points = {'ladder/ladder5_dropout': 0, 'ptb_seed1/ladder5_dropout': 1, 'brown_seed2/tune0_dropout0.5': 2,
-            'char_ladder/char_ladder0_nplm2003': 0, 'mystery/p': 0}
+            'char_ladder/char_ladder0_nplm2003': 0, 'char_seed1/char_tune0_dropout0.1_cosine8': 1, 'mystery/p': 0}
   for path, seed in points.items():
     (tmp_path / 'sweeps' / path).mkdir(parents=True)
     (tmp_path / 'sweeps' / path / 'results.json').write_text(json.dumps(
@@ -124,7 +124,10 @@ def test_a_gpu_plan_pack_is_collected_with_each_sweeps_names_and_labels(tmp_path
     with open(tmp_path / 'results' / name, encoding='utf-8') as f:
       kept[name] = json.load(f)
   assert sorted(kept) == ['brown_tune_tune0_dropout0.5_seed2.json', 'ptb_char_ladder_char_ladder0_nplm2003_seed0.json',
+                          'ptb_char_tune_char_tune0_dropout0.1_cosine8_seed1.json',
                           'ptb_ladder_ladder5_dropout_seed0.json', 'ptb_ladder_ladder5_dropout_seed1.json']
+  assert kept['ptb_char_tune_char_tune0_dropout0.1_cosine8_seed1.json']['label'] == (
+      'PTB characters char_tune0_dropout0.1_cosine8')  # a character tune point's seed: the tune sweep's name
   assert kept['ptb_ladder_ladder5_dropout_seed1.json']['label'] == kept['ptb_ladder_ladder5_dropout_seed0.json']['label']
   assert kept['ptb_ladder_ladder5_dropout_seed1.json']['command'] == 'bash launch/gpu_plan.sh seeds OUT  # point ladder5_dropout'
   assert kept['brown_tune_tune0_dropout0.5_seed2.json']['label'] == 'Brown tune0_dropout0.5'
@@ -138,10 +141,10 @@ def test_a_gpu_plan_pack_is_collected_with_each_sweeps_names_and_labels(tmp_path
   with pytest.raises(SystemExit) as e:
     results.main(['collect_pack', f'--pack={tmp_path / "results.tgz"}', '--commit=def'])
   assert 'already holds' in str(e.value) and '--tag' in str(e.value) and '\n' not in str(e.value)
-  assert len(os.listdir(tmp_path / 'results')) == 4
+  assert len(os.listdir(tmp_path / 'results')) == 5
   assert results.main(['collect_pack', f'--pack={tmp_path / "results.tgz"}', '--commit=def', '--tag=h200']) == 0
   assert 'ptb_ladder_h200_ladder5_dropout_seed1.json' in os.listdir(tmp_path / 'results')
-  assert len(os.listdir(tmp_path / 'results')) == 8
+  assert len(os.listdir(tmp_path / 'results')) == 10
 
 
 def test_a_missing_pack_is_one_line(tmp_path):

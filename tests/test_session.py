@@ -138,12 +138,11 @@ def test_the_plan_runs_the_session_step():
   assert proc.returncode == 0 and '--seconds' in proc.stdout
 
 
-@pytest.mark.parametrize('epochs,parts', [(1000.0, ['revisited']), (1.0, ['loop', 'kernel'])])
+@pytest.mark.parametrize('epochs,parts', [(1000.0, ['revisited']), (1.0, ['kernel', 'loop'])])
 def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epochs, parts):
-  """After the rows, the rest of the call (cut at the time left) is issue 28's figures: the research
-  size's loop with the scatter and the sorted gradient, then the kernel; where no row fitted (too long at
-  the measured rate), gpu_plan.sh's speed step, so the call still brings figures back. The rows leave
-  FIGURES_RESERVE for them."""
+  """After the rows, the rest of the call (cut at the time left) is issue 28's figures: the kernel, then
+  the research size's step profiled; where no row fitted (too long at the measured rate), gpu_plan.sh's
+  speed step, so the call still brings figures back. The rows leave FIGURES_RESERVE for them."""
   calls = []
   monkeypatch.setattr(session_lib, 'probe', lambda name, logs: {'sorted': 2000.0}.get(name))
   monkeypatch.setattr(session_lib, 'ROWS', (_row('row', epochs),))
@@ -160,10 +159,10 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
   for args, dtypes, only in figures:
     assert 90 <= int(args[1]) <= 385 and dtypes == 'bfloat16'  # 400 s less the pack's 15 (and the row's)
   if epochs == 1.0:
-    assert figures[0][2] == 'research_bf16,research_bf16_sorted' and figures[1][2] == ''
+    assert figures[0][2] == '' and figures[1][2] == 'profile_research_bf16_256,profile_research_bf16_1024'
     row = next(c[0] for c in calls if c[0][0] != 'timeout')
     budget = int(next(a for a in row if a.startswith('--set=train.max_seconds=')).rpartition('=')[2])
-    assert 200 <= budget <= 205  # 400 less the figures' 120, the pack's 15, the finish's 60
+    assert 170 <= budget <= 175  # 400 less the figures' 150, the pack's 15, the finish's 60
   with open(tmp_path / 'session.json', encoding='utf-8') as f:
     written = json.load(f)
   assert written['form'] == 'sorted' and all(part in written['rest'] for part in parts)
@@ -211,7 +210,10 @@ def test_a_later_call_on_the_warm_machine_goes_on_from_the_first(tmp_path, monke
   root, calls = tmp_path / 'root', []
   (root / 'brown_tune' / 'row0').mkdir(parents=True)
   (root / 'brown_tune' / 'row0' / 'results.json').write_text('{}')
-  session_lib.Session(rates={'sorted': 1e5}, form='sorted', rows=[{'point': 'row0', 'status': 'done'}],
+  earlier = [{'root': 'brown_tune', 'point': 'row0', 'status': 'done'},
+             {'root': 'brown_tune', 'point': 'row1', 'status': 'skipped: about 90 s, 35 s left'},
+             {'root': 'brown_tune', 'point': 'row2', 'status': 'failed (exit 1)'}]
+  session_lib.Session(rates={'sorted': 1e5}, form='sorted', rows=earlier,
                       rest='120 s of benchmarks/gpu_figures.sh loop').write(str(root))
   monkeypatch.setattr(session_lib, 'probe', lambda name, logs: pytest.fail('probed again'))
 
@@ -227,4 +229,6 @@ def test_a_later_call_on_the_warm_machine_goes_on_from_the_first(tmp_path, monke
   assert 70 <= budget <= 75  # 150 s less the pack's 15 and the finish's 60: no figures' reserve
   with open(tmp_path / 'out' / 'session.json', encoding='utf-8') as f:
     written = json.load(f)
-  assert written['calls'] == 2 and [r['point'] for r in written['rows']] == ['row0', 'row1', 'row2']
+  # the earlier skip of row1 gives way to its run; the earlier failure of row2 stays beside its rerun
+  assert written['calls'] == 2 and [(r['point'], r['status']) for r in written['rows']] == [
+      ('row0', 'done'), ('row2', 'failed (exit 1)'), ('row1', 'done'), ('row2', 'done')]
