@@ -1,6 +1,7 @@
 """One accelerator call for a session lent little device time (15 minutes, of which one call of at most
 10 minutes is left once the machine has started): the revisited step's deterministic forms of C's
-gradient timed on the machine, the fastest picked, then the rows issue 27 waits for, one at a time:
+gradient timed on the machine (on a GPU where each was timed before, FORMS_MEASURED_ON, only the fastest,
+for its rate), the fastest picked, then the rows issue 27 waits for, one at a time:
 the character tune points, Brown's best point's seeds and two points beside it, the character seeds,
 then the ladders' rows not yet at early stopping, each to early stopping or its planned length (ROWS).
 Each starts only when its estimated time fits in what is left of the call: a row is never planned to be
@@ -32,6 +33,7 @@ the H200 session of 2026-11-26 the logs beside the pack made 12, and the pack wa
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -142,6 +144,30 @@ def estimate_seconds(row: Row, tokens_per_sec: float) -> float:
   return row.tokens / (tokens_per_sec * row.relative_rate) * SLOWDOWN + START_AND_FINISH
 
 
+# Devices where every form was timed (twice on the H200: 'sorted_counts' 7.2x and 6.7x the scatter): there
+# the forms are timed fastest first and only until one runs (about 12 s each of the call), for its rate.
+FORMS_MEASURED_ON = ('NVIDIA H200',)
+_FASTEST_FIRST = ('sorted_counts', 'sorted', 'scatter')
+
+
+def gpu_name() -> str:
+  """The machine's first GPU as nvidia-smi names it ('NVIDIA H200'), '' without one."""
+  smi = shutil.which('nvidia-smi')
+  if not smi:
+    return ''
+  try:
+    proc = subprocess.run([smi, '--query-gpu=name', '--format=csv,noheader'], capture_output=True, text=True,
+                          timeout=30, check=False)
+  except (OSError, subprocess.TimeoutExpired):
+    return ''
+  return proc.stdout.splitlines()[0].strip() if proc.returncode == 0 and proc.stdout.strip() else ''
+
+
+def probe_order(device: str) -> tuple[str, ...]:
+  """The forms to time: fastest first where every form was measured, else all (GRADIENT_FORMS' order)."""
+  return _FASTEST_FIRST if device in FORMS_MEASURED_ON else tuple(GRADIENT_FORMS)
+
+
 def pick_form(rates: dict[str, float | None]) -> str:
   """The fastest form measured; 'scatter' (the default) when none was."""
   measured = {name: rate for name, rate in rates.items() if rate}
@@ -214,6 +240,7 @@ class Session:
   """What the calls picked and did, written to OUT/session.json (and ROOT/session.json, which a later call
   on the same warm machine goes on from) after every step."""
   command: str = 'bash launch/gpu_plan.sh session OUT'
+  device: str = ''  # nvidia-smi's name of the GPU
   rates: dict = dataclasses.field(default_factory=dict)
   form: str = 'scatter'
   rows: list = dataclasses.field(default_factory=list)
@@ -325,10 +352,12 @@ def main(argv=None) -> int:
     print(f'call {session.calls} on this machine: {session.form} at {session.rates.get(session.form)} tokens/s, '
           'measured by the first', flush=True)
   else:
-    session = Session()
-    for name in GRADIENT_FORMS:
+    session = Session(device=gpu_name())
+    for name in probe_order(session.device):
       session.rates[name] = probe(name, logs_folder(args.root))
       print(f'probe {name}: {session.rates[name] or "failed"} tokens/s at batch {PROBE_BATCH}', flush=True)
+      if session.rates[name] and session.device in FORMS_MEASURED_ON:
+        break  # the forms' order there is known: the first that runs gives the rows' rate
     session.form = pick_form(session.rates)
     print(f'picked {session.form}: {" ".join(GRADIENT_FORMS[session.form])}', flush=True)
   session.write(args.out, args.root)

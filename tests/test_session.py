@@ -193,6 +193,34 @@ def test_the_call_leaves_no_more_files_than_come_back(tmp_path, monkeypatch):
   assert 'brown_tune/row7/results.json' in names
 
 
+@pytest.mark.parametrize('device,probed', [
+    ('NVIDIA H200', ['sorted_counts']),  # every form timed there twice: the fastest's rate alone
+    ('NVIDIA H100 80GB HBM3', ['scatter', 'sorted', 'sorted_counts']),  # the sorted forms never timed there
+    ('', ['scatter', 'sorted', 'sorted_counts']),  # no nvidia-smi
+])
+def test_the_forms_are_timed_in_full_only_where_they_were_not_measured(tmp_path, monkeypatch, device, probed):
+  calls = []
+  monkeypatch.setattr(session_lib, 'gpu_name', lambda: device)
+  monkeypatch.setattr(session_lib, 'probe', lambda name, logs: (calls.append(name), 1e5)[1])
+  monkeypatch.setattr(session_lib, 'ROWS', ())
+  monkeypatch.setattr(session_lib, 'spend_the_rest', lambda *a, **k: None)
+  assert session_lib.main([f'--out={tmp_path / "out"}', f'--root={tmp_path / "root"}', '--seconds=100']) == 0
+  assert calls == probed
+  with open(tmp_path / 'out' / 'session.json', encoding='utf-8') as f:
+    written = json.load(f)
+  assert written['device'] == device and written['form'] in probed
+
+
+def test_the_gpu_is_named_as_nvidia_smi_names_it_and_has_no_name_without_it(tmp_path, monkeypatch):
+  smi = tmp_path / 'nvidia-smi'
+  smi.write_text('#!/bin/sh\nprintf "NVIDIA H200\\nNVIDIA H200\\n"\n')
+  smi.chmod(0o755)
+  monkeypatch.setenv('PATH', str(tmp_path))
+  assert session_lib.gpu_name() == 'NVIDIA H200'
+  monkeypatch.setenv('PATH', '/nonexistent')
+  assert session_lib.gpu_name() == ''
+
+
 def test_too_little_time_after_the_rows_is_left_alone(monkeypatch):
   calls = []
   monkeypatch.setattr(session_lib.subprocess, 'run', lambda args, **kw: calls.append(args))
