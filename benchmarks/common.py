@@ -53,6 +53,22 @@ def peak_matmul_tflops(dtype: str, size: int, repeats: int = 5, steps: int = 10)
   return 2.0 * size ** 3 * steps / timing.median_seconds(run, repeats) / 1e12
 
 
+def peak_copy_gbps(mib: int, repeats: int = 5, steps: int = 10) -> float:
+  """The rate of a large elementwise pass (read `mib` MiB of float32, write as much) on the first device, in
+  GB/s: the practical memory bandwidth a step's traffic is measured against, in the same run."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  x = jax.random.normal(jax.random.PRNGKey(0), (mib * 2**18,), jnp.float32)
+  scale = jax.jit(lambda v: v * 1.0001 + 1.0)
+  jax.block_until_ready(scale(x))
+
+  def run():
+    in_flight = in_flight_lib.InFlightLimit()
+    for _ in range(steps):
+      in_flight.push(scale(x))
+    in_flight.drain()
+  return 2.0 * x.nbytes * steps / timing.median_seconds(run, repeats) / 1e9
+
+
 def write_synthetic_prepared(folder: str, vocab: int, train_tokens: int, eval_tokens: int, seed: int = 0) -> str:
   """A prepared corpus (nplm_jax.data.prepare's layout) of uniformly random ids over `vocab` words, for
   timing the real training loop at any |V|; returns its folder."""

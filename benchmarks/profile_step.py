@@ -6,7 +6,12 @@ python benchmarks/profile_step.py --config=experiments/brown.py:mlp1 --batch_siz
 Runs a few steps under jax.profiler, reads the trace, and prints the heaviest operations of the
 compiled step (milliseconds per step and device, with the JAX operation each came from), then one
 JSON line: wall_step_ms, step_ms (the operations' sum), matmul_ms, collective_ms, other_ms and
-matmul_share. On CPU, XLA runs some matmuls (plain `dot`, not the fused ones) asynchronously:
+matmul_share. Each operation also gets the bytes it names (its operands and results, from the compiled
+HLO's shapes: what it reads and writes in memory, an upper bound where it updates a buffer in place
+or reads a slice) and so its GB/s; the JSON line adds the step's sum of them (gbytes), the device's
+practical bandwidth measured in the same run (peak_gbps: a large elementwise pass) and the time that
+traffic takes at it (bandwidth_bound_ms): how far the step is from the memory-traffic limit, and which
+operations are far from the bandwidth they could have. On CPU, XLA runs some matmuls (plain `dot`, not the fused ones) asynchronously:
 their event covers only the launch, and their time shows up in the gap between wall_step_ms and
 step_ms or in an operation that waits for them (a collective).
 """
@@ -37,6 +42,8 @@ flags.DEFINE_integer('vocab', 17_905, '|V| (Brown: 17,905); random token ids are
 flags.DEFINE_integer('steps', 5, 'Profiled steps (after one warm-up step).')
 flags.DEFINE_integer('top', 12, 'Operations to list.')
 flags.DEFINE_string('trace_dir', '', 'Keep the trace here (for TensorBoard/Perfetto).')
+flags.DEFINE_integer('peak_mib', 0, 'MiB of the elementwise pass that measures the bandwidth (0: 256 on CPU, '
+                     '2048 elsewhere).')
 ARGS = flags.FLAGS
 
 COLLECTIVES = ('all-reduce', 'all-gather', 'reduce-scatter', 'all-to-all', 'collective-permute', 'pmax', 'psum')
@@ -46,6 +53,61 @@ def source_ops(hlo_text: str) -> dict[str, str]:
   """HLO instruction name -> the JAX operation it came from (the last part of its op_name)."""
   found = re.findall(r'%([\w.\-]+) = [^\n]*?metadata=\{op_name="([^"]+)"', hlo_text)
   return {name: op_name.rsplit('/', 1)[-1].rstrip(')') for name, op_name in found}
+
+
+_ELEMENT_BYTES = {'pred': 1, 's8': 1, 'u8': 1, 's16': 2, 'u16': 2, 'f16': 2, 'bf16': 2, 's32': 4, 'u32': 4, 'f32': 4,
+                  's64': 8, 'u64': 8, 'f64': 8, 'c64': 8, 'c128': 16}
+_ARRAY = re.compile(r'\b([a-z]+\d*)\[([\d,]*)\]')
+_INSTRUCTION = re.compile(r'^\s*(?:ROOT )?%([\w.\-]+) = ')
+
+
+def type_bytes(hlo_type: str) -> int:
+  """Bytes of an HLO type: an array (f32[256,1000]{1,0}) or a tuple of them; token types count 0."""
+  total = 0
+  for dtype, dims in _ARRAY.findall(hlo_type):
+    if dtype in _ELEMENT_BYTES:
+      count = 1
+      for d in filter(None, dims.split(',')):
+        count *= int(d)
+      total += count * _ELEMENT_BYTES[dtype]
+  return total
+
+
+def _split_instruction(rest: str) -> tuple[str, str]:
+  """(result type, operand list) of an instruction's text after 'NAME = '."""
+  if rest.startswith('('):  # a tuple type: up to its closing parenthesis
+    depth = 0
+    for i, ch in enumerate(rest):
+      depth += {'(': 1, ')': -1}.get(ch, 0)
+      if depth == 0:
+        hlo_type, rest = rest[:i + 1], rest[i + 1:]
+        break
+    else:
+      return rest, ''
+  else:
+    hlo_type, _, rest = rest.partition(' ')
+  start = rest.find('(')
+  if start < 0:
+    return hlo_type, ''
+  depth = 0
+  for i in range(start, len(rest)):
+    depth += {'(': 1, ')': -1}.get(rest[i], 0)
+    if depth == 0:
+      return hlo_type, rest[start + 1:i]
+  return hlo_type, rest[start + 1:]
+
+
+def op_bytes(hlo_text: str) -> dict[str, int]:
+  """HLO instruction name -> bytes it names: its result's and its operands' (names are unique in a module)."""
+  results, operands = {}, {}
+  for line in hlo_text.splitlines():
+    found = _INSTRUCTION.match(line)
+    if not found:
+      continue
+    hlo_type, args = _split_instruction(line[found.end():])
+    results[found.group(1)] = type_bytes(hlo_type)
+    operands[found.group(1)] = re.findall(r'%([\w.\-]+)', args)
+  return {name: size + sum(results.get(o, 0) for o in operands[name]) for name, size in results.items()}
 
 
 def category(op: str, source: str) -> str:
@@ -92,10 +154,11 @@ def main(argv):
         state, metrics = compiled.train(state, *b)
         jax.block_until_ready(metrics)  # one step at a time: per-step times stay separable
       wall_ms = (time.perf_counter() - started) * 1e3 / ARGS.steps
+  peak_gbps = common.peak_copy_gbps(ARGS.peak_mib or (256 if jax.devices()[0].platform == 'cpu' else 2048))
   devices = mesh.size
   module = re.match(r'HloModule ([\w.\-]+)', hlo).group(1)  # the step's own name, whatever jit calls it
   per_step = {op: us / 1e3 / ARGS.steps / devices for op, us in op_times(trace_dir, module).items()}
-  sources = source_ops(hlo)
+  sources, sizes = source_ops(hlo), op_bytes(hlo)
   totals = collections.Counter()
   for op, ms in per_step.items():
     totals[category(op, sources.get(op, ''))] += ms
@@ -103,14 +166,20 @@ def main(argv):
   print(f'{jax.devices()[0].platform}, mesh {mesh.shape["data"]}x{mesh.shape["model"]}, batch {ARGS.batch_size}, '
         f'|V|={ARGS.vocab}, {ARGS["config"].serialize()}: {wall_ms:.2f} ms a step (under the profiler), '
         f'{step_ms:.2f} ms of them in XLA operations (per device)')
-  print('operation | from | ms/step | share')
+  print('operation | from | ms/step | share | MB named | GB/s')
   for op, ms in sorted(per_step.items(), key=lambda kv: -kv[1])[:ARGS.top]:
-    print(f'{op} | {sources.get(op, "?")} | {ms:.2f} | {ms / step_ms:.0%}')
+    mb = sizes.get(op, 0) / 1e6
+    print(f'{op} | {sources.get(op, "?")} | {ms:.3f} | {ms / step_ms:.0%} | {mb:.1f} | '
+          f'{mb / ms if ms else 0.0:.0f}')
+  gbytes = sum(sizes.get(op, 0) for op in per_step) / 1e9  # each operation the trace saw, once a step
   row = {'batch_size': ARGS.batch_size, 'wall_step_ms': round(wall_ms, 3), 'step_ms': round(step_ms, 3),
          **{f'{c}_ms': round(totals[c], 3) for c in ('matmul', 'collective', 'other')},
-         'matmul_share': round(totals['matmul'] / step_ms, 4) if step_ms else 0.0}
+         'matmul_share': round(totals['matmul'] / step_ms, 4) if step_ms else 0.0,
+         'gbytes': round(gbytes, 4), 'peak_gbps': round(peak_gbps, 1),
+         'bandwidth_bound_ms': round(gbytes / peak_gbps * 1e3, 3)}
   print(f'matmuls {row["matmul_ms"]} ms ({row["matmul_share"]:.0%}), collectives {row["collective_ms"]} ms '
-        f'(waiting for the slower device included), other {row["other_ms"]} ms')
+        f'(waiting for the slower device included), other {row["other_ms"]} ms; the operations name '
+        f'{gbytes:.3f} GB a step, {row["bandwidth_bound_ms"]} ms at the {peak_gbps:.0f} GB/s measured')
   common.emit(row)
 
 

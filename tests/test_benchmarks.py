@@ -84,6 +84,24 @@ def test_profile_step_attributes_the_step_to_operations():
   [row] = rows
   assert row['batch_size'] == 8 and row['step_ms'] > 0 and row['matmul_ms'] > 0
   assert abs(row['matmul_ms'] + row['collective_ms'] + row['other_ms'] - row['step_ms']) < 1e-2
+  assert row['gbytes'] > 0 and row['peak_gbps'] > 0  # the step's traffic against the bandwidth, same run
+  assert row['bandwidth_bound_ms'] == pytest.approx(row['gbytes'] / row['peak_gbps'] * 1e3, rel=1e-2, abs=1e-3)
+
+
+def test_an_operation_names_the_bytes_of_its_operands_and_results():
+  from benchmarks import profile_step  # pylint: disable=g-import-not-at-top
+  hlo = '''HloModule m
+ENTRY %main (a: f32[256,1000], b: bf16[1000,4]) -> (f32[256,4], s32[]) {
+  %a = f32[256,1000]{1,0} parameter(0)
+  %b = bf16[1000,4]{1,0} parameter(1)
+  %fusion.1 = f32[256,4]{1,0} fusion(%a, %b), kind=kOutput, calls=%fused, metadata={op_name="jit(f)/dot_general"}
+  %sort.2 = (s32[256]{0}, f32[256]{0}) sort(s32[256]{0} %x, f32[256]{0} %y), dimensions={0}, to_apply=%lt
+  ROOT %t = (f32[256,4]{1,0}, s32[]) tuple(%fusion.1, %c)
+}'''
+  sizes = profile_step.op_bytes(hlo)
+  assert sizes['fusion.1'] == 256 * 4 * 4 + 256 * 1000 * 4 + 1000 * 4 * 2  # result, then both operands
+  assert sizes['sort.2'] == 2 * 256 * 4  # a tuple result; operands not defined here count nothing
+  assert profile_step.type_bytes('(f32[2,3]{1,0}, pred[4], token[])') == 24 + 4
 
 
 def test_multiprocess_step_compares_one_process_with_two():
