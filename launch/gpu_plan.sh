@@ -109,7 +109,7 @@ case $step in
   research)
     baseline=$PWD/.carry/baseline  # BASELINE=COMMIT bash launch/device_pack.sh puts an older tree there
     [ -d "$baseline" ] || baseline=''
-    ONLY=research_bf16,research_bf16_sorted,research_bf16_nondeterministic,baseline_research_bf16,profile_research_bf16_256,profile_research_bf16_1024 \
+    ONLY=research_bf16,research_bf16_scatter,research_bf16_nondeterministic,baseline_research_bf16,profile_research_bf16_256,profile_research_bf16_1024 \
       BASELINE=$baseline \
       bash benchmarks/gpu_figures.sh loop "$out"
     bash benchmarks/gpu_figures.sh eval "$out" ;;
