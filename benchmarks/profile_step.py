@@ -175,7 +175,7 @@ def main(argv):
   row = {'batch_size': ARGS.batch_size, 'wall_step_ms': round(wall_ms, 3), 'step_ms': round(step_ms, 3),
          **{f'{c}_ms': round(totals[c], 3) for c in ('matmul', 'collective', 'other')},
          'matmul_share': round(totals['matmul'] / step_ms, 4) if step_ms else 0.0,
-         'gbytes': round(gbytes, 4), 'peak_gbps': round(peak_gbps, 1),
+         'gbytes': round(gbytes, 6), 'peak_gbps': round(peak_gbps, 2),
          'bandwidth_bound_ms': round(gbytes / peak_gbps * 1e3, 3)}
   print(f'matmuls {row["matmul_ms"]} ms ({row["matmul_share"]:.0%}), collectives {row["collective_ms"]} ms '
         f'(waiting for the slower device included), other {row["other_ms"]} ms; the operations name '
