@@ -181,6 +181,34 @@ def test_the_bfloat16_layer_gradient_is_made_in_the_layers_shape(vocab_block):
   assert layer_shaped_concatenations(control.as_text(), k + 1, vocab)
 
 
+def layer_shaped_all_reduces(hlo_text: str, rows: int, columns: int) -> list[str]:
+  """The compiled program's all-reduces of an f32[rows, columns] array (alone or in a tuple)."""
+  return [line for line in hlo_text.splitlines() if 'all-reduce(' in line and f'f32[{rows},{columns}]' in line]
+
+
+@pytest.mark.parametrize('compute_dtype,vocab_block,kernel', [('float32', 0, 'xla'), ('bfloat16', 0, 'xla'),
+                                                               ('float32', 24, 'xla'), ('float32', 0, 'pallas')])
+def test_a_one_device_data_axis_sums_no_layer_gradient(compute_dtype, vocab_block, kernel):
+  """Where the mesh's 'data' axis has one device (the CPU's 1 x 2, one GPU), the output layer's gradient
+  is not summed over it: XLA compiles a psum over one device as an all-reduce, a copy of the layer's
+  gradient each step (15% of the research size's CPU step). Positive control: the same psum is kept
+  as an all-reduce. The sum over a data axis of several devices: tests/parallel_checks.py."""
+  batch, k, vocab = 32, 40, 96
+  mesh = jax.make_mesh((1, 1), ('data', 'model'), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  f, out = jnp.ones((batch, k), jnp.float32), jnp.ones((k + 1, vocab), jnp.float32)
+  targets = jnp.zeros((batch,), jnp.int32)
+  loss = lambda f, o: jnp.sum(vocab_softmax.token_nll(jnp.tanh(f), o, targets, mesh=mesh, compute_dtype=compute_dtype,
+                                                      vocab_block=vocab_block, kernel=kernel))
+  with jax.set_mesh(mesh):
+    hlo = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(f, out).compile().as_text()
+    assert not layer_shaped_all_reduces(hlo, k + 1, vocab), layer_shaped_all_reduces(hlo, k + 1, vocab)
+    spec = jax.sharding.PartitionSpec
+    summed = jax.shard_map(lambda x: jax.lax.psum(2 * x, 'data'), mesh=mesh, in_specs=spec('data', 'model'),
+                           out_specs=spec(None, 'model'))
+    control = jax.jit(summed).lower(out).compile().as_text()
+  assert layer_shaped_all_reduces(control, k + 1, vocab)
+
+
 def test_the_automatic_vocab_block_streams_only_large_shards():
   assert vocab_softmax.streamed_vocab_block(-1, 8_960) == 0  # Brown on 2 devices: all at once (faster)
   assert vocab_softmax.streamed_vocab_block(-1, 50_000) == AUTO_VOCAB_BLOCK

@@ -20,6 +20,20 @@ from nplm_jax.errors import UserError
 
 
 
+def _sum_over_data(x):
+  """x summed over the mesh's 'data' axis, or x itself where that axis has one device: XLA keeps a psum
+  over one device as an all-reduce, a copy of x (the layer's gradient, a pass over the output layer's size:
+  15% of the research size's step on the 2-core CPU, whose mesh is 1 x 2). The shard passes that call it
+  run without shard_map's replication check there (_check_vma), which cannot see that a one-device axis
+  needs no sum."""
+  return x if lax.axis_size('data') == 1 else lax.psum(x, 'data')
+
+
+def _check_vma(mesh, check: bool = True) -> bool:
+  """shard_map's check_vma for a backward pass whose layer gradient _sum_over_data sums."""
+  return check and mesh.shape['data'] > 1
+
+
 def _block_forward(f, w, b, targets):
   """This shard's raw logits block z = f w [B, |V|/model], and per example -log P(target) and log Z.
 
@@ -66,7 +80,7 @@ def _block_backward(f, w, b, z, log_z, targets, g):
   block = z.shape[-1]
   dlogits = _dlogits(z if b is None else z + b, lax.axis_index('model') * block, log_z, targets, g)
   df = lax.psum(jnp.matmul(dlogits.astype(f.dtype), w.T, preferred_element_type=jnp.float32), 'model')
-  return df, lax.psum(_layer_gradient(f, b, dlogits), 'data')
+  return df, _sum_over_data(_layer_gradient(f, b, dlogits))
 
 
 def _block_backward_recomputed(f, w, b, log_z, targets, g):
@@ -147,7 +161,7 @@ def _streamed_backward(f, w, b, log_z, targets, g, *, vocab_block):
   rows = f.shape[-1] + (b is not None)
   init = (jnp.zeros(f.shape, jnp.float32), jnp.zeros((rows, block), jnp.float32))
   df, d_layer = _for_each_sub_block(block, vocab_block, body, _varying(init))
-  return lax.psum(df, 'model'), lax.psum(d_layer, 'data')
+  return lax.psum(df, 'model'), _sum_over_data(d_layer)
 
 
 # Where each kernel form runs: Mosaic TPU runs the grid form's grid in order (its accumulation over
@@ -194,7 +208,7 @@ def _kernel_backward(f, w, b, log_z, targets, g, form='grid'):
   local = targets - lax.axis_index('model') * w.shape[-1]
   df, dw, db = softmax_kernel.shard_grads(f, w, b, log_z, local, g, form=form)
   d_layer = dw if db is None else jnp.concatenate([dw, db[None, :]], axis=0)  # the kernels make db apart
-  return lax.psum(df, 'model'), lax.psum(d_layer, 'data')
+  return lax.psum(df, 'model'), _sum_over_data(d_layer)
 
 
 def _shard_operands(f, output, dtype):
@@ -255,9 +269,9 @@ def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False
   layer = (P('data', None), P(None, 'model'))
   forward = jax.shard_map(block_forward, mesh=mesh, in_specs=(*layer, P('data')),
                           out_specs=(P('data'), P('data', 'model'), P('data')))
-  backward = jax.shard_map(block_backward, mesh=mesh, out_specs=layer,
+  backward = jax.shard_map(block_backward, mesh=mesh, out_specs=layer, check_vma=_check_vma(mesh),
                            in_specs=(*layer, P('data', 'model'), P('data'), P('data'), P('data')))
-  backward_recomputed = jax.shard_map(recomputed_backward, mesh=mesh, out_specs=layer,
+  backward_recomputed = jax.shard_map(recomputed_backward, mesh=mesh, out_specs=layer, check_vma=_check_vma(mesh),
                                       in_specs=(*layer, P('data'), P('data'), P('data')))
 
   @jax.custom_vjp
@@ -286,7 +300,7 @@ def _tiled_nll(f, output, targets, *, mesh, dtype, forward_body, backward_body, 
   forward = jax.shard_map(forward_body, mesh=mesh, in_specs=(*layer, P('data')), out_specs=(P('data'), P('data')),
                           check_vma=check_vma)
   backward = jax.shard_map(backward_body, mesh=mesh, in_specs=(*layer, P('data'), P('data'), P('data')),
-                           out_specs=layer, check_vma=check_vma)
+                           out_specs=layer, check_vma=_check_vma(mesh, check_vma))
 
   @jax.custom_vjp
   def nll(f, output, targets):
