@@ -310,7 +310,10 @@ def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=N
 # bfloat16 (never yet run on a GPU: the second H200 session's figures went to the research size's loop,
 # the scatter against the sort), then the research size's step profiled at batch 256 and 1024 (where its
 # time goes: 160,000-175,000 tokens/s on the H200 at 256, the issue asks 250,000).
-FIGURES = (('kernel', ''), ('loop', 'profile_research_bf16_256,profile_research_bf16_1024'))
+# Each part's settings beside DTYPES=bfloat16: the kernel's part runs tests/test_gpu.py's kernel test alone
+# (GPU_TESTS), not the whole file (deterministic runs and resumes: time the figures need).
+FIGURES = (('kernel', {'GPU_TESTS': 'softmax_kernel'}),
+           ('loop', {'ONLY': 'profile_research_bf16_256,profile_research_bf16_1024'}))
 
 
 def spend_the_rest(session: Session, out: str, left: int, clock=time.time) -> None:
@@ -321,17 +324,18 @@ def spend_the_rest(session: Session, out: str, left: int, clock=time.time) -> No
     return
   trained = any(row.get('seconds') is not None for row in session.rows)
   end = clock() + left
-  parts = FIGURES if trained else (('revisited', ''),)
+  parts = FIGURES if trained else (('revisited', {}),)
   spent = []
-  for part, only in parts:
+  for part, settings in parts:
     seconds = int(end - clock())
     if seconds < MIN_FALLBACK_SECONDS:
       break
-    spent.append(f'{seconds} s of benchmarks/gpu_figures.sh {part}' + (f' (ONLY={only})' if only else ''))
+    spent.append(f'{seconds} s of benchmarks/gpu_figures.sh {part}' +
+                 ''.join(f' ({key}={value})' for key, value in settings.items()))
     session.rest = '; '.join(spent)
     print(f'the rest of the call: {spent[-1]}', flush=True)
     subprocess.run(['timeout', str(seconds), 'bash', 'benchmarks/gpu_figures.sh', part, out], check=False,
-                   env={**os.environ, 'DTYPES': 'bfloat16', 'ONLY': only})
+                   env={**os.environ, 'DTYPES': 'bfloat16', 'ONLY': '', 'GPU_TESTS': '', **settings})
 
 
 def main(argv=None) -> int:
