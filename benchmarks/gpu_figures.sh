@@ -23,7 +23,8 @@
 #   train2: brown.py:reg4_n7 alone (end to end, the Brown words cached), then in bfloat16, then the
 #          research-size loop without deterministic reductions (their cost).
 # ONLY=NAME,NAME runs those benchmarks of a part alone (one GPU call is at most 10 minutes); GPU_TESTS=EXPR
-# runs only the tests/test_gpu.py tests that pytest -k EXPR selects (the kernel part);
+# runs only the tests/test_gpu.py tests that pytest -k EXPR selects, KERNEL_VOCABS='V V ...' the |V|s in
+# that order (the kernel part);
 # BASELINE=DIR (an older checkout) adds its research-size loop to `loop` and its loop to `softmax`.
 # Needs NLTK_DATA and PTB_DIR for `train`. Each result is one JSON line in OUT_DIR/*.jsonl.
 set -u
@@ -124,7 +125,7 @@ elif [ "$part" = kernel ]; then
   nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv
   timeout 200 python -m pytest -q -rs tests/test_gpu.py ${GPU_TESTS:+-k "$GPU_TESTS"} 2>&1 | tail -5 | tee -a "$out/log.txt"
   for dtype in ${DTYPES:-bfloat16 float32}; do
-    for v in 17905 100000 300000; do
+    for v in ${KERNEL_VOCABS:-17905 100000 300000}; do
       bench kernel_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v --batch_sizes=4096 --steps=10 \
         --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 --softmax_kernels=xla,pallas_loop
       bench streamed_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v --batch_sizes=4096 --steps=10 \

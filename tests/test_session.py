@@ -150,7 +150,7 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
 
   def run(args, **kwargs):
     env = kwargs.get('env', {})
-    calls.append((args, env.get('DTYPES'), (env.get('ONLY'), env.get('GPU_TESTS'))))
+    calls.append((args, env.get('DTYPES'), (env.get('ONLY'), env.get('GPU_TESTS'), env.get('KERNEL_VOCABS'))))
     return types.SimpleNamespace(returncode=0)
   monkeypatch.setattr(session_lib.subprocess, 'run', run)
   assert session_lib.main([f'--out={tmp_path}', f'--root={tmp_path / "root"}', '--seconds=400']) == 0
@@ -161,8 +161,8 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
     assert 90 <= int(args[1]) <= 385 and dtypes == 'bfloat16'  # 400 s less the pack's 15 (and the row's)
   if epochs == 1.0:
     # the kernel part with its own test alone, then the research size's profiles alone
-    assert figures[0][2] == ('', 'softmax_kernel')
-    assert figures[1][2] == ('profile_research_bf16_256,profile_research_bf16_1024', '')
+    assert figures[0][2] == ('', 'softmax_kernel', '100000 300000 17905')
+    assert figures[1][2] == ('profile_research_bf16_256,profile_research_bf16_1024', '', '')
     row = next(c[0] for c in calls if c[0][0] != 'timeout')
     budget = int(next(a for a in row if a.startswith('--set=train.max_seconds=')).rpartition('=')[2])
     assert 170 <= budget <= 175  # 400 less the figures' 150, the pack's 15, the finish's 60
