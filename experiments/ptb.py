@@ -137,16 +137,17 @@ TUNE = [
 # Tuning the character ladder's top row (char_ladder5_dropout; a GPU step: launch/session.py's ROWS). On the
 # H200 it stopped at 5.1 epochs on patience at AdamW's constant rate (1.620 bits/char on test, 1.669 in
 # validation), its training loss under dropout (1.68 bits) no lower than validation: the row underfits, so
-# less dropout and the schedule that gave Brown 8% (a cosine to 0, here over 8 epochs), then more width,
-# a longer window, and a longer schedule under them.
+# less dropout and the schedule of Brown's best points (a cosine to 0, here over 8 epochs), a longer window
+# under them, the schedule alone; then, longer than a session's call fits (about 10 minutes each on an
+# H200: run them with launch.sweep --only on a longer call), twice the width and twice the schedule.
 _CHAR_DROPOUT_01 = {'model.feature_dropout': 0.1, 'model.hidden_dropout': 0.1}
 _COSINE_8_EPOCHS = {**COSINE_4_EPOCHS, 'train.num_epochs': 8}
 CHAR_TUNE = [
     ('char_tune0_dropout0.1_cosine8', {**_CHAR_DROPOUT_01, **_COSINE_8_EPOCHS}),
-    ('char_tune1_dropout0.1_cosine8_h4096', {**_CHAR_DROPOUT_01, **_COSINE_8_EPOCHS, 'model.h': 4096}),
-    ('char_tune2_dropout0.1_cosine8_window81', {**_CHAR_DROPOUT_01, **_COSINE_8_EPOCHS, 'model.n': 81}),
-    ('char_tune3_dropout0.1_cosine16', {**_CHAR_DROPOUT_01, **COSINE_4_EPOCHS, 'train.num_epochs': 16}),
-    ('char_tune4_cosine8', _COSINE_8_EPOCHS),  # the schedule alone, at the row's dropout (0.2)
+    ('char_tune1_dropout0.1_cosine8_window81', {**_CHAR_DROPOUT_01, **_COSINE_8_EPOCHS, 'model.n': 81}),
+    ('char_tune2_cosine8', _COSINE_8_EPOCHS),  # the schedule alone, at the row's dropout (0.2)
+    ('char_tune3_dropout0.1_cosine8_h4096', {**_CHAR_DROPOUT_01, **_COSINE_8_EPOCHS, 'model.h': 4096}),
+    ('char_tune4_dropout0.1_cosine16', {**_CHAR_DROPOUT_01, **COSINE_4_EPOCHS, 'train.num_epochs': 16}),
 ]
 
 def ladder_config(row: str):

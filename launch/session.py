@@ -91,12 +91,13 @@ def _ladder_row(corpus: str, point: str, relative_rate: float) -> Row:
 # first: the character row with less dropout and a cosine over 8 epochs (its constant-rate run stopped on
 # patience at 1.620 bits/char, underfitting; the target furthest off, and a long row: first, or no call
 # fits it); seeds 1 and 2 of Brown's best point (tune11, test 216.34 at seed 0) and two points beside it
-# (aim 215); the character tune points' wider and longer-window rows and the longer schedule; the character
-# seeds of the first; then the ladders' rows not yet trained to early stopping (Brown's 2003 row had 49 s;
-# the 15-word windows 360 s beside seventeen others on the H100). Relative rates: each row's loop tokens/s
-# over PTB's top row's on the H200 (results/*_h200*.json: ladder4 1.0, characters 1.41; Brown's rows 0.8,
-# its output layer 1.8x larger, which SLOWDOWN covers; the 2003 rows 1.7-2.1); guesses for rows not yet
-# run (h 4096: 0.5; an 81-character window: 1.0).
+# (aim 215); the character tune points that fit a call (ptb.py's CHAR_TUNE: a longer window, the schedule
+# alone; its wider and longer points do not fit one) and the first one's seeds; then the ladders' rows not
+# yet trained to early stopping (Brown's 2003 row had 49 s; the 15-word windows 360 s beside seventeen
+# others on the H100). Relative rates: each row's loop tokens/s over PTB's top row's on the H200
+# (results/*_h200*.json: ladder4 1.0, characters 1.41; Brown's rows 0.8, its output layer 1.8x larger,
+# which SLOWDOWN covers; the 2003 rows 1.7-2.1); the 81-character window's from its multiply-adds a
+# character (55 M against 45 M: 1.15).
 _CHAR_TUNE0 = 'char_tune0_dropout0.1_cosine8'
 _BROWN_TUNE11 = 'tune11_dropout0.5_weight_decay0.4_cosine6_ema0.999'
 
@@ -117,9 +118,9 @@ ROWS = (
         BROWN_TRAIN_TOKENS, "Brown's best point with a cosine over 8 epochs (aim 215)"),
     Row('brown_tune', 'experiments/brown.py', 'tune', 'tune14_dropout0.6_weight_decay0.4_cosine6_ema0.999', (), 6.0,
         BROWN_TRAIN_TOKENS, "Brown's best point with dropout 0.6 (aim 215)"),
-    _char_tune_row('char_tune1_dropout0.1_cosine8_h4096', 8.0, 0.5, 'the character row twice as wide'),
-    _char_tune_row('char_tune2_dropout0.1_cosine8_window81', 8.0, 1.0, 'the character row with an 81-character window'),
-    _char_tune_row('char_tune3_dropout0.1_cosine16', 16.0, 1.41, 'the character row over 16 epochs'),
+    _char_tune_row('char_tune1_dropout0.1_cosine8_window81', 8.0, 1.15,
+                   'the first character tune point with an 81-character window'),
+    _char_tune_row('char_tune2_cosine8', 8.0, 1.41, "the character row's own dropout with the cosine"),
     *(_char_tune_row(_CHAR_TUNE0, 8.0, 1.41, f'the first character tune point, seed {seed}: over three seeds',
                      root=f'char_seed{seed}', sets=(f'seed={seed}',)) for seed in (1, 2)),
     Row('brown_ladder', 'experiments/brown.py', 'ladder', 'ladder0_nplm2003', (), 20.0, BROWN_TRAIN_TOKENS,
