@@ -307,7 +307,7 @@ def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=N
     pack(root, out)
 
 
-# Issue 28's figures after the rows, each (gpu_figures.sh part, ONLY): the fused kernel against XLA in
+# Issue 28's figures after the rows, each (gpu_figures.sh part, its settings): the fused kernel against XLA in
 # bfloat16 (never yet run on a GPU: the second H200 session's figures went to the research size's loop,
 # the scatter against the sort), then the research size's step profiled at batch 256 and 1024 (where its
 # time goes: 160,000-175,000 tokens/s on the H200 at 256, the issue asks 250,000).
