@@ -98,6 +98,12 @@ if [ "$part" = loop ]; then
   # AdamW's first moment in bfloat16 (optimizer.mu_dtype): less of the output layer's optimiser traffic
   bench research_bf16_mu_bf16 $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
     --config.optimizer.mu_dtype=bfloat16
+  # XLA's command buffers (CUDA graphs, on by default for fusions and cuBLAS): off, and with the step loop's
+  # while and conditionals captured too: whether a step of about 1.5 ms at batch 256 is bound by launches
+  XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_command_buffer=" \
+    bench research_bf16_no_command_buffers $RESEARCH --batch_sizes=256 --loop --config.model.compute_dtype=bfloat16
+  XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,WHILE,CONDITIONAL" \
+    bench research_bf16_while_command_buffers $RESEARCH --batch_sizes=256 --loop --config.model.compute_dtype=bfloat16
   # where the research size's step spends its time (issue 28: a profile before and after each change)
   for batch in 256 1024; do
     profile profile_research_bf16_$batch $batch $RESEARCH --config.model.compute_dtype=bfloat16

@@ -41,8 +41,9 @@
 #              likeliest suspects first (C's gradient as a sort, the distant block's as a matmul)
 #   research   issues 28 and 31: research-size candidates at batch 256 and 1024 (beside an older
 #              tree's loop when .carry/baseline holds one: BASELINE=6d3a2d5 bash launch/device_pack.sh),
-#              the research step's profile at both batches (XLA's per-operation times, as text), and the
-#              evaluation batch sizes 256 / 1024 / 4096
+#              XLA's command buffers off and with the step loop captured (batch 256), the research step's
+#              profile at both batches (XLA's per-operation times and bytes, as text), and the evaluation
+#              batch sizes 256 / 1024 / 4096
 #   mps        six copies of a ladder row side by side, in time slices and through CUDA's Multi-Process
 #              Service: whether the sweeps' MPS=1 (below) pays, measured
 # The sweep steps run their processes through MPS (launch/mps.sh; MPS=0 turns it off): six rows side by
@@ -109,7 +110,7 @@ case $step in
   research)
     baseline=$PWD/.carry/baseline  # BASELINE=COMMIT bash launch/device_pack.sh puts an older tree there
     [ -d "$baseline" ] || baseline=''
-    ONLY=research_bf16,research_bf16_scatter,research_bf16_nondeterministic,baseline_research_bf16,profile_research_bf16_256,profile_research_bf16_1024 \
+    ONLY=research_bf16,research_bf16_scatter,research_bf16_nondeterministic,research_bf16_no_command_buffers,research_bf16_while_command_buffers,baseline_research_bf16,profile_research_bf16_256,profile_research_bf16_1024 \
       BASELINE=$baseline \
       bash benchmarks/gpu_figures.sh loop "$out"
     bash benchmarks/gpu_figures.sh eval "$out" ;;
