@@ -3,7 +3,8 @@
 #   loop: the step alone against the training loop (benchmarks/throughput.py --loop) for Brown reg4_n7
 #          and a research-size config, float32 'highest' / TF32 / bfloat16, deterministic ops on/off,
 #          C's gradient as a scatter, a one-hot matmul or a sort, AdamW's first moment in float32 or
-#          bfloat16; the research size's step profiled at batch 256 and 1024 (profile_research_bf16_*);
+#          bfloat16, XLA's command buffers off or capturing the step loop too; the research size's step
+#          profiled at batch 256 and 1024 (profile_research_bf16_*);
 #   softmax: the vocab_block rule at |V| 33k-300k, the previous loop (BASELINE=folder of an older
 #          checkout, optional) on the same synthetic corpora, and the GPU smoke tests;
 #   train: brown.py:reg4_n7 alone (end to end), then reg4_n7 in bfloat16 and the PTB table network
