@@ -40,6 +40,7 @@ import tarfile
 import time
 
 from nplm_jax import cli as cli_lib
+from nplm_jax import config as config_lib
 
 # The forms of C's gradient timed first, all deterministic (model.embedding_gradient: C's window rows;
 # model.distant_gradient: the distant block's share), each named in full (their 'auto' resolves by backend):
@@ -59,6 +60,7 @@ PROBE_TIMEOUT = 150  # seconds a form may take, its compile included
 BROWN_TRAIN_TOKENS = 800_000
 PTB_TRAIN_TOKENS = 929_589
 PTB_CHAR_TRAIN_TOKENS = 5_016_961  # the H100 character rows' steps x batch / epochs
+PTB_CHAR_VOCAB = 50  # the character rows' |V| (results.json's vocab_size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,10 +75,15 @@ class Row:
   epoch_tokens: int
   why: str
   relative_rate: float = 1.0  # its tokens/s over the probed row's
+  probe_vocab: int = 0  # > 0: its own step is timed at the call's start (a random corpus of this |V|), for its rate
 
   @property
   def tokens(self) -> float:
     return self.epochs * self.epoch_tokens
+
+  @property
+  def key(self) -> str:
+    return f'{self.root}/{self.point}'
 
 
 def _ladder_row(corpus: str, point: str, relative_rate: float) -> Row:
@@ -88,11 +95,12 @@ def _ladder_row(corpus: str, point: str, relative_rate: float) -> Row:
 
 
 # What the second H200 session (2026-11-26) left (RESULTS.md, "The second H200 session"), the most useful
-# first: the character row with less dropout and a cosine over 8 epochs (its constant-rate run stopped on
-# patience at 1.620 bits/char, underfitting; the target furthest off, and a long row: first, or no call
-# fits it); seeds 1 and 2 of Brown's best point (tune11, test 216.34 at seed 0) and two points beside it
-# (aim 215); the character tune points that fit a call (ptb.py's CHAR_TUNE: a longer window, the schedule
-# alone; its wider and longer points do not fit one) and the first one's seeds; then the ladders' rows not
+# first: the character row with less dropout and a cosine, over 16 epochs at four times the batch (its rate
+# timed at the call's start) and over 8 at its own (its constant-rate run stopped on patience at 1.620
+# bits/char, underfitting; the target furthest off, and long rows: first, or no call fits them); seeds 1
+# and 2 of Brown's best point (tune11, test 216.34 at seed 0) and two points beside it (aim 215); the
+# character tune points that fit a call (ptb.py's CHAR_TUNE: a longer window, the schedule alone; its wider
+# and longer points at batch 512 do not fit one) and the batch-512 point's seeds; then the ladders' rows not
 # yet trained to early stopping (Brown's 2003 row had 49 s; the 15-word windows 360 s beside seventeen
 # others on the H100). Relative rates: each row's loop tokens/s over PTB's top row's on the H200
 # (results/*_h200*.json: ladder4 1.0, characters 1.41; Brown's rows 0.8, its output layer 1.8x larger,
@@ -103,14 +111,17 @@ _BROWN_TUNE11 = 'tune11_dropout0.5_weight_decay0.4_cosine6_ema0.999'
 
 
 def _char_tune_row(point: str, epochs: float, relative_rate: float, why: str, root: str = 'char_tune',
-                   sets: tuple[str, ...] = ()) -> Row:
-  return Row(root, 'experiments/ptb.py', 'char_tune', point, (*sets, 'train.eval_every=2000'), epochs,
-             PTB_CHAR_TRAIN_TOKENS, why, relative_rate)
+                   sets: tuple[str, ...] = (), eval_every: int = 2000, probe_vocab: int = 0) -> Row:
+  """A character tune point, evaluated every `eval_every` steps (2,000 at batch 512: 0.2 epoch)."""
+  return Row(root, 'experiments/ptb.py', 'char_tune', point, (*sets, f'train.eval_every={eval_every}'), epochs,
+             PTB_CHAR_TRAIN_TOKENS, why, relative_rate, probe_vocab)
 
 
 ROWS = (
-    _char_tune_row(_CHAR_TUNE0, 8.0, 1.41, 'the character row with dropout 0.1 and a cosine over 8 epochs '
-                   '(target 1.40 bits/char)'),
+    _char_tune_row('char_tune5_dropout0.1_cosine16_batch2048_lr2e-3', 16.0, 1.41,
+                   'the character row with dropout 0.1 and a cosine over 16 epochs at batch 2048 (its rate timed '
+                   'first; target 1.40 bits/char)', eval_every=1000, probe_vocab=PTB_CHAR_VOCAB),
+    _char_tune_row(_CHAR_TUNE0, 8.0, 1.41, 'the same at batch 512 over 8 epochs (target 1.40 bits/char)'),
     *(Row(f'brown_seed{seed}', 'experiments/brown.py', 'tune', _BROWN_TUNE11, (f'seed={seed}',), 6.0,
           BROWN_TRAIN_TOKENS, f"Brown's best point (216.34 at seed 0), seed {seed}: over three seeds")
       for seed in (1, 2)),
@@ -141,8 +152,16 @@ FIGURES_RESERVE = 150.0  # seconds of the call the rows leave to FIGURES (issue 
 
 
 def estimate_seconds(row: Row, tokens_per_sec: float) -> float:
-  """A row's seconds at the probed row's rate `tokens_per_sec`."""
-  return row.tokens / (tokens_per_sec * row.relative_rate) * SLOWDOWN + START_AND_FINISH
+  """A row's seconds at its step rate `tokens_per_sec` (row_rate)."""
+  return row.tokens / tokens_per_sec * SLOWDOWN + START_AND_FINISH
+
+
+def row_rate(row: Row, rates: dict, form: str) -> float | None:
+  """A row's step rate: its own, timed at the call's start (Row.probe_vocab), else the probed row's with
+  the picked form times its relative rate; None where neither was measured."""
+  if row.probe_vocab and rates.get(row.key):
+    return rates[row.key]
+  return rates[form] * row.relative_rate if rates.get(form) else None
 
 
 # Devices where every form was timed (twice on the H200: 'sorted_counts' 7.2x and 6.7x the scatter): there
@@ -170,18 +189,35 @@ def probe_order(device: str) -> tuple[str, ...]:
 
 
 def pick_form(rates: dict[str, float | None]) -> str:
-  """The fastest form measured; 'scatter' (the default) when none was."""
-  measured = {name: rate for name, rate in rates.items() if rate}
+  """The fastest form measured; 'scatter' (the default) when none was (rates also holds rows' own rates)."""
+  measured = {name: rate for name, rate in rates.items() if rate and name in GRADIENT_FORMS}
   return max(measured, key=measured.get) if measured else 'scatter'
 
 
 def probe(name: str, logs: str) -> float | None:
   """The top row's training step rate (tokens/s at PROBE_BATCH) with a form of C's gradient, None if it
   failed or ran past PROBE_TIMEOUT (its output is in LOGS/probe_NAME.log either way)."""
-  sets = [f'--config.{s}' for s in GRADIENT_FORMS[name]]
-  args = [sys.executable, 'benchmarks/throughput.py', f'--config={PROBE_CONFIG}', f'--vocab={PROBE_VOCAB}',
-          f'--batch_sizes={PROBE_BATCH}', '--steps=10', '--repeats=3', '--peak_size=1024', *sets]
-  log = os.path.join(logs, f'probe_{name}.log')
+  return _step_rate([f'--config={PROBE_CONFIG}', *(f'--config.{s}' for s in GRADIENT_FORMS[name])], PROBE_VOCAB,
+                    PROBE_BATCH, os.path.join(logs, f'probe_{name}.log'))
+
+
+def probe_row(row: Row, form: str, logs: str) -> float | None:
+  """A row's own training step rate (tokens/s at its batch size) with the picked form, as it will train:
+  its sweep point's config and overrides and the row's settings (LOGS/probe_ROOT_POINT.log)."""
+  point = {p['name']: p for p in config_lib.load_experiment(row.experiment).get_sweep(row.sweep)}[row.point]
+  overrides = {**point.get('overrides', {}), **dict(s.split('=', 1) for s in row.sets)}
+  path, _, variant = point['config'].partition(':')
+  batch = int(overrides.get('train.batch_size', config_lib.load_experiment(path).get_config(variant).train.batch_size))
+  sets = [*(f'--config.{k}={v}' for k, v in overrides.items()), *(f'--config.{s}' for s in GRADIENT_FORMS[form])]
+  return _step_rate([f'--config={point["config"]}', *sets], row.probe_vocab, batch,
+                    os.path.join(logs, f'probe_{row.root}_{row.point}.log'))
+
+
+def _step_rate(config_args: list[str], vocab: int, batch: int, log: str) -> float | None:
+  """benchmarks/throughput.py's training step rate for a config at one batch size, None if it failed or ran
+  past PROBE_TIMEOUT (its output in LOG either way)."""
+  args = [sys.executable, 'benchmarks/throughput.py', *config_args, f'--vocab={vocab}', f'--batch_sizes={batch}',
+          '--steps=10', '--repeats=3', '--peak_size=1024']
   with open(log, 'w', encoding='utf-8') as f:
     try:
       subprocess.run(args, stdout=f, stderr=subprocess.STDOUT, timeout=PROBE_TIMEOUT, check=False)
@@ -189,7 +225,7 @@ def probe(name: str, logs: str) -> float | None:
       return None
   with open(log, encoding='utf-8') as f:
     rows = [json.loads(line) for line in f if line.startswith('{')]
-  rates = [r['train_tokens_per_sec'] for r in rows if r.get('batch_size') == PROBE_BATCH]
+  rates = [r['train_tokens_per_sec'] for r in rows if r.get('batch_size') == batch]
   return rates[0] if rates else None
 
 
@@ -276,12 +312,12 @@ def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=N
   form's rate; a row that does not fit is skipped and a later, shorter one may still run."""
   run = run or subprocess.run
   os.makedirs(logs_folder(root), exist_ok=True)
-  rate = session.rates.get(session.form)
   for row in rows:
     if os.path.exists(os.path.join(root, row.root, row.point, 'results.json')):
       print(f'{row.root}/{row.point}: trained by an earlier call', flush=True)
       continue
     left = deadline - clock() - PACK_RESERVE
+    rate = row_rate(row, session.rates, session.form)
     estimate = estimate_seconds(row, rate) if rate else None
     entry = {'root': row.root, 'point': row.point, 'why': row.why,
              'estimate_s': round(estimate) if estimate else None, 'left_s': round(left)}
@@ -367,6 +403,10 @@ def main(argv=None) -> int:
         break  # the forms' order there is known: the first that runs gives the rows' rate
     session.form = pick_form(session.rates)
     print(f'picked {session.form}: {" ".join(GRADIENT_FORMS[session.form])}', flush=True)
+    for row in ROWS:  # the rows whose rate is their own, timed with the picked form
+      if row.probe_vocab:
+        session.rates[row.key] = probe_row(row, session.form, logs_folder(args.root))
+        print(f'probe {row.key}: {session.rates[row.key] or "failed"} tokens/s', flush=True)
   session.write(args.out, args.root)
   first = session.calls == 1
   run_rows(ROWS, session, args.out, args.root, deadline - (FIGURES_RESERVE if first else 0),

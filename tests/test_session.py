@@ -224,6 +224,45 @@ def test_the_gpu_is_named_as_nvidia_smi_names_it_and_has_no_name_without_it(tmp_
   assert session_lib.gpu_name() == ''
 
 
+def test_a_row_with_its_own_probe_is_timed_as_it_trains_and_estimated_at_that_rate(tmp_path, monkeypatch):
+  """A row whose rate is not the probed row's times a known ratio (Row.probe_vocab: the character row at
+  four times the batch) has its own step timed once, at the first call's start, with its sweep point's
+  config and overrides, its batch and the picked form; its estimate uses that rate (here fast enough to
+  run where the probed row's rate would skip it), a later call times nothing again, and the picked form
+  is never a row's rate."""
+  row = next(r for r in session_lib.ROWS if r.probe_vocab)
+  timed = []
+
+  def step_rate(config_args, vocab, batch, log):
+    timed.append((config_args, vocab, batch, os.path.basename(log)))
+    return 1e9
+  monkeypatch.setattr(session_lib, '_step_rate', step_rate)
+  monkeypatch.setattr(session_lib, 'probe', lambda name, logs: {'sorted_counts': 10.0}.get(name))
+  monkeypatch.setattr(session_lib, 'ROWS', (row,))
+  monkeypatch.setattr(session_lib, 'spend_the_rest', lambda *a, **k: None)
+  calls = []
+
+  def run(args, **unused_kwargs):
+    calls.append(args)
+    return types.SimpleNamespace(returncode=0)
+  monkeypatch.setattr(session_lib.subprocess, 'run', run)
+  root = tmp_path / 'root'
+  assert session_lib.main([f'--out={tmp_path / "out"}', f'--root={root}', '--seconds=400']) == 0
+  [(config_args, vocab, batch, log)] = timed
+  assert config_args[0] == '--config=experiments/ptb.py:char_ladder5_dropout'
+  assert '--config.train.batch_size=2048' in config_args and '--config.model.distant_gradient=counts' in config_args
+  assert (vocab, batch) == (session_lib.PTB_CHAR_VOCAB, 2048) and log == f'probe_{row.root}_{row.point}.log'
+  assert [next(a for a in args if a.startswith('--only=')) for args in calls] == [f'--only={row.point}']
+  with open(tmp_path / 'out' / 'session.json', encoding='utf-8') as f:
+    written = json.load(f)
+  assert written['form'] == 'sorted_counts' and written['rates'][row.key] == 1e9
+  assert session_lib.pick_form({'sorted': 5.0, row.key: 1e9}) == 'sorted'
+  assert session_lib.row_rate(row, {'sorted': 5.0}, 'sorted') == 5.0 * row.relative_rate  # not timed: the ratio
+  (root / row.root / row.point).mkdir(parents=True, exist_ok=True)
+  assert session_lib.main([f'--out={tmp_path / "out"}', f'--root={root}', '--seconds=100']) == 0
+  assert len(timed) == 1  # the later call goes on from the first's rates
+
+
 def test_too_little_time_after_the_rows_is_left_alone(monkeypatch):
   calls = []
   monkeypatch.setattr(session_lib.subprocess, 'run', lambda args, **kw: calls.append(args))
