@@ -39,6 +39,7 @@ import sys
 import tarfile
 import time
 
+from launch import sweep as sweep_lib
 from nplm_jax import cli as cli_lib
 from nplm_jax import config as config_lib
 
@@ -183,9 +184,17 @@ def gpu_name() -> str:
   return proc.stdout.splitlines()[0].strip() if proc.returncode == 0 and proc.stdout.strip() else ''
 
 
-def probe_order(device: str) -> tuple[str, ...]:
-  """The forms to time: fastest first where every form was measured, else all (GRADIENT_FORMS' order)."""
-  return _FASTEST_FIRST if device in FORMS_MEASURED_ON else tuple(GRADIENT_FORMS)
+def probe_forms(device: str, logs: str) -> dict[str, float | None]:
+  """Each form's rate (probe): all of them, except on a device where every form was measured before,
+  where they go fastest first and stop at the first that runs."""
+  measured_before = device in FORMS_MEASURED_ON
+  rates = {}
+  for name in _FASTEST_FIRST if measured_before else GRADIENT_FORMS:
+    rates[name] = probe(name, logs)
+    print(f'probe {name}: {rates[name] or "failed"} tokens/s at batch {PROBE_BATCH}', flush=True)
+    if rates[name] and measured_before:
+      break
+  return rates
 
 
 def pick_form(rates: dict[str, float | None]) -> str:
@@ -205,11 +214,9 @@ def probe_row(row: Row, form: str, logs: str) -> float | None:
   """A row's own training step rate (tokens/s at its batch size) with the picked form, as it will train:
   its sweep point's config and overrides and the row's settings (LOGS/probe_ROOT_POINT.log)."""
   point = {p['name']: p for p in config_lib.load_experiment(row.experiment).get_sweep(row.sweep)}[row.point]
-  overrides = {**point.get('overrides', {}), **dict(s.split('=', 1) for s in row.sets)}
-  path, _, variant = point['config'].partition(':')
-  batch = int(overrides.get('train.batch_size', config_lib.load_experiment(path).get_config(variant).train.batch_size))
-  sets = [*(f'--config.{k}={v}' for k, v in overrides.items()), *(f'--config.{s}' for s in GRADIENT_FORMS[form])]
-  return _step_rate([f'--config={point["config"]}', *sets], row.probe_vocab, batch,
+  flags = sweep_lib.override_flags(point, sweep_lib.parse_set([*row.sets, *GRADIENT_FORMS[form]]))  # as run_rows
+  batch = cli_lib.config_from_flags(point['config'], flags).train.batch_size
+  return _step_rate([f'--config={point["config"]}', *flags], row.probe_vocab, batch,
                     os.path.join(logs, f'probe_{row.root}_{row.point}.log'))
 
 
@@ -396,11 +403,7 @@ def main(argv=None) -> int:
           'measured by the first', flush=True)
   else:
     session = Session(device=gpu_name())
-    for name in probe_order(session.device):
-      session.rates[name] = probe(name, logs_folder(args.root))
-      print(f'probe {name}: {session.rates[name] or "failed"} tokens/s at batch {PROBE_BATCH}', flush=True)
-      if session.rates[name] and session.device in FORMS_MEASURED_ON:
-        break  # the forms' order there is known: the first that runs gives the rows' rate
+    session.rates = probe_forms(session.device, logs_folder(args.root))
     session.form = pick_form(session.rates)
     print(f'picked {session.form}: {" ".join(GRADIENT_FORMS[session.form])}', flush=True)
     for row in ROWS:  # the rows whose rate is their own, timed with the picked form
