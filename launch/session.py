@@ -88,10 +88,13 @@ class Row:
 
 
 def _ladder_row(corpus: str, point: str, relative_rate: float) -> Row:
-  """A word ladder's row, seed 0, to early stopping (the top row took 5.5-6.5 epochs on the H100)."""
-  experiment, root, tokens = {'ptb': ('experiments/ptb.py', 'ladder', PTB_TRAIN_TOKENS),
-                              'brown': ('experiments/brown.py', 'brown_ladder', BROWN_TRAIN_TOKENS)}[corpus]
-  return Row(root, experiment, 'ladder', point, (), 6.0, tokens, f'the {corpus} ladder\'s {point} to early stopping',
+  """A ladder's row, seed 0, to early stopping (the words' top row took 5.5-6.5 epochs on the H100, the
+  characters' 5.1 on the H200)."""
+  experiment, root, sweep, tokens = {
+      'ptb': ('experiments/ptb.py', 'ladder', 'ladder', PTB_TRAIN_TOKENS),
+      'brown': ('experiments/brown.py', 'brown_ladder', 'ladder', BROWN_TRAIN_TOKENS),
+      'chars': ('experiments/ptb.py', 'char_ladder', 'char_ladder', PTB_CHAR_TRAIN_TOKENS)}[corpus]
+  return Row(root, experiment, sweep, point, (), 6.0, tokens, f'the {corpus} ladder\'s {point} to early stopping',
              relative_rate)
 
 
@@ -103,7 +106,8 @@ def _ladder_row(corpus: str, point: str, relative_rate: float) -> Row:
 # character tune points that fit a call (ptb.py's CHAR_TUNE: a longer window, the schedule alone; its wider
 # and longer points at batch 512 do not fit one) and the batch-512 point's seeds; then the ladders' rows not
 # yet trained to early stopping (Brown's 2003 row had 49 s; the 15-word windows 360 s beside seventeen
-# others on the H100). Relative rates: each row's loop tokens/s over PTB's top row's on the H200
+# others on the H100, as the character ladder's revisited rows without dropout, 2-4, which have the top
+# row's shape). Relative rates: each row's loop tokens/s over PTB's top row's on the H200
 # (results/*_h200*.json: ladder4 1.0, characters 1.41; Brown's rows 0.8, its output layer 1.8x larger,
 # which SLOWDOWN covers; the 2003 rows 1.7-2.1); the 81-character window's from its multiply-adds a
 # character (55 M against 45 M: 1.15).
@@ -139,6 +143,7 @@ ROWS = (
         "the brown ladder's ladder0_nplm2003 to early stopping (49 s gave 13.3 epochs)", 2.0),
     _ladder_row('ptb', 'ladder1_window15', 2.0),
     _ladder_row('brown', 'ladder1_window15', 2.0),
+    *(_ladder_row('chars', point, 1.41) for point in ('char_ladder2_depth4', 'char_ladder3_distant', 'char_ladder4_tied')),
 )
 
 # A row's estimated seconds: its tokens at its share of the probe's step rate times SLOWDOWN (the loop's
