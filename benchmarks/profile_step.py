@@ -11,7 +11,9 @@ HLO's shapes: what it reads and writes in memory, an upper bound where it update
 or reads a slice) and so its GB/s; the JSON line adds the step's sum of them (gbytes), the device's
 practical bandwidth measured in the same run (peak_gbps: a large elementwise pass) and the time that
 traffic takes at it (bandwidth_bound_ms): how far the step is from the memory-traffic limit, and which
-operations are far from the bandwidth they could have. On CPU, XLA runs some matmuls (plain `dot`, not the fused ones) asynchronously:
+operations are far from the bandwidth they could have; then the operations run a step (ops_per_step) and
+the step's time outside them (gap_ms, wall_step_ms - step_ms): a step of many short operations with a
+large gap is bound by launching them (on a GPU, XLA's command buffers are what shortens that). On CPU, XLA runs some matmuls (plain `dot`, not the fused ones) asynchronously:
 their event covers only the launch, and their time shows up in the gap between wall_step_ms and
 step_ms or in an operation that waits for them (a collective).
 """
@@ -118,19 +120,21 @@ def category(op: str, source: str) -> str:
   return 'other'
 
 
-def op_times(trace_dir: str, module: str) -> collections.Counter:
-  """Microseconds per HLO operation of `module`, summed over the trace's events and devices."""
+def op_times(trace_dir: str, module: str) -> tuple[collections.Counter, int]:
+  """Microseconds per HLO operation of `module`, summed over the trace's events and devices, and the
+  number of those events (on a GPU, kernels run)."""
   paths = glob.glob(os.path.join(trace_dir, '**', '*.trace.json.gz'), recursive=True)
   if not paths:
     raise SystemExit(f'error: the profiler wrote no trace under {trace_dir}; is this jax build able to profile?')
   with gzip.open(paths[0]) as f:
     trace = json.load(f)
-  times = collections.Counter()
+  times, events = collections.Counter(), 0
   for event in trace['traceEvents'] if isinstance(trace, dict) else trace:
     args = event.get('args') or {}
     if event.get('ph') == 'X' and args.get('hlo_module') == module and 'hlo_op' in args:
       times[args['hlo_op']] += event.get('dur', 0.0)
-  return times
+      events += 1
+  return times, events
 
 
 def main(argv):
@@ -157,7 +161,8 @@ def main(argv):
   peak_gbps = common.peak_copy_gbps(ARGS.peak_mib or (256 if jax.devices()[0].platform == 'cpu' else 2048))
   devices = mesh.size
   module = re.match(r'HloModule ([\w.\-]+)', hlo).group(1)  # the step's own name, whatever jit calls it
-  per_step = {op: us / 1e3 / ARGS.steps / devices for op, us in op_times(trace_dir, module).items()}
+  times, events = op_times(trace_dir, module)
+  per_step = {op: us / 1e3 / ARGS.steps / devices for op, us in times.items()}
   sources, sizes = source_ops(hlo), op_bytes(hlo)
   totals = collections.Counter()
   for op, ms in per_step.items():
@@ -176,10 +181,14 @@ def main(argv):
          **{f'{c}_ms': round(totals[c], 3) for c in ('matmul', 'collective', 'other')},
          'matmul_share': round(totals['matmul'] / step_ms, 4) if step_ms else 0.0,
          'gbytes': round(gbytes, 6), 'peak_gbps': round(peak_gbps, 2),
-         'bandwidth_bound_ms': round(gbytes / peak_gbps * 1e3, 3)}
+         'bandwidth_bound_ms': round(gbytes / peak_gbps * 1e3, 3),
+         # operations run a step and device, and the step's time outside them (launches, the host, waits):
+         # a step of many short operations with a large gap is bound by launching them, not by memory
+         'ops_per_step': round(events / ARGS.steps / devices, 1), 'gap_ms': round(wall_ms - step_ms, 3)}
   print(f'matmuls {row["matmul_ms"]} ms ({row["matmul_share"]:.0%}), collectives {row["collective_ms"]} ms '
         f'(waiting for the slower device included), other {row["other_ms"]} ms; the operations name '
-        f'{gbytes:.3f} GB a step, {row["bandwidth_bound_ms"]} ms at the {peak_gbps:.0f} GB/s measured')
+        f'{gbytes:.3f} GB a step, {row["bandwidth_bound_ms"]} ms at the {peak_gbps:.0f} GB/s measured; '
+        f'{row["ops_per_step"]:g} operations run a step, {row["gap_ms"]} ms of the step outside them')
   common.emit(row)
 
 

@@ -86,6 +86,7 @@ def test_profile_step_attributes_the_step_to_operations():
   assert abs(row['matmul_ms'] + row['collective_ms'] + row['other_ms'] - row['step_ms']) < 1e-2
   assert row['gbytes'] > 0 and row['peak_gbps'] > 0  # the step's traffic against the bandwidth, same run
   assert row['bandwidth_bound_ms'] == pytest.approx(row['gbytes'] / row['peak_gbps'] * 1e3, rel=0.05, abs=2e-3)  # rounded
+  assert row['ops_per_step'] >= 1 and row['gap_ms'] == pytest.approx(row['wall_step_ms'] - row['step_ms'], abs=2e-3)
 
 
 def test_an_operation_names_the_bytes_of_its_operands_and_results():
