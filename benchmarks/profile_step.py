@@ -13,9 +13,9 @@ practical bandwidth measured in the same run (peak_gbps: a large elementwise pas
 traffic takes at it (bandwidth_bound_ms): how far the step is from the memory-traffic limit, and which
 operations are far from the bandwidth they could have; then the operations run a step (ops_per_step) and
 the step's time outside them (gap_ms, wall_step_ms - step_ms): a step of many short operations with a
-large gap is bound by launching them (on a GPU, XLA's command buffers are what shortens that). On CPU, XLA runs some matmuls (plain `dot`, not the fused ones) asynchronously:
-their event covers only the launch, and their time shows up in the gap between wall_step_ms and
-step_ms or in an operation that waits for them (a collective).
+large gap is bound by launching them (on a GPU, XLA's command buffers are what shortens that). On
+CPU, XLA runs some matmuls (plain `dot`, not the fused ones) asynchronously: their event covers only
+the launch, and their time shows up in the gap or in an operation that waits for them (a collective).
 """
 
 import collections
