@@ -105,9 +105,9 @@ def _ladder_row(corpus: str, point: str, relative_rate: float) -> Row:
 # and 2 of Brown's best point (tune11, test 216.34 at seed 0) and two points beside it (aim 215); the
 # character tune points that fit a call (ptb.py's CHAR_TUNE: a longer window, the schedule alone; its wider
 # and longer points at batch 512 do not fit one) and the batch-512 point's seeds; then the ladders' rows not
-# yet trained to early stopping (Brown's 2003 row had 49 s; PTB's 15-word window 360 s beside seventeen
-# others on the H100, as the character ladder's revisited rows without dropout, 2-4, which have the top
-# row's shape; Brown's 15-word window trained to early stopping on the CPU, RESULTS.md). Relative rates:
+# yet trained to early stopping (PTB's 15-word window had 360 s beside seventeen others on the H100, as
+# the character ladder's revisited rows without dropout, 2-4, which have the top row's shape; Brown's 2003
+# rows trained to early stopping on the CPU, RESULTS.md). Relative rates:
 # each row's loop tokens/s over PTB's top row's on the H200
 # (results/*_h200*.json: ladder4 1.0, characters 1.41; Brown's rows 0.8, its output layer 1.8x larger,
 # which SLOWDOWN covers; the 2003 rows 1.7-2.1); the 81-character window's from its multiply-adds a
@@ -140,8 +140,6 @@ ROWS = (
     _char_tune_row('char_tune2_cosine8', 8.0, 1.41, "the character row's own dropout with the cosine"),
     *(_char_tune_row(_CHAR_TUNE0, 8.0, 1.41, f'the first character tune point, seed {seed}: over three seeds',
                      root=f'char_seed{seed}', sets=(f'seed={seed}',)) for seed in (1, 2)),
-    Row('brown_ladder', 'experiments/brown.py', 'ladder', 'ladder0_nplm2003', (), 20.0, BROWN_TRAIN_TOKENS,
-        "the brown ladder's ladder0_nplm2003 to early stopping (49 s gave 13.3 epochs)", 2.0),
     _ladder_row('ptb', 'ladder1_window15', 2.0),
     *(_ladder_row('chars', point, 1.41) for point in ('char_ladder2_depth4', 'char_ladder3_distant', 'char_ladder4_tied')),
 )
