@@ -107,11 +107,10 @@ def _ladder_row(corpus: str, point: str, relative_rate: float) -> Row:
 # and longer points at batch 512 do not fit one) and the batch-512 point's seeds; then the ladders' rows not
 # yet trained to early stopping (PTB's 15-word window had 360 s beside seventeen others on the H100, as
 # the character ladder's revisited rows without dropout, 2-4, which have the top row's shape; Brown's 2003
-# rows trained to early stopping on the CPU, RESULTS.md). Relative rates:
-# each row's loop tokens/s over PTB's top row's on the H200
-# (results/*_h200*.json: ladder4 1.0, characters 1.41; Brown's rows 0.8, its output layer 1.8x larger,
-# which SLOWDOWN covers; the 2003 rows 1.7-2.1); the 81-character window's from its multiply-adds a
-# character (55 M against 45 M: 1.15).
+# rows trained to early stopping on the CPU, RESULTS.md). Relative rates: each row's loop tokens/s over
+# PTB's top row's on the H200 (results/*_h200*.json: ladder4 1.0, characters 1.41; Brown's rows 0.8, its
+# output layer 1.8x larger, which SLOWDOWN covers; the 2003 rows 1.7-2.1); the 81-character window's from
+# its multiply-adds a character (55 M against 45 M: 1.15).
 _CHAR_TUNE0 = 'char_tune0_dropout0.1_cosine8'
 _BROWN_TUNE11 = 'tune11_dropout0.5_weight_decay0.4_cosine6_ema0.999'
 
