@@ -2,8 +2,8 @@
 10 minutes is left once the machine has started): the revisited step's deterministic forms of C's
 gradient timed on the machine (on a GPU where each was timed before, FORMS_MEASURED_ON, only the fastest,
 for its rate), the fastest picked, then the rows issue 27 waits for, one at a time:
-the character tune points, Brown's best point's seeds and two points beside it, the character seeds,
-then the ladders' rows not yet at early stopping, each to early stopping or its planned length (ROWS).
+Brown's best point's last seed, the character tune points, the character seeds, then the ladders' rows
+not yet at early stopping, each to early stopping or its planned length (ROWS).
 Each starts only when its estimated time fits in what is left of the call: a row is never planned to be
 cut by the call's end. Each gets the time left as its train.max_seconds (a safety), and one that does not
 fit is skipped and said so. The rows leave FIGURES_RESERVE seconds of the call to issue 28's figures:
@@ -98,19 +98,18 @@ def _ladder_row(corpus: str, point: str, relative_rate: float) -> Row:
              relative_rate)
 
 
-# What the second H200 session (2026-11-26) left (RESULTS.md, "The second H200 session"), the most useful
-# first: the character row with less dropout and a cosine, over 16 epochs at four times the batch (its rate
-# timed at the call's start) and over 8 at its own (its constant-rate run stopped on patience at 1.620
-# bits/char, underfitting; the target furthest off, and long rows: first, or no call fits them); seeds 1
-# and 2 of Brown's best point (tune11, test 216.34 at seed 0) and two points beside it (aim 215); the
-# character tune points that fit a call (ptb.py's CHAR_TUNE: a longer window, the schedule alone; its wider
-# and longer points at batch 512 do not fit one) and the batch-512 point's seeds; then the ladders' rows not
-# yet trained to early stopping (PTB's 15-word window had 360 s beside seventeen others on the H100, as
-# the character ladder's revisited rows without dropout, 2-4, which have the top row's shape; Brown's 2003
-# rows trained to early stopping on the CPU, RESULTS.md). Relative rates: each row's loop tokens/s over
-# PTB's top row's on the H200 (results/*_h200*.json: ladder4 1.0, characters 1.41; Brown's rows 0.8, its
-# output layer 1.8x larger, which SLOWDOWN covers; the 2003 rows 1.7-2.1); the 81-character window's from
-# its multiply-adds a character (55 M against 45 M: 1.15).
+# What the H100 session of 2026-11-26 (RESULTS.md, "The third H100 session") left, the most useful first:
+# Brown tune11's seed 1 again (cut by the call's safety budget at 4.85 of its 6 epochs; seeds 0 and 2:
+# 216.34 and 214.72); the character tune points that fit a call (ptb.py's CHAR_TUNE: char_tune0, dropout 0.1
+# with a cosine over 8 epochs, gave 1.509 bits/char with a 0.18-bit gap between training and validation,
+# so the row's own 0.2 dropout with the cosine first, then an 81-character window; the wider and longer
+# points at batch 512, and the batch-2048 point at 16 epochs, about 394 s, do not fit a call beside the
+# probes); PTB's 15-word window to early stopping (2.1 epochs in the last call, still improving); the
+# best character point's seeds; then the character ladder's revisited rows without dropout (2-4, the top
+# row's shape). Relative rates: each row's loop tokens/s over PTB's top row's on the H200
+# (results/*_h200*.json: ladder4 1.0, characters 1.41; Brown's rows 0.8, its output layer 1.8x larger,
+# which SLOWDOWN covers; the 2003 rows 1.7-2.1); the 81-character window's from its multiply-adds a
+# character (55 M against 45 M: 1.15).
 _CHAR_TUNE0 = 'char_tune0_dropout0.1_cosine8'
 _BROWN_TUNE11 = 'tune11_dropout0.5_weight_decay0.4_cosine6_ema0.999'
 
@@ -123,23 +122,15 @@ def _char_tune_row(point: str, epochs: float, relative_rate: float, why: str, ro
 
 
 ROWS = (
-    _char_tune_row('char_tune5_dropout0.1_cosine16_batch2048_lr2e-3', 16.0, 1.41,
-                   'the character row with dropout 0.1 and a cosine over 16 epochs at batch 2048 (its rate timed '
-                   'first; target 1.40 bits/char)', eval_every=1000, probe_vocab=PTB_CHAR_VOCAB),
-    _char_tune_row(_CHAR_TUNE0, 8.0, 1.41, 'the same at batch 512 over 8 epochs (target 1.40 bits/char)'),
-    *(Row(f'brown_seed{seed}', 'experiments/brown.py', 'tune', _BROWN_TUNE11, (f'seed={seed}',), 6.0,
-          BROWN_TRAIN_TOKENS, f"Brown's best point (216.34 at seed 0), seed {seed}: over three seeds")
-      for seed in (1, 2)),
-    Row('brown_tune', 'experiments/brown.py', 'tune', 'tune13_dropout0.5_weight_decay0.4_cosine8_ema0.999', (), 8.0,
-        BROWN_TRAIN_TOKENS, "Brown's best point with a cosine over 8 epochs (aim 215)"),
-    Row('brown_tune', 'experiments/brown.py', 'tune', 'tune14_dropout0.6_weight_decay0.4_cosine6_ema0.999', (), 6.0,
-        BROWN_TRAIN_TOKENS, "Brown's best point with dropout 0.6 (aim 215)"),
+    Row('brown_seed1', 'experiments/brown.py', 'tune', _BROWN_TUNE11, ('seed=1',), 6.0, BROWN_TRAIN_TOKENS,
+        "Brown's best point, seed 1 (cut at 4.85 epochs last time; seeds 0 and 2: 216.34, 214.72): over three seeds"),
+    _char_tune_row('char_tune2_cosine8', 8.0, 1.41,
+                   "the character row's own dropout (0.2) with the cosine (char_tune0's 0.1 left a 0.18-bit gap)"),
+    _ladder_row('ptb', 'ladder1_window15', 2.0),
     _char_tune_row('char_tune1_dropout0.1_cosine8_window81', 8.0, 1.15,
                    'the first character tune point with an 81-character window'),
-    _char_tune_row('char_tune2_cosine8', 8.0, 1.41, "the character row's own dropout with the cosine"),
-    *(_char_tune_row(_CHAR_TUNE0, 8.0, 1.41, f'the first character tune point, seed {seed}: over three seeds',
-                     root=f'char_seed{seed}', sets=(f'seed={seed}',)) for seed in (1, 2)),
-    _ladder_row('ptb', 'ladder1_window15', 2.0),
+    *(_char_tune_row(_CHAR_TUNE0, 8.0, 1.41, f'the best character point (1.509 at seed 0), seed {seed}: over three '
+                     'seeds', root=f'char_seed{seed}', sets=(f'seed={seed}',)) for seed in (1, 2)),
     *(_ladder_row('chars', point, 1.41) for point in ('char_ladder2_depth4', 'char_ladder3_distant', 'char_ladder4_tied')),
 )
 
@@ -148,7 +139,11 @@ ROWS = (
 # the final evaluation, the n-gram mixture, the results).
 SLOWDOWN = 1.3
 START_AND_FINISH = 50.0  # the H200's rows took 31-46 s beyond their tokens at the loop's rate
-FINISH_RESERVE = 60.0  # seconds a row is left after its train.max_seconds: final evaluation and mixture
+# Seconds a row is left after its train.max_seconds (the final evaluation, the test set, the mixture, the
+# process's exit): on the H100 (2026-11-26) 2 s for Brown's trigram, 10 s for PTB characters' KN11. It must
+# stay below START_AND_FINISH, so that a row whose estimate fits the time left is never cut by its safety
+# budget: at 60 it was, and Brown tune11's seed 1 stopped at 4.85 of its 6 epochs (budget 47 s, estimate 89).
+FINISH_RESERVE = 25.0
 PACK_RESERVE = 15.0  # seconds kept at the call's end for the last pack
 MIN_FALLBACK_SECONDS = 90  # the least time left after the rows worth spending on benchmarks
 FIGURES_RESERVE = 150.0  # seconds of the call the rows leave to FIGURES (issue 28)
@@ -167,9 +162,10 @@ def row_rate(row: Row, rates: dict, form: str) -> float | None:
   return rates[form] * row.relative_rate if rates.get(form) else None
 
 
-# Devices where every form was timed (twice on the H200: 'sorted_counts' 7.2x and 6.7x the scatter): there
-# the forms are timed fastest first and only until one runs (about 12 s each of the call), for its rate.
-FORMS_MEASURED_ON = ('NVIDIA H200',)
+# Devices where every form was timed (twice on the H200: 'sorted_counts' 7.2x and 6.7x the scatter; on the
+# H100 8.7x, results/bench/h100_session_kernel.jsonl): there the forms are timed fastest first and only until
+# one runs (about 12 s each of the call), for its rate.
+FORMS_MEASURED_ON = ('NVIDIA H200', 'NVIDIA H100 80GB HBM3')
 _FASTEST_FIRST = ('sorted_counts', 'sorted', 'scatter')
 
 
