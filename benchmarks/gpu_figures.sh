@@ -12,6 +12,9 @@
 #   kernel: the GPU smoke tests (the kernel's loop form against NumPy on the GPU), then the fused
 #          kernel ('pallas_loop') beside XLA's all-at-once and streamed paths at batch 4096, |V| 17,905,
 #          100k and 300k, bfloat16 then float32 (DTYPES='bfloat16' for one), with compiled temporaries;
+#   tiles: the kernel's GPU tests, then its loop form's settings (LoopTuning: tiles, vocabulary splits,
+#          chunks of the feature width, Triton's warps and stages) each beside XLA, the output layer alone
+#          (benchmarks/softmax_kernel_tiles.py), at TILES_RUNS ('100000:bfloat16 300000:bfloat16 ...');
 #   eval: evaluation throughput at batch 256, 1024 and 4096 (train.eval_batch_size's accelerator value)
 #          for Brown reg4_n7, the research size and |V| 100k;
 #   mps:   COPIES (6) of the PTB ladder's top row's training loop side by side (batch 256, bfloat16,
@@ -79,7 +82,7 @@ EOF
 }
 
 if [ "$part" = loop ]; then
-  nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv
   bench reg4_f32 $REG4 --batch_sizes=128 --loop --loop_steps=6000
   bench reg4_f32_dispatch1 $REG4 --batch_sizes=128 --loop --loop_steps=6000 --config.train.steps_per_dispatch=1
   bench reg4_f32_nondeterministic $REG4 --batch_sizes=128 --loop --loop_steps=6000 --config.train.deterministic=False
@@ -129,8 +132,8 @@ elif [ "$part" = softmax ]; then
   fi
   timeout 200 python -m pytest -q tests/test_gpu.py 2>&1 | tail -5 | tee -a "$out/log.txt"
 elif [ "$part" = kernel ]; then
-  nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv
-  timeout 200 python -m pytest -q -rs tests/test_gpu.py ${GPU_TESTS:+-k "$GPU_TESTS"} 2>&1 | tail -5 | tee -a "$out/log.txt"
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv
+  timeout 200 python -m pytest -q -rfs tests/test_gpu.py ${GPU_TESTS:+-k "$GPU_TESTS"} 2>&1 | tail -25 | tee -a "$out/log.txt"
   for dtype in ${DTYPES:-bfloat16 float32}; do
     for v in ${KERNEL_VOCABS:-17905 100000 300000}; do
       bench kernel_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v --batch_sizes=4096 --steps=10 \
@@ -138,6 +141,19 @@ elif [ "$part" = kernel ]; then
       bench streamed_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v --batch_sizes=4096 --steps=10 \
         --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=4096
     done
+  done
+elif [ "$part" = tiles ]; then
+  # the kernel's GPU tests (every LoopTuning case of tests/test_gpu.py), then its settings against XLA, the
+  # output layer alone (benchmarks/softmax_kernel_tiles.py), at TILES_RUNS' |V|:dtype in that order
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv
+  timeout 240 python -m pytest -q -rfs tests/test_gpu.py ${GPU_TESTS:+-k "$GPU_TESTS"} 2>&1 | tail -25 | tee -a "$out/log.txt"
+  for run in ${TILES_RUNS:-100000:bfloat16 300000:bfloat16 17905:bfloat16 100000:float32}; do
+    v=${run%%:*} dtype=${run##*:} name=tiles_v${run%%:*}_${run##*:}
+    echo "== $name"
+    timeout 240 python benchmarks/softmax_kernel_tiles.py --vocab=$v --dtype=$dtype >/tmp/$name.out 2>&1
+    cat /tmp/$name.out >>"$out/log.txt"
+    grep '^{' /tmp/$name.out | sed "s/^{/{\"name\": \"$name\", /" >>"$out/bench.jsonl"
+    grep -v '^{' /tmp/$name.out | tail -16
   done
 elif [ "$part" = eval ]; then
   # train.eval_batch_size on this backend: eval_tokens_per_sec at 256, 1024 and 4096 (bfloat16, the default)

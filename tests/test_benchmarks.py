@@ -44,6 +44,21 @@ def test_throughput_loop_runs_the_real_training_loop_beside_the_step():
   assert 0 < rows[0]['mfu_f32'] and rows[0]['peak_bf16_tflops'] > 0 and rows[0]['peak_f32_tflops'] > 0
 
 
+def test_the_kernel_settings_benchmark_compares_each_with_xla():
+  """benchmarks/softmax_kernel_tiles.py on a tiny shard (the kernel interpreted): XLA's line first, then
+  one a setting with its ratio to XLA; a setting that is not LoopTuning's is refused in one line before
+  anything runs."""
+  rows = run('softmax_kernel_tiles.py', '--vocab=300', '--batch=40', '--features=12', '--steps=1', '--repeats=1',
+             '--settings=chosen;k_chunk=8,splits=1;block_b=128,block_v=128,num_warps=8')
+  assert [r['setting'] for r in rows] == ['xla', 'chosen', 'k_chunk=8,splits=1', 'block_b=128,block_v=128,num_warps=8']
+  for r in rows:
+    assert r['tokens_per_sec'] > 0 and r['vs_xla'] > 0 and r['features'] == 12 and 'error' not in r
+  proc = subprocess.run([sys.executable, 'benchmarks/softmax_kernel_tiles.py', '--settings=chosen;block_b=48'],
+                        cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+  assert proc.returncode != 0 and proc.stderr.strip().splitlines() == [
+      'error: the fused softmax kernel\'s block_b must be a power of two (Triton loads no other size), not 48']
+
+
 def test_checkpoint_cost_times_saves_with_and_without_checksums():
   row, = run('checkpoint_cost.py', '--config=experiments/brown.py:mlp1', '--config.model.m=4', '--config.model.h=6',
              '--vocab=61', '--rounds=1')

@@ -145,3 +145,102 @@ def test_the_loop_form_tiles_fit_the_gpus_shared_memory():
     assert itemsize * features * tile * 3 <= 232448
   with pytest.raises(ValueError, match='softmax_kernel=xla'):
     softmax_kernel.loop_tile(4096, 4, h100)
+
+
+@pytest.mark.parametrize('splits,k_chunk', [(1, None), (2, None), (4, None), (9, None), (1, 4), (3, 8), (2, 16)])
+def test_the_loop_forms_vocabulary_splits_and_feature_chunks_give_the_same_numbers(splits, k_chunk):
+  """The loop form's statistics and df passes split the vocabulary tiles over several programs a batch
+  tile (LoopTuning.splits; 5 tiles here: 4 splits become 3 of 2, 2 and 1 tiles, 9 become 5), their
+  shares combined outside the kernel; and with LoopTuning.k_chunk the feature width (12) is padded to a
+  multiple of the chunk (12, 16, 16), not to a power of two, and multiplied chunk by chunk. The same
+  numbers as NumPy every way, short tiles included."""
+  rng = np.random.default_rng(splits)
+  batch, k, columns = 40, 12, 300  # 2 batch tiles of 32, 5 vocabulary tiles of 64 (the last short)
+  f = rng.normal(size=(batch, k)).astype(np.float32)
+  w = rng.normal(size=(k, columns)).astype(np.float32)
+  b = rng.normal(size=columns).astype(np.float32)
+  targets = rng.integers(-20, columns + 20, size=batch).astype(np.int32)
+  g = rng.normal(size=batch).astype(np.float32)
+  tuning = softmax_kernel.LoopTuning(block_b=32, block_v=64, splits=splits, k_chunk=k_chunk)
+  stats = softmax_kernel.shard_stats(f, w, b, targets, form='loop', tuning=tuning)
+  log_z = np.log(np.asarray(stats[1], np.float64)) + np.asarray(stats[0])
+  grads = softmax_kernel.shard_grads(f, w, b, log_z.astype(np.float32), targets, g, form='loop', tuning=tuning)
+  for got, want in zip((*stats, *grads), reference(f, w, b, targets, log_z, g)):
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5, atol=1e-5)
+
+
+def test_loop_splits_fill_the_gpu_and_give_every_split_a_tile():
+  """At batch 4096 in tiles of 64 (64 programs), |V| 100k in tiles of 64: 5 splits, 320 programs on
+  the H100's 132 multiprocessors; a per-shard batch of 256 (4 tiles) splits 80 tiles into 40 of 2; a
+  batch that fills the chip alone is not split; no split is ever empty."""
+  assert softmax_kernel.loop_splits(64, 1563, 132) == 5
+  assert softmax_kernel.loop_splits(4, 80, 132) == 40
+  assert softmax_kernel.loop_splits(512, 1563, 132) == 1
+  assert softmax_kernel.loop_splits(1, 3, 132) == 3
+  for num_b in (1, 3, 7, 64):
+    for num_v in (1, 2, 9, 100, 1563):
+      splits = softmax_kernel.loop_splits(num_b, num_v, 132)
+      per_split = -(-num_v // splits)
+      assert 1 <= splits <= num_v and (splits - 1) * per_split < num_v
+
+
+@pytest.mark.parametrize('form', softmax_kernel.FORMS)
+def test_float32_matmuls_in_the_kernels_ask_for_full_precision(form):
+  """Every matmul inside the kernels names Precision.HIGHEST for float32 operands (Triton's dot
+  otherwise multiplies in TF32: on the H100 the float32 max logit missed NumPy by 2.5e-4), and none
+  for bfloat16, whose products are exact in float32 either way."""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  def dot_precisions(dtype):
+    f, w = jnp.ones((40, 12), dtype), jnp.ones((12, 300), dtype)
+    rows, targets = jnp.zeros(40, jnp.float32), jnp.zeros(40, jnp.int32)
+    jaxprs = [jax.make_jaxpr(lambda f, w: softmax_kernel.shard_stats(f, w, None, targets, form=form))(f, w),
+              jax.make_jaxpr(lambda f, w: softmax_kernel.shard_grads(f, w, None, rows, targets, rows, form=form))(f, w)]
+    found = []
+
+    def walk(jaxpr):
+      for eqn in jaxpr.eqns:
+        if eqn.primitive.name == 'dot_general':
+          found.append(eqn.params['precision'])
+        for value in eqn.params.values():
+          for sub in value if isinstance(value, (list, tuple)) else (value,):
+            inner = getattr(sub, 'jaxpr', sub)
+            if hasattr(inner, 'eqns'):
+              walk(inner)
+    for closed in jaxprs:
+      walk(closed.jaxpr)
+    return found
+
+  highest = (jax.lax.Precision.HIGHEST, jax.lax.Precision.HIGHEST)
+  float32, bfloat16 = dot_precisions(jnp.float32), dot_precisions(jnp.bfloat16)
+  assert len(float32) >= 4 and all(p == highest for p in float32)  # logits in each pass, dW and df
+  assert len(bfloat16) == len(float32) and all(p is None for p in bfloat16)
+
+
+def test_the_loop_forms_settings_are_powers_of_two():
+  for name in ('block_b', 'block_v', 'k_chunk'):
+    with pytest.raises(UserError, match=f'{name} must be a power of two') as e:
+      softmax_kernel.LoopTuning(**{name: 48})
+    assert '\n' not in str(e.value)
+
+
+@pytest.mark.parametrize('k,k_chunk', [(200, 32), (290, 64)])
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+def test_the_loop_form_in_feature_chunks_lowers_for_cuda_through_triton(monkeypatch, k, k_chunk, dtype):
+  """With LoopTuning.k_chunk the feature width is a multiple of the chunk (224 for 200, 320 for 290, not
+  256 and 512), which Triton takes because every load is a chunk: built for CUDA here, with the
+  vocabulary splits and short tiles (what a CPU can check; the speed waits for a GPU)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(softmax_kernel, '_platform', lambda: 'gpu')
+  tuning = softmax_kernel.LoopTuning(k_chunk=k_chunk, splits=3)
+  gpu = jax.sharding.AbstractDevice(device_kind='NVIDIA H100 80GB HBM3', num_cores=132, platform='gpu')
+  batch, columns = 300, 1000
+  f, w = jax.ShapeDtypeStruct((batch, k), dtype), jax.ShapeDtypeStruct((k, columns), dtype)
+  b, rows = jax.ShapeDtypeStruct((columns,), jnp.float32), jax.ShapeDtypeStruct((batch,), jnp.float32)
+  targets = jax.ShapeDtypeStruct((batch,), jnp.int32)
+  stats = lambda f, w, b, t: softmax_kernel.shard_stats(f, w, b, t, form='loop', tuning=tuning)
+  grads = lambda f, w, b, z, t, g: softmax_kernel.shard_grads(f, w, b, z, t, g, form='loop', tuning=tuning)
+  with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((1,), ('x',), abstract_device=gpu)):
+    for function, args, calls in ((stats, (f, w, b, targets), 1), (grads, (f, w, b, rows, targets, rows), 2)):
+      lowered = jax.jit(function).trace(*args).lower(lowering_platforms=('cuda',)).as_text()
+      assert lowered.count('xla.gpu.triton') == calls and 'mosaic' not in lowered.lower()

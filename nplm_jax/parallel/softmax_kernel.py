@@ -28,22 +28,30 @@ Two forms of the same passes (`form`):
 - 'loop': each program owns its output tile and loops over the other axis with lax.fori_loop inside
   the program (statistics and df per batch tile over the vocabulary tiles, dW and db per vocabulary
   tile over the batch tiles), as Pallas's GPU attention kernels do: GPU grids run their programs in
-  parallel, so nothing may accumulate across them (the GPU form).
+  parallel, so nothing may accumulate across them (the GPU form). Its statistics and df passes also
+  split the vocabulary tiles over several programs a batch tile (loop_splits: with one program a batch
+  tile, batch 4096 in tiles of 64 gave 64 programs for the H100's 132 multiprocessors), the splits'
+  shares combined outside the kernel (an online log-sum-exp of their statistics, a sum of their df).
+  LoopTuning names its settings (tiles, splits, a chunk of the feature width, Triton's warps and
+  stages); benchmarks/softmax_kernel_tiles.py times them against XLA on a GPU.
 On a CPU both run in Pallas's interpret mode, where the tests check them against NumPy and the XLA
 path. On a GPU, pallas_call would lower through Mosaic GPU by default (jax_pallas_use_mosaic_gpu),
 whose async copies and shared memory these kernels' whole-array blocks exceed; the loop form names
 Triton through its compiler parameters instead and pads the feature width K with zeros to a power of
-two (Triton's lowering takes no other array size; JAX 0.11 deprecates Pallas's Triton backend, so a
-later JAX will need a Mosaic GPU form). It lowers for CUDA (a CPU test builds it). On an H100 (JAX
-0.11.2, tests/test_gpu.py) it compiled and matched NumPy in bfloat16 with 128 x 128 tiles at K = 256,
-while float32 (and bfloat16 at K = 512) asked Triton for 384 KiB of shared memory where the chip has
-227: its tiles now shrink with K and the operand size to fit the chip's shared memory (loop_tile),
-which has not run on a GPU yet. Nor has the kernel been timed there, so 'auto' never picks it
-(backend_defaults). The grid form is for TPUs only (vocab_softmax refuses it elsewhere): its first
-grid axis parallel, its last in order; it lowers through Mosaic for TPU v4, v5e and v6e (a CPU test
-builds it for an abstract TPU device) but has not been compiled or run on a TPU.
+two (Triton loads no other size), or with LoopTuning.k_chunk to a multiple of that chunk, loaded and
+multiplied chunk by chunk (290 becomes 320 rather than 512). JAX 0.11 deprecates Pallas's Triton
+backend, so a later JAX will need a Mosaic GPU form. Float32 matmuls name full precision (Triton's dot
+defaults to TF32). What the H100 showed (JAX 0.11.2, 2026-11-26, before the splits, the chunks and
+the precision): the loop form compiled and matched NumPy in bfloat16 (float32 missed by 2.5e-4: TF32)
+and, inside the training step at batch 4096, ran about a third of XLA's all-at-once rate with an eighth
+of its temporaries (README, "A fused softmax kernel"), so 'auto' never picks it (backend_defaults).
+Its tiles shrink with K and the operand size to fit the chip's shared memory (loop_tile). The grid
+form is for TPUs only (vocab_softmax refuses it elsewhere): its first grid axis parallel, its last in
+order; it lowers through Mosaic for TPU v4, v5e and v6e (a CPU test builds it for an abstract TPU
+device) but has not been compiled or run on a TPU.
 """
 
+import dataclasses
 import functools
 
 import jax
@@ -62,6 +70,27 @@ FORMS = ('grid', 'loop')
 LOOP_STAGES = 2
 LOOP_SHARED_KIB = {(9, 0): 227, (10, 0): 227, (8, 0): 163, (8, 7): 163}
 LOOP_SHARED_KIB_OTHER = 99
+H100_CORES = 132  # multiprocessors
+PROGRAMS_PER_CORE = 2  # loop_splits' aim for the statistics and df passes
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopTuning:
+  """The loop form's settings on a GPU; None: chosen (loop_tile for the tiles, loop_splits for the
+  splits). benchmarks/softmax_kernel_tiles.py times them against each other on a GPU."""
+  block_b: int | None = None  # examples a tile
+  block_v: int | None = None  # vocabulary columns a tile
+  splits: int | None = None  # programs a batch tile in the statistics and df passes, over the vocabulary
+  num_warps: int = 4
+  num_stages: int = LOOP_STAGES  # Triton's pipelined loads; loop_tile sizes shared memory for them
+  k_chunk: int | None = None  # a power of two: K padded to a multiple of it (not to a power of two), in chunks
+
+  def __post_init__(self):
+    for name in ('block_b', 'block_v', 'k_chunk'):
+      value = getattr(self, name)
+      if value is not None and (value < 1 or value & (value - 1)):
+        raise UserError(f'the fused softmax kernel\'s {name} must be a power of two (Triton loads no other '
+                        f'size), not {value}')
 
 
 def online_logsumexp_step(running_max, running_sum, logits):
@@ -81,9 +110,18 @@ def _pad_to(x, axis: int, multiple: int, value=0):
   return jnp.pad(x, widths, constant_values=value)
 
 
+def _dot(a, b):
+  """a @ b accumulated in float32; float32 operands at full precision. Without `precision`, Triton's dot
+  multiplies float32 in TF32 (on the H100 the max logit missed NumPy by 2.5e-4 relative), where the
+  project's float32 is IEEE (model.matmul_precision='highest'); bfloat16 operands are exact products either way."""
+  precision = jax.lax.Precision.HIGHEST if a.dtype == b.dtype == jnp.float32 else None
+  return jnp.dot(a, b, preferred_element_type=jnp.float32, precision=precision)
+
+
 def _logits_of(f, w, b, column0, columns: int):
-  """A tile's logits [rows, block_v] in float32 from loaded values, columns past the shard's at -inf."""
-  logits = jnp.dot(f, w, preferred_element_type=jnp.float32) + b[None, :]
+  """A tile's logits [rows, block_v] in float32 from loaded values, f and w each a list of chunks of the
+  feature width (one for the grid form), columns past the shard's at -inf."""
+  logits = functools.reduce(jnp.add, [_dot(f_chunk, w_chunk) for f_chunk, w_chunk in zip(f, w)]) + b[None, :]
   ids = column0 + jax.lax.broadcasted_iota(jnp.int32, logits.shape, 1)
   return jnp.where(ids < columns, logits, -jnp.inf), ids
 
@@ -97,7 +135,7 @@ def _dlogits_of(f, w, b, log_z, t, g, column0, columns: int):
 
 def _tile_dlogits(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, column0, columns: int):
   """_dlogits_of of the grid form's whole blocks."""
-  return _dlogits_of(f_ref[...], w_ref[...], b_ref[...], log_z_ref[...], t_ref[...], g_ref[...], column0, columns)
+  return _dlogits_of([f_ref[...]], [w_ref[...]], b_ref[...], log_z_ref[...], t_ref[...], g_ref[...], column0, columns)
 
 
 def _stats_kernel(f_ref, w_ref, b_ref, t_ref, max_ref, sum_ref, pick_ref, *, block_v: int, columns: int):
@@ -109,7 +147,7 @@ def _stats_kernel(f_ref, w_ref, b_ref, t_ref, max_ref, sum_ref, pick_ref, *, blo
     sum_ref[...] = jnp.zeros(sum_ref.shape, jnp.float32)
     pick_ref[...] = jnp.zeros(pick_ref.shape, jnp.float32)
 
-  logits, ids = _logits_of(f_ref[...], w_ref[...], b_ref[...], j * block_v, columns)
+  logits, ids = _logits_of([f_ref[...]], [w_ref[...]], b_ref[...], j * block_v, columns)
   max_ref[...], sum_ref[...] = online_logsumexp_step(max_ref[...], sum_ref[...], logits)
   hit = (ids == t_ref[...][:, None]) & (ids < columns)
   pick_ref[...] += jnp.sum(jnp.where(hit, logits, 0.0), axis=-1)
@@ -126,7 +164,7 @@ def _weight_grads_kernel(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, dw_ref, d
 
   dz = _tile_dlogits(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, j * block_v, columns)
   db_ref[...] += jnp.sum(dz, axis=0)
-  dw_ref[...] += jnp.dot(f_ref[...].T, dz.astype(f_ref.dtype), preferred_element_type=jnp.float32)
+  dw_ref[...] += _dot(f_ref[...].T, dz.astype(f_ref.dtype))
 
 
 def _feature_grads_kernel(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, df_ref, *, block_v: int, columns: int):
@@ -137,71 +175,97 @@ def _feature_grads_kernel(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, df_ref, 
     df_ref[...] = jnp.zeros(df_ref.shape, jnp.float32)
 
   dz = _tile_dlogits(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, j * block_v, columns)
-  df_ref[...] += jnp.dot(dz.astype(w_ref.dtype), w_ref[...].T, preferred_element_type=jnp.float32)
+  df_ref[...] += _dot(dz.astype(w_ref.dtype), w_ref[...].T)
+
+
+def _split_range(num_v: int, per_split: int):
+  """The vocabulary tiles [first, end) of this program's split (grid axis 1): each split at least one."""
+  first = pl.program_id(1) * per_split
+  return first, jnp.minimum(first + per_split, num_v)
+
+
+def _k(chunk: int, k_chunk: int, num_k: int):
+  """The feature columns of one chunk: the whole width where there is one chunk (the power-of-two form)."""
+  return slice(None) if num_k == 1 else pl.ds(chunk * k_chunk, k_chunk)
 
 
 def _stats_loop_kernel(f_ref, w_ref, b_ref, t_ref, max_ref, sum_ref, pick_ref, *, block_v: int, columns: int,
-                       num_v: int):
-  """One batch tile's statistics, its program looping over every vocabulary tile."""
-  f, t = f_ref[...], t_ref[...]
+                       num_v: int, per_split: int, k_chunk: int, num_k: int):
+  """One batch tile's statistics over one split's vocabulary tiles, its program looping over them."""
+  f, t = [f_ref[:, _k(c, k_chunk, num_k)] for c in range(num_k)], t_ref[...]
 
   def tile(j, carry):
     old_max, total, pick = carry
     cols = pl.ds(pl.multiple_of(j * block_v, block_v), block_v)
-    logits, ids = _logits_of(f, w_ref[:, cols], b_ref[cols], j * block_v, columns)
+    w = [w_ref[_k(c, k_chunk, num_k), cols] for c in range(num_k)]
+    logits, ids = _logits_of(f, w, b_ref[cols], j * block_v, columns)
     new_max, total = online_logsumexp_step(old_max, total, logits)
     hit = (ids == t[:, None]) & (ids < columns)
     return new_max, total, pick + jnp.sum(jnp.where(hit, logits, 0.0), axis=-1)
 
-  rows = f.shape[0]
+  rows = t.shape[0]
   start = (jnp.full((rows,), -jnp.inf, jnp.float32), jnp.zeros((rows,), jnp.float32), jnp.zeros((rows,), jnp.float32))
-  max_ref[...], sum_ref[...], pick_ref[...] = jax.lax.fori_loop(0, num_v, tile, start)
+  max_ref[...], sum_ref[...], pick_ref[...] = jax.lax.fori_loop(*_split_range(num_v, per_split), tile, start)
 
 
 def _weight_grads_loop_kernel(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, dw_ref, db_ref, *, block_b: int,
-                              block_v: int, columns: int, num_b: int):
-  """One vocabulary tile's dW and db, its program looping over every batch tile."""
+                              block_v: int, columns: int, num_b: int, k_chunk: int, num_k: int):
+  """One vocabulary tile's dW and db, its program looping over every batch tile (dW a chunk at a time)."""
   j = pl.program_id(0)
-  w, b = w_ref[...], b_ref[...]
+  w, b = [w_ref[_k(c, k_chunk, num_k), :] for c in range(num_k)], b_ref[...]
 
   def tile(i, carry):
     dw, db = carry
     rows = pl.ds(pl.multiple_of(i * block_b, block_b), block_b)
-    f = f_ref[rows, :]
+    f = [f_ref[rows, _k(c, k_chunk, num_k)] for c in range(num_k)]
     dz = _dlogits_of(f, w, b, log_z_ref[rows], t_ref[rows], g_ref[rows], j * block_v, columns)
-    return dw + jnp.dot(f.T, dz.astype(f.dtype), preferred_element_type=jnp.float32), db + jnp.sum(dz, axis=0)
+    dz_operand = dz.astype(f[0].dtype)
+    return tuple(dw_c + _dot(f_c.T, dz_operand) for dw_c, f_c in zip(dw, f)), db + jnp.sum(dz, axis=0)
 
-  dw_ref[...], db_ref[...] = jax.lax.fori_loop(
-      0, num_b, tile, (jnp.zeros(dw_ref.shape, jnp.float32), jnp.zeros(db_ref.shape, jnp.float32)))
+  zeros = tuple(jnp.zeros((w_c.shape[0], dw_ref.shape[1]), jnp.float32) for w_c in w)
+  dw, db_ref[...] = jax.lax.fori_loop(0, num_b, tile, (zeros, jnp.zeros(db_ref.shape, jnp.float32)))
+  for c, dw_c in enumerate(dw):
+    dw_ref[_k(c, k_chunk, num_k), :] = dw_c
 
 
 def _feature_grads_loop_kernel(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, df_ref, *, block_v: int, columns: int,
-                               num_v: int):
-  """One batch tile's df, its program looping over every vocabulary tile."""
-  f, log_z, t, g = f_ref[...], log_z_ref[...], t_ref[...], g_ref[...]
+                               num_v: int, per_split: int, k_chunk: int, num_k: int):
+  """One batch tile's share of df from one split's vocabulary tiles, its program looping over them."""
+  f = [f_ref[:, _k(c, k_chunk, num_k)] for c in range(num_k)]
+  log_z, t, g = log_z_ref[...], t_ref[...], g_ref[...]
 
   def tile(j, df):
     cols = pl.ds(pl.multiple_of(j * block_v, block_v), block_v)
-    w = w_ref[:, cols]
-    dz = _dlogits_of(f, w, b_ref[cols], log_z, t, g, j * block_v, columns)
-    return df + jnp.dot(dz.astype(w.dtype), w.T, preferred_element_type=jnp.float32)
+    w = [w_ref[_k(c, k_chunk, num_k), cols] for c in range(num_k)]
+    dz = _dlogits_of(f, w, b_ref[cols], log_z, t, g, j * block_v, columns).astype(w[0].dtype)
+    return tuple(df_c + _dot(dz, w_c.T) for df_c, w_c in zip(df, w))
 
-  df_ref[...] = jax.lax.fori_loop(0, num_v, tile, jnp.zeros(df_ref.shape, jnp.float32))
-
-
-def _loop_features(k: int) -> int:
-  """The loop form's feature width: K padded with zeros to a power of two (Triton's arrays need it)."""
-  return 1 << max(k - 1, 0).bit_length()
+  zeros = tuple(jnp.zeros(f_c.shape, jnp.float32) for f_c in f)
+  df = jax.lax.fori_loop(*_split_range(num_v, per_split), tile, zeros)
+  for c, df_c in enumerate(df):
+    df_ref[:, _k(c, k_chunk, num_k)] = df_c
 
 
-def _prepared(f, w, b, rows, block_b: int, block_v: int, row_pads=None, form: str = 'grid'):
+def _loop_features(k: int, k_chunk: int | None = None) -> int:
+  """The loop form's feature width: K padded with zeros to a power of two (Triton's arrays need it), or to
+  a multiple of k_chunk (itself a power of two), which the kernels then load and multiply chunk by chunk."""
+  return -(-k // k_chunk) * k_chunk if k_chunk else 1 << max(k - 1, 0).bit_length()
+
+
+def _k_chunks(features: int, k_chunk: int | None) -> tuple[int, int]:
+  """(chunk width, chunks) of a padded feature width: one chunk of it all without k_chunk."""
+  return (k_chunk, features // k_chunk) if k_chunk else (features, 1)
+
+
+def _prepared(f, w, b, rows, block_b: int, block_v: int, row_pads=None, form: str = 'grid',
+              k_chunk: int | None = None):
   """Inputs padded to whole tiles: f [B', K'], w [K', V'], b [V'] (float32), per-example rows [B']
   (padded with `row_pads`, one value a row input, default 0). The loop form pads the feature width K
-  with zeros to a power of two (K' >= K; exact), which its Triton lowering needs of every array."""
+  with zeros to a power of two or a multiple of k_chunk (K' >= K; exact): Triton loads no other size."""
   b = jnp.zeros(w.shape[-1], jnp.float32) if b is None else b.astype(jnp.float32)
   row_pads = row_pads or [0] * len(rows)
   if form == 'loop':
-    features = _loop_features(f.shape[1])
+    features = _loop_features(f.shape[1], k_chunk)
     f, w = _pad_to(f, 1, features), _pad_to(w, 0, features)
   return (_pad_to(f, 0, block_b), _pad_to(w, 1, block_v), _pad_to(b, 0, block_v),
           [_pad_to(r, 0, block_b, pad) for r, pad in zip(rows, row_pads)])
@@ -227,31 +291,57 @@ def _shared_memory_bytes() -> int:
   return LOOP_SHARED_KIB.get((major, minor), LOOP_SHARED_KIB_OTHER) * 1024
 
 
-def loop_tile(features: int, itemsize: int, shared_bytes: int | None = None) -> int:
+def loop_tile(features: int, itemsize: int, shared_bytes: int | None = None, stages: int = LOOP_STAGES) -> int:
   """The loop form's square tile (block_b = block_v) for a padded feature width `features` of operands of
   `itemsize` bytes: the largest of 128, 64, 32, 16 whose program fits in shared memory, about one
   [tile, K] operand held and LOOP_STAGES [K, tile] ones in flight, with 10% to spare (on the H100,
   128 x 128 tiles at K = 256 in float32 asked Triton for 384 KiB of its 227). UserError where none fits."""
   shared_bytes = shared_bytes or _shared_memory_bytes()
   for tile in (128, 64, 32, 16):
-    if itemsize * features * tile * (1 + LOOP_STAGES) <= 0.9 * shared_bytes:
+    if itemsize * features * tile * (1 + stages) <= 0.9 * shared_bytes:
       return tile
   raise UserError(f'the fused softmax kernel cannot tile a feature width of {features} ({itemsize}-byte operands) '
                    f'in this GPU\'s {shared_bytes // 1024} KiB of shared memory; use --config.train.softmax_kernel=xla')
 
 
-def _tiles(block_b, block_v, f, w, form: str) -> tuple[int, int]:
+def _tiles(block_b, block_v, f, w, form: str, stages: int = LOOP_STAGES, k_chunk: int | None = None
+           ) -> tuple[int, int]:
   """(block_b, block_v): those given, else BLOCK_B x BLOCK_V (grid form) or loop_tile's (loop form)."""
   if form == 'loop' and not (block_b and block_v):
-    tile = loop_tile(_loop_features(f.shape[1]), max(jnp.dtype(f.dtype).itemsize, jnp.dtype(w.dtype).itemsize))
+    tile = loop_tile(_loop_features(f.shape[1], k_chunk), max(jnp.dtype(f.dtype).itemsize, jnp.dtype(w.dtype).itemsize),
+                     stages=stages)
     return block_b or tile, block_v or tile
   return block_b or BLOCK_B, block_v or BLOCK_V
 
 
-def _loop_compiler_params():
+def _loop_compiler_params(tuning: LoopTuning):
   """The loop form's lowering on a GPU: Triton (named by its compiler parameters; pallas_call would
   take Mosaic GPU otherwise, whose async copies and shared memory these whole-array blocks exceed)."""
-  return pl_triton.CompilerParams(num_warps=4, num_stages=LOOP_STAGES) if _platform() == 'gpu' else None
+  if _platform() != 'gpu':
+    return None
+  return pl_triton.CompilerParams(num_warps=tuning.num_warps, num_stages=tuning.num_stages)
+
+
+def _core_count() -> int:
+  """The GPU's multiprocessors (on other backends an H100's 132: interpret mode then splits as it would)."""
+  cores = getattr(jax.devices()[0], 'core_count', None) if _platform() == 'gpu' else None
+  return cores if isinstance(cores, int) and cores > 0 else H100_CORES
+
+
+def _loop_split(num_b: int, num_v: int, tuning: LoopTuning) -> tuple[int, int]:
+  """(splits, vocabulary tiles a split) for the loop form: tuning.splits (at most num_v) or loop_splits'."""
+  wanted = min(tuning.splits, num_v) if tuning.splits else loop_splits(num_b, num_v)
+  per_split = -(-num_v // wanted)
+  return -(-num_v // per_split), per_split
+
+
+def loop_splits(num_b: int, num_v: int, cores: int | None = None) -> int:
+  """Vocabulary splits of the loop form's statistics and df passes: enough that their num_b x splits
+  programs fill PROGRAMS_PER_CORE programs a multiprocessor (one a batch tile left 64 programs on the
+  H100's 132 at batch 4096), each split at least one vocabulary tile."""
+  wanted = max(1, min(num_v, -(-PROGRAMS_PER_CORE * (cores or _core_count()) // num_b)))
+  per_split = -(-num_v // wanted)
+  return -(-num_v // per_split)
 
 
 def _grid_compiler_params():
@@ -261,25 +351,35 @@ def _grid_compiler_params():
 
 
 def shard_stats(f, w, b, local_targets, *, block_b: int | None = None, block_v: int | None = None,
-                form: str = 'grid'):
+                form: str = 'grid', tuning: LoopTuning | None = None):
   """(max, sum of exp(z - max), z of the target or 0 where the shard does not own it) per example,
   float32 [B] each, for z = f w + b over this shard's columns; local_targets are column indices
   (outside [0, columns): not this shard's). Tiles of block_b x block_v (default BLOCK_B x BLOCK_V in the
-  grid form, loop_tile's in the loop form), in the 'grid' (TPU) or 'loop' (GPU) form."""
-  block_b, block_v = _tiles(block_b, block_v, f, w, form)
+  grid form, loop_tile's in the loop form), in the 'grid' (TPU) or 'loop' (GPU) form; the loop form's
+  tiles, splits and Triton settings may be given in `tuning` (default: LoopTuning())."""
+  tuning = tuning or LoopTuning()
+  block_b, block_v = _tiles(block_b or tuning.block_b, block_v or tuning.block_v, f, w, form, tuning.num_stages, tuning.k_chunk)
   batch, columns = f.shape[0], w.shape[-1]
-  f, w, b, (t,) = _prepared(f, w, b, [local_targets.astype(jnp.int32)], block_b, block_v, form=form)
+  f, w, b, (t,) = _prepared(f, w, b, [local_targets.astype(jnp.int32)], block_b, block_v, form=form,
+                            k_chunk=tuning.k_chunk)
   if form == 'loop':
-    row = pl.BlockSpec((block_b,), lambda i: (i,))
-    stats = pl.pallas_call(
-        functools.partial(_stats_loop_kernel, block_v=block_v, columns=columns, num_v=w.shape[-1] // block_v),
-        grid=(f.shape[0] // block_b,),
-        in_specs=[pl.BlockSpec((block_b, f.shape[1]), lambda i: (i, 0)), pl.BlockSpec(w.shape, lambda i: (0, 0)),
-                  pl.BlockSpec(b.shape, lambda i: (0,)), row],
-        out_specs=[row, row, row],
-        out_shape=[jax.ShapeDtypeStruct((f.shape[0],), jnp.float32)] * 3,
-        interpret=_interpret(), compiler_params=_loop_compiler_params())(f, w, b, t)
-    return tuple(s[:batch] for s in stats)
+    nb, nv = f.shape[0] // block_b, w.shape[-1] // block_v
+    splits, per_split = _loop_split(nb, nv, tuning)
+    k_chunk, num_k = _k_chunks(f.shape[1], tuning.k_chunk)
+    part = pl.BlockSpec((None, block_b), lambda i, s: (s, i))
+    part_max, part_sum, part_pick = pl.pallas_call(
+        functools.partial(_stats_loop_kernel, block_v=block_v, columns=columns, num_v=nv, per_split=per_split,
+                          k_chunk=k_chunk, num_k=num_k),
+        grid=(nb, splits),
+        in_specs=[pl.BlockSpec((block_b, f.shape[1]), lambda i, s: (i, 0)), pl.BlockSpec(w.shape, lambda i, s: (0, 0)),
+                  pl.BlockSpec(b.shape, lambda i, s: (0,)), pl.BlockSpec((block_b,), lambda i, s: (i,))],
+        out_specs=[part, part, part],
+        out_shape=[jax.ShapeDtypeStruct((splits, f.shape[0]), jnp.float32)] * 3,
+        interpret=_interpret(), compiler_params=_loop_compiler_params(tuning))(f, w, b, t)
+    # the splits' statistics combined as the online log-sum-exp combines tiles (each split has a column)
+    shard_max = jnp.max(part_max, axis=0)
+    shard_sum = jnp.sum(part_sum * jnp.exp(part_max - shard_max[None, :]), axis=0)
+    return shard_max[:batch], shard_sum[:batch], jnp.sum(part_pick, axis=0)[:batch]
   grid = (f.shape[0] // block_b, w.shape[-1] // block_v)
   row = pl.BlockSpec((block_b,), lambda i, j: (i,))
   kernel = functools.partial(_stats_kernel, block_v=block_v, columns=columns)
@@ -295,19 +395,21 @@ def shard_stats(f, w, b, local_targets, *, block_b: int | None = None, block_v: 
 
 
 def shard_grads(f, w, b, log_z, local_targets, g, *, block_b: int | None = None, block_v: int | None = None,
-                form: str = 'grid'):
+                form: str = 'grid', tuning: LoopTuning | None = None):
   """(df [B, K], dw [K, columns], db [columns] or None) of sum(g * -log P(target)) from this shard's
   columns, float32, given the global log Z per example (the logits recomputed tile by tile), in the
   'grid' (TPU) or 'loop' (GPU) form, tiled as shard_stats."""
-  block_b, block_v = _tiles(block_b, block_v, f, w, form)
+  tuning = tuning or LoopTuning()
+  block_b, block_v = _tiles(block_b or tuning.block_b, block_v or tuning.block_v, f, w, form, tuning.num_stages, tuning.k_chunk)
   batch, columns, has_bias = f.shape[0], w.shape[-1], b is not None
   rows = [log_z.astype(jnp.float32), local_targets.astype(jnp.int32), g.astype(jnp.float32)]
   # padded rows: log Z = +inf and g = 0, so their probabilities are 0 and their dz 0 whatever the bias
   features = f.shape[1]
-  f, w, b, rows = _prepared(f, w, b, rows, block_b, block_v, row_pads=[jnp.inf, 0, 0], form=form)
+  f, w, b, rows = _prepared(f, w, b, rows, block_b, block_v, row_pads=[jnp.inf, 0, 0], form=form,
+                            k_chunk=tuning.k_chunk)
   k, nb, nv = f.shape[1], f.shape[0] // block_b, w.shape[-1] // block_v
   if form == 'loop':
-    df, dw, db = _loop_grads(f, w, b, rows, block_b, block_v, columns, batch, has_bias)
+    df, dw, db = _loop_grads(f, w, b, rows, block_b, block_v, columns, batch, has_bias, tuning)
     return df[:, :features], dw[:features], db
   options = dict(block_v=block_v, columns=columns)
   dw, db = pl.pallas_call(
@@ -327,26 +429,32 @@ def shard_grads(f, w, b, log_z, local_targets, g, *, block_b: int | None = None,
   return df[:batch], dw[:, :columns], (db[:columns] if has_bias else None)
 
 
-def _loop_grads(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: int, has_bias: bool):
+def _loop_grads(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: int, has_bias: bool,
+                tuning: LoopTuning):
   """shard_grads' two passes in the loop form: a program a vocabulary tile (dW, db over the batch
-  tiles), then a program a batch tile (df over the vocabulary tiles)."""
+  tiles), then a program a batch tile and vocabulary split (its share of df over the split's tiles,
+  the shares summed here)."""
   k, nb, nv = f.shape[1], f.shape[0] // block_b, w.shape[-1] // block_v
+  chunks = dict(zip(('k_chunk', 'num_k'), _k_chunks(k, tuning.k_chunk)))
   whole_rows = [pl.BlockSpec((f.shape[0],), lambda j: (0,))] * 3
   dw, db = pl.pallas_call(
-      functools.partial(_weight_grads_loop_kernel, block_b=block_b, block_v=block_v, columns=columns, num_b=nb),
+      functools.partial(_weight_grads_loop_kernel, block_b=block_b, block_v=block_v, columns=columns, num_b=nb,
+                        **chunks),
       grid=(nv,),
       in_specs=[pl.BlockSpec(f.shape, lambda j: (0, 0)), pl.BlockSpec((k, block_v), lambda j: (0, j)),
                 pl.BlockSpec((block_v,), lambda j: (j,))] + whole_rows,
       out_specs=[pl.BlockSpec((k, block_v), lambda j: (0, j)), pl.BlockSpec((block_v,), lambda j: (j,))],
       out_shape=[jax.ShapeDtypeStruct(w.shape, jnp.float32), jax.ShapeDtypeStruct(b.shape, jnp.float32)],
-      interpret=_interpret(), compiler_params=_loop_compiler_params())(f, w, b, *rows)
-  row = pl.BlockSpec((block_b,), lambda i: (i,))
-  df = pl.pallas_call(
-      functools.partial(_feature_grads_loop_kernel, block_v=block_v, columns=columns, num_v=nv),
-      grid=(nb,),
-      in_specs=[pl.BlockSpec((block_b, k), lambda i: (i, 0)), pl.BlockSpec(w.shape, lambda i: (0, 0)),
-                pl.BlockSpec(b.shape, lambda i: (0,))] + [row] * 3,
-      out_specs=pl.BlockSpec((block_b, k), lambda i: (i, 0)),
-      out_shape=jax.ShapeDtypeStruct(f.shape, jnp.float32),
-      interpret=_interpret(), compiler_params=_loop_compiler_params())(f, w, b, *rows)
-  return df[:batch], dw[:, :columns], (db[:columns] if has_bias else None)
+      interpret=_interpret(), compiler_params=_loop_compiler_params(tuning))(f, w, b, *rows)
+  splits, per_split = _loop_split(nb, nv, tuning)
+  row = pl.BlockSpec((block_b,), lambda i, s: (i,))
+  df_parts = pl.pallas_call(
+      functools.partial(_feature_grads_loop_kernel, block_v=block_v, columns=columns, num_v=nv, per_split=per_split,
+                        **chunks),
+      grid=(nb, splits),
+      in_specs=[pl.BlockSpec((block_b, k), lambda i, s: (i, 0)), pl.BlockSpec(w.shape, lambda i, s: (0, 0)),
+                pl.BlockSpec(b.shape, lambda i, s: (0,))] + [row] * 3,
+      out_specs=pl.BlockSpec((None, block_b, k), lambda i, s: (s, i, 0)),
+      out_shape=jax.ShapeDtypeStruct((splits, *f.shape), jnp.float32),
+      interpret=_interpret(), compiler_params=_loop_compiler_params(tuning))(f, w, b, *rows)
+  return jnp.sum(df_parts, axis=0)[:batch], dw[:, :columns], (db[:columns] if has_bias else None)
