@@ -34,11 +34,12 @@ from nplm_jax.parallel import softmax_kernel  # pylint: disable=g-import-not-at-
 # together. 'chosen' is LoopTuning(); the others name its fields.
 DEFAULT_SETTINGS = (
     'chosen',
+    'backward=dz',  # dz written by the kernel, dW and df by XLA's matmuls: no [K, tile] accumulator a program
     'splits=1',  # one program a batch tile (before the vocabulary splits)
-    'k_chunk=32', 'k_chunk=64',  # K padded to a multiple of the chunk, not to a power of two
-    'block_b=128,block_v=64', 'block_b=128,block_v=128', 'block_b=32,block_v=128',
-    'num_warps=8', 'num_stages=3',
-    'k_chunk=64,num_warps=8', 'k_chunk=64,block_b=128,block_v=64', 'k_chunk=32,block_b=128,block_v=128,num_warps=8',
+    'k_chunk=64',  # K padded to a multiple of the chunk, not to a power of two
+    'backward=dz,k_chunk=64', 'backward=dz,k_chunk=64,block_b=128,block_v=128', 'backward=dz,dz_chunks=1',
+    'block_b=128,block_v=64', 'block_b=32,block_v=32',
+    'num_warps=8', 'num_stages=3', 'k_chunk=64,num_warps=8',
 )
 
 flags.DEFINE_integer('vocab', 100_000, 'Columns of the output layer (one vocabulary shard).')
@@ -46,23 +47,24 @@ flags.DEFINE_integer('batch', 4096, 'Examples a step.')
 flags.DEFINE_integer('features', 290, 'The output layer\'s input width K (brown.py:mlp1: h 50 + 4 x m 60).')
 flags.DEFINE_enum('dtype', 'bfloat16', ['bfloat16', 'float32'], 'The matmuls\' operand type.')
 flags.DEFINE_string('settings', ';'.join(DEFAULT_SETTINGS),
-                    "Settings separated by ';', each 'chosen' or comma-separated LoopTuning fields (k_chunk=64,splits=1).")
+                    "Settings separated by ';', each 'chosen' or comma-separated LoopTuning fields (k_chunk=64,backward=dz).")
 flags.DEFINE_integer('steps', 10, 'Steps a timed repeat.')
 flags.DEFINE_integer('repeats', 3, 'Timed repeats; the median is reported.')
 FLAGS = flags.FLAGS
 
 
 def parse_setting(text: str) -> softmax_kernel.LoopTuning:
-  """'chosen' or 'field=value,...' as a LoopTuning; UserError naming the bad part."""
+  """'chosen' or 'field=value,...' as a LoopTuning (backward a word, every other field an integer);
+  UserError naming the bad part."""
   if text.strip() == 'chosen':
     return softmax_kernel.LoopTuning()
   fields = {}
   for part in text.split(','):
-    name, _, value = part.partition('=')
-    if name.strip() not in softmax_kernel.LoopTuning.__dataclass_fields__ or not value.strip().isdigit():
-      raise UserError(f"setting '{text}': '{part}' is not FIELD=INTEGER with a field of LoopTuning "
-                      f"({', '.join(softmax_kernel.LoopTuning.__dataclass_fields__)})")
-    fields[name.strip()] = int(value)
+    name, _, value = (x.strip() for x in part.partition('='))
+    if name not in softmax_kernel.LoopTuning.__dataclass_fields__ or not (value.isdigit() or name == 'backward'):
+      raise UserError(f"setting '{text}': '{part}' is not FIELD=VALUE with a field of LoopTuning "
+                      f"({', '.join(softmax_kernel.LoopTuning.__dataclass_fields__)}), an integer but for backward")
+    fields[name] = value if name == 'backward' else int(value)
   return softmax_kernel.LoopTuning(**fields)
 
 

@@ -48,8 +48,8 @@ def test_shard_passes_equal_numpy(batch, k, columns, block_b, block_v, dtype, fo
   assert df.dtype == dw.dtype == db.dtype == jnp.float32
 
 
-@pytest.mark.parametrize('form', softmax_kernel.FORMS)
-def test_padded_rows_stay_finite_under_a_large_bias(form):
+@pytest.mark.parametrize('form,backward', [('grid', 'fused'), ('loop', 'fused'), ('loop', 'dz')])
+def test_padded_rows_stay_finite_under_a_large_bias(form, backward):
   """20 rows in tiles of 16 (12 padded rows) and a bias of 100 on every column: the padded rows'
   probabilities are exp(bias - log Z); with a log Z of 0 there they overflowed to inf and 0 x inf
   made dW and db NaN. Every gradient finite and equal to NumPy's over the real rows."""
@@ -60,10 +60,12 @@ def test_padded_rows_stay_finite_under_a_large_bias(form):
   b = np.full(columns, 100.0, np.float32)
   targets = rng.integers(0, columns, size=batch).astype(np.int32)
   g = np.ones(batch, np.float32)
-  shard_max, shard_sum, _ = softmax_kernel.shard_stats(f, w, b, targets, block_b=16, block_v=8, form=form)
+  tuning = softmax_kernel.LoopTuning(backward=backward)
+  shard_max, shard_sum, _ = softmax_kernel.shard_stats(f, w, b, targets, block_b=16, block_v=8, form=form,
+                                                       tuning=tuning)
   log_z = np.log(np.asarray(shard_sum, np.float64)) + np.asarray(shard_max)
   df, dw, db = softmax_kernel.shard_grads(f, w, b, log_z.astype(np.float32), targets, g, block_b=16, block_v=8,
-                                          form=form)
+                                          form=form, tuning=tuning)
   for got, want in zip((df, dw, db), reference(f, w, b, targets, log_z, g)[3:]):
     assert np.all(np.isfinite(np.asarray(got)))
     np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-4, atol=1e-4)
@@ -147,13 +149,15 @@ def test_the_loop_form_tiles_fit_the_gpus_shared_memory():
     softmax_kernel.loop_tile(4096, 4, h100)
 
 
+@pytest.mark.parametrize('backward', softmax_kernel.BACKWARDS)
 @pytest.mark.parametrize('splits,k_chunk', [(1, None), (2, None), (4, None), (9, None), (1, 4), (3, 8), (2, 16)])
-def test_the_loop_forms_vocabulary_splits_and_feature_chunks_give_the_same_numbers(splits, k_chunk):
+def test_the_loop_forms_vocabulary_splits_and_feature_chunks_give_the_same_numbers(splits, k_chunk, backward):
   """The loop form's statistics and df passes split the vocabulary tiles over several programs a batch
   tile (LoopTuning.splits; 5 tiles here: 4 splits become 3 of 2, 2 and 1 tiles, 9 become 5), their
   shares combined outside the kernel; and with LoopTuning.k_chunk the feature width (12) is padded to a
-  multiple of the chunk (12, 16, 16), not to a power of two, and multiplied chunk by chunk. The same
-  numbers as NumPy every way, short tiles included."""
+  multiple of the chunk (12, 16, 16), not to a power of two, and multiplied chunk by chunk; the
+  gradients fused in the kernels or from dz written by one (backward='dz', its batch in chunks). The
+  same numbers as NumPy every way, short tiles included."""
   rng = np.random.default_rng(splits)
   batch, k, columns = 40, 12, 300  # 2 batch tiles of 32, 5 vocabulary tiles of 64 (the last short)
   f = rng.normal(size=(batch, k)).astype(np.float32)
@@ -161,7 +165,10 @@ def test_the_loop_forms_vocabulary_splits_and_feature_chunks_give_the_same_numbe
   b = rng.normal(size=columns).astype(np.float32)
   targets = rng.integers(-20, columns + 20, size=batch).astype(np.int32)
   g = rng.normal(size=batch).astype(np.float32)
-  tuning = softmax_kernel.LoopTuning(block_b=32, block_v=64, splits=splits, k_chunk=k_chunk)
+  batch = 70 if backward == 'dz' else batch  # 3 batch tiles: 2 dz chunks become 1 (a divisor of the tiles)
+  f, targets, g = (np.resize(x, (batch, *x.shape[1:])) for x in (f, targets, g))
+  tuning = softmax_kernel.LoopTuning(block_b=32, block_v=64, splits=splits, k_chunk=k_chunk, backward=backward,
+                                     dz_chunks=2)
   stats = softmax_kernel.shard_stats(f, w, b, targets, form='loop', tuning=tuning)
   log_z = np.log(np.asarray(stats[1], np.float64)) + np.asarray(stats[0])
   grads = softmax_kernel.shard_grads(f, w, b, log_z.astype(np.float32), targets, g, form='loop', tuning=tuning)
@@ -184,18 +191,21 @@ def test_loop_splits_fill_the_gpu_and_give_every_split_a_tile():
       assert 1 <= splits <= num_v and (splits - 1) * per_split < num_v
 
 
-@pytest.mark.parametrize('form', softmax_kernel.FORMS)
-def test_float32_matmuls_in_the_kernels_ask_for_full_precision(form):
+@pytest.mark.parametrize('form,backward', [('grid', 'fused'), ('loop', 'fused'), ('loop', 'dz')])
+def test_float32_matmuls_in_the_kernels_ask_for_full_precision(form, backward):
   """Every matmul inside the kernels names Precision.HIGHEST for float32 operands (Triton's dot
   otherwise multiplies in TF32: on the H100 the float32 max logit missed NumPy by 2.5e-4), and none
-  for bfloat16, whose products are exact in float32 either way."""
+  for bfloat16, whose products are exact in float32 either way; so do XLA's matmuls of backward='dz'."""
   import jax  # pylint: disable=g-import-not-at-top
 
   def dot_precisions(dtype):
     f, w = jnp.ones((40, 12), dtype), jnp.ones((12, 300), dtype)
     rows, targets = jnp.zeros(40, jnp.float32), jnp.zeros(40, jnp.int32)
-    jaxprs = [jax.make_jaxpr(lambda f, w: softmax_kernel.shard_stats(f, w, None, targets, form=form))(f, w),
-              jax.make_jaxpr(lambda f, w: softmax_kernel.shard_grads(f, w, None, rows, targets, rows, form=form))(f, w)]
+    tuning = softmax_kernel.LoopTuning(backward=backward)
+    jaxprs = [jax.make_jaxpr(lambda f, w: softmax_kernel.shard_stats(f, w, None, targets, form=form,
+                                                                     tuning=tuning))(f, w),
+              jax.make_jaxpr(lambda f, w: softmax_kernel.shard_grads(f, w, None, rows, targets, rows, form=form,
+                                                                     tuning=tuning))(f, w)]
     found = []
 
     def walk(jaxpr):
@@ -217,22 +227,28 @@ def test_float32_matmuls_in_the_kernels_ask_for_full_precision(form):
   assert len(bfloat16) == len(float32) and all(p is None for p in bfloat16)
 
 
-def test_the_loop_forms_settings_are_powers_of_two():
+def test_the_loop_forms_settings_are_checked_in_one_line():
   for name in ('block_b', 'block_v', 'k_chunk'):
     with pytest.raises(UserError, match=f'{name} must be a power of two') as e:
       softmax_kernel.LoopTuning(**{name: 48})
     assert '\n' not in str(e.value)
+  for fields, message in (({'backward': 'dW'}, "backward must be one of fused, dz, not 'dW'"),
+                          ({'dz_chunks': 0}, 'dz_chunks must be at least 1, not 0')):
+    with pytest.raises(UserError, match=message):
+      softmax_kernel.LoopTuning(**fields)
 
 
-@pytest.mark.parametrize('k,k_chunk', [(200, 32), (290, 64)])
+@pytest.mark.parametrize('k,k_chunk,backward', [(200, 32, 'fused'), (290, 64, 'fused'), (200, None, 'dz'),
+                                                (290, 64, 'dz')])
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
-def test_the_loop_form_in_feature_chunks_lowers_for_cuda_through_triton(monkeypatch, k, k_chunk, dtype):
+def test_the_loop_form_in_feature_chunks_lowers_for_cuda_through_triton(monkeypatch, k, k_chunk, backward, dtype):
   """With LoopTuning.k_chunk the feature width is a multiple of the chunk (224 for 200, 320 for 290, not
   256 and 512), which Triton takes because every load is a chunk: built for CUDA here, with the
-  vocabulary splits and short tiles (what a CPU can check; the speed waits for a GPU)."""
+  vocabulary splits and short tiles, the gradients fused or from dz (one kernel, then XLA's matmuls);
+  what a CPU can check: the speed waits for a GPU."""
   import jax  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(softmax_kernel, '_platform', lambda: 'gpu')
-  tuning = softmax_kernel.LoopTuning(k_chunk=k_chunk, splits=3)
+  tuning = softmax_kernel.LoopTuning(k_chunk=k_chunk, splits=3, backward=backward)
   gpu = jax.sharding.AbstractDevice(device_kind='NVIDIA H100 80GB HBM3', num_cores=132, platform='gpu')
   batch, columns = 300, 1000
   f, w = jax.ShapeDtypeStruct((batch, k), dtype), jax.ShapeDtypeStruct((k, columns), dtype)
@@ -241,6 +257,7 @@ def test_the_loop_form_in_feature_chunks_lowers_for_cuda_through_triton(monkeypa
   stats = lambda f, w, b, t: softmax_kernel.shard_stats(f, w, b, t, form='loop', tuning=tuning)
   grads = lambda f, w, b, z, t, g: softmax_kernel.shard_grads(f, w, b, z, t, g, form='loop', tuning=tuning)
   with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((1,), ('x',), abstract_device=gpu)):
-    for function, args, calls in ((stats, (f, w, b, targets), 1), (grads, (f, w, b, rows, targets, rows), 2)):
+    for function, args, calls in ((stats, (f, w, b, targets), 1),
+                                  (grads, (f, w, b, rows, targets, rows), 1 if backward == 'dz' else 2)):
       lowered = jax.jit(function).trace(*args).lower(lowering_platforms=('cuda',)).as_text()
       assert lowered.count('xla.gpu.triton') == calls and 'mosaic' not in lowered.lower()

@@ -33,7 +33,12 @@ Two forms of the same passes (`form`):
   tile, batch 4096 in tiles of 64 gave 64 programs for the H100's 132 multiprocessors), the splits'
   shares combined outside the kernel (an online log-sum-exp of their statistics, a sum of their df).
   LoopTuning names its settings (tiles, splits, a chunk of the feature width, Triton's warps and
-  stages); benchmarks/softmax_kernel_tiles.py times them against XLA on a GPU.
+  stages, the backward); benchmarks/softmax_kernel_tiles.py times them against XLA on a GPU. Its
+  gradients come two ways: 'fused' (the passes above, each dW and df program holding a [K, tile]
+  float32 accumulator: 128 KiB at K = 512 and tiles of 64, past a multiprocessor's registers for one
+  program of 4 warps) or 'dz' (one kernel writes dz tile by tile in the operands' dtype, a chunk of
+  the batch at a time, and XLA's matmuls make dW = f^T dz and df = dz w^T from it: dz is written once
+  and read twice, where XLA's own path writes float32 logits and reads them several times).
 On a CPU both run in Pallas's interpret mode, where the tests check them against NumPy and the XLA
 path. On a GPU, pallas_call would lower through Mosaic GPU by default (jax_pallas_use_mosaic_gpu),
 whose async copies and shared memory these kernels' whole-array blocks exceed; the loop form names
@@ -72,6 +77,7 @@ LOOP_SHARED_KIB = {(9, 0): 227, (10, 0): 227, (8, 0): 163, (8, 7): 163}
 LOOP_SHARED_KIB_OTHER = 99
 H100_CORES = 132  # multiprocessors
 PROGRAMS_PER_CORE = 2  # loop_splits' aim for the statistics and df passes
+BACKWARDS = ('fused', 'dz')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,8 +90,18 @@ class LoopTuning:
   num_warps: int = 4
   num_stages: int = LOOP_STAGES  # Triton's pipelined loads; loop_tile sizes shared memory for them
   k_chunk: int | None = None  # a power of two: K padded to a multiple of it (not to a power of two), in chunks
+  # the gradients: 'fused' (dW and df accumulated inside the kernels, [K, tile] a program) or 'dz' (the
+  # kernel writes dz in the operands' dtype, dz_chunks rows of the batch at a time, and XLA's matmuls make
+  # dW and df from it: no [K, tile] accumulator a program, dz's [batch / dz_chunks, columns] in memory)
+  backward: str = 'fused'
+  dz_chunks: int = 4
 
   def __post_init__(self):
+    if self.backward not in BACKWARDS:
+      raise UserError(f"the fused softmax kernel's backward must be one of {', '.join(BACKWARDS)}, not "
+                      f"'{self.backward}'")
+    if self.dz_chunks < 1:
+      raise UserError(f"the fused softmax kernel's dz_chunks must be at least 1, not {self.dz_chunks}")
     for name in ('block_b', 'block_v', 'k_chunk'):
       value = getattr(self, name)
       if value is not None and (value < 1 or value & (value - 1)):
@@ -244,6 +260,17 @@ def _feature_grads_loop_kernel(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, df_
   df = jax.lax.fori_loop(*_split_range(num_v, per_split), tile, zeros)
   for c, df_c in enumerate(df):
     df_ref[:, _k(c, k_chunk, num_k)] = df_c
+
+
+def _dz_kernel(f_ref, w_ref, b_ref, log_z_ref, t_ref, g_ref, dz_ref, db_ref, *, block_v: int, columns: int,
+               k_chunk: int, num_k: int):
+  """One [batch tile, vocabulary tile] of dz, in the operands' dtype for XLA's matmuls, and its column
+  sums in float32 (db's share): every program independent, none holding more than its tile."""
+  f = [f_ref[:, _k(c, k_chunk, num_k)] for c in range(num_k)]
+  w = [w_ref[_k(c, k_chunk, num_k), :] for c in range(num_k)]
+  dz = _dlogits_of(f, w, b_ref[...], log_z_ref[...], t_ref[...], g_ref[...], pl.program_id(1) * block_v, columns)
+  dz_ref[...] = dz.astype(dz_ref.dtype)
+  db_ref[...] = jnp.sum(dz, axis=0)
 
 
 def _loop_features(k: int, k_chunk: int | None = None) -> int:
@@ -409,7 +436,8 @@ def shard_grads(f, w, b, log_z, local_targets, g, *, block_b: int | None = None,
                             k_chunk=tuning.k_chunk)
   k, nb, nv = f.shape[1], f.shape[0] // block_b, w.shape[-1] // block_v
   if form == 'loop':
-    df, dw, db = _loop_grads(f, w, b, rows, block_b, block_v, columns, batch, has_bias, tuning)
+    grads = _dz_grads if tuning.backward == 'dz' else _loop_grads
+    df, dw, db = grads(f, w, b, rows, block_b, block_v, columns, batch, has_bias, tuning)
     return df[:, :features], dw[:features], db
   options = dict(block_v=block_v, columns=columns)
   dw, db = pl.pallas_call(
@@ -427,6 +455,39 @@ def shard_grads(f, w, b, log_z, local_targets, g, *, block_b: int | None = None,
       out_shape=jax.ShapeDtypeStruct(f.shape, jnp.float32),
       interpret=_interpret(), compiler_params=_grid_compiler_params())(f, w, b, *rows)
   return df[:batch], dw[:, :columns], (db[:columns] if has_bias else None)
+
+
+def _dz_grads(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: int, has_bias: bool,
+              tuning: LoopTuning):
+  """shard_grads' loop form with backward='dz': over the batch in dz_chunks chunks (a divisor of the
+  batch tiles, at most dz_chunks), the kernel writes the chunk's dz tile by tile and XLA's matmuls add
+  f^T dz to dW and make dz w^T, the chunk's df (float32 accumulation, as the fused passes)."""
+  k, nb, nv = f.shape[1], f.shape[0] // block_b, w.shape[-1] // block_v
+  k_chunk, num_k = _k_chunks(k, tuning.k_chunk)
+  chunks = max(c for c in range(1, min(tuning.dz_chunks, nb) + 1) if nb % c == 0)
+  chunk_tiles = nb // chunks
+  row = pl.BlockSpec((block_b,), lambda i, j: (i,))
+  dz_pass = pl.pallas_call(
+      functools.partial(_dz_kernel, block_v=block_v, columns=columns, k_chunk=k_chunk, num_k=num_k),
+      grid=(chunk_tiles, nv),
+      in_specs=[pl.BlockSpec((block_b, k), lambda i, j: (i, 0)), pl.BlockSpec((k, block_v), lambda i, j: (0, j)),
+                pl.BlockSpec((block_v,), lambda i, j: (j,))] + [row] * 3,
+      out_specs=[pl.BlockSpec((block_b, block_v), lambda i, j: (i, j)),
+                 pl.BlockSpec((None, block_v), lambda i, j: (i, j))],
+      out_shape=[jax.ShapeDtypeStruct((chunk_tiles * block_b, w.shape[-1]), w.dtype),
+                 jax.ShapeDtypeStruct((chunk_tiles, w.shape[-1]), jnp.float32)],
+      interpret=_interpret(), compiler_params=_loop_compiler_params(tuning))
+
+  def chunk(carry, inputs):
+    dw, db = carry
+    f_chunk, *rows_chunk = inputs
+    dz, db_parts = dz_pass(f_chunk, w, b, *rows_chunk)
+    return (dw + _dot(f_chunk.T, dz), db + jnp.sum(db_parts, axis=0)), _dot(dz, w.T)
+
+  by_chunk = lambda x: x.reshape(chunks, x.shape[0] // chunks, *x.shape[1:])
+  start = (jnp.zeros(w.shape, jnp.float32), jnp.zeros(w.shape[-1], jnp.float32))
+  (dw, db), df = jax.lax.scan(chunk, start, (by_chunk(f), *(by_chunk(r) for r in rows)))
+  return df.reshape(f.shape)[:batch], dw[:, :columns], (db[:columns] if has_bias else None)
 
 
 def _loop_grads(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: int, has_bias: bool,
