@@ -150,10 +150,10 @@ elif [ "$part" = tiles ]; then
   for run in ${TILES_RUNS:-100000:bfloat16 300000:bfloat16 17905:bfloat16 100000:float32}; do
     v=${run%%:*} dtype=${run##*:} name=tiles_v${run%%:*}_${run##*:}
     echo "== $name"
-    timeout 240 python benchmarks/softmax_kernel_tiles.py --vocab=$v --dtype=$dtype >/tmp/$name.out 2>&1
-    cat /tmp/$name.out >>"$out/log.txt"
-    grep '^{' /tmp/$name.out | sed "s/^{/{\"name\": \"$name\", /" >>"$out/bench.jsonl"
-    grep -v '^{' /tmp/$name.out | tail -16
+    # each setting's line reaches OUT as it is printed: a call cut short keeps the settings already timed
+    timeout 240 python benchmarks/softmax_kernel_tiles.py --vocab=$v --dtype=$dtype 2>&1 | tee -a "$out/log.txt" \
+      | grep --line-buffered '^{' | sed -u "s/^{/{\"name\": \"$name\", /" | tee -a "$out/bench.jsonl" \
+      | cut -c1-200
   done
 elif [ "$part" = eval ]; then
   # train.eval_batch_size on this backend: eval_tokens_per_sec at 256, 1024 and 4096 (bfloat16, the default)

@@ -98,15 +98,16 @@ def _ladder_row(corpus: str, point: str, relative_rate: float) -> Row:
              relative_rate)
 
 
-# What the H100 session of 2026-11-26 (RESULTS.md, "The third H100 session") left, the most useful first:
-# Brown tune11's seed 1 again (cut by the call's safety budget at 4.85 of its 6 epochs; seeds 0 and 2:
-# 216.34 and 214.72); the character tune points that fit a call (ptb.py's CHAR_TUNE: char_tune0, dropout 0.1
-# with a cosine over 8 epochs, gave 1.509 bits/char with a 0.18-bit gap between training and validation,
-# so the row's own 0.2 dropout with the cosine first, then an 81-character window; the wider and longer
-# points at batch 512, and the batch-2048 point at 16 epochs, about 394 s, do not fit a call beside the
-# probes); PTB's 15-word window to early stopping (2.1 epochs in the last call, still improving); the
-# best character point's seeds; then the character ladder's revisited rows without dropout (2-4, the top
-# row's shape). Relative rates: each row's loop tokens/s over PTB's top row's on the H200
+# What the H100 session of 2026-11-26 (RESULTS.md, "The third H100 session") left, the most useful first
+# and the long before the short (a first call fits one long row beside the probes and the figures; a
+# second, in a 15-minute budget, about 190 s): the character row's own dropout (0.2) with the cosine
+# (ptb.py's CHAR_TUNE; char_tune0, dropout 0.1 with a cosine over 8 epochs, gave 1.509 bits/char with a
+# 0.18-bit gap between training and validation); Brown tune11's seed 1 again (cut by the call's safety
+# budget at 4.85 of its 6 epochs; seeds 0 and 2: 216.34 and 214.72); PTB's 15-word window to early
+# stopping (2.1 epochs in the last call, still improving); an 81-character window; the best character
+# point's seeds; then the character ladder's revisited rows without dropout (2-4, the top row's shape).
+# CHAR_TUNE's wider and longer points at batch 512, and its batch-2048 point at 16 epochs (about 394 s),
+# fit no call beside the probes. Relative rates: each row's loop tokens/s over PTB's top row's on the H200
 # (results/*_h200*.json: ladder4 1.0, characters 1.41; Brown's rows 0.8, its output layer 1.8x larger,
 # which SLOWDOWN covers; the 2003 rows 1.7-2.1); the 81-character window's from its multiply-adds a
 # character (55 M against 45 M: 1.15).
@@ -122,10 +123,10 @@ def _char_tune_row(point: str, epochs: float, relative_rate: float, why: str, ro
 
 
 ROWS = (
-    Row('brown_seed1', 'experiments/brown.py', 'tune', _BROWN_TUNE11, ('seed=1',), 6.0, BROWN_TRAIN_TOKENS,
-        "Brown's best point, seed 1 (cut at 4.85 epochs last time; seeds 0 and 2: 216.34, 214.72): over three seeds"),
     _char_tune_row('char_tune2_cosine8', 8.0, 1.41,
                    "the character row's own dropout (0.2) with the cosine (char_tune0's 0.1 left a 0.18-bit gap)"),
+    Row('brown_seed1', 'experiments/brown.py', 'tune', _BROWN_TUNE11, ('seed=1',), 6.0, BROWN_TRAIN_TOKENS,
+        "Brown's best point, seed 1 (cut at 4.85 epochs last time; seeds 0 and 2: 216.34, 214.72): over three seeds"),
     _ladder_row('ptb', 'ladder1_window15', 2.0),
     _char_tune_row('char_tune1_dropout0.1_cosine8_window81', 8.0, 1.15,
                    'the first character tune point with an 81-character window'),
