@@ -35,6 +35,8 @@
 #              (PTB_ROW, CHAR_ROW, BROWN_ROW name the rows, of the sweeps PTB_SWEEP, CHAR_SWEEP,
 #              BROWN_SWEEP; default: each ladder's top row; PTB_SWEEP=tune PTB_ROW=tune1_dropout0.5_h2048)
 #   kernel     issue 28: the fused kernel against XLA, bfloat16 (DTYPES=float32 for the other half)
+#   tiles      issue 28: the kernel's GPU tests, then its loop form's settings (LoopTuning) each against XLA,
+#              the output layer alone, at |V| 100k and 300k in bfloat16, 17,905, then 100k in float32
 #   speed      issue 27 (run it first): where the revisited step's time goes on the GPU (the top row alone ran
 #              18,900 tokens/s on the H100, the 2003 network at research size 118,576): the row, then with
 #              each suspect removed in turn (benchmarks/gpu_figures.sh revisited), about 9 minutes: the
@@ -65,8 +67,8 @@ set -u
 step=$1 out=$2
 cd "$(dirname "$0")/.."
 case $step in
-  ptb|chars|brown|ladders|reference|tune|seeds|targets|kernel|research|mps|speed|session) ;;
-  *) echo "unknown step $step: use session, ptb, chars, brown, ladders, reference, tune, seeds, targets, kernel, research, mps or speed"; exit 2 ;;
+  ptb|chars|brown|ladders|reference|tune|seeds|targets|kernel|tiles|research|mps|speed|session) ;;
+  *) echo "unknown step $step: use session, ptb, chars, brown, ladders, reference, tune, seeds, targets, kernel, tiles, research, mps or speed"; exit 2 ;;
 esac
 source launch/device_env.sh || { echo "device_env.sh failed: carry .whl and .carry (launch/device_pack.sh)"; exit 1; }
 export SWEEP_ROOT=${SWEEP_ROOT:-$PWD/runs/device} MPS=${MPS:-1}
@@ -107,6 +109,8 @@ case $step in
     bash launch/device_sweeps.sh "$out" "${specs[@]}" ;;
   kernel)
     DTYPES=${DTYPES:-bfloat16} bash benchmarks/gpu_figures.sh kernel "$out" ;;
+  tiles)
+    GPU_TESTS=${GPU_TESTS:-softmax_kernel} bash benchmarks/gpu_figures.sh tiles "$out" ;;
   research)
     baseline=$PWD/.carry/baseline  # BASELINE=COMMIT bash launch/device_pack.sh puts an older tree there
     [ -d "$baseline" ] || baseline=''
