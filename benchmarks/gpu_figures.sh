@@ -10,8 +10,9 @@
 #   train: brown.py:reg4_n7 alone (end to end), then reg4_n7 in bfloat16 and the PTB table network
 #          in float32 and bfloat16 side by side;
 #   kernel: the GPU smoke tests (the kernel's loop form against NumPy on the GPU), then the fused
-#          kernel ('pallas_loop') beside XLA's all-at-once and streamed paths at batch 4096, |V| 17,905,
-#          100k and 300k, bfloat16 then float32 (DTYPES='bfloat16' for one), with compiled temporaries;
+#          kernel ('pallas_loop'; 'pallas_loop_dz', its gradients from dz) beside XLA's all-at-once and
+#          streamed paths at batch 4096, |V| 17,905, 100k and 300k, bfloat16 then float32
+#          (DTYPES='bfloat16' for one), with compiled temporaries;
 #   tiles: the kernel's GPU tests, then its loop form's settings (LoopTuning: tiles, vocabulary splits,
 #          chunks of the feature width, Triton's warps and stages) each beside XLA, the output layer alone
 #          (benchmarks/softmax_kernel_tiles.py), at TILES_RUNS ('100000:bfloat16 300000:bfloat16 ...');
@@ -137,7 +138,8 @@ elif [ "$part" = kernel ]; then
   for dtype in ${DTYPES:-bfloat16 float32}; do
     for v in ${KERNEL_VOCABS:-17905 100000 300000}; do
       bench kernel_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v --batch_sizes=4096 --steps=10 \
-        --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 --softmax_kernels=xla,pallas_loop
+        --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 \
+        --softmax_kernels=xla,pallas_loop,pallas_loop_dz
       bench streamed_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v --batch_sizes=4096 --steps=10 \
         --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=4096
     done

@@ -460,7 +460,7 @@ def test_a_hidden_width_that_does_not_split_is_a_one_line_error():
 
 # ------------------------------------------------------------------ the fused Pallas softmax kernel
 
-@pytest.mark.parametrize('kernel', ['pallas', 'pallas_loop'])
+@pytest.mark.parametrize('kernel', ['pallas', 'pallas_loop', 'pallas_loop_dz'])
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
 @pytest.mark.parametrize('shape', [(1, 1), (2, 4), (1, 8)], ids=lambda s: f'mesh{s[0]}x{s[1]}')
 def test_pallas_softmax_kernel_equals_dense(shape, dtype, kernel, monkeypatch):

@@ -552,18 +552,19 @@ def test_only_scheduled_evaluations_move_what_annealing_and_patience_judge_by():
 
 
 def test_the_pallas_softmax_kernel_trains_as_xla_does(tiny_config, tmp_path):
-  """A short training with train.softmax_kernel='pallas' and 'pallas_loop' (both forms, interpret mode
-  on CPU) against 'xla': every logged loss within 1e-5, results within 1e-4."""
+  """A short training with train.softmax_kernel='pallas', 'pallas_loop' and 'pallas_loop_dz' (both forms,
+  both backwards of the loop form, interpret mode on CPU) against 'xla': every logged loss within 1e-5,
+  results within 1e-4."""
   import json  # pylint: disable=g-import-not-at-top
   tiny_config.train.update(max_steps=30, eval_every=15, log_every=5)
   results, losses = {}, {}
-  for kernel in ('xla', 'pallas', 'pallas_loop'):
+  for kernel in ('xla', 'pallas', 'pallas_loop', 'pallas_loop_dz'):
     tiny_config.train.softmax_kernel = kernel
     results[kernel] = train.train_and_evaluate(tiny_config, str(tmp_path / kernel))
     with open(tmp_path / kernel / 'metrics.jsonl', encoding='utf-8') as f:
       losses[kernel] = [r['train_loss_mean'] for r in map(json.loads, f) if 'train_loss_mean' in r]
   assert len(losses['xla']) == 6
-  for kernel in ('pallas', 'pallas_loop'):
+  for kernel in ('pallas', 'pallas_loop', 'pallas_loop_dz'):
     np.testing.assert_allclose(losses[kernel], losses['xla'], rtol=1e-5)
     for key in ('valid_ppl', 'test_ppl'):
       assert results[kernel][key] == pytest.approx(results['xla'][key], rel=1e-4)

@@ -191,22 +191,26 @@ def streamed_vocab_block(vocab_block: int, shard_columns: int, batch: int = 0, p
   return vocab_block if vocab_block < shard_columns else 0
 
 
-# vocab_softmax's kernel names: 'pallas', the kernels' grid form (TPUs; CPUs in interpret mode), and
-# 'pallas_loop', their loop form (for GPUs; CPUs in interpret mode).
-KERNEL_FORMS = {'pallas': 'grid', 'pallas_loop': 'loop'}
+# vocab_softmax's kernel names, each (form, backward): 'pallas', the kernels' grid form (TPUs; CPUs in
+# interpret mode); 'pallas_loop', their loop form (for GPUs; CPUs in interpret mode); 'pallas_loop_dz', the
+# loop form with its gradients from dz (LoopTuning.backward='dz': the kernel writes dz, XLA's matmuls
+# make dW and df).
+KERNEL_FORMS = {'pallas': ('grid', 'fused'), 'pallas_loop': ('loop', 'fused'), 'pallas_loop_dz': ('loop', 'dz')}
 
 
-def _kernel_forward(f, w, b, targets, form='grid'):
+def _kernel_forward(f, w, b, targets, form='grid', backward='fused'):
   """_streamed_forward with the shard's pass in the fused Pallas kernel (softmax_kernel.shard_stats)."""
   local = targets - lax.axis_index('model') * w.shape[-1]
-  shard_max, shard_sum, target_part = softmax_kernel.shard_stats(f, w, b, local, form=form)
+  shard_max, shard_sum, target_part = softmax_kernel.shard_stats(
+      f, w, b, local, form=form, tuning=softmax_kernel.LoopTuning(backward=backward))
   return _combine_shards(shard_max, shard_sum, target_part)
 
 
-def _kernel_backward(f, w, b, log_z, targets, g, form='grid'):
+def _kernel_backward(f, w, b, log_z, targets, g, form='grid', backward='fused'):
   """_streamed_backward with the shard's pass in the fused Pallas kernels (softmax_kernel.shard_grads)."""
   local = targets - lax.axis_index('model') * w.shape[-1]
-  df, dw, db = softmax_kernel.shard_grads(f, w, b, log_z, local, g, form=form)
+  df, dw, db = softmax_kernel.shard_grads(f, w, b, log_z, local, g, form=form,
+                                          tuning=softmax_kernel.LoopTuning(backward=backward))
   d_layer = dw if db is None else jnp.concatenate([dw, db[None, :]], axis=0)  # the kernels make db apart
   return lax.psum(df, 'model'), _sum_over_data(d_layer)
 
@@ -250,15 +254,17 @@ def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False
   `vocab_block` columns at a time (_streamed_forward/_backward), so it holds [B, vocab_block]
   logits instead of [B, |V| / model], and recomputes them in the backward pass; -1: resolved by
   streamed_vocab_block.
-  kernel 'pallas' or 'pallas_loop': each shard's passes in the fused Pallas kernels (softmax_kernel, its
-  grid or loop form: KERNEL_FORMS), which never write the logits to memory; recompute and vocab_block
-  then do not apply (the kernels tile the columns).
+  kernel 'pallas', 'pallas_loop' or 'pallas_loop_dz': each shard's passes in the fused Pallas kernels
+  (softmax_kernel, its grid or loop form and its backward: KERNEL_FORMS), which never write the logits to
+  memory ('pallas_loop_dz' writes dz, a chunk of the batch at a time); recompute and vocab_block then do
+  not apply (the kernels tile the columns).
   """
   options = dict(mesh=mesh, dtype=dtype)
   if kernel in KERNEL_FORMS:
-    form = KERNEL_FORMS[kernel]
-    return _tiled_nll(f, output, targets, forward_body=functools.partial(_kernel_forward, form=form),
-                      backward_body=functools.partial(_kernel_backward, form=form), check_vma=False, **options)
+    form, backward = KERNEL_FORMS[kernel]
+    return _tiled_nll(f, output, targets, forward_body=functools.partial(_kernel_forward, form=form, backward=backward),
+                      backward_body=functools.partial(_kernel_backward, form=form, backward=backward),
+                      check_vma=False, **options)
   vocab_block = streamed_vocab_block(vocab_block, output.shape[-1] // mesh.shape['model'],
                                      f.shape[0] // mesh.shape['data'], mesh.devices.flat[0].platform)
   if vocab_block:
