@@ -331,12 +331,13 @@ def loop_tile(features: int, itemsize: int, shared_bytes: int | None = None, sta
                    f'in this GPU\'s {shared_bytes // 1024} KiB of shared memory; use --config.train.softmax_kernel=xla')
 
 
-def _tiles(block_b, block_v, f, w, form: str, stages: int = LOOP_STAGES, k_chunk: int | None = None
-           ) -> tuple[int, int]:
-  """(block_b, block_v): those given, else BLOCK_B x BLOCK_V (grid form) or loop_tile's (loop form)."""
+def _tiles(block_b, block_v, f, w, form: str, tuning: LoopTuning) -> tuple[int, int]:
+  """(block_b, block_v): those given (as arguments or in tuning), else BLOCK_B x BLOCK_V (grid form) or
+  loop_tile's (loop form)."""
+  block_b, block_v = block_b or tuning.block_b, block_v or tuning.block_v
   if form == 'loop' and not (block_b and block_v):
-    tile = loop_tile(_loop_features(f.shape[1], k_chunk), max(jnp.dtype(f.dtype).itemsize, jnp.dtype(w.dtype).itemsize),
-                     stages=stages)
+    itemsize = max(jnp.dtype(f.dtype).itemsize, jnp.dtype(w.dtype).itemsize)
+    tile = loop_tile(_loop_features(f.shape[1], tuning.k_chunk), itemsize, stages=tuning.num_stages)
     return block_b or tile, block_v or tile
   return block_b or BLOCK_B, block_v or BLOCK_V
 
@@ -355,11 +356,15 @@ def _core_count() -> int:
   return cores if isinstance(cores, int) and cores > 0 else H100_CORES
 
 
-def _loop_split(num_b: int, num_v: int, tuning: LoopTuning) -> tuple[int, int]:
-  """(splits, vocabulary tiles a split) for the loop form: tuning.splits (at most num_v) or loop_splits'."""
-  wanted = min(tuning.splits, num_v) if tuning.splits else loop_splits(num_b, num_v)
+def _whole_splits(num_v: int, wanted: int) -> tuple[int, int]:
+  """(splits, vocabulary tiles a split) nearest `wanted` (1 to num_v) with every split at least one tile."""
   per_split = -(-num_v // wanted)
   return -(-num_v // per_split), per_split
+
+
+def _loop_split(num_b: int, num_v: int, tuning: LoopTuning) -> tuple[int, int]:
+  """(splits, vocabulary tiles a split) for the loop form: tuning.splits (at most num_v) or loop_splits'."""
+  return _whole_splits(num_v, min(tuning.splits, num_v) if tuning.splits else loop_splits(num_b, num_v))
 
 
 def loop_splits(num_b: int, num_v: int, cores: int | None = None) -> int:
@@ -367,8 +372,7 @@ def loop_splits(num_b: int, num_v: int, cores: int | None = None) -> int:
   programs fill PROGRAMS_PER_CORE programs a multiprocessor (one a batch tile left 64 programs on the
   H100's 132 at batch 4096), each split at least one vocabulary tile."""
   wanted = max(1, min(num_v, -(-PROGRAMS_PER_CORE * (cores or _core_count()) // num_b)))
-  per_split = -(-num_v // wanted)
-  return -(-num_v // per_split)
+  return _whole_splits(num_v, wanted)[0]
 
 
 def _grid_compiler_params():
@@ -385,7 +389,7 @@ def shard_stats(f, w, b, local_targets, *, block_b: int | None = None, block_v: 
   grid form, loop_tile's in the loop form), in the 'grid' (TPU) or 'loop' (GPU) form; the loop form's
   tiles, splits and Triton settings may be given in `tuning` (default: LoopTuning())."""
   tuning = tuning or LoopTuning()
-  block_b, block_v = _tiles(block_b or tuning.block_b, block_v or tuning.block_v, f, w, form, tuning.num_stages, tuning.k_chunk)
+  block_b, block_v = _tiles(block_b, block_v, f, w, form, tuning)
   batch, columns = f.shape[0], w.shape[-1]
   f, w, b, (t,) = _prepared(f, w, b, [local_targets.astype(jnp.int32)], block_b, block_v, form=form,
                             k_chunk=tuning.k_chunk)
@@ -427,7 +431,7 @@ def shard_grads(f, w, b, log_z, local_targets, g, *, block_b: int | None = None,
   columns, float32, given the global log Z per example (the logits recomputed tile by tile), in the
   'grid' (TPU) or 'loop' (GPU) form, tiled as shard_stats."""
   tuning = tuning or LoopTuning()
-  block_b, block_v = _tiles(block_b or tuning.block_b, block_v or tuning.block_v, f, w, form, tuning.num_stages, tuning.k_chunk)
+  block_b, block_v = _tiles(block_b, block_v, f, w, form, tuning)
   batch, columns, has_bias = f.shape[0], w.shape[-1], b is not None
   rows = [log_z.astype(jnp.float32), local_targets.astype(jnp.int32), g.astype(jnp.float32)]
   # padded rows: log Z = +inf and g = 0, so their probabilities are 0 and their dz 0 whatever the bias

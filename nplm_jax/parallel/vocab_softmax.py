@@ -198,11 +198,10 @@ def streamed_vocab_block(vocab_block: int, shard_columns: int, batch: int = 0, p
 KERNEL_FORMS = {'pallas': ('grid', 'fused'), 'pallas_loop': ('loop', 'fused'), 'pallas_loop_dz': ('loop', 'dz')}
 
 
-def _kernel_forward(f, w, b, targets, form='grid', backward='fused'):
+def _kernel_forward(f, w, b, targets, form='grid'):
   """_streamed_forward with the shard's pass in the fused Pallas kernel (softmax_kernel.shard_stats)."""
   local = targets - lax.axis_index('model') * w.shape[-1]
-  shard_max, shard_sum, target_part = softmax_kernel.shard_stats(
-      f, w, b, local, form=form, tuning=softmax_kernel.LoopTuning(backward=backward))
+  shard_max, shard_sum, target_part = softmax_kernel.shard_stats(f, w, b, local, form=form)
   return _combine_shards(shard_max, shard_sum, target_part)
 
 
@@ -262,7 +261,7 @@ def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False
   options = dict(mesh=mesh, dtype=dtype)
   if kernel in KERNEL_FORMS:
     form, backward = KERNEL_FORMS[kernel]
-    return _tiled_nll(f, output, targets, forward_body=functools.partial(_kernel_forward, form=form, backward=backward),
+    return _tiled_nll(f, output, targets, forward_body=functools.partial(_kernel_forward, form=form),
                       backward_body=functools.partial(_kernel_backward, form=form, backward=backward),
                       check_vma=False, **options)
   vocab_block = streamed_vocab_block(vocab_block, output.shape[-1] // mesh.shape['model'],
