@@ -9,13 +9,14 @@
 #          checkout, optional) on the same synthetic corpora, and the GPU smoke tests;
 #   train: brown.py:reg4_n7 alone (end to end), then reg4_n7 in bfloat16 and the PTB table network
 #          in float32 and bfloat16 side by side;
-#   kernel: the GPU smoke tests (the kernel's loop form against NumPy on the GPU), then the fused
-#          kernel ('pallas_loop'; 'pallas_loop_dz', its gradients from dz) beside XLA's all-at-once and
-#          streamed paths at batch 4096, |V| 17,905, 100k and 300k, bfloat16 then float32
-#          (DTYPES='bfloat16' for one), with compiled temporaries;
-#   tiles: the kernel's GPU tests, then its loop form's settings (LoopTuning: tiles, vocabulary splits,
-#          chunks of the feature width, Triton's warps and stages) each beside XLA, the output layer alone
-#          (benchmarks/softmax_kernel_tiles.py), at TILES_RUNS ('100000:bfloat16 300000:bfloat16 ...');
+#   kernel: the GPU smoke tests (the kernel's GPU forms against NumPy on the GPU), then the fused
+#          kernel ('pallas_loop'; 'pallas_loop_dz', its gradients from dz; 'pallas_mosaic' in bfloat16)
+#          beside XLA's all-at-once and streamed paths at batch 4096, |V| 17,905, 100k and 300k, bfloat16
+#          then float32 (DTYPES='bfloat16' for one), with compiled temporaries;
+#   tiles: the kernel's GPU tests, then its GPU forms' settings (LoopTuning: tiles, vocabulary splits,
+#          chunks of the feature width, Triton's warps and stages, the Mosaic GPU form's pipeline stages)
+#          each beside XLA, the output layer alone (benchmarks/softmax_kernel_tiles.py), at TILES_RUNS
+#          ('100000:bfloat16 300000:bfloat16 ...');
 #   eval: evaluation throughput at batch 256, 1024 and 4096 (train.eval_batch_size's accelerator value)
 #          for Brown reg4_n7, the research size and |V| 100k;
 #   mps:   COPIES (6) of the PTB ladder's top row's training loop side by side (batch 256, bfloat16,
@@ -140,6 +141,10 @@ elif [ "$part" = kernel ]; then
       bench kernel_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v --batch_sizes=4096 --steps=10 \
         --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 \
         --softmax_kernels=xla,pallas_loop,pallas_loop_dz
+      # the Mosaic GPU form apart (bfloat16 only; never compiled on a GPU yet: a failure loses no other row)
+      [ "$dtype" = bfloat16 ] && bench kernel_mosaic_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v \
+        --batch_sizes=4096 --steps=10 --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 \
+        --softmax_kernels=pallas_mosaic
       bench streamed_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v --batch_sizes=4096 --steps=10 \
         --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=4096
     done

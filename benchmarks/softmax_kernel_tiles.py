@@ -1,6 +1,6 @@
-"""The fused softmax kernel's loop form (nplm_jax/parallel/softmax_kernel.py) at several settings
-(LoopTuning: tiles, vocabulary splits, chunks of the feature width, Triton's warps and stages), each
-beside XLA's all-at-once softmax, on one device: the output layer's forward and backward alone
+"""The fused softmax kernel's GPU forms (nplm_jax/parallel/softmax_kernel.py: the loop form through
+Triton, the Mosaic GPU form) at several settings (LoopTuning: tiles, vocabulary splits, chunks of the
+feature width, Triton's warps and stages, the pipeline's stages), each beside XLA's all-at-once softmax, on one device: the output layer's forward and backward alone
 (statistics, log Z, the three gradients), no model around it, so the settings are compared where they
 differ. On the H100 (2026-11-26) the kernel inside the training step ran a third of XLA's rate with
 its chosen settings (tiles of 64, the feature width 290 padded to 512, 64 programs a pass); this says
@@ -8,6 +8,7 @@ which settings close that, for softmax_kernel's defaults and 'auto'.
 
 python benchmarks/softmax_kernel_tiles.py --vocab=100000 --batch=4096 --features=290 --dtype=bfloat16
 python benchmarks/softmax_kernel_tiles.py --settings='chosen;k_chunk=64;k_chunk=64,splits=1'   # some alone
+python benchmarks/softmax_kernel_tiles.py --settings='mosaic;mosaic,num_stages=3'   # the Mosaic GPU form
 
 Prints one JSON line a setting (setting, tokens_per_sec, vs_xla, temp_mib, or error: the first line of
 why it did not compile or run), XLA's first, then a table. On a CPU the kernel runs interpreted: only
@@ -30,9 +31,12 @@ from benchmarks import timing  # pylint: disable=g-import-not-at-top,wrong-impor
 from nplm_jax.errors import UserError  # pylint: disable=g-import-not-at-top,wrong-import-position
 from nplm_jax.parallel import softmax_kernel  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-# The settings tried by default: the chosen ones, then each suspect of the H100's figures alone, then
-# together. 'chosen' is LoopTuning(); the others name its fields.
+# The settings tried by default: the Mosaic GPU form's (WGMMA and TMA: never run on a GPU yet), then the
+# loop form's chosen ones, then each suspect of the H100's figures alone, then together. 'chosen' is
+# LoopTuning(); the others name its fields; 'mosaic' first names the Mosaic GPU form (bfloat16 only).
 DEFAULT_SETTINGS = (
+    'mosaic',  # 64 rows a program, the widest vocabulary tile that fits, 2 stages, splits to fill the chip
+    'mosaic,num_stages=3', 'mosaic,num_stages=1', 'mosaic,splits=1', 'mosaic,dz_chunks=1', 'mosaic,block_v=128',
     'chosen',
     'backward=dz',  # dz written by the kernel, dW and df by XLA's matmuls: no [K, tile] accumulator a program
     'splits=1',  # one program a batch tile (before the vocabulary splits)
@@ -53,19 +57,23 @@ flags.DEFINE_integer('repeats', 3, 'Timed repeats; the median is reported.')
 FLAGS = flags.FLAGS
 
 
-def parse_setting(text: str) -> softmax_kernel.LoopTuning:
-  """'chosen' or 'field=value,...' as a LoopTuning (backward a word, every other field an integer);
+def parse_setting(text: str) -> tuple[str, softmax_kernel.LoopTuning]:
+  """(form, tuning) of 'chosen' or '[mosaic,]field=value,...': the loop form, or the Mosaic GPU form where
+  the setting starts with 'mosaic', with LoopTuning's fields (backward a word, every other an integer);
   UserError naming the bad part."""
-  if text.strip() == 'chosen':
-    return softmax_kernel.LoopTuning()
+  parts = [part.strip() for part in text.split(',')]
+  form = 'mosaic' if parts[0] == 'mosaic' else 'loop'
+  parts = parts[1:] if form == 'mosaic' else parts
+  if parts in ([], ['chosen']):
+    return form, softmax_kernel.LoopTuning()
   fields = {}
-  for part in text.split(','):
+  for part in parts:
     name, _, value = (x.strip() for x in part.partition('='))
     if name not in softmax_kernel.LoopTuning.__dataclass_fields__ or not (value.isdigit() or name == 'backward'):
       raise UserError(f"setting '{text}': '{part}' is not FIELD=VALUE with a field of LoopTuning "
                       f"({', '.join(softmax_kernel.LoopTuning.__dataclass_fields__)}), an integer but for backward")
     fields[name] = value if name == 'backward' else int(value)
-  return softmax_kernel.LoopTuning(**fields)
+  return form, softmax_kernel.LoopTuning(**fields)
 
 
 def xla_loss(f, w, b, targets):
@@ -75,13 +83,13 @@ def xla_loss(f, w, b, targets):
   return jnp.mean(jax.nn.logsumexp(logits, axis=1) - picked)
 
 
-def kernel_loss_and_grads(tuning: softmax_kernel.LoopTuning):
+def kernel_loss_and_grads(form: str, tuning: softmax_kernel.LoopTuning):
   """(loss, (df, dw, db)) of the same mean through the kernel's two passes, as vocab_softmax runs them."""
   def run(f, w, b, targets):
-    shard_max, shard_sum, picked = softmax_kernel.shard_stats(f, w, b, targets, form='loop', tuning=tuning)
+    shard_max, shard_sum, picked = softmax_kernel.shard_stats(f, w, b, targets, form=form, tuning=tuning)
     log_z = jnp.log(shard_sum) + shard_max
     g = jnp.full(targets.shape, 1.0 / targets.shape[0], jnp.float32)
-    return jnp.mean(log_z - picked), softmax_kernel.shard_grads(f, w, b, log_z, targets, g, form='loop', tuning=tuning)
+    return jnp.mean(log_z - picked), softmax_kernel.shard_grads(f, w, b, log_z, targets, g, form=form, tuning=tuning)
   return run
 
 
@@ -116,11 +124,12 @@ def main(argv):
   xla = measure(jax.value_and_grad(xla_loss, argnums=(0, 1, 2)), (f, w, b, targets), FLAGS.batch)
   common.emit({'setting': 'xla', **shape, **xla, 'vs_xla': 1.0})
   rows = [('xla', xla['tokens_per_sec'], 1.0, xla['temp_mib'], '')]
-  for text, tuning in zip(settings, tunings):
+  for text, (form, tuning) in zip(settings, tunings):
     try:
-      got = measure(kernel_loss_and_grads(tuning), (f, w, b, targets), FLAGS.batch)
+      got = measure(kernel_loss_and_grads(form, tuning), (f, w, b, targets), FLAGS.batch)
     except Exception as e:  # pylint: disable=broad-except  # noqa: BLE001
-      # a setting Triton cannot build (shared memory, registers) is a finding, not the end of the run
+      # a setting Triton or Mosaic GPU cannot build (shared memory, registers; float32 in the Mosaic GPU
+      # form) is a finding, not the end of the run
       reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
       common.emit({'setting': text, **shape, 'error': reason})
       rows.append((text, None, None, None, reason))

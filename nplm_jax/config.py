@@ -143,8 +143,9 @@ def base_config() -> ml_collections.ConfigDict:
   # or 'pallas_loop' (fused Pallas kernels that never write a shard's logits to memory, in their grid form
   # for TPUs or their loop form for GPUs: nplm_jax/parallel/softmax_kernel.py; on CPU in interpret mode,
   # for tests only), 'pallas_loop_dz' (the loop form, its gradients from dz written by the kernel and
-  # XLA's matmuls), 'auto': the one measured faster on the backend (backend_defaults.TABLE). Sampled
-  # losses are unaffected.
+  # XLA's matmuls), 'pallas_mosaic' (the kernels' Mosaic GPU form for Hopper GPUs, bfloat16 or float16
+  # operands, its gradients from dz: nplm_jax/parallel/softmax_kernel_mosaic.py), 'auto': the one
+  # measured faster on the backend (backend_defaults.TABLE). Sampled losses are unaffected.
   c.train.softmax_kernel = 'auto'
   # Token ids on the devices ('on'), each step's batch gathered inside the jitted step from the epoch's
   # permutation (sent once an epoch): no host work per step. 'off': gathered on the host each step.
@@ -384,7 +385,7 @@ _CHOICES = [
     ('model.compute_dtype', ('auto', 'float32', 'bfloat16')),
     ('model.matmul_precision', ('highest', 'default')),
     ('train.device_data', ('auto', 'on', 'off')),
-    ('train.softmax_kernel', ('auto', 'xla', 'pallas', 'pallas_loop', 'pallas_loop_dz')),
+    ('train.softmax_kernel', ('auto', 'xla', 'pallas', 'pallas_loop', 'pallas_loop_dz', 'pallas_mosaic')),
     ('optimizer.name', ('paper_sgd', 'adamw')),
     ('optimizer.mu_dtype', ('float32', 'bfloat16')),
     ('loss.name', ('softmax', 'sampled_softmax', 'nce')),

@@ -46,12 +46,14 @@ def test_throughput_loop_runs_the_real_training_loop_beside_the_step():
 
 def test_the_kernel_settings_benchmark_compares_each_with_xla():
   """benchmarks/softmax_kernel_tiles.py on a tiny shard (the kernel interpreted): XLA's line first, then
-  one a setting with its ratio to XLA; a setting that is not LoopTuning's is refused in one line before
-  anything runs."""
+  one a setting with its ratio to XLA, the loop form's and the Mosaic GPU form's; a setting that is not
+  LoopTuning's is refused in one line before anything runs."""
   rows = run('softmax_kernel_tiles.py', '--vocab=300', '--batch=40', '--features=12', '--steps=1', '--repeats=1',
-             '--settings=chosen;k_chunk=8,splits=1;backward=dz,block_b=128,block_v=128,num_warps=8')
+             '--settings=chosen;k_chunk=8,splits=1;backward=dz,block_b=128,block_v=128,num_warps=8;mosaic;'
+             'mosaic,num_stages=1,splits=2')
   assert [r['setting'] for r in rows] == ['xla', 'chosen', 'k_chunk=8,splits=1',
-                                          'backward=dz,block_b=128,block_v=128,num_warps=8']
+                                          'backward=dz,block_b=128,block_v=128,num_warps=8', 'mosaic',
+                                          'mosaic,num_stages=1,splits=2']
   for r in rows:
     assert r['tokens_per_sec'] > 0 and r['vs_xla'] > 0 and r['features'] == 12 and 'error' not in r
   proc = subprocess.run([sys.executable, 'benchmarks/softmax_kernel_tiles.py', '--settings=chosen;block_b=48'],

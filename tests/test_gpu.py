@@ -3,7 +3,8 @@ unset or 'cuda'); skipped, with that message, where JAX sees no GPU (CI runs on 
 
 They check what only a GPU can show: deterministic reductions (two identical runs, and a resumed
 run against an uninterrupted one, bit for bit, several steps a dispatch), the resident data path
-against the host loop, and a bfloat16 training.
+against the host loop, a bfloat16 training, and the fused softmax kernel's GPU forms (Triton's loop
+form, the Mosaic GPU form) compiled and checked against NumPy.
 """
 
 import os
@@ -111,3 +112,25 @@ def test_the_loop_form_of_the_softmax_kernel_compiles_and_equals_numpy(dtype, tu
   for got, want in zip((shard_max, shard_sum, picked, df, dw, db), test_softmax_kernel.reference(f, w, b, targets,
                                                                                                 log_z, g)):
     np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize('tuning', [{}, {'num_stages': 3}, {'splits': 1}, {'block_v': 64, 'dz_chunks': 2}],
+                         ids=['chosen', 'stages3', 'unsplit', 'v64_dz_chunks2'])
+def test_the_mosaic_gpu_form_of_the_softmax_kernel_compiles_and_equals_numpy(tuning):
+  """The kernels' Mosaic GPU form (softmax_kernel, form='mosaic': WGMMA and TMA copies, Hopper and later)
+  compiled for the GPU: statistics and gradients against NumPy in bfloat16, with short tiles, padded rows,
+  K = 200 padded to 256 and the vocabulary split or not. Built and checked on CPUs only so far (its
+  interpret mode, its CUDA lowering); this is its first check on a GPU."""
+  from nplm_jax.parallel import softmax_kernel  # pylint: disable=g-import-not-at-top
+  from tests import test_softmax_kernel  # pylint: disable=g-import-not-at-top
+  f, w, b, targets, g = test_softmax_kernel._rounded_problem(300, 200, 1000, seed=3)  # pylint: disable=protected-access
+  bf16 = lambda x: jax.device_put(jax.numpy.asarray(x, jax.numpy.bfloat16), jax.devices('gpu')[0])
+  tuning = softmax_kernel.LoopTuning(**tuning)
+  stats = softmax_kernel.shard_stats(bf16(f), bf16(w), b, targets, form='mosaic', tuning=tuning)
+  log_z = np.log(np.asarray(stats[1], np.float64)) + np.asarray(stats[0])
+  grads = softmax_kernel.shard_grads(bf16(f), bf16(w), b, log_z.astype(np.float32), targets, g, form='mosaic',
+                                     tuning=tuning)
+  for name, got, want, tolerance in zip(('max', 'sum', 'picked', 'df', 'dw', 'db'), (*stats, *grads),
+                                        test_softmax_kernel.reference(f, w, b, targets, log_z, g),
+                                        (1e-4,) * 3 + (3e-2, 3e-2, 1e-4)):
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tolerance, atol=tolerance, err_msg=name)

@@ -25,7 +25,7 @@ def reference(f, w, b, targets, log_z, g):
     (5, 3, 7, 8, 8),  # one short tile each way
 ])
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
-@pytest.mark.parametrize('form', softmax_kernel.FORMS)
+@pytest.mark.parametrize('form', ['grid', 'loop'])  # the Mosaic GPU form's own tests: below
 def test_shard_passes_equal_numpy(batch, k, columns, block_b, block_v, dtype, form):
   rng = np.random.default_rng(columns)
   f = rng.normal(size=(batch, k)).astype(np.float32)
@@ -261,3 +261,106 @@ def test_the_loop_form_in_feature_chunks_lowers_for_cuda_through_triton(monkeypa
                                   (grads, (f, w, b, rows, targets, rows), 1 if backward == 'dz' else 2)):
       lowered = jax.jit(function).trace(*args).lower(lowering_platforms=('cuda',)).as_text()
       assert lowered.count('xla.gpu.triton') == calls and 'mosaic' not in lowered.lower()
+
+
+# ------------------------------------------------------------------ the Mosaic GPU form
+
+def _rounded_problem(batch, k, columns, seed, bias=None):
+  """f, w (bfloat16-rounded float32), b, targets (some owned by other shards) and unequal g."""
+  rng = np.random.default_rng(seed)
+  f = rng.normal(size=(batch, k)).astype(np.float32)
+  w = (rng.normal(size=(k, columns)) * 0.5).astype(np.float32)
+  f, w = (np.asarray(jnp.asarray(x, jnp.bfloat16).astype(jnp.float32)) for x in (f, w))
+  b = rng.normal(size=columns).astype(np.float32) if bias is None else np.full(columns, bias, np.float32)
+  targets = rng.integers(-20, columns + 20, size=batch).astype(np.int32)
+  return f, w, b, targets, rng.uniform(0.5, 1.5, size=batch).astype(np.float32)
+
+
+@pytest.mark.parametrize('batch,k,columns,block_v,splits', [
+    (70, 9, 300, 64, 2),  # a short row tile (70 = 64 + 6), 5 column tiles in 1 split (5 is prime), the last short
+    (130, 70, 200, 64, 4),  # K = 70 padded to 128, 4 tiles in 4 splits, 3 row tiles
+    (5, 3, 7, None, None),  # one short tile each way, the tile and splits chosen
+])
+def test_the_mosaic_form_equals_numpy(batch, k, columns, block_v, splits):
+  """Both Mosaic GPU kernels in its interpret mode (threads, shared memory and TMA copies simulated):
+  the statistics, and the gradients from dz (written in bfloat16, so df and dW within 2e-2 as the other
+  forms' bfloat16 gradients), padded rows, padded columns and targets outside the shard included."""
+  f, w, b, targets, g = _rounded_problem(batch, k, columns, seed=columns)
+  tuning = softmax_kernel.LoopTuning(block_v=block_v, splits=splits)
+  bf16 = lambda x: jnp.asarray(x, jnp.bfloat16)
+  stats = softmax_kernel.shard_stats(bf16(f), bf16(w), b, targets, form='mosaic', tuning=tuning)
+  log_z = np.log(np.asarray(stats[1], np.float64)) + np.asarray(stats[0]) + 0.25
+  grads = softmax_kernel.shard_grads(bf16(f), bf16(w), b, log_z.astype(np.float32), targets, g, form='mosaic',
+                                     tuning=tuning)
+  expected = reference(f, w, b, targets, log_z, g)
+  for name, got, want, tolerance in zip(('max', 'sum', 'picked', 'df', 'dw', 'db'), (*stats, *grads), expected,
+                                        (1e-5,) * 3 + (2e-2, 2e-2, 1e-5)):
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tolerance, atol=tolerance, err_msg=name)
+  assert all(x.dtype == jnp.float32 for x in (*stats, *grads))
+
+
+def test_the_mosaic_forms_padded_rows_stay_finite_under_a_large_bias():
+  """20 rows in a program of 64 (44 padded rows) under a bias of 100 on every column: the padded rows'
+  log Z is +inf, so their probabilities are 0 and every gradient finite."""
+  f, w, b, targets, g = _rounded_problem(20, 5, 24, seed=7, bias=100.0)
+  targets = targets % 24
+  bf16 = lambda x: jnp.asarray(x, jnp.bfloat16)
+  shard_max, shard_sum, _ = softmax_kernel.shard_stats(bf16(f), bf16(w), b, targets, form='mosaic')
+  log_z = np.log(np.asarray(shard_sum, np.float64)) + np.asarray(shard_max)
+  grads = softmax_kernel.shard_grads(bf16(f), bf16(w), b, log_z.astype(np.float32), targets, g, form='mosaic')
+  for got, want in zip(grads, reference(f, w, b, targets, log_z, g)[3:]):
+    assert np.all(np.isfinite(np.asarray(got)))
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=2e-2, atol=2e-2)
+
+
+def test_the_mosaic_form_takes_two_byte_operands_and_its_own_rows_in_one_line():
+  f, w = np.ones((8, 3), np.float32), np.ones((3, 10), np.float32)
+  for args, tuning, message in (((f, w), None, 'bfloat16 or float16 operands, not float32 x float32'),
+                                ((jnp.asarray(f, jnp.bfloat16), jnp.asarray(w, jnp.bfloat16)),
+                                 softmax_kernel.LoopTuning(block_b=32), '64 rows a program')):
+    with pytest.raises(UserError, match=message) as e:
+      softmax_kernel.shard_stats(*args, None, np.zeros(8, np.int32), form='mosaic', tuning=tuning)
+    assert '\n' not in str(e.value)
+  for platform, devices, message in (('tpu', 1, 'pallas_mosaic'), ('cpu', 2, 'mesh.cpu_devices=1')):
+    with pytest.raises(UserError, match=message) as e:
+      vocab_softmax.softmax_kernel_for('pallas_mosaic', platform, devices)
+    assert '\n' not in str(e.value)
+  assert vocab_softmax.softmax_kernel_for('pallas_mosaic', 'gpu', 8) == 'pallas_mosaic'
+  assert vocab_softmax.softmax_kernel_for('pallas_mosaic', 'cpu', 1) == 'pallas_mosaic'
+
+
+def test_the_mosaic_forms_tiles_fit_the_gpus_shared_memory_and_its_splits_divide_the_tiles():
+  """On an H100 (227 KiB): 128 columns a tile at K = 256 (f, two w tiles and a dz tile: 180 KiB), 64 at
+  K = 320 (mlp1's 290, padded: 128 would need 216 KiB, past 90% of it); the splits always divide the
+  vocabulary tiles, so every program's pipeline has the same static length."""
+  from nplm_jax.parallel import softmax_kernel_mosaic as mosaic  # pylint: disable=g-import-not-at-top
+  h100 = 227 * 1024
+  assert mosaic.mosaic_features(290, jnp.bfloat16) == 320 and mosaic.mosaic_features(64, jnp.bfloat16) == 64
+  assert mosaic.mosaic_block_v(256, 2, h100) == 128 and mosaic.mosaic_block_v(320, 2, h100) == 64
+  with pytest.raises(UserError, match='softmax_kernel=xla'):
+    mosaic.mosaic_block_v(2048, 2, h100)
+  assert mosaic.dividing_splits(2344, 9) == 8 and mosaic.dividing_splits(5, 3) == 1 and mosaic.dividing_splits(7, 9) == 7
+  for num_v in (1, 5, 12, 1563, 2344):
+    for wanted in (1, 3, 8, 40):
+      assert num_v % mosaic.dividing_splits(num_v, wanted) == 0
+
+
+def test_the_mosaic_form_lowers_for_cuda(monkeypatch):
+  """Both passes built for CUDA on this CPU machine (Mosaic GPU's lowering runs in Python: register
+  layouts, TMA boxes and shared memory are checked here), with K = 290 padded to 320, short tiles and
+  splits, tiled for an H100; no Triton. Compiling to PTX and running need a GPU with WGMMA (compute
+  capability 9)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(softmax_kernel, '_platform', lambda: 'gpu')
+  monkeypatch.setattr(softmax_kernel, '_shared_memory_bytes', lambda: 227 * 1024)
+  monkeypatch.setattr(softmax_kernel, '_core_count', lambda: 132)
+  batch, columns, k = 300, 1000, 290
+  f, w = jax.ShapeDtypeStruct((batch, k), jnp.bfloat16), jax.ShapeDtypeStruct((k, columns), jnp.bfloat16)
+  b, rows = jax.ShapeDtypeStruct((columns,), jnp.float32), jax.ShapeDtypeStruct((batch,), jnp.float32)
+  targets = jax.ShapeDtypeStruct((batch,), jnp.int32)
+  tuning = softmax_kernel.LoopTuning(splits=3)
+  stats = lambda f, w, b, t: softmax_kernel.shard_stats(f, w, b, t, form='mosaic', tuning=tuning)
+  grads = lambda f, w, b, z, t, g: softmax_kernel.shard_grads(f, w, b, z, t, g, form='mosaic', tuning=tuning)
+  for function, args in ((stats, (f, w, b, targets)), (grads, (f, w, b, rows, targets, rows))):
+    lowered = jax.jit(function).trace(*args).lower(lowering_platforms=('cuda',)).as_text()
+    assert 'mosaic_gpu' in lowered and 'triton' not in lowered

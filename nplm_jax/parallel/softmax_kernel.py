@@ -22,7 +22,7 @@ padded columns are masked to -inf; padded rows carry g = 0 and a log-normaliser 
 probabilities are exp(-inf) = 0 whatever the bias (a normaliser of 0 overflowed exp above a bias of
 about 88 and made dW and db NaN through 0 x inf).
 
-Two forms of the same passes (`form`):
+Three forms of the same passes (`form`):
 - 'grid': each kernel accumulates into its output block over the last grid axis, which Mosaic TPU
   runs in order (the TPU form);
 - 'loop': each program owns its output tile and loops over the other axis with lax.fori_loop inside
@@ -38,14 +38,19 @@ Two forms of the same passes (`form`):
   float32 accumulator: 128 KiB at K = 512 and tiles of 64, past a multiprocessor's registers for one
   program of 4 warps) or 'dz' (one kernel writes dz tile by tile in the operands' dtype, a chunk of
   the batch at a time, and XLA's matmuls make dW = f^T dz and df = dz w^T from it: dz is written once
-  and read twice, where XLA's own path writes float32 logits and reads them several times).
-On a CPU both run in Pallas's interpret mode, where the tests check them against NumPy and the XLA
+  and read twice, where XLA's own path writes float32 logits and reads them several times);
+- 'mosaic': the statistics and dz passes for Hopper's tensor cores through Mosaic GPU, the lowering
+  JAX keeps for Pallas on GPUs (softmax_kernel_mosaic: one warpgroup of 64 rows a program, w's tiles
+  streamed through a pipeline of TMA copies, WGMMA products), its gradients from dz as the loop form's
+  backward='dz'; bfloat16 or float16 operands only. Built and checked on CPUs (its interpret mode, its
+  CUDA lowering); not yet compiled or run on a GPU.
+On a CPU every form runs in an interpret mode (Pallas's; Mosaic GPU's for the 'mosaic' form), where the tests check them against NumPy and the XLA
 path. On a GPU, pallas_call would lower through Mosaic GPU by default (jax_pallas_use_mosaic_gpu),
 whose async copies and shared memory these kernels' whole-array blocks exceed; the loop form names
 Triton through its compiler parameters instead and pads the feature width K with zeros to a power of
 two (Triton loads no other size), or with LoopTuning.k_chunk to a multiple of that chunk, loaded and
 multiplied chunk by chunk (290 becomes 320 rather than 512). JAX 0.11 deprecates Pallas's Triton
-backend, so a later JAX will need a Mosaic GPU form. Float32 matmuls name full precision (Triton's dot
+backend (its warning on the H100, JAX 0.11.2): the 'mosaic' form is the one a later JAX keeps. Float32 matmuls name full precision (Triton's dot
 defaults to TF32). What the H100 showed (JAX 0.11.2, 2026-11-26, before the splits, the chunks and
 the precision): the loop form compiled and matched NumPy in bfloat16 (float32 missed by 2.5e-4: TF32)
 and, inside the training step at batch 4096, ran about a third of XLA's all-at-once rate with an eighth
@@ -66,10 +71,11 @@ from jax.experimental.pallas import tpu as pl_tpu
 from jax.experimental.pallas import triton as pl_triton
 
 from nplm_jax.errors import UserError
+from nplm_jax.parallel import softmax_kernel_mosaic as mosaic
 
 BLOCK_B = 128  # examples a tile
 BLOCK_V = 128  # vocabulary columns a tile
-FORMS = ('grid', 'loop')
+FORMS = ('grid', 'loop', 'mosaic')
 # The loop form on a GPU: Triton pipelines each loop's loads over LOOP_STAGES buffers in shared memory,
 # whose size a program may use depends on the chip (KiB by compute capability; others: LOOP_SHARED_KIB_OTHER).
 LOOP_STAGES = 2
@@ -82,8 +88,10 @@ BACKWARDS = ('fused', 'dz')
 
 @dataclasses.dataclass(frozen=True)
 class LoopTuning:
-  """The loop form's settings on a GPU; None: chosen (loop_tile for the tiles, loop_splits for the
-  splits). benchmarks/softmax_kernel_tiles.py times them against each other on a GPU."""
+  """The GPU forms' settings; None: chosen (loop_tile or mosaic_block_v for the tiles, loop_splits for the
+  splits). The loop form reads them all; the Mosaic GPU form block_v, splits, num_stages (its pipeline's w
+  tiles in flight) and dz_chunks, its rows a program fixed (MOSAIC_BLOCK_B) and its backward always 'dz'.
+  benchmarks/softmax_kernel_tiles.py times them against each other on a GPU."""
   block_b: int | None = None  # examples a tile
   block_v: int | None = None  # vocabulary columns a tile
   splits: int | None = None  # programs a batch tile in the statistics and df passes, over the vocabulary
@@ -288,11 +296,12 @@ def _prepared(f, w, b, rows, block_b: int, block_v: int, row_pads=None, form: st
               k_chunk: int | None = None):
   """Inputs padded to whole tiles: f [B', K'], w [K', V'], b [V'] (float32), per-example rows [B']
   (padded with `row_pads`, one value a row input, default 0). The loop form pads the feature width K
-  with zeros to a power of two or a multiple of k_chunk (K' >= K; exact): Triton loads no other size."""
+  with zeros to a power of two or a multiple of k_chunk (K' >= K; exact): Triton loads no other size;
+  the Mosaic GPU form to a multiple of its swizzled rows (mosaic_features)."""
   b = jnp.zeros(w.shape[-1], jnp.float32) if b is None else b.astype(jnp.float32)
   row_pads = row_pads or [0] * len(rows)
-  if form == 'loop':
-    features = _loop_features(f.shape[1], k_chunk)
+  if form in ('loop', 'mosaic'):
+    features = _loop_features(f.shape[1], k_chunk) if form == 'loop' else mosaic.mosaic_features(f.shape[1], f.dtype)
     f, w = _pad_to(f, 1, features), _pad_to(w, 0, features)
   return (_pad_to(f, 0, block_b), _pad_to(w, 1, block_v), _pad_to(b, 0, block_v),
           [_pad_to(r, 0, block_b, pad) for r, pad in zip(rows, row_pads)])
@@ -332,9 +341,17 @@ def loop_tile(features: int, itemsize: int, shared_bytes: int | None = None, sta
 
 
 def _tiles(block_b, block_v, f, w, form: str, tuning: LoopTuning) -> tuple[int, int]:
-  """(block_b, block_v): those given (as arguments or in tuning), else BLOCK_B x BLOCK_V (grid form) or
-  loop_tile's (loop form)."""
+  """(block_b, block_v): those given (as arguments or in tuning), else BLOCK_B x BLOCK_V (grid form),
+  loop_tile's (loop form) or MOSAIC_BLOCK_B x mosaic_block_v's (Mosaic GPU form)."""
   block_b, block_v = block_b or tuning.block_b, block_v or tuning.block_v
+  if form == 'mosaic':
+    mosaic.check_dtype(f, w)
+    if block_b not in (None, mosaic.MOSAIC_BLOCK_B):
+      raise UserError(f"the fused softmax kernel's Mosaic GPU form takes {mosaic.MOSAIC_BLOCK_B} rows a program (one "
+                      f"warpgroup's), not block_b={block_b}")
+    features = mosaic.mosaic_features(f.shape[1], f.dtype)
+    return mosaic.MOSAIC_BLOCK_B, block_v or mosaic.mosaic_block_v(
+        features, jnp.dtype(f.dtype).itemsize, _shared_memory_bytes(), tuning.num_stages)
   if form == 'loop' and not (block_b and block_v):
     itemsize = max(jnp.dtype(f.dtype).itemsize, jnp.dtype(w.dtype).itemsize)
     tile = loop_tile(_loop_features(f.shape[1], tuning.k_chunk), itemsize, stages=tuning.num_stages)
@@ -381,13 +398,22 @@ def _grid_compiler_params():
   return pl_tpu.CompilerParams(dimension_semantics=('parallel', 'arbitrary')) if _platform() == 'tpu' else None
 
 
+def _combined_splits(part_max, part_sum, part_pick, batch: int):
+  """The vocabulary splits' statistics [splits, B'] combined as the online log-sum-exp combines tiles
+  (each split has a column), cut to the batch's rows."""
+  shard_max = jnp.max(part_max, axis=0)
+  shard_sum = jnp.sum(part_sum * jnp.exp(part_max - shard_max[None, :]), axis=0)
+  return shard_max[:batch], shard_sum[:batch], jnp.sum(part_pick, axis=0)[:batch]
+
+
 def shard_stats(f, w, b, local_targets, *, block_b: int | None = None, block_v: int | None = None,
                 form: str = 'grid', tuning: LoopTuning | None = None):
   """(max, sum of exp(z - max), z of the target or 0 where the shard does not own it) per example,
   float32 [B] each, for z = f w + b over this shard's columns; local_targets are column indices
   (outside [0, columns): not this shard's). Tiles of block_b x block_v (default BLOCK_B x BLOCK_V in the
-  grid form, loop_tile's in the loop form), in the 'grid' (TPU) or 'loop' (GPU) form; the loop form's
-  tiles, splits and Triton settings may be given in `tuning` (default: LoopTuning())."""
+  grid form, loop_tile's in the loop form, 64 x mosaic_block_v's in the Mosaic GPU form), in the 'grid'
+  (TPU), 'loop' or 'mosaic' (GPU) form; the GPU forms' tiles, splits and compiler settings may be given
+  in `tuning` (default: LoopTuning())."""
   tuning = tuning or LoopTuning()
   block_b, block_v = _tiles(block_b, block_v, f, w, form, tuning)
   batch, columns = f.shape[0], w.shape[-1]
@@ -407,10 +433,13 @@ def shard_stats(f, w, b, local_targets, *, block_b: int | None = None, block_v: 
         out_specs=[part, part, part],
         out_shape=[jax.ShapeDtypeStruct((splits, f.shape[0]), jnp.float32)] * 3,
         interpret=_interpret(), compiler_params=_loop_compiler_params(tuning))(f, w, b, t)
-    # the splits' statistics combined as the online log-sum-exp combines tiles (each split has a column)
-    shard_max = jnp.max(part_max, axis=0)
-    shard_sum = jnp.sum(part_sum * jnp.exp(part_max - shard_max[None, :]), axis=0)
-    return shard_max[:batch], shard_sum[:batch], jnp.sum(part_pick, axis=0)[:batch]
+    return _combined_splits(part_max, part_sum, part_pick, batch)
+  if form == 'mosaic':
+    nb, nv = f.shape[0] // block_b, w.shape[-1] // block_v
+    splits = mosaic.dividing_splits(nv, tuning.splits or loop_splits(nb, nv))
+    parts = mosaic.stats(f, w, b, jnp.where((t >= 0) & (t < columns), t, -1), block_v=block_v, splits=splits,
+                         columns=columns, stages=tuning.num_stages, interpret=_interpret())
+    return _combined_splits(*parts, batch)
   grid = (f.shape[0] // block_b, w.shape[-1] // block_v)
   row = pl.BlockSpec((block_b,), lambda i, j: (i,))
   kernel = functools.partial(_stats_kernel, block_v=block_v, columns=columns)
@@ -429,7 +458,7 @@ def shard_grads(f, w, b, log_z, local_targets, g, *, block_b: int | None = None,
                 form: str = 'grid', tuning: LoopTuning | None = None):
   """(df [B, K], dw [K, columns], db [columns] or None) of sum(g * -log P(target)) from this shard's
   columns, float32, given the global log Z per example (the logits recomputed tile by tile), in the
-  'grid' (TPU) or 'loop' (GPU) form, tiled as shard_stats."""
+  'grid' (TPU), 'loop' or 'mosaic' (GPU) form, tiled as shard_stats."""
   tuning = tuning or LoopTuning()
   block_b, block_v = _tiles(block_b, block_v, f, w, form, tuning)
   batch, columns, has_bias = f.shape[0], w.shape[-1], b is not None
@@ -439,6 +468,11 @@ def shard_grads(f, w, b, log_z, local_targets, g, *, block_b: int | None = None,
   f, w, b, rows = _prepared(f, w, b, rows, block_b, block_v, row_pads=[jnp.inf, 0, 0], form=form,
                             k_chunk=tuning.k_chunk)
   k, nb, nv = f.shape[1], f.shape[0] // block_b, w.shape[-1] // block_v
+  if form == 'mosaic':
+    log_z, t, g = rows  # targets outside the shard (padded columns included) own no column: -1
+    rows = [log_z, jnp.where((t >= 0) & (t < columns), t, -1), g]
+    df, dw, db = _dz_grads(f, w, b, rows, block_b, block_v, columns, batch, has_bias, tuning, _mosaic_dz_pass)
+    return df[:, :features], dw[:features], db
   if form == 'loop':
     grads = _dz_grads if tuning.backward == 'dz' else _loop_grads
     df, dw, db = grads(f, w, b, rows, block_b, block_v, columns, batch, has_bias, tuning)
@@ -461,26 +495,42 @@ def shard_grads(f, w, b, log_z, local_targets, g, *, block_b: int | None = None,
   return df[:batch], dw[:, :columns], (db[:columns] if has_bias else None)
 
 
-def _dz_grads(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: int, has_bias: bool,
-              tuning: LoopTuning):
-  """shard_grads' loop form with backward='dz': over the batch in dz_chunks chunks (a divisor of the
-  batch tiles, at most dz_chunks), the kernel writes the chunk's dz tile by tile and XLA's matmuls add
-  f^T dz to dW and make dz w^T, the chunk's df (float32 accumulation, as the fused passes)."""
-  k, nb, nv = f.shape[1], f.shape[0] // block_b, w.shape[-1] // block_v
+def _loop_dz_pass(f_shape, w, block_b: int, block_v: int, columns: int, tuning: LoopTuning):
+  """The loop form's dz kernel (Triton) over a chunk of f_shape[0] rows: (f, w, b, log_z, t, g) -> (dz in
+  w's dtype, db's share of each row tile [rows / block_b, columns'] float32)."""
+  k, nv = f_shape[1], w.shape[-1] // block_v
   k_chunk, num_k = _k_chunks(k, tuning.k_chunk)
-  chunks = max(c for c in range(1, min(tuning.dz_chunks, nb) + 1) if nb % c == 0)
-  chunk_tiles = nb // chunks
   row = pl.BlockSpec((block_b,), lambda i, j: (i,))
-  dz_pass = pl.pallas_call(
+  return pl.pallas_call(
       functools.partial(_dz_kernel, block_v=block_v, columns=columns, k_chunk=k_chunk, num_k=num_k),
-      grid=(chunk_tiles, nv),
+      grid=(f_shape[0] // block_b, nv),
       in_specs=[pl.BlockSpec((block_b, k), lambda i, j: (i, 0)), pl.BlockSpec((k, block_v), lambda i, j: (0, j)),
                 pl.BlockSpec((block_v,), lambda i, j: (j,))] + [row] * 3,
       out_specs=[pl.BlockSpec((block_b, block_v), lambda i, j: (i, j)),
                  pl.BlockSpec((None, block_v), lambda i, j: (i, j))],
-      out_shape=[jax.ShapeDtypeStruct((chunk_tiles * block_b, w.shape[-1]), w.dtype),
-                 jax.ShapeDtypeStruct((chunk_tiles, w.shape[-1]), jnp.float32)],
+      out_shape=[jax.ShapeDtypeStruct((f_shape[0], w.shape[-1]), w.dtype),
+                 jax.ShapeDtypeStruct((f_shape[0] // block_b, w.shape[-1]), jnp.float32)],
       interpret=_interpret(), compiler_params=_loop_compiler_params(tuning))
+
+
+def _mosaic_dz_pass(f_shape, w, block_b: int, block_v: int, columns: int, tuning: LoopTuning):
+  """The Mosaic GPU form's dz kernel over a chunk of f_shape[0] rows, as _loop_dz_pass."""
+  del block_b  # always mosaic.MOSAIC_BLOCK_B
+  nb, nv = f_shape[0] // mosaic.MOSAIC_BLOCK_B, w.shape[-1] // block_v
+  splits = mosaic.dividing_splits(nv, tuning.splits or loop_splits(nb, nv))
+  return functools.partial(mosaic.dz_tiles, block_v=block_v, splits=splits, columns=columns,
+                           stages=tuning.num_stages, interpret=_interpret())
+
+
+def _dz_grads(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: int, has_bias: bool,
+              tuning: LoopTuning, dz_pass_for=_loop_dz_pass):
+  """shard_grads with the gradients from dz (the loop form's backward='dz', the Mosaic GPU form's only
+  one): over the batch in dz_chunks chunks (a divisor of the batch tiles, at most dz_chunks), a kernel
+  (dz_pass_for's) writes the chunk's dz tile by tile and XLA's matmuls add f^T dz to dW and make dz w^T,
+  the chunk's df (float32 accumulation, as the fused passes)."""
+  nb = f.shape[0] // block_b
+  chunks = max(c for c in range(1, min(tuning.dz_chunks, nb) + 1) if nb % c == 0)
+  dz_pass = dz_pass_for((f.shape[0] // chunks, f.shape[1]), w, block_b, block_v, columns, tuning)
 
   def chunk(carry, inputs):
     dw, db = carry

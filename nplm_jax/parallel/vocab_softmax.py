@@ -165,19 +165,29 @@ def _streamed_backward(f, w, b, log_z, targets, g, *, vocab_block):
 
 
 # Where each kernel form runs: Mosaic TPU runs the grid form's grid in order (its accumulation over
-# the last grid axis), CPUs interpret both forms. GPUs run their grid programs in parallel, so they
-# take the loop form ('pallas_loop', built through Triton: softmax_kernel's docstring); the grid form
-# is refused there.
+# the last grid axis), CPUs interpret every form. GPUs run their grid programs in parallel, so they
+# take the loop form ('pallas_loop', built through Triton: softmax_kernel's docstring) or the Mosaic GPU
+# form ('pallas_mosaic'); the grid form is refused there, and the Mosaic GPU form on TPUs.
 PALLAS_PLATFORMS = ('cpu', 'tpu')
+MOSAIC_PLATFORMS = ('cpu', 'gpu')
 
 
-def softmax_kernel_for(name: str, platform: str) -> str:
+def softmax_kernel_for(name: str, platform: str, devices: int = 1) -> str:
   """train.softmax_kernel with 'auto' resolved for the backend `platform`; one line of error for
-  'pallas' where the kernels have no lowering."""
+  'pallas' and 'pallas_mosaic' where they have no lowering, and for 'pallas_mosaic' on a CPU mesh of
+  several `devices` (Mosaic GPU's interpreter simulates one GPU: kernels on several CPU devices at once
+  collide in its shared state)."""
   if name == 'pallas' and platform not in PALLAS_PLATFORMS:
     raise UserError(f"train.softmax_kernel='pallas' (the kernel's grid form) runs on TPUs, and on CPUs in interpret "
-                    f"mode, not on a {platform.upper()}; use --config.train.softmax_kernel=pallas_loop (its GPU "
-                    "form), auto or xla")
+                    f"mode, not on a {platform.upper()}; use --config.train.softmax_kernel=pallas_loop or "
+                    "pallas_mosaic (its GPU forms), auto or xla")
+  if name == 'pallas_mosaic' and platform not in MOSAIC_PLATFORMS:
+    raise UserError(f"train.softmax_kernel='pallas_mosaic' (the kernel's Mosaic GPU form) runs on GPUs, and on CPUs "
+                    f"in interpret mode, not on a {platform.upper()}; use --config.train.softmax_kernel=pallas (its "
+                    "TPU form), auto or xla")
+  if name == 'pallas_mosaic' and platform == 'cpu' and devices > 1:
+    raise UserError(f"train.softmax_kernel='pallas_mosaic' runs on a CPU in Mosaic GPU's interpret mode, which "
+                    f"simulates one GPU, not a mesh of {devices} devices; use --config.mesh.cpu_devices=1")
   return backend_defaults.backend_default('train.softmax_kernel', platform) if name == 'auto' else name
 
 
@@ -194,8 +204,9 @@ def streamed_vocab_block(vocab_block: int, shard_columns: int, batch: int = 0, p
 # vocab_softmax's kernel names, each (form, backward): 'pallas', the kernels' grid form (TPUs; CPUs in
 # interpret mode); 'pallas_loop', their loop form (for GPUs; CPUs in interpret mode); 'pallas_loop_dz', the
 # loop form with its gradients from dz (LoopTuning.backward='dz': the kernel writes dz, XLA's matmuls
-# make dW and df).
-KERNEL_FORMS = {'pallas': ('grid', 'fused'), 'pallas_loop': ('loop', 'fused'), 'pallas_loop_dz': ('loop', 'dz')}
+# make dW and df); 'pallas_mosaic', the Mosaic GPU form (Hopper's tensor cores; its gradients from dz).
+KERNEL_FORMS = {'pallas': ('grid', 'fused'), 'pallas_loop': ('loop', 'fused'), 'pallas_loop_dz': ('loop', 'dz'),
+                'pallas_mosaic': ('mosaic', 'dz')}
 
 
 def _kernel_forward(f, w, b, targets, form='grid'):
@@ -253,10 +264,10 @@ def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False
   `vocab_block` columns at a time (_streamed_forward/_backward), so it holds [B, vocab_block]
   logits instead of [B, |V| / model], and recomputes them in the backward pass; -1: resolved by
   streamed_vocab_block.
-  kernel 'pallas', 'pallas_loop' or 'pallas_loop_dz': each shard's passes in the fused Pallas kernels
-  (softmax_kernel, its grid or loop form and its backward: KERNEL_FORMS), which never write the logits to
-  memory ('pallas_loop_dz' writes dz, a chunk of the batch at a time); recompute and vocab_block then do
-  not apply (the kernels tile the columns).
+  kernel 'pallas', 'pallas_loop', 'pallas_loop_dz' or 'pallas_mosaic': each shard's passes in the fused
+  Pallas kernels (softmax_kernel, its grid, loop or Mosaic GPU form and its backward: KERNEL_FORMS), which
+  never write the logits to memory (the dz backwards write dz, a chunk of the batch at a time); recompute
+  and vocab_block then do not apply (the kernels tile the columns).
   """
   options = dict(mesh=mesh, dtype=dtype)
   if kernel in KERNEL_FORMS:

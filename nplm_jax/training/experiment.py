@@ -128,7 +128,8 @@ class Experiment:
     common = dict(chunk_size=config.train.chunk_size, seed=config.seed,
                   vocab_block=config.train.vocab_block,
                   matmul_precision=config.model.matmul_precision, axis_rules=config.mesh.axis_rules,
-                  softmax_kernel=vocab_softmax.softmax_kernel_for(config.train.softmax_kernel, self.platform))
+                  softmax_kernel=vocab_softmax.softmax_kernel_for(config.train.softmax_kernel, self.platform,
+                                                                   self.mesh.devices.size))
     self.device_data = None
     if not training:
       self.steps = steps_lib.compile_steps(self.model, None, self.mesh, **common)

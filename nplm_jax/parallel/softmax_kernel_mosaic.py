@@ -1,0 +1,226 @@
+"""The fused softmax kernel's Mosaic GPU form: its passes written for Hopper's tensor cores (WGMMA) and
+TMA copies, the lowering JAX keeps for Pallas on GPUs (JAX 0.11 deprecates Pallas's Triton backend, which
+the loop form uses).
+
+Two kernels over one vocabulary shard's inputs, already padded by softmax_kernel._prepared (the batch to
+MOSAIC_BLOCK_B rows, the feature width K to a multiple of mosaic_features' swizzle, the columns to
+block_v). Each program is one warpgroup owning MOSAIC_BLOCK_B rows of the batch and one split of the
+vocabulary tiles: it copies its rows of f into shared memory once, then emit_pipeline streams the split's
+[K, block_v] tiles of w (and of the bias) through `stages` buffers while the tensor cores multiply the
+tile before. Per tile, the logits [64, block_v] live in registers (float32 accumulation), the bias is
+added, columns past the shard's masked to -inf:
+
+- stats: the online log-sum-exp (running max and sum of exponentials) and the target's logit per row,
+  carried through the pipeline; [splits, batch] of each, combined outside as the loop form's splits;
+- dz_tiles: dz = g (exp(z - log Z) - onehot) per tile, written to memory in the operands' dtype with its
+  column sums (db's share of the row tile, float32), for XLA's matmuls to make dW = f^T dz and df = dz w^T
+  (softmax_kernel._dz_grads: what the loop form's backward='dz' does with Triton).
+
+bfloat16 or float16 operands only (WGMMA has no IEEE float32 product: float32 is the loop form's).
+On a CPU both kernels run in Mosaic GPU's interpret mode (threads and shared memory simulated), where the
+tests check them against NumPy; JAX 0.10's interpreter has no layout casts, so there the register layouts
+are left out (they place values in registers and change no number). Lowering for CUDA is checked on the
+CPU too (tests/test_softmax_kernel.py); compiling and running need a GPU with WGMMA (compute capability 9).
+"""
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from nplm_jax.errors import UserError
+
+MOSAIC_BLOCK_B = 64  # rows a program: one warpgroup's WGMMA tile
+MOSAIC_DTYPES = ('bfloat16', 'float16')
+MOSAIC_STAGES = 2  # w tiles in flight (emit_pipeline's buffers)
+SWIZZLE_BYTES = 128  # shared-memory swizzle of the operand tiles: 64 two-byte elements a row
+_WGMMA = plgpu.Layout.WGMMA
+
+
+def check_dtype(f, w) -> None:
+  """One line of UserError unless f and w share a dtype the tensor cores take."""
+  if f.dtype != w.dtype or jnp.dtype(f.dtype).name not in MOSAIC_DTYPES:
+    raise UserError(f"the fused softmax kernel's Mosaic GPU form multiplies bfloat16 or float16 operands, not "
+                    f"{jnp.dtype(f.dtype).name} x {jnp.dtype(w.dtype).name}; use --config.model.compute_dtype="
+                    "bfloat16, or --config.train.softmax_kernel=pallas_loop (float32 through Triton) or xla")
+
+
+def swizzle_elements(dtype) -> int:
+  """Elements of one swizzled row: the tiles' last axis is a multiple of it."""
+  return SWIZZLE_BYTES // jnp.dtype(dtype).itemsize
+
+
+def mosaic_features(k: int, dtype) -> int:
+  """The feature width K padded with zeros to a multiple of the swizzle (exact: zero products)."""
+  return -(-k // swizzle_elements(dtype)) * swizzle_elements(dtype)
+
+
+def shared_bytes_needed(features: int, block_v: int, itemsize: int, stages: int = MOSAIC_STAGES) -> int:
+  """A program's shared memory: its rows of f, `stages` w tiles and one dz tile (bias and rows: small)."""
+  return itemsize * (MOSAIC_BLOCK_B * features + stages * features * block_v + MOSAIC_BLOCK_B * block_v) + 4096
+
+
+def mosaic_block_v(features: int, itemsize: int, shared_bytes: int, stages: int = MOSAIC_STAGES) -> int:
+  """The wider vocabulary tile of 128 and 64 whose program fits in shared memory with 10% to spare (256
+  holds a [64, 256] float32 tile in a warpgroup's registers: a tuning to time, not a default);
+  UserError where neither does."""
+  for block_v in (128, 64):
+    if shared_bytes_needed(features, block_v, itemsize, stages) <= 0.9 * shared_bytes:
+      return block_v
+  raise UserError(f"the fused softmax kernel's Mosaic GPU form cannot tile a feature width of {features} in this "
+                  f"GPU's {shared_bytes // 1024} KiB of shared memory; use --config.train.softmax_kernel=xla")
+
+
+def _transforms(dtype):
+  elements = swizzle_elements(dtype)
+  return plgpu.TilingTransform((8, elements)), plgpu.SwizzleTransform(SWIZZLE_BYTES)
+
+
+def _registers(interpret: bool):
+  """(cast to a register layout, column iota in the WGMMA layout): identities in interpret mode."""
+  if interpret:
+    return (lambda x, layout: x), (lambda shape: lax.broadcasted_iota(jnp.int32, shape, 1))
+  return plgpu.layout_cast, lambda shape: plgpu.broadcasted_iota(jnp.int32, shape, 1, layout=_WGMMA)
+
+
+def _tile_logits(f_smem, w_smem, b_smem, column0, columns: int, interpret: bool):
+  """A tile's logits [rows, block_v] in float32 (f w on the tensor cores, plus the bias), columns past the
+  shard's at -inf, and the tile's column ids."""
+  cast, column_iota = _registers(interpret)
+
+  def product(acc_ref):
+    plgpu.wgmma(acc_ref, f_smem, w_smem)
+    return acc_ref[...]
+
+  rows, block_v = f_smem.shape[0], w_smem.shape[1]
+  z = pl.run_scoped(product, plgpu.ACC((rows, block_v), jnp.float32))
+  z = z + lax.broadcast_in_dim(cast(b_smem[...], _WGMMA.reduce(0)), z.shape, [1])
+  ids = column0 + column_iota(z.shape)
+  return jnp.where(ids < columns, z, -jnp.inf), ids
+
+
+def _load_rows(gmems, smems, barriers, rows):
+  """Copies each per-row input's rows into shared memory (one barrier each) and waits for all."""
+  for k, (gmem, smem) in enumerate(zip(gmems, smems)):
+    plgpu.copy_gmem_to_smem(gmem.at[rows], smem, barriers.at[k])
+  for k in range(len(gmems)):
+    plgpu.barrier_wait(barriers.at[k])
+
+
+def _interpret_params(interpret: bool):
+  if not interpret:
+    return None
+  # JAX 0.10 exports no public name for Mosaic GPU's interpreter settings
+  from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams  # pylint: disable=g-import-not-at-top
+  return InterpretGPUParams()
+
+
+def _split_columns(split, per_split: int, block_v: int):
+  return pl.ds(split * (per_split * block_v), per_split * block_v)
+
+
+def stats(f, w, b, t, *, block_v: int, splits: int, columns: int, stages: int = MOSAIC_STAGES,
+          interpret: bool = False):
+  """(max, sum of exp(z - max), the target's z or 0) of each split's vocabulary tiles, float32 [splits, B]
+  each, for padded f [B, K], w [K, V], b [V] (float32), t [B] (int32 column ids; outside the shard: 0)."""
+  batch, features = f.shape
+  per_split = w.shape[1] // block_v // splits
+  row_layout = _WGMMA.reduce(1)
+  cast, _ = _registers(interpret)
+
+  def body(f_gmem, w_gmem, b_gmem, t_gmem, max_gmem, sum_gmem, pick_gmem, f_smem, t_smem, out_smems, barriers):
+    i, split = lax.axis_index('rows'), lax.axis_index('split')
+    rows = pl.ds(i * MOSAIC_BLOCK_B, MOSAIC_BLOCK_B)
+    _load_rows((f_gmem, t_gmem), (f_smem, t_smem), barriers, rows)
+    targets = cast(t_smem[...], row_layout)
+
+    def tile(indices, w_smem, b_smem, carry):
+      old_max, total, pick = carry
+      z, ids = _tile_logits(f_smem, w_smem, b_smem, (split * per_split + indices[0]) * block_v, columns, interpret)
+      new_max = jnp.maximum(old_max, z.max(axis=1))
+      total = total * jnp.exp(old_max - new_max) + jnp.exp(z - lax.broadcast_in_dim(new_max, z.shape, [0])).sum(axis=1)
+      hit = ids == lax.broadcast_in_dim(targets, z.shape, [0])
+      return new_max, total, pick + jnp.where(hit, z, 0.0).sum(axis=1)
+
+    start = tuple(cast(jnp.full((MOSAIC_BLOCK_B,), value, jnp.float32), row_layout) for value in (-jnp.inf, 0.0, 0.0))
+    columns_of_split = _split_columns(split, per_split, block_v)
+    results = plgpu.emit_pipeline(
+        tile, grid=(per_split,),
+        in_specs=[plgpu.BlockSpec((features, block_v), lambda j: (0, j), transforms=_transforms(w.dtype)),
+                  plgpu.BlockSpec((block_v,), lambda j: (j,))],
+        max_concurrent_steps=min(stages, per_split), init_carry=start)(w_gmem.at[:, columns_of_split],
+                                                                      b_gmem.at[columns_of_split])
+    for value, smem in zip(results, out_smems):
+      smem[...] = value
+    plgpu.commit_smem()
+    for smem, gmem in zip(out_smems, (max_gmem, sum_gmem, pick_gmem)):
+      plgpu.copy_smem_to_gmem(smem, gmem.at[split, rows])
+    plgpu.wait_smem_to_gmem(0)
+
+  row_smem = lambda dtype: plgpu.SMEM((MOSAIC_BLOCK_B,), dtype)
+  return plgpu.kernel(
+      body, out_type=[jax.ShapeDtypeStruct((splits, batch), jnp.float32)] * 3,
+      grid=(batch // MOSAIC_BLOCK_B, splits), grid_names=('rows', 'split'),
+      scratch_types=[plgpu.SMEM((MOSAIC_BLOCK_B, features), f.dtype, transforms=_transforms(f.dtype)),
+                     row_smem(jnp.int32), [row_smem(jnp.float32)] * 3, plgpu.Barrier(num_barriers=2)],
+      interpret=_interpret_params(interpret))(f, w, b, t)
+
+
+def dz_tiles(f, w, b, log_z, t, g, *, block_v: int, splits: int, columns: int, stages: int = MOSAIC_STAGES,
+             interpret: bool = False):
+  """(dz [B, V] in f's dtype, db's share of each row tile [B / MOSAIC_BLOCK_B, V] float32) for padded f,
+  w, b (float32) and per-row log Z, t (int32) and g: dz = g (exp(z - log Z) - onehot(t)), 0 in padded
+  columns and in padded rows (log Z = +inf, g = 0)."""
+  batch, features = f.shape
+  per_split = w.shape[1] // block_v // splits
+  row_layout = _WGMMA.reduce(1)
+  cast, _ = _registers(interpret)
+
+  def body(f_gmem, w_gmem, b_gmem, log_z_gmem, t_gmem, g_gmem, dz_gmem, db_gmem, f_smem, row_smems, dz_smem, db_smem,
+           barriers):
+    i, split = lax.axis_index('rows'), lax.axis_index('split')
+    rows = pl.ds(i * MOSAIC_BLOCK_B, MOSAIC_BLOCK_B)
+    _load_rows((f_gmem, log_z_gmem, t_gmem, g_gmem), (f_smem, *row_smems), barriers, rows)
+    log_z, targets, scale = (cast(smem[...], row_layout) for smem in row_smems)
+
+    def tile(indices, w_smem, b_smem):
+      column0 = (split * per_split + indices[0]) * block_v
+      z, ids = _tile_logits(f_smem, w_smem, b_smem, column0, columns, interpret)
+      onehot = jnp.where(ids == lax.broadcast_in_dim(targets, z.shape, [0]), 1.0, 0.0)
+      probabilities = jnp.exp(z - lax.broadcast_in_dim(log_z, z.shape, [0]))
+      dz = lax.broadcast_in_dim(scale, z.shape, [0]) * (probabilities - onehot)
+      column_sums = dz.sum(axis=0)
+      plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last tile's copies have read the buffers
+      dz_smem[...] = dz.astype(dz_smem.dtype)
+      db_smem[...] = column_sums
+      plgpu.commit_smem()
+      tile_columns = pl.ds(column0, block_v)
+      plgpu.copy_smem_to_gmem(dz_smem, dz_gmem.at[rows, tile_columns])
+      plgpu.copy_smem_to_gmem(db_smem, db_gmem.at[i, tile_columns])
+
+    columns_of_split = _split_columns(split, per_split, block_v)
+    plgpu.emit_pipeline(
+        tile, grid=(per_split,),
+        in_specs=[plgpu.BlockSpec((features, block_v), lambda j: (0, j), transforms=_transforms(w.dtype)),
+                  plgpu.BlockSpec((block_v,), lambda j: (j,))],
+        max_concurrent_steps=min(stages, per_split))(w_gmem.at[:, columns_of_split], b_gmem.at[columns_of_split])
+    plgpu.wait_smem_to_gmem(0)
+
+  row_smem = lambda dtype: plgpu.SMEM((MOSAIC_BLOCK_B,), dtype)
+  return plgpu.kernel(
+      body, out_type=[jax.ShapeDtypeStruct((batch, w.shape[1]), f.dtype),
+                      jax.ShapeDtypeStruct((batch // MOSAIC_BLOCK_B, w.shape[1]), jnp.float32)],
+      grid=(batch // MOSAIC_BLOCK_B, splits), grid_names=('rows', 'split'),
+      scratch_types=[plgpu.SMEM((MOSAIC_BLOCK_B, features), f.dtype, transforms=_transforms(f.dtype)),
+                     [row_smem(jnp.float32), row_smem(jnp.int32), row_smem(jnp.float32)],
+                     plgpu.SMEM((MOSAIC_BLOCK_B, block_v), f.dtype, transforms=_transforms(f.dtype)),
+                     plgpu.SMEM((block_v,), jnp.float32), plgpu.Barrier(num_barriers=4)],
+      interpret=_interpret_params(interpret))(f, w, b, log_z, t, g)
+
+
+def dividing_splits(num_v: int, wanted: int) -> int:
+  """The most splits, at most `wanted`, that divide the vocabulary tiles evenly (each program's pipeline
+  has one static length)."""
+  return max(s for s in range(1, max(1, min(wanted, num_v)) + 1) if num_v % s == 0)
+
