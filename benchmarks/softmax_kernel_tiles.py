@@ -36,7 +36,9 @@ from nplm_jax.parallel import softmax_kernel  # pylint: disable=g-import-not-at-
 # LoopTuning(); the others name its fields; 'mosaic' first names the Mosaic GPU form (bfloat16 only).
 DEFAULT_SETTINGS = (
     'mosaic',  # 64 rows a program, the widest vocabulary tile that fits, 2 stages, splits to fill the chip
-    'mosaic,num_stages=3', 'mosaic,num_stages=1', 'mosaic,splits=1', 'mosaic,dz_chunks=1', 'mosaic,block_v=128',
+    # wider tiles (at K = 320 a tile of 128 in 2 stages needs 225 of the H100's 227 KiB), deeper pipelines
+    'mosaic,block_v=128,num_stages=1', 'mosaic,block_v=128', 'mosaic,num_stages=3', 'mosaic,splits=1',
+    'mosaic,dz_chunks=1',
     'chosen',
     'backward=dz',  # dz written by the kernel, dW and df by XLA's matmuls: no [K, tile] accumulator a program
     'splits=1',  # one program a batch tile (before the vocabulary splits)

@@ -13,9 +13,9 @@
 #              revisited step's deterministic gradient forms timed, the fastest picked, then the rows
 #              issue 27 still waits for (Brown's best point's last seed, the character tune points and
 #              seeds, the ladders' rows not yet at early stopping: launch/session.py's ROWS), one at a
-#              time, each only if it fits in the call; its last 240 s go to issue 28's figures (the
-#              research size's step profiled, then the kernel's settings against XLA in bfloat16;
-#              speed where no row fitted); run it first when the budget is that short. Again
+#              time, each only if it fits in the call; its last 270 s go to issue 28's figures (the
+#              kernel's GPU tests and settings against XLA in bfloat16, then the research size's step
+#              profiled; speed where no row fitted); run it first when the budget is that short. Again
 #              at once on the warm machine with SESSION_SECONDS=(what is left, less a minute): the rows
 #              not yet trained, no probes
 #   ptb        issue 27: PTB words, the ladder's six rows side by side (each + KN5)

@@ -7,9 +7,9 @@ not yet at early stopping, each to early stopping or its planned length (ROWS).
 Each starts only when its estimated time fits in what is left of the call: a row is never planned to be
 cut by the call's end. Each gets the time left as its train.max_seconds (a safety), and one that does not
 fit is skipped and said so. The rows leave FIGURES_RESERVE seconds of the call to issue 28's figures:
-the research size's step profiled (gpu_figures.sh loop, its profiles alone), then the fused kernel's
-GPU tests and its settings against XLA (gpu_figures.sh tiles); where no row fitted, where the step's
-time goes (gpu_plan.sh speed).
+the fused kernel's GPU tests and its settings against XLA (gpu_figures.sh tiles, at most 150 s), then
+the research size's step profiled (gpu_figures.sh loop, its profiles alone); where no row fitted, where
+the step's time goes (gpu_plan.sh speed).
 
 A later call on the same warm machine (the tool keeps it about 30 s after a call; the rows' workdirs
 and ROOT/session.json are still there) goes on from the first: no probes, the rows not yet trained,
@@ -147,7 +147,7 @@ START_AND_FINISH = 50.0  # the H200's rows took 31-46 s beyond their tokens at t
 FINISH_RESERVE = 25.0
 PACK_RESERVE = 15.0  # seconds kept at the call's end for the last pack
 MIN_FALLBACK_SECONDS = 90  # the least time left after the rows worth spending on benchmarks
-FIGURES_RESERVE = 240.0  # seconds of the call the rows leave to FIGURES (issue 28)
+FIGURES_RESERVE = 270.0  # seconds of the call the rows leave to FIGURES (issue 28)
 
 
 def estimate_seconds(row: Row, tokens_per_sec: float) -> float:
@@ -350,14 +350,16 @@ def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=N
 
 
 # Issue 28's figures after the rows, each (gpu_figures.sh part, its settings, the most seconds it may take or
-# None for all that is left): the research size's step profiled at batch 256 and 1024 (where its time goes:
-# 160,000-175,000 tokens/s on the H200 at 256, the issue asks 250,000; never yet run: the H100 session of
-# 2026-11-26 gave its figures' time to the kernel), at most 110 s; then the fused kernel's GPU tests and its
-# loop form's settings against XLA, the output layer alone (gpu_figures.sh tiles; on that H100 the kernel
-# ran a third of XLA's rate in the training step), |V| 100k first (the issue's target), then 300k.
-# Each part's settings beside DTYPES=bfloat16; the tests are tests/test_gpu.py's kernel tests alone (GPU_TESTS).
-FIGURES = (('loop', {'ONLY': 'profile_research_bf16_256,profile_research_bf16_1024'}, 110),
-           ('tiles', {'GPU_TESTS': 'softmax_kernel', 'TILES_RUNS': '100000:bfloat16 300000:bfloat16'}, None))
+# None for all that is left): first the fused kernel's GPU tests (the Mosaic GPU form's, never yet compiled on
+# a GPU, and the loop form's chosen settings in both dtypes: their float32 now asks for full precision) and
+# its settings against XLA, the output layer alone (gpu_figures.sh tiles: the Mosaic GPU form's first, |V|
+# 100k, the issue's target, then 300k), at most 150 s: on the H100 the Triton loop form ran a third of
+# XLA's rate in the training step; then the research size's step profiled at batch 256 and 1024 (where its
+# time goes: 160,000-175,000 tokens/s on the H200 at 256, the issue asks 250,000; never yet run: two
+# sessions gave its time to other figures). Each part's settings beside DTYPES=bfloat16.
+FIGURES = (('tiles', {'GPU_TESTS': 'mosaic_gpu_form or chosen', 'TILES_RUNS': '100000:bfloat16 300000:bfloat16'},
+            150),
+           ('loop', {'ONLY': 'profile_research_bf16_256,profile_research_bf16_1024'}, None))
 
 
 def spend_the_rest(session: Session, out: str, left: int, clock=time.time) -> None:
