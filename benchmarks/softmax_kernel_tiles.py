@@ -39,6 +39,7 @@ DEFAULT_SETTINGS = (
     # wider tiles (at K = 320 a tile of 128 in 2 stages needs 225 of the H100's 227 KiB), deeper pipelines
     'mosaic,block_v=128,num_stages=1', 'mosaic,block_v=128', 'mosaic,num_stages=3', 'mosaic,splits=1',
     'mosaic,dz_chunks=1',
+    'mosaic,num_stages=1',  # 94 KiB a program at K = 320: two programs a multiprocessor, one's math beside the other's WGMMA
     'chosen',
     'backward=dz',  # dz written by the kernel, dW and df by XLA's matmuls: no [K, tile] accumulator a program
     'splits=1',  # one program a batch tile (before the vocabulary splits)
