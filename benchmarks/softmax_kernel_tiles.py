@@ -36,6 +36,8 @@ from nplm_jax.parallel import softmax_kernel  # pylint: disable=g-import-not-at-
 # LoopTuning(); the others name its fields; 'mosaic' first names the Mosaic GPU form (bfloat16 only).
 DEFAULT_SETTINGS = (
     'mosaic',  # 64 rows a program, the widest vocabulary tile that fits, 2 stages, splits to fill the chip
+    # warp-specialised: a warpgroup issues the copies beside 1 or 2 compute warpgroups (Pallas's Hopper attention)
+    'mosaic,warpgroups=1', 'mosaic,warpgroups=2',
     # wider tiles (at K = 320 a tile of 128 in 2 stages needs 225 of the H100's 227 KiB), deeper pipelines
     'mosaic,block_v=128,num_stages=1', 'mosaic,block_v=128', 'mosaic,num_stages=3', 'mosaic,splits=1',
     'mosaic,dz_chunks=1',

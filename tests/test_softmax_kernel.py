@@ -233,7 +233,8 @@ def test_the_loop_forms_settings_are_checked_in_one_line():
       softmax_kernel.LoopTuning(**{name: 48})
     assert '\n' not in str(e.value)
   for fields, message in (({'backward': 'dW'}, "backward must be one of fused, dz, not 'dW'"),
-                          ({'dz_chunks': 0}, 'dz_chunks must be at least 1, not 0')):
+                          ({'dz_chunks': 0}, 'dz_chunks must be at least 1, not 0'),
+                          ({'warpgroups': 3}, 'warpgroups must be 0, 1 or 2, not 3')):
     with pytest.raises(UserError, match=message):
       softmax_kernel.LoopTuning(**fields)
 
@@ -276,17 +277,20 @@ def _rounded_problem(batch, k, columns, seed, bias=None):
   return f, w, b, targets, rng.uniform(0.5, 1.5, size=batch).astype(np.float32)
 
 
-@pytest.mark.parametrize('batch,k,columns,block_v,splits', [
-    (70, 9, 300, 64, 2),  # a short row tile (70 = 64 + 6), 5 column tiles in 1 split (5 is prime), the last short
-    (130, 70, 200, 64, 4),  # K = 70 padded to 128, 4 tiles in 4 splits, 3 row tiles
-    (5, 3, 7, None, None),  # one short tile each way, the tile and splits chosen
+@pytest.mark.parametrize('batch,k,columns,block_v,splits,warpgroups', [
+    (70, 9, 300, 64, 2, 0),  # a short row tile (70 = 64 + 6), 5 column tiles in 1 split (5 is prime), the last short
+    (130, 70, 200, 64, 4, 0),  # K = 70 padded to 128, 4 tiles in 4 splits, 3 row tiles
+    (5, 3, 7, None, None, 0),  # one short tile each way, the tile and splits chosen
+    (70, 9, 300, 64, 2, 1),  # warp-specialised: one compute warpgroup beside the one that copies
+    (200, 70, 200, 64, 4, 2),  # two compute warpgroups (128 rows a program: 2 programs, the second half padding)
 ])
-def test_the_mosaic_form_equals_numpy(batch, k, columns, block_v, splits):
-  """Both Mosaic GPU kernels in its interpret mode (threads, shared memory and TMA copies simulated):
-  the statistics, and the gradients from dz (written in bfloat16, so df and dW within 2e-2 as the other
-  forms' bfloat16 gradients), padded rows, padded columns and targets outside the shard included."""
+def test_the_mosaic_form_equals_numpy(batch, k, columns, block_v, splits, warpgroups):
+  """Both Mosaic GPU kernels in its interpret mode (threads, shared memory, barriers and TMA copies
+  simulated): the statistics, and the gradients from dz (written in bfloat16, so df and dW within 2e-2 as
+  the other forms' bfloat16 gradients), padded rows, padded columns and targets outside the shard
+  included, with one warpgroup a program or warp-specialised."""
   f, w, b, targets, g = _rounded_problem(batch, k, columns, seed=columns)
-  tuning = softmax_kernel.LoopTuning(block_v=block_v, splits=splits)
+  tuning = softmax_kernel.LoopTuning(block_v=block_v, splits=splits, warpgroups=warpgroups, dz_chunks=2)
   bf16 = lambda x: jnp.asarray(x, jnp.bfloat16)
   stats = softmax_kernel.shard_stats(bf16(f), bf16(w), b, targets, form='mosaic', tuning=tuning)
   log_z = np.log(np.asarray(stats[1], np.float64)) + np.asarray(stats[0]) + 0.25
@@ -317,7 +321,9 @@ def test_the_mosaic_form_takes_two_byte_operands_and_its_own_rows_in_one_line():
   f, w = np.ones((8, 3), np.float32), np.ones((3, 10), np.float32)
   for args, tuning, message in (((f, w), None, 'bfloat16 or float16 operands, not float32 x float32'),
                                 ((jnp.asarray(f, jnp.bfloat16), jnp.asarray(w, jnp.bfloat16)),
-                                 softmax_kernel.LoopTuning(block_b=32), '64 rows a program')):
+                                 softmax_kernel.LoopTuning(block_b=32), '64 rows a program'),
+                                ((jnp.asarray(f, jnp.bfloat16), jnp.asarray(w, jnp.bfloat16)),
+                                 softmax_kernel.LoopTuning(block_b=64, warpgroups=2), '128 rows a program')):
     with pytest.raises(UserError, match=message) as e:
       softmax_kernel.shard_stats(*args, None, np.zeros(8, np.int32), form='mosaic', tuning=tuning)
     assert '\n' not in str(e.value)
@@ -337,6 +343,8 @@ def test_the_mosaic_forms_tiles_fit_the_gpus_shared_memory_and_its_splits_divide
   h100 = 227 * 1024
   assert mosaic.mosaic_features(290, jnp.bfloat16) == 320 and mosaic.mosaic_features(64, jnp.bfloat16) == 64
   assert mosaic.mosaic_block_v(256, 2, h100) == 128 and mosaic.mosaic_block_v(320, 2, h100) == 64
+  assert mosaic.mosaic_block_v(320, 2, h100, warpgroups=2) == 64  # 128 rows of f and of dz: 176 KiB
+  assert mosaic.program_rows(0) == mosaic.program_rows(1) == 64 and mosaic.program_rows(2) == 128
   with pytest.raises(UserError, match='softmax_kernel=xla'):
     mosaic.mosaic_block_v(2048, 2, h100)
   assert mosaic.dividing_splits(2344, 9) == 8 and mosaic.dividing_splits(5, 3) == 1 and mosaic.dividing_splits(7, 9) == 7
@@ -345,10 +353,12 @@ def test_the_mosaic_forms_tiles_fit_the_gpus_shared_memory_and_its_splits_divide
       assert num_v % mosaic.dividing_splits(num_v, wanted) == 0
 
 
-def test_the_mosaic_form_lowers_for_cuda(monkeypatch):
+@pytest.mark.parametrize('warpgroups', [0, 1, 2])
+def test_the_mosaic_form_lowers_for_cuda(monkeypatch, warpgroups):
   """Both passes built for CUDA on this CPU machine (Mosaic GPU's lowering runs in Python: register
   layouts, TMA boxes and shared memory are checked here), with K = 290 padded to 320, short tiles and
-  splits, tiled for an H100; no Triton. Compiling to PTX and running need a GPU with WGMMA (compute
+  splits, tiled for an H100, with one warpgroup a program or warp-specialised (1 or 2 compute warpgroups
+  beside one that copies); no Triton. Compiling to PTX and running need a GPU with WGMMA (compute
   capability 9)."""
   import jax  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(softmax_kernel, '_platform', lambda: 'gpu')
@@ -358,7 +368,7 @@ def test_the_mosaic_form_lowers_for_cuda(monkeypatch):
   f, w = jax.ShapeDtypeStruct((batch, k), jnp.bfloat16), jax.ShapeDtypeStruct((k, columns), jnp.bfloat16)
   b, rows = jax.ShapeDtypeStruct((columns,), jnp.float32), jax.ShapeDtypeStruct((batch,), jnp.float32)
   targets = jax.ShapeDtypeStruct((batch,), jnp.int32)
-  tuning = softmax_kernel.LoopTuning(splits=3)
+  tuning = softmax_kernel.LoopTuning(splits=3, warpgroups=warpgroups)
   stats = lambda f, w, b, t: softmax_kernel.shard_stats(f, w, b, t, form='mosaic', tuning=tuning)
   grads = lambda f, w, b, z, t, g: softmax_kernel.shard_grads(f, w, b, z, t, g, form='mosaic', tuning=tuning)
   for function, args in ((stats, (f, w, b, targets)), (grads, (f, w, b, rows, targets, rows))):

@@ -89,8 +89,10 @@ BACKWARDS = ('fused', 'dz')
 @dataclasses.dataclass(frozen=True)
 class LoopTuning:
   """The GPU forms' settings; None: chosen (loop_tile or mosaic_block_v for the tiles, loop_splits for the
-  splits). The loop form reads them all; the Mosaic GPU form block_v, splits, num_stages (its pipeline's w
-  tiles in flight) and dz_chunks, its rows a program fixed (MOSAIC_BLOCK_B) and its backward always 'dz'.
+  splits). The loop form reads them all but warpgroups; the Mosaic GPU form block_v, splits, num_stages
+  (its pipeline's w tiles in flight), dz_chunks and warpgroups (0: one warpgroup of 64 rows a program;
+  1 or 2: that many compute warpgroups of 64 rows beside a warpgroup that issues the copies), its
+  backward always 'dz'.
   benchmarks/softmax_kernel_tiles.py times them against each other on a GPU."""
   block_b: int | None = None  # examples a tile
   block_v: int | None = None  # vocabulary columns a tile
@@ -103,11 +105,14 @@ class LoopTuning:
   # dW and df from it: no [K, tile] accumulator a program, dz's [batch / dz_chunks, columns] in memory)
   backward: str = 'fused'
   dz_chunks: int = 4
+  warpgroups: int = 0  # the Mosaic GPU form's compute warpgroups with warp specialisation (0: none)
 
   def __post_init__(self):
     if self.backward not in BACKWARDS:
       raise UserError(f"the fused softmax kernel's backward must be one of {', '.join(BACKWARDS)}, not "
                       f"'{self.backward}'")
+    if self.warpgroups not in (0, 1, 2):
+      raise UserError(f"the fused softmax kernel's warpgroups must be 0, 1 or 2, not {self.warpgroups}")
     if self.dz_chunks < 1:
       raise UserError(f"the fused softmax kernel's dz_chunks must be at least 1, not {self.dz_chunks}")
     for name in ('block_b', 'block_v', 'k_chunk'):
@@ -346,12 +351,13 @@ def _tiles(block_b, block_v, f, w, form: str, tuning: LoopTuning) -> tuple[int, 
   block_b, block_v = block_b or tuning.block_b, block_v or tuning.block_v
   if form == 'mosaic':
     mosaic.check_dtype(f, w)
-    if block_b not in (None, mosaic.MOSAIC_BLOCK_B):
-      raise UserError(f"the fused softmax kernel's Mosaic GPU form takes {mosaic.MOSAIC_BLOCK_B} rows a program (one "
-                      f"warpgroup's), not block_b={block_b}")
+    rows = mosaic.program_rows(tuning.warpgroups)
+    if block_b not in (None, rows):
+      raise UserError(f"the fused softmax kernel's Mosaic GPU form takes {rows} rows a program ({mosaic.MOSAIC_BLOCK_B} "
+                      f"a compute warpgroup), not block_b={block_b}")
     features = mosaic.mosaic_features(f.shape[1], f.dtype)
-    return mosaic.MOSAIC_BLOCK_B, block_v or mosaic.mosaic_block_v(
-        features, jnp.dtype(f.dtype).itemsize, _shared_memory_bytes(), tuning.num_stages)
+    return rows, block_v or mosaic.mosaic_block_v(features, jnp.dtype(f.dtype).itemsize, _shared_memory_bytes(),
+                                                  tuning.num_stages, tuning.warpgroups)
   if form == 'loop' and not (block_b and block_v):
     itemsize = max(jnp.dtype(f.dtype).itemsize, jnp.dtype(w.dtype).itemsize)
     tile = loop_tile(_loop_features(f.shape[1], tuning.k_chunk), itemsize, stages=tuning.num_stages)
@@ -438,7 +444,8 @@ def shard_stats(f, w, b, local_targets, *, block_b: int | None = None, block_v: 
     nb, nv = f.shape[0] // block_b, w.shape[-1] // block_v
     splits = mosaic.dividing_splits(nv, tuning.splits or loop_splits(nb, nv))
     parts = mosaic.stats(f, w, b, jnp.where((t >= 0) & (t < columns), t, -1), block_v=block_v, splits=splits,
-                         columns=columns, stages=tuning.num_stages, interpret=_interpret())
+                         columns=columns, stages=tuning.num_stages, warpgroups=tuning.warpgroups,
+                         interpret=_interpret())
     return _combined_splits(*parts, batch)
   grid = (f.shape[0] // block_b, w.shape[-1] // block_v)
   row = pl.BlockSpec((block_b,), lambda i, j: (i,))
@@ -515,11 +522,10 @@ def _loop_dz_pass(f_shape, w, block_b: int, block_v: int, columns: int, tuning: 
 
 def _mosaic_dz_pass(f_shape, w, block_b: int, block_v: int, columns: int, tuning: LoopTuning):
   """The Mosaic GPU form's dz kernel over a chunk of f_shape[0] rows, as _loop_dz_pass."""
-  del block_b  # always mosaic.MOSAIC_BLOCK_B
-  nb, nv = f_shape[0] // mosaic.MOSAIC_BLOCK_B, w.shape[-1] // block_v
+  nb, nv = f_shape[0] // block_b, w.shape[-1] // block_v  # block_b: mosaic.program_rows
   splits = mosaic.dividing_splits(nv, tuning.splits or loop_splits(nb, nv))
   return functools.partial(mosaic.dz_tiles, block_v=block_v, splits=splits, columns=columns,
-                           stages=tuning.num_stages, interpret=_interpret())
+                           stages=tuning.num_stages, warpgroups=tuning.warpgroups, interpret=_interpret())
 
 
 def _dz_grads(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: int, has_bias: bool,

@@ -3,11 +3,14 @@ TMA copies, the lowering JAX keeps for Pallas on GPUs (JAX 0.11 deprecates Palla
 the loop form uses).
 
 Two kernels over one vocabulary shard's inputs, already padded by softmax_kernel._prepared (the batch to
-MOSAIC_BLOCK_B rows, the feature width K to a multiple of mosaic_features' swizzle, the columns to
-block_v). Each program is one warpgroup owning MOSAIC_BLOCK_B rows of the batch and one split of the
-vocabulary tiles: it copies its rows of f into shared memory once, then emit_pipeline streams the split's
-[K, block_v] tiles of w (and of the bias) through `stages` buffers while the tensor cores multiply the
-tile before. Per tile, the logits [64, block_v] live in registers (float32 accumulation), the bias is
+program_rows, the feature width K to a multiple of mosaic_features' swizzle, the columns to block_v).
+Each program owns program_rows of the batch and one split of the vocabulary tiles: it copies its rows of
+f into shared memory once, then streams the split's [K, block_v] tiles of w (and of the bias) through
+`stages` buffers while the tensor cores multiply the tile before (_pipelined): either one warpgroup of
+MOSAIC_BLOCK_B rows issues the copies and computes (warpgroups=0), or, warp-specialised as Pallas's
+Hopper attention kernel, a warpgroup issues the copies while 1 or 2 compute warpgroups of
+MOSAIC_BLOCK_B rows each share every tile (warpgroups=1, 2: the copies beside the products, and with 2
+each tile of w read once for 128 rows). Per tile, the logits [64, block_v] live in registers (float32 accumulation), the bias is
 added, columns past the shard's masked to -inf:
 
 - stats: the online log-sum-exp (running max and sum of exponentials) and the target's logit per row,
@@ -56,17 +59,21 @@ def mosaic_features(k: int, dtype) -> int:
   return -(-k // swizzle_elements(dtype)) * swizzle_elements(dtype)
 
 
-def shared_bytes_needed(features: int, block_v: int, itemsize: int, stages: int = MOSAIC_STAGES) -> int:
-  """A program's shared memory: its rows of f, `stages` w tiles and one dz tile (bias and rows: small)."""
-  return itemsize * (MOSAIC_BLOCK_B * features + stages * features * block_v + MOSAIC_BLOCK_B * block_v) + 4096
+def shared_bytes_needed(features: int, block_v: int, itemsize: int, stages: int = MOSAIC_STAGES,
+                        warpgroups: int = 0) -> int:
+  """A program's shared memory: its rows of f and a dz tile for each compute warpgroup, and `stages` w
+  tiles (bias and rows: small)."""
+  rows = program_rows(warpgroups)
+  return itemsize * (rows * features + stages * features * block_v + rows * block_v) + 4096
 
 
-def mosaic_block_v(features: int, itemsize: int, shared_bytes: int, stages: int = MOSAIC_STAGES) -> int:
+def mosaic_block_v(features: int, itemsize: int, shared_bytes: int, stages: int = MOSAIC_STAGES,
+                   warpgroups: int = 0) -> int:
   """The wider vocabulary tile of 128 and 64 whose program fits in shared memory with 10% to spare (256
   holds a [64, 256] float32 tile in a warpgroup's registers: a tuning to time, not a default);
   UserError where neither does."""
   for block_v in (128, 64):
-    if shared_bytes_needed(features, block_v, itemsize, stages) <= 0.9 * shared_bytes:
+    if shared_bytes_needed(features, block_v, itemsize, stages, warpgroups) <= 0.9 * shared_bytes:
       return block_v
   raise UserError(f"the fused softmax kernel's Mosaic GPU form cannot tile a feature width of {features} in this "
                   f"GPU's {shared_bytes // 1024} KiB of shared memory; use --config.train.softmax_kernel=xla")
@@ -101,11 +108,11 @@ def _tile_logits(f_smem, w_smem, b_smem, column0, columns: int, interpret: bool)
 
 
 def _load_rows(gmems, smems, barriers, rows):
-  """Copies each per-row input's rows into shared memory (one barrier each) and waits for all."""
-  for k, (gmem, smem) in enumerate(zip(gmems, smems)):
-    plgpu.copy_gmem_to_smem(gmem.at[rows], smem, barriers.at[k])
-  for k in range(len(gmems)):
-    plgpu.barrier_wait(barriers.at[k])
+  """Copies each per-row input's rows into shared memory (a barrier each) and waits for all."""
+  for gmem, smem, barrier in zip(gmems, smems, barriers):
+    plgpu.copy_gmem_to_smem(gmem.at[rows], smem, barrier)
+  for barrier in barriers:
+    plgpu.barrier_wait(barrier)
 
 
 def _interpret_params(interpret: bool):
@@ -120,103 +127,152 @@ def _split_columns(split, per_split: int, block_v: int):
   return pl.ds(split * (per_split * block_v), per_split * block_v)
 
 
+def program_rows(warpgroups: int) -> int:
+  """Rows of the batch a program owns: MOSAIC_BLOCK_B for each compute warpgroup (one without warp
+  specialisation)."""
+  return MOSAIC_BLOCK_B * max(warpgroups, 1)
+
+
+def _warpgroup(warpgroups: int):
+  return lax.axis_index('wg') if warpgroups else 0
+
+
+def _pipelined(tile, *, specs, steps: int, stages: int, warpgroups: int, begin, end, views):
+  """Streams `views` (the split's w and bias) through shared memory in tiles of `specs`, tile(indices,
+  w_smem, b_smem, carry) -> carry in each compute warpgroup, begin(wg) -> the first carry (its rows
+  loaded), end(wg, carry). warpgroups 0: one warpgroup issues the copies and computes (emit_pipeline);
+  n: n compute warpgroups share each tile that a memory warpgroup copies, so the copies run beside the
+  products (emit_pipeline_warp_specialized, as Pallas's Hopper attention kernel)."""
+  if not warpgroups:
+    carry = plgpu.emit_pipeline(tile, grid=(steps,), in_specs=specs, max_concurrent_steps=min(stages, steps),
+                                init_carry=begin(0))(*views)
+    end(0, carry)
+    return
+
+  def context(run):
+    wg = lax.axis_index('wg')
+    end(wg, run(begin(wg)))
+
+  plgpu.emit_pipeline_warp_specialized(
+      tile, grid=(steps,), in_specs=specs, max_concurrent_steps=min(stages, steps), num_compute_wgs=warpgroups,
+      memory_registers=40, wg_axis='wg', compute_context=context)(*views)
+
+
+def _kernel(body, out_type, grid, scratch, warpgroups: int, interpret: bool):
+  threads = dict(num_threads=warpgroups + 1, thread_name='wg') if warpgroups else {}
+  return plgpu.kernel(body, out_type=out_type, grid=grid, grid_names=('rows', 'split'), scratch_types=scratch,
+                      interpret=_interpret_params(interpret), **threads)
+
+
+def _w_specs(features: int, block_v: int, dtype):
+  return [plgpu.BlockSpec((features, block_v), lambda j: (0, j), transforms=_transforms(dtype)),
+          plgpu.BlockSpec((block_v,), lambda j: (j,))]
+
+
 def stats(f, w, b, t, *, block_v: int, splits: int, columns: int, stages: int = MOSAIC_STAGES,
-          interpret: bool = False):
+          warpgroups: int = 0, interpret: bool = False):
   """(max, sum of exp(z - max), the target's z or 0) of each split's vocabulary tiles, float32 [splits, B]
-  each, for padded f [B, K], w [K, V], b [V] (float32), t [B] (int32 column ids; outside the shard: 0)."""
+  each, for padded f [B, K], w [K, V], b [V] (float32), t [B] (int32 column ids; outside the shard: -1).
+  warpgroups: _pipelined's (B a multiple of program_rows)."""
   batch, features = f.shape
-  per_split = w.shape[1] // block_v // splits
+  per_split, slots = w.shape[1] // block_v // splits, max(warpgroups, 1)
   row_layout = _WGMMA.reduce(1)
   cast, _ = _registers(interpret)
 
-  def body(f_gmem, w_gmem, b_gmem, t_gmem, max_gmem, sum_gmem, pick_gmem, f_smem, t_smem, out_smems, barriers):
-    i, split = lax.axis_index('rows'), lax.axis_index('split')
-    rows = pl.ds(i * MOSAIC_BLOCK_B, MOSAIC_BLOCK_B)
-    _load_rows((f_gmem, t_gmem), (f_smem, t_smem), barriers, rows)
-    targets = cast(t_smem[...], row_layout)
+  def body(f_gmem, w_gmem, b_gmem, t_gmem, max_gmem, sum_gmem, pick_gmem, f_smems, t_smems, out_smems, barriers):
+    program, split = lax.axis_index('rows'), lax.axis_index('split')
+    rows_of = lambda wg: pl.ds(program * program_rows(warpgroups) + wg * MOSAIC_BLOCK_B, MOSAIC_BLOCK_B)
+
+    def begin(wg):
+      _load_rows((f_gmem, t_gmem), (f_smems.at[wg], t_smems.at[wg]), [b.at[wg] for b in barriers], rows_of(wg))
+      return (cast(t_smems.at[wg][...], row_layout),
+              *(cast(jnp.full((MOSAIC_BLOCK_B,), value, jnp.float32), row_layout) for value in (-jnp.inf, 0.0, 0.0)))
 
     def tile(indices, w_smem, b_smem, carry):
-      old_max, total, pick = carry
-      z, ids = _tile_logits(f_smem, w_smem, b_smem, (split * per_split + indices[0]) * block_v, columns, interpret)
+      targets, old_max, total, pick = carry
+      z, ids = _tile_logits(f_smems.at[_warpgroup(warpgroups)], w_smem, b_smem,
+                            (split * per_split + indices[0]) * block_v, columns, interpret)
       new_max = jnp.maximum(old_max, z.max(axis=1))
       total = total * jnp.exp(old_max - new_max) + jnp.exp(z - lax.broadcast_in_dim(new_max, z.shape, [0])).sum(axis=1)
       hit = ids == lax.broadcast_in_dim(targets, z.shape, [0])
-      return new_max, total, pick + jnp.where(hit, z, 0.0).sum(axis=1)
+      return targets, new_max, total, pick + jnp.where(hit, z, 0.0).sum(axis=1)
 
-    start = tuple(cast(jnp.full((MOSAIC_BLOCK_B,), value, jnp.float32), row_layout) for value in (-jnp.inf, 0.0, 0.0))
+    def end(wg, carry):
+      smems = [smem.at[wg] for smem in out_smems]
+      for value, smem in zip(carry[1:], smems):
+        smem[...] = value
+      plgpu.commit_smem()
+      for smem, gmem in zip(smems, (max_gmem, sum_gmem, pick_gmem)):
+        plgpu.copy_smem_to_gmem(smem, gmem.at[split, rows_of(wg)])
+      plgpu.wait_smem_to_gmem(0)
+
     columns_of_split = _split_columns(split, per_split, block_v)
-    results = plgpu.emit_pipeline(
-        tile, grid=(per_split,),
-        in_specs=[plgpu.BlockSpec((features, block_v), lambda j: (0, j), transforms=_transforms(w.dtype)),
-                  plgpu.BlockSpec((block_v,), lambda j: (j,))],
-        max_concurrent_steps=min(stages, per_split), init_carry=start)(w_gmem.at[:, columns_of_split],
-                                                                      b_gmem.at[columns_of_split])
-    for value, smem in zip(results, out_smems):
-      smem[...] = value
-    plgpu.commit_smem()
-    for smem, gmem in zip(out_smems, (max_gmem, sum_gmem, pick_gmem)):
-      plgpu.copy_smem_to_gmem(smem, gmem.at[split, rows])
-    plgpu.wait_smem_to_gmem(0)
+    _pipelined(tile, specs=_w_specs(features, block_v, w.dtype), steps=per_split, stages=stages,
+               warpgroups=warpgroups, begin=begin, end=end,
+               views=(w_gmem.at[:, columns_of_split], b_gmem.at[columns_of_split]))
 
-  row_smem = lambda dtype: plgpu.SMEM((MOSAIC_BLOCK_B,), dtype)
-  return plgpu.kernel(
-      body, out_type=[jax.ShapeDtypeStruct((splits, batch), jnp.float32)] * 3,
-      grid=(batch // MOSAIC_BLOCK_B, splits), grid_names=('rows', 'split'),
-      scratch_types=[plgpu.SMEM((MOSAIC_BLOCK_B, features), f.dtype, transforms=_transforms(f.dtype)),
-                     row_smem(jnp.int32), [row_smem(jnp.float32)] * 3, plgpu.Barrier(num_barriers=2)],
-      interpret=_interpret_params(interpret))(f, w, b, t)
+  rows_smem = lambda dtype: plgpu.SMEM((slots, MOSAIC_BLOCK_B), dtype)
+  scratch = [plgpu.SMEM((slots, MOSAIC_BLOCK_B, features), f.dtype, transforms=_transforms(f.dtype)),
+             rows_smem(jnp.int32), [rows_smem(jnp.float32)] * 3, [plgpu.Barrier(num_barriers=slots)] * 2]
+  return _kernel(body, [jax.ShapeDtypeStruct((splits, batch), jnp.float32)] * 3,
+                 (batch // program_rows(warpgroups), splits), scratch, warpgroups, interpret)(f, w, b, t)
 
 
 def dz_tiles(f, w, b, log_z, t, g, *, block_v: int, splits: int, columns: int, stages: int = MOSAIC_STAGES,
-             interpret: bool = False):
-  """(dz [B, V] in f's dtype, db's share of each row tile [B / MOSAIC_BLOCK_B, V] float32) for padded f,
-  w, b (float32) and per-row log Z, t (int32) and g: dz = g (exp(z - log Z) - onehot(t)), 0 in padded
-  columns and in padded rows (log Z = +inf, g = 0)."""
+             warpgroups: int = 0, interpret: bool = False):
+  """(dz [B, V] in f's dtype, db's share of each 64-row tile [B / MOSAIC_BLOCK_B, V] float32) for padded
+  f, w, b (float32) and per-row log Z, t (int32) and g: dz = g (exp(z - log Z) - onehot(t)), 0 in padded
+  columns and in padded rows (log Z = +inf, g = 0). warpgroups: _pipelined's."""
   batch, features = f.shape
-  per_split = w.shape[1] // block_v // splits
+  per_split, slots = w.shape[1] // block_v // splits, max(warpgroups, 1)
   row_layout = _WGMMA.reduce(1)
   cast, _ = _registers(interpret)
 
-  def body(f_gmem, w_gmem, b_gmem, log_z_gmem, t_gmem, g_gmem, dz_gmem, db_gmem, f_smem, row_smems, dz_smem, db_smem,
-           barriers):
-    i, split = lax.axis_index('rows'), lax.axis_index('split')
-    rows = pl.ds(i * MOSAIC_BLOCK_B, MOSAIC_BLOCK_B)
-    _load_rows((f_gmem, log_z_gmem, t_gmem, g_gmem), (f_smem, *row_smems), barriers, rows)
-    log_z, targets, scale = (cast(smem[...], row_layout) for smem in row_smems)
+  def body(f_gmem, w_gmem, b_gmem, log_z_gmem, t_gmem, g_gmem, dz_gmem, db_gmem, f_smems, row_smems, dz_smems,
+           db_smems, barriers):
+    program, split = lax.axis_index('rows'), lax.axis_index('split')
+    tile_of = lambda wg: program * max(warpgroups, 1) + wg  # the 64-row tile of the batch
+    rows_of = lambda wg: pl.ds(tile_of(wg) * MOSAIC_BLOCK_B, MOSAIC_BLOCK_B)
 
-    def tile(indices, w_smem, b_smem):
+    def begin(wg):
+      smems = [smem.at[wg] for smem in row_smems]
+      _load_rows((f_gmem, log_z_gmem, t_gmem, g_gmem), (f_smems.at[wg], *smems), [b.at[wg] for b in barriers],
+                 rows_of(wg))
+      return tuple(cast(smem[...], row_layout) for smem in smems)
+
+    def tile(indices, w_smem, b_smem, carry):
+      log_z, targets, scale = carry
+      wg = _warpgroup(warpgroups)
       column0 = (split * per_split + indices[0]) * block_v
-      z, ids = _tile_logits(f_smem, w_smem, b_smem, column0, columns, interpret)
+      z, ids = _tile_logits(f_smems.at[wg], w_smem, b_smem, column0, columns, interpret)
       onehot = jnp.where(ids == lax.broadcast_in_dim(targets, z.shape, [0]), 1.0, 0.0)
       probabilities = jnp.exp(z - lax.broadcast_in_dim(log_z, z.shape, [0]))
       dz = lax.broadcast_in_dim(scale, z.shape, [0]) * (probabilities - onehot)
       column_sums = dz.sum(axis=0)
+      dz_smem, db_smem = dz_smems.at[wg], db_smems.at[wg]
       plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last tile's copies have read the buffers
       dz_smem[...] = dz.astype(dz_smem.dtype)
       db_smem[...] = column_sums
       plgpu.commit_smem()
       tile_columns = pl.ds(column0, block_v)
-      plgpu.copy_smem_to_gmem(dz_smem, dz_gmem.at[rows, tile_columns])
-      plgpu.copy_smem_to_gmem(db_smem, db_gmem.at[i, tile_columns])
+      plgpu.copy_smem_to_gmem(dz_smem, dz_gmem.at[rows_of(wg), tile_columns])
+      plgpu.copy_smem_to_gmem(db_smem, db_gmem.at[tile_of(wg), tile_columns])
+      return carry
 
     columns_of_split = _split_columns(split, per_split, block_v)
-    plgpu.emit_pipeline(
-        tile, grid=(per_split,),
-        in_specs=[plgpu.BlockSpec((features, block_v), lambda j: (0, j), transforms=_transforms(w.dtype)),
-                  plgpu.BlockSpec((block_v,), lambda j: (j,))],
-        max_concurrent_steps=min(stages, per_split))(w_gmem.at[:, columns_of_split], b_gmem.at[columns_of_split])
-    plgpu.wait_smem_to_gmem(0)
+    _pipelined(tile, specs=_w_specs(features, block_v, w.dtype), steps=per_split, stages=stages,
+               warpgroups=warpgroups, begin=begin, end=lambda wg, carry: plgpu.wait_smem_to_gmem(0),
+               views=(w_gmem.at[:, columns_of_split], b_gmem.at[columns_of_split]))
 
-  row_smem = lambda dtype: plgpu.SMEM((MOSAIC_BLOCK_B,), dtype)
-  return plgpu.kernel(
-      body, out_type=[jax.ShapeDtypeStruct((batch, w.shape[1]), f.dtype),
-                      jax.ShapeDtypeStruct((batch // MOSAIC_BLOCK_B, w.shape[1]), jnp.float32)],
-      grid=(batch // MOSAIC_BLOCK_B, splits), grid_names=('rows', 'split'),
-      scratch_types=[plgpu.SMEM((MOSAIC_BLOCK_B, features), f.dtype, transforms=_transforms(f.dtype)),
-                     [row_smem(jnp.float32), row_smem(jnp.int32), row_smem(jnp.float32)],
-                     plgpu.SMEM((MOSAIC_BLOCK_B, block_v), f.dtype, transforms=_transforms(f.dtype)),
-                     plgpu.SMEM((block_v,), jnp.float32), plgpu.Barrier(num_barriers=4)],
-      interpret=_interpret_params(interpret))(f, w, b, log_z, t, g)
+  rows_smem = lambda dtype: plgpu.SMEM((slots, MOSAIC_BLOCK_B), dtype)
+  scratch = [plgpu.SMEM((slots, MOSAIC_BLOCK_B, features), f.dtype, transforms=_transforms(f.dtype)),
+             [rows_smem(jnp.float32), rows_smem(jnp.int32), rows_smem(jnp.float32)],
+             plgpu.SMEM((slots, MOSAIC_BLOCK_B, block_v), f.dtype, transforms=_transforms(f.dtype)),
+             plgpu.SMEM((slots, block_v), jnp.float32), [plgpu.Barrier(num_barriers=slots)] * 4]
+  out_type = [jax.ShapeDtypeStruct((batch, w.shape[1]), f.dtype),
+              jax.ShapeDtypeStruct((batch // MOSAIC_BLOCK_B, w.shape[1]), jnp.float32)]
+  return _kernel(body, out_type, (batch // program_rows(warpgroups), splits), scratch, warpgroups,
+                 interpret)(f, w, b, log_z, t, g)
 
 
 def dividing_splits(num_v: int, wanted: int) -> int:
