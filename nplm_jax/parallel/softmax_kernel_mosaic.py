@@ -159,7 +159,7 @@ def _pipelined(tile, *, specs, steps: int, stages: int, warpgroups: int, begin, 
 
 
 def _kernel(body, out_type, grid, scratch, warpgroups: int, interpret: bool):
-  threads = dict(num_threads=warpgroups + 1, thread_name='wg') if warpgroups else {}
+  threads = {'num_threads': warpgroups + 1, 'thread_name': 'wg'} if warpgroups else {}
   return plgpu.kernel(body, out_type=out_type, grid=grid, grid_names=('rows', 'split'), scratch_types=scratch,
                       interpret=_interpret_params(interpret), **threads)
 
