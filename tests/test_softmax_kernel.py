@@ -347,6 +347,10 @@ def test_the_mosaic_forms_tiles_fit_the_gpus_shared_memory_and_its_splits_divide
   assert mosaic.program_rows(0) == mosaic.program_rows(1) == 64 and mosaic.program_rows(2) == 128
   with pytest.raises(UserError, match='softmax_kernel=xla'):
     mosaic.mosaic_block_v(2048, 2, h100)
+  with pytest.raises(UserError, match='compute capability 9.0 or later.*not 8.0.*pallas_loop'):
+    mosaic.check_capability((8, 0))
+  mosaic.check_capability((9, 0))
+  mosaic.check_capability(None)
   assert mosaic.dividing_splits(2344, 9) == 8 and mosaic.dividing_splits(5, 3) == 1 and mosaic.dividing_splits(7, 9) == 7
   for num_v in (1, 5, 12, 1563, 2344):
     for wanted in (1, 3, 8, 40):

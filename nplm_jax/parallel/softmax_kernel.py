@@ -321,15 +321,20 @@ def _interpret() -> bool:
   return _platform() == 'cpu'
 
 
-def _shared_memory_bytes() -> int:
-  """Shared memory a program may use on this GPU (on other backends, an H100's: interpret mode then tiles
-  as the H100 would)."""
+def _compute_capability() -> tuple[int, int] | None:
+  """This GPU's (major, minor) (on other backends an H100's 9.0: interpret mode then tiles as the H100
+  would); None where the device does not say."""
   capability = getattr(jax.devices()[0], 'compute_capability', None) if _platform() == 'gpu' else '9.0'
   try:
     major, minor = (int(x) for x in str(capability).split('.')[:2])
   except ValueError:
-    return LOOP_SHARED_KIB_OTHER * 1024
-  return LOOP_SHARED_KIB.get((major, minor), LOOP_SHARED_KIB_OTHER) * 1024
+    return None
+  return major, minor
+
+
+def _shared_memory_bytes() -> int:
+  """Shared memory a program may use on this GPU (on other backends, an H100's)."""
+  return LOOP_SHARED_KIB.get(_compute_capability(), LOOP_SHARED_KIB_OTHER) * 1024
 
 
 def loop_tile(features: int, itemsize: int, shared_bytes: int | None = None, stages: int = LOOP_STAGES) -> int:
@@ -351,6 +356,7 @@ def _tiles(block_b, block_v, f, w, form: str, tuning: LoopTuning) -> tuple[int, 
   block_b, block_v = block_b or tuning.block_b, block_v or tuning.block_v
   if form == 'mosaic':
     mosaic.check_dtype(f, w)
+    mosaic.check_capability(_compute_capability())
     rows = mosaic.program_rows(tuning.warpgroups)
     if block_b not in (None, rows):
       raise UserError(f"the fused softmax kernel's Mosaic GPU form takes {rows} rows a program ({mosaic.MOSAIC_BLOCK_B} "

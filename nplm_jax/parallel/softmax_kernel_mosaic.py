@@ -49,6 +49,14 @@ def check_dtype(f, w) -> None:
                     "bfloat16, or --config.train.softmax_kernel=pallas_loop (float32 through Triton) or xla")
 
 
+def check_capability(capability: tuple[int, int] | None) -> None:
+  """One line of UserError on a GPU without WGMMA (before Hopper: compute capability below 9.0)."""
+  if capability is not None and capability < (9, 0):
+    raise UserError(f"the fused softmax kernel's Mosaic GPU form needs Hopper's tensor-core instructions (compute "
+                    f"capability 9.0 or later), not {capability[0]}.{capability[1]}; use "
+                    "--config.train.softmax_kernel=pallas_loop or xla")
+
+
 def swizzle_elements(dtype) -> int:
   """Elements of one swizzled row: the tiles' last axis is a multiple of it."""
   return SWIZZLE_BYTES // jnp.dtype(dtype).itemsize
