@@ -10,8 +10,8 @@ f into shared memory once, then streams the split's [K, block_v] tiles of w (and
 MOSAIC_BLOCK_B rows issues the copies and computes (warpgroups=0), or, warp-specialised as Pallas's
 Hopper attention kernel, a warpgroup issues the copies while 1 or 2 compute warpgroups of
 MOSAIC_BLOCK_B rows each share every tile (warpgroups=1, 2: the copies beside the products, and with 2
-each tile of w read once for 128 rows). Per tile, the logits [64, block_v] live in registers (float32 accumulation), the bias is
-added, columns past the shard's masked to -inf:
+each tile of w read once for 128 rows). Per tile, a warpgroup's logits [64, block_v] live in registers
+(float32 accumulation), the bias added, columns past the shard's masked to -inf:
 
 - stats: the online log-sum-exp (running max and sum of exponentials) and the target's logit per row,
   carried through the pipeline; [splits, batch] of each, combined outside as the loop form's splits;
