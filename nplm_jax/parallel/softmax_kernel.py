@@ -44,14 +44,14 @@ Three forms of the same passes (`form`):
   streamed through a pipeline of TMA copies, WGMMA products), its gradients from dz as the loop form's
   backward='dz'; bfloat16 or float16 operands only. Built and checked on CPUs (its interpret mode, its
   CUDA lowering); not yet compiled or run on a GPU.
-On a CPU every form runs in an interpret mode (Pallas's; Mosaic GPU's for the 'mosaic' form), where the tests check them against NumPy and the XLA
-path. On a GPU, pallas_call would lower through Mosaic GPU by default (jax_pallas_use_mosaic_gpu),
-whose async copies and shared memory these kernels' whole-array blocks exceed; the loop form names
-Triton through its compiler parameters instead and pads the feature width K with zeros to a power of
-two (Triton loads no other size), or with LoopTuning.k_chunk to a multiple of that chunk, loaded and
-multiplied chunk by chunk (290 becomes 320 rather than 512). JAX 0.11 deprecates Pallas's Triton
-backend (its warning on the H100, JAX 0.11.2): the 'mosaic' form is the one a later JAX keeps. Float32 matmuls name full precision (Triton's dot
-defaults to TF32). What the H100 showed (JAX 0.11.2, 2026-11-26, before the splits, the chunks and
+On a CPU every form runs in an interpret mode (Pallas's; Mosaic GPU's for the 'mosaic' form), where the
+tests check them against NumPy and the XLA path. On a GPU, pallas_call would lower through Mosaic GPU by
+default (jax_pallas_use_mosaic_gpu), whose async copies and shared memory the loop form's whole-array
+blocks exceed; the loop form names Triton through its compiler parameters instead and pads the feature
+width K with zeros to a power of two (Triton loads no other size), or with LoopTuning.k_chunk to a
+multiple of that chunk, loaded and multiplied chunk by chunk (290 becomes 320 rather than 512). JAX 0.11
+deprecates Pallas's Triton backend (its warning on the H100, JAX 0.11.2): the 'mosaic' form is the one a
+later JAX keeps. Float32 matmuls name full precision (Triton's dot defaults to TF32). What the H100 showed (JAX 0.11.2, 2026-11-26, before the splits, the chunks and
 the precision): the loop form compiled and matched NumPy in bfloat16 (float32 missed by 2.5e-4: TF32)
 and, inside the training step at batch 4096, ran about a third of XLA's all-at-once rate with an eighth
 of its temporaries (README, "A fused softmax kernel"), so 'auto' never picks it (backend_defaults).
