@@ -46,19 +46,19 @@ Three forms of the same passes (`form`):
   CUDA lowering); not yet compiled or run on a GPU.
 On a CPU every form runs in an interpret mode (Pallas's; Mosaic GPU's for the 'mosaic' form), where the
 tests check them against NumPy and the XLA path. On a GPU, pallas_call would lower through Mosaic GPU by
-default (jax_pallas_use_mosaic_gpu), whose async copies and shared memory the loop form's whole-array
-blocks exceed; the loop form names Triton through its compiler parameters instead and pads the feature
-width K with zeros to a power of two (Triton loads no other size), or with LoopTuning.k_chunk to a
-multiple of that chunk, loaded and multiplied chunk by chunk (290 becomes 320 rather than 512). JAX 0.11
-deprecates Pallas's Triton backend (its warning on the H100, JAX 0.11.2): the 'mosaic' form is the one a
-later JAX keeps. Float32 matmuls name full precision (Triton's dot defaults to TF32). What the H100 showed (JAX 0.11.2, 2026-11-26, before the splits, the chunks and
-the precision): the loop form compiled and matched NumPy in bfloat16 (float32 missed by 2.5e-4: TF32)
-and, inside the training step at batch 4096, ran about a third of XLA's all-at-once rate with an eighth
-of its temporaries (README, "A fused softmax kernel"), so 'auto' never picks it (backend_defaults).
-Its tiles shrink with K and the operand size to fit the chip's shared memory (loop_tile). The grid
-form is for TPUs only (vocab_softmax refuses it elsewhere): its first grid axis parallel, its last in
-order; it lowers through Mosaic for TPU v4, v5e and v6e (a CPU test builds it for an abstract TPU
-device) but has not been compiled or run on a TPU.
+default (jax_pallas_use_mosaic_gpu), whose async copies and shared memory the loop form's whole-array blocks
+exceed; the loop form names Triton through its compiler parameters instead and pads the feature width K with
+zeros to a power of two (Triton loads no other size), or with LoopTuning.k_chunk to a multiple of that
+chunk, loaded and multiplied chunk by chunk (290 becomes 320 rather than 512). JAX 0.11 deprecates Pallas's
+Triton backend (its warning on the H100, JAX 0.11.2): the 'mosaic' form is the one a later JAX keeps.
+Float32 matmuls name full precision (Triton's dot defaults to TF32). What the H100 showed (JAX 0.11.2,
+2026-11-26, before the splits, the chunks and the precision): the loop form compiled and matched NumPy in
+bfloat16 (float32 missed by 2.5e-4: TF32) and, inside the training step at batch 4096, ran about a third of
+XLA's all-at-once rate with an eighth of its temporaries (README, "A fused softmax kernel"), so 'auto' never
+picks it (backend_defaults). Its tiles shrink with K and the operand size to fit the chip's shared memory
+(loop_tile). The grid form is for TPUs only (vocab_softmax refuses it elsewhere): its first grid axis
+parallel, its last in order; it lowers through Mosaic for TPU v4, v5e and v6e (a CPU test builds it for an
+abstract TPU device) but has not been compiled or run on a TPU.
 """
 
 import dataclasses
