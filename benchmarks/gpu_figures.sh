@@ -145,6 +145,10 @@ elif [ "$part" = kernel ]; then
       [ "$dtype" = bfloat16 ] && bench kernel_mosaic_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v \
         --batch_sizes=4096 --steps=10 --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 \
         --softmax_kernels=pallas_mosaic
+      # warp-specialised, two compute warpgroups a program (train.softmax_kernel_tuning)
+      [ "$dtype" = bfloat16 ] && bench kernel_mosaic_ws2_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v \
+        --batch_sizes=4096 --steps=10 --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 \
+        --softmax_kernels=pallas_mosaic --config.train.softmax_kernel_tuning=warpgroups=2
       bench streamed_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v --batch_sizes=4096 --steps=10 \
         --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=4096
     done

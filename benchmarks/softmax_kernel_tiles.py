@@ -64,21 +64,12 @@ FLAGS = flags.FLAGS
 
 def parse_setting(text: str) -> tuple[str, softmax_kernel.LoopTuning]:
   """(form, tuning) of 'chosen' or '[mosaic,]field=value,...': the loop form, or the Mosaic GPU form where
-  the setting starts with 'mosaic', with LoopTuning's fields (backward a word, every other an integer);
-  UserError naming the bad part."""
-  parts = [part.strip() for part in text.split(',')]
-  form = 'mosaic' if parts[0] == 'mosaic' else 'loop'
-  parts = parts[1:] if form == 'mosaic' else parts
-  if parts in ([], ['chosen']):
-    return form, softmax_kernel.LoopTuning()
-  fields = {}
-  for part in parts:
-    name, _, value = (x.strip() for x in part.partition('='))
-    if name not in softmax_kernel.LoopTuning.__dataclass_fields__ or not (value.isdigit() or name == 'backward'):
-      raise UserError(f"setting '{text}': '{part}' is not FIELD=VALUE with a field of LoopTuning "
-                      f"({', '.join(softmax_kernel.LoopTuning.__dataclass_fields__)}), an integer but for backward")
-    fields[name] = value if name == 'backward' else int(value)
-  return form, softmax_kernel.LoopTuning(**fields)
+  the setting starts with 'mosaic', with LoopTuning's fields (softmax_kernel.tuning_fields, as
+  train.softmax_kernel_tuning takes them); UserError naming the bad part."""
+  form, _, rest = text.strip().partition(',')
+  if form != 'mosaic':
+    form, rest = 'loop', text.strip()
+  return form, softmax_kernel.LoopTuning(**softmax_kernel.tuning_fields('' if rest == 'chosen' else rest))
 
 
 def xla_loss(f, w, b, targets):

@@ -147,6 +147,9 @@ def base_config() -> ml_collections.ConfigDict:
   # operands, its gradients from dz: nplm_jax/parallel/softmax_kernel_mosaic.py), 'auto': the one
   # measured faster on the backend (backend_defaults.TABLE). Sampled losses are unaffected.
   c.train.softmax_kernel = 'auto'
+  # The fused kernels' settings, comma-separated fields of softmax_kernel.LoopTuning ('warpgroups=2,num_stages=1',
+  # 'block_v=64,splits=4'; the backward comes from the kernel's name); '': chosen for the shapes and the chip.
+  c.train.softmax_kernel_tuning = ''
   # Token ids on the devices ('on'), each step's batch gathered inside the jitted step from the epoch's
   # permutation (sent once an epoch): no host work per step. 'off': gathered on the host each step.
   # 'auto': on when the train split's ids and permutation take at most backend_defaults.TABLE's MiB a device

@@ -227,6 +227,22 @@ def test_float32_matmuls_in_the_kernels_ask_for_full_precision(form, backward):
   assert len(bfloat16) == len(float32) and all(p is None for p in bfloat16)
 
 
+def test_the_kernels_settings_from_the_config_are_checked_in_one_line():
+  """train.softmax_kernel_tuning: LoopTuning's fields as text, checked before any work; the backward is
+  the kernel name's, so naming it there is an error too."""
+  assert vocab_softmax.checked_kernel_tuning('') == ''
+  assert vocab_softmax.checked_kernel_tuning('warpgroups=2, num_stages=1') == 'warpgroups=2, num_stages=1'
+  assert softmax_kernel.tuning_fields('warpgroups=2, num_stages=1') == {'warpgroups': 2, 'num_stages': 1}
+  for text, message in (('tile=64', "'tile=64' is not FIELD=VALUE with a field of LoopTuning"),
+                        ('splits=many', "'splits=many' is not FIELD=VALUE"),
+                        ('block_v=48', 'block_v must be a power of two'),
+                        ('warpgroups=4', 'warpgroups must be 0, 1 or 2'),
+                        ('backward=dz', "chosen by train.softmax_kernel's name")):
+    with pytest.raises(UserError, match=message) as e:
+      vocab_softmax.checked_kernel_tuning(text)
+    assert '\n' not in str(e.value) and str(e.value).startswith(f"train.softmax_kernel_tuning='{text}'")
+
+
 def test_the_loop_forms_settings_are_checked_in_one_line():
   for name in ('block_b', 'block_v', 'k_chunk'):
     with pytest.raises(UserError, match=f'{name} must be a power of two') as e:

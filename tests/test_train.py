@@ -572,7 +572,8 @@ def test_the_pallas_softmax_kernel_trains_as_xla_does(tiny_config, tmp_path):
 
 def test_the_mosaic_gpu_kernel_trains_as_xla_does_in_bfloat16(tiny_config, tmp_path):
   """train.softmax_kernel='pallas_mosaic' (the kernels' Mosaic GPU form, in its interpret mode on one CPU
-  device) against 'xla', both in bfloat16: every logged loss within 1e-3 (its dz is rounded to bfloat16
+  device; also warp-specialised with two compute warpgroups, train.softmax_kernel_tuning) against 'xla',
+  both in bfloat16: every logged loss within 1e-3 (its dz is rounded to bfloat16
   for XLA's matmuls, as the XLA path's own dlogits), results within 1e-3. One device: its interpreter
   simulates one GPU (tests/test_softmax_kernel.py checks the one-line error on a mesh of several)."""
   import json  # pylint: disable=g-import-not-at-top
@@ -580,15 +581,17 @@ def test_the_mosaic_gpu_kernel_trains_as_xla_does_in_bfloat16(tiny_config, tmp_p
   tiny_config.model.compute_dtype = 'bfloat16'
   tiny_config.mesh.cpu_devices = 1
   results, losses = {}, {}
-  for kernel in ('xla', 'pallas_mosaic'):
-    tiny_config.train.softmax_kernel = kernel
-    results[kernel] = train.train_and_evaluate(tiny_config, str(tmp_path / kernel))
-    with open(tmp_path / kernel / 'metrics.jsonl', encoding='utf-8') as f:
-      losses[kernel] = [r['train_loss_mean'] for r in map(json.loads, f) if 'train_loss_mean' in r]
+  for name, kernel, tuning in (('xla', 'xla', ''), ('mosaic', 'pallas_mosaic', ''),
+                               ('specialised', 'pallas_mosaic', 'warpgroups=2,num_stages=1')):
+    tiny_config.train.update(softmax_kernel=kernel, softmax_kernel_tuning=tuning)
+    results[name] = train.train_and_evaluate(tiny_config, str(tmp_path / name))
+    with open(tmp_path / name / 'metrics.jsonl', encoding='utf-8') as f:
+      losses[name] = [r['train_loss_mean'] for r in map(json.loads, f) if 'train_loss_mean' in r]
   assert len(losses['xla']) == 6
-  np.testing.assert_allclose(losses['pallas_mosaic'], losses['xla'], rtol=1e-3)
-  for key in ('valid_ppl', 'test_ppl'):
-    assert results['pallas_mosaic'][key] == pytest.approx(results['xla'][key], rel=1e-3)
+  for name in ('mosaic', 'specialised'):
+    np.testing.assert_allclose(losses[name], losses['xla'], rtol=1e-3)
+    for key in ('valid_ppl', 'test_ppl'):
+      assert results[name][key] == pytest.approx(results['xla'][key], rel=1e-3)
 
 
 def test_adamw_with_a_bfloat16_first_moment_trains_as_float32_does(tiny_config, tmp_path):

@@ -122,6 +122,19 @@ class LoopTuning:
                         f'size), not {value}')
 
 
+def tuning_fields(text: str) -> dict:
+  """LoopTuning's fields from 'field=value,...' ('' for none): backward a word, every other an integer;
+  one line of UserError naming the bad part (the fields' own checks come when LoopTuning is made)."""
+  fields = {}
+  for part in (p.strip() for p in text.split(',') if p.strip()):
+    name, _, value = (x.strip() for x in part.partition('='))
+    if name not in LoopTuning.__dataclass_fields__ or not (value.isdigit() or (name == 'backward' and value)):
+      raise UserError(f"the fused softmax kernel's setting '{part}' is not FIELD=VALUE with a field of LoopTuning "
+                      f"({', '.join(LoopTuning.__dataclass_fields__)}), an integer but for backward")
+    fields[name] = value if name == 'backward' else int(value)
+  return fields
+
+
 def online_logsumexp_step(running_max, running_sum, logits):
   """(max, sum of exp(z - max)) per row after one more block of logits [rows, columns]: the online
   log-sum-exp that the streamed XLA path and both kernel forms share."""

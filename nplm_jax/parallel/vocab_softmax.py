@@ -209,18 +209,38 @@ KERNEL_FORMS = {'pallas': ('grid', 'fused'), 'pallas_loop': ('loop', 'fused'), '
                 'pallas_mosaic': ('mosaic', 'dz')}
 
 
-def _kernel_forward(f, w, b, targets, form='grid'):
+def _kernel_tuning(backward: str, text: str) -> softmax_kernel.LoopTuning:
+  """The kernel's settings: train.softmax_kernel_tuning's fields, the backward the kernel's name's."""
+  return softmax_kernel.LoopTuning(**{**softmax_kernel.tuning_fields(text), 'backward': backward})
+
+
+def checked_kernel_tuning(text: str) -> str:
+  """train.softmax_kernel_tuning, checked before any work: one line of UserError for a field that is not
+  LoopTuning's, a bad value, or a backward (train.softmax_kernel's name chooses it)."""
+  try:
+    fields = softmax_kernel.tuning_fields(text)
+    if 'backward' in fields:
+      raise UserError("the backward is chosen by train.softmax_kernel's name (pallas_loop_dz for dz), not by "
+                      "its tuning")
+    softmax_kernel.LoopTuning(**fields)
+  except UserError as e:
+    raise UserError(f"train.softmax_kernel_tuning='{text}': {e}; set --config.train.softmax_kernel_tuning="
+                    "'FIELD=VALUE,...' or ''") from None
+  return text
+
+
+def _kernel_forward(f, w, b, targets, form='grid', backward='fused', tuning=''):
   """_streamed_forward with the shard's pass in the fused Pallas kernel (softmax_kernel.shard_stats)."""
   local = targets - lax.axis_index('model') * w.shape[-1]
-  shard_max, shard_sum, target_part = softmax_kernel.shard_stats(f, w, b, local, form=form)
+  shard_max, shard_sum, target_part = softmax_kernel.shard_stats(f, w, b, local, form=form,
+                                                                 tuning=_kernel_tuning(backward, tuning))
   return _combine_shards(shard_max, shard_sum, target_part)
 
 
-def _kernel_backward(f, w, b, log_z, targets, g, form='grid', backward='fused'):
+def _kernel_backward(f, w, b, log_z, targets, g, form='grid', backward='fused', tuning=''):
   """_streamed_backward with the shard's pass in the fused Pallas kernels (softmax_kernel.shard_grads)."""
   local = targets - lax.axis_index('model') * w.shape[-1]
-  df, dw, db = softmax_kernel.shard_grads(f, w, b, log_z, local, g, form=form,
-                                          tuning=softmax_kernel.LoopTuning(backward=backward))
+  df, dw, db = softmax_kernel.shard_grads(f, w, b, log_z, local, g, form=form, tuning=_kernel_tuning(backward, tuning))
   d_layer = dw if db is None else jnp.concatenate([dw, db[None, :]], axis=0)  # the kernels make db apart
   return lax.psum(df, 'model'), _sum_over_data(d_layer)
 
@@ -249,7 +269,8 @@ def _on_output_layer(forward_body, backward_body, dtype):
   return forward, backward
 
 
-def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False, vocab_block=0, kernel='xla'):
+def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False, vocab_block=0, kernel='xla',
+                        kernel_tuning=''):
   """-log P(target) for features f [B, K'] and the output layer [U; W; b] ([K + 1, |V|]): dtype None,
   f ends with a column of ones (K' = K + 1) and the bias is folded into the matmul; else the matmuls
   run in dtype (f and the weight rows cast, float32 accumulation) and the bias row stays float32.
@@ -267,13 +288,15 @@ def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False
   kernel 'pallas', 'pallas_loop', 'pallas_loop_dz' or 'pallas_mosaic': each shard's passes in the fused
   Pallas kernels (softmax_kernel, its grid, loop or Mosaic GPU form and its backward: KERNEL_FORMS), which
   never write the logits to memory (the dz backwards write dz, a chunk of the batch at a time); recompute
-  and vocab_block then do not apply (the kernels tile the columns).
+  and vocab_block then do not apply (the kernels tile the columns); kernel_tuning: their settings
+  (train.softmax_kernel_tuning, softmax_kernel.tuning_fields' text; '' for the chosen ones).
   """
   options = dict(mesh=mesh, dtype=dtype)
   if kernel in KERNEL_FORMS:
     form, backward = KERNEL_FORMS[kernel]
-    return _tiled_nll(f, output, targets, forward_body=functools.partial(_kernel_forward, form=form),
-                      backward_body=functools.partial(_kernel_backward, form=form, backward=backward),
+    kernel_options = {'form': form, 'backward': backward, 'tuning': kernel_tuning}
+    return _tiled_nll(f, output, targets, forward_body=functools.partial(_kernel_forward, **kernel_options),
+                      backward_body=functools.partial(_kernel_backward, **kernel_options),
                       check_vma=False, **options)
   vocab_block = streamed_vocab_block(vocab_block, output.shape[-1] // mesh.shape['model'],
                                      f.shape[0] // mesh.shape['data'], mesh.devices.flat[0].platform)
@@ -338,7 +361,8 @@ def with_bias_column(f):
   return jnp.concatenate([f, jnp.ones((f.shape[0], 1), f.dtype)], axis=-1)
 
 
-def token_nll(f, output, targets, *, mesh, compute_dtype='float32', recompute=False, vocab_block=0, kernel='xla'):
+def token_nll(f, output, targets, *, mesh, compute_dtype='float32', recompute=False, vocab_block=0, kernel='xla',
+              kernel_tuning=''):
   """-log P(target | context) per example, batch sharded on 'data', vocabulary on 'model'.
 
   f [B, K] are the features, output [K + 1, |V|] the output layer [U; W; b]. In float32 the bias
@@ -348,13 +372,14 @@ def token_nll(f, output, targets, *, mesh, compute_dtype='float32', recompute=Fa
   logits; the layer's gradient is float32 either way, one array made in its shape (_layer_gradient).
   recompute: the backward pass recomputes the logits instead of keeping them (_vocab_parallel_nll).
   vocab_block: go over each shard's columns this many at a time (_vocab_parallel_nll); 0 = at once.
-  kernel: 'xla', or 'pallas' for the fused kernels (softmax_kernel).
+  kernel: 'xla', or a name of KERNEL_FORMS for the fused kernels (softmax_kernel), with kernel_tuning's
+  settings (_vocab_parallel_nll).
   """
   if compute_dtype == 'float32':
     return _vocab_parallel_nll(with_bias_column(f), output, targets, mesh=mesh, recompute=recompute,
-                               vocab_block=vocab_block, kernel=kernel)
+                               vocab_block=vocab_block, kernel=kernel, kernel_tuning=kernel_tuning)
   return _vocab_parallel_nll(f, output, targets, mesh=mesh, dtype=jnp.dtype(compute_dtype), recompute=recompute,
-                             vocab_block=vocab_block, kernel=kernel)
+                             vocab_block=vocab_block, kernel=kernel, kernel_tuning=kernel_tuning)
 
 
 def dense_token_nll(logits, targets):

@@ -129,7 +129,9 @@ class Experiment:
                   vocab_block=config.train.vocab_block,
                   matmul_precision=config.model.matmul_precision, axis_rules=config.mesh.axis_rules,
                   softmax_kernel=vocab_softmax.softmax_kernel_for(config.train.softmax_kernel, self.platform,
-                                                                   self.mesh.devices.size))
+                                                                   self.mesh.devices.size),
+                  softmax_kernel_tuning=vocab_softmax.checked_kernel_tuning(
+                      config.train.get('softmax_kernel_tuning', '')))
     self.device_data = None
     if not training:
       self.steps = steps_lib.compile_steps(self.model, None, self.mesh, **common)

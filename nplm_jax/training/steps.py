@@ -148,7 +148,7 @@ class Interval:
 
 
 def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mesh, optimizer, loss=None,
-               chunk_size=0, seed=0, vocab_block=-1, softmax_kernel='xla', ema_decay=0.0):
+               chunk_size=0, seed=0, vocab_block=-1, softmax_kernel='xla', softmax_kernel_tuning='', ema_decay=0.0):
   """One optimiser step on the mean loss of a batch: the exact softmax, or `loss` (sampled), and the
   moving average of the parameters when the state has one. Returns the new state and the batch's loss."""
   def loss_fn(params):
@@ -157,7 +157,7 @@ def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mes
     if loss is None:  # chunked: the logits are recomputed chunk by chunk in the backward pass, not kept for all
       per_example = lambda ft: vocab_softmax.token_nll(ft[0], out, ft[1], mesh=mesh, compute_dtype=model.compute_dtype,
                                                        recompute=bool(chunk_size), vocab_block=vocab_block,
-                                                       kernel=softmax_kernel)
+                                                       kernel=softmax_kernel, kernel_tuning=softmax_kernel_tuning)
     else:
       samples = sampled_noise.draw_noise(loss, state.step)  # shared by the whole batch
       per_example = lambda ft: vocab_softmax.sampled_token_loss(ft[0], out, ft[1], samples, loss.log_noise,
@@ -180,10 +180,12 @@ def train_step_in_interval(state: TrainState, contexts, targets, lr_scale, inter
   return state, {'loss': loss, 'interval': interval.add(loss, state.step)}
 
 
-def eval_step(params, contexts, targets, *, model, mesh, chunk_size=0, vocab_block=-1, softmax_kernel='xla'):
+def eval_step(params, contexts, targets, *, model, mesh, chunk_size=0, vocab_block=-1, softmax_kernel='xla',
+              softmax_kernel_tuning=''):
   feats, out = features(model, params, contexts), model.output_layer(params)
   return chunked_map(lambda ft: vocab_softmax.token_nll(ft[0], out, ft[1], mesh=mesh, compute_dtype=model.compute_dtype,
-                                                        vocab_block=vocab_block, kernel=softmax_kernel),
+                                                        vocab_block=vocab_block, kernel=softmax_kernel,
+                                                        kernel_tuning=softmax_kernel_tuning),
                      (feats, targets), chunk_size)
 
 
@@ -255,12 +257,14 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
                   unigram_counts=None, loss: sampled_noise.SampledLoss | None = None, chunk_size: int = 0,
                   seed: int = 0, vocab_block: int = -1, matmul_precision: str = 'highest',
                   steps_per_epoch: int = 0, batch_size: int = 0, axis_rules=None,
-                  softmax_kernel: str = 'xla', ema_decay: float = 0.0) -> CompiledSteps:
+                  softmax_kernel: str = 'xla', softmax_kernel_tuning: str = '',
+                  ema_decay: float = 0.0) -> CompiledSteps:
   """Jitted init/train/eval with explicit shardings; parameters are born sharded, drawn from `seed`.
 
   optimizer None: evaluation only. steps_per_epoch and batch_size shape the resident-data dispatch.
   axis_rules (config.mesh.axis_rules) places the parameters; None: the output layer's vocabulary on
-  'model', the rest replicated. softmax_kernel: 'xla' or 'pallas' (config.train.softmax_kernel resolved).
+  'model', the rest replicated. softmax_kernel: 'xla' or a fused kernel (config.train.softmax_kernel
+  resolved), with softmax_kernel_tuning's settings (config.train.softmax_kernel_tuning).
   ema_decay > 0 (config.optimizer.ema_decay): the train state carries the parameters' moving average.
   """
   precise = functools.partial(with_matmul_precision, precision=matmul_precision,
@@ -273,7 +277,7 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
   sharding.check_param_divisibility(mesh, abstract_params, logical, axis_rules)
   param_sh = sharding.named_shardings(mesh, logical, axis_rules)
   eval_options = dict(model=model, mesh=mesh, chunk_size=chunk_size, vocab_block=vocab_block,
-                      softmax_kernel=softmax_kernel)
+                      softmax_kernel=softmax_kernel, softmax_kernel_tuning=softmax_kernel_tuning)
   # Per-token NLLs come back replicated (B scalars) so every host of a multi-host job can read them.
   evaluate = jax.jit(precise(functools.partial(eval_step, **eval_options)),
                      in_shardings=(param_sh, ctx_sh, tgt_sh), out_shardings=replicated)
@@ -297,7 +301,7 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
   abstract = jax.eval_shape(init_state)
   state_sh = sharding.named_shardings(mesh, nn.get_partition_spec(jax.eval_shape(boxed_state)), axis_rules)
   step_options = dict(optimizer=optimizer, loss=loss, chunk_size=chunk_size, seed=seed, vocab_block=vocab_block,
-                      softmax_kernel=softmax_kernel, ema_decay=ema_decay)
+                      softmax_kernel=softmax_kernel, softmax_kernel_tuning=softmax_kernel_tuning, ema_decay=ema_decay)
   jitted_train = jax.jit(
       precise(functools.partial(train_step_in_interval, model=model, mesh=mesh, **step_options)),
       in_shardings=(state_sh, ctx_sh, tgt_sh, replicated, replicated),
