@@ -155,3 +155,24 @@ def test_two_swapped_elements_of_a_saved_array_change_its_checksum():
     swapped[1, 2], swapped[5, 6] = x[5, 6], x[1, 2]
     assert x[1, 2] != x[5, 6]
     assert integrity.mismatches({'w': jnp.asarray(swapped)}, integrity.checksums({'w': jnp.asarray(x)})) == ["['w']"]
+
+
+@pytest.mark.parametrize('compute_dtype', ['float32', 'bfloat16'])
+def test_the_compiled_step_copies_no_parameter(monkeypatch, compute_dtype):
+  """Every parameter's update follows every read of the parameters (steps.after_every_read), so XLA
+  updates each in place without first copying it whole: the output layer is read again for the features'
+  gradient, which its update did not otherwise wait for (at research size on CPU, 320 MB read and written
+  a step). Positive control: without the ordering, the compiled step copies the output layer."""
+  import re  # pylint: disable=g-import-not-at-top
+
+  def parameter_copies():
+    model, mesh, compiled = built('bengio2003', compute_dtype=compute_dtype)
+    with jax.set_mesh(mesh):
+      state = compiled.init()
+      contexts, targets = (sharding.put_batch(mesh, x) for x in batch(model))
+      hlo = compiled.lower_train(state, contexts, targets).compile().as_text()
+    return re.findall(r'copy\(%state_params__(\w+?)__', hlo[hlo.index('ENTRY'):])
+
+  assert parameter_copies() == []
+  monkeypatch.setattr(steps_lib, 'after_every_read', lambda grads, loss_value: grads)
+  assert 'output' in parameter_copies()
