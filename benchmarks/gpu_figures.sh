@@ -91,6 +91,10 @@ if [ "$part" = loop ]; then
   bench research_f32 $RESEARCH --batch_sizes=256 --loop
   bench research_tf32 $RESEARCH --batch_sizes=256 --loop --config.model.matmul_precision=default
   bench research_bf16 $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16
+  if [ -n "${BASELINE:-}" ] && [ -d "$BASELINE" ]; then  # the same with an older checkout's code, in this call
+    bench_in "$BASELINE" baseline_research_bf16 $RESEARCH --batch_sizes=256,1024 --loop \
+      --config.model.compute_dtype=bfloat16
+  fi
   # C's gradient as a one-hot matmul: deterministic without the scatter's sort (model.embedding_gradient)
   bench research_bf16_one_hot $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
     --config.model.embedding_gradient=one_hot
@@ -114,10 +118,6 @@ if [ "$part" = loop ]; then
   for batch in 256 1024; do
     profile profile_research_bf16_$batch $batch $RESEARCH --config.model.compute_dtype=bfloat16
   done
-  if [ -n "${BASELINE:-}" ]; then  # the same research size with an older checkout's code, in this call
-    bench_in "$BASELINE" baseline_research_bf16 $RESEARCH --batch_sizes=256,1024 --loop \
-      --config.model.compute_dtype=bfloat16
-  fi
 elif [ "$part" = softmax ]; then
   bench research_f32_streamed $RESEARCH --batch_sizes=256 --config.train.vocab_block=4096
   for v in 100000 300000; do

@@ -354,12 +354,15 @@ def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=N
 # a GPU, and the loop form's chosen settings in both dtypes: their float32 now asks for full precision) and
 # its settings against XLA, the output layer alone (gpu_figures.sh tiles: the Mosaic GPU form's first, |V|
 # 100k, the issue's target, then 300k), at most 150 s: on the H100 the Triton loop form ran a third of
-# XLA's rate in the training step; then the research size's step profiled at batch 256 and 1024 (where its
-# time goes: 160,000-175,000 tokens/s on the H200 at 256, the issue asks 250,000; never yet run: two
-# sessions gave its time to other figures). Each part's settings beside DTYPES=bfloat16.
+# XLA's rate in the training step; then the research size's loop (160,000-175,000 tokens/s on the H200 at
+# 256, the issue asks 250,000) beside the same with .carry/baseline's older code where it is there
+# (steps.after_every_read against the step that copied its output layer: BASELINE=65ed585), then its step
+# profiled at batch 256 and 1024 (where its time goes; never yet run: two sessions gave its time to other
+# figures). Each part's settings beside DTYPES=bfloat16.
 FIGURES = (('tiles', {'GPU_TESTS': 'mosaic_gpu_form or chosen', 'TILES_RUNS': '100000:bfloat16 300000:bfloat16'},
             150),
-           ('loop', {'ONLY': 'profile_research_bf16_256,profile_research_bf16_1024'}, None))
+           ('loop', {'ONLY': 'research_bf16,baseline_research_bf16,profile_research_bf16_256,profile_research_bf16_1024',
+                     'BASELINE': '.carry/baseline'}, None))
 
 
 def spend_the_rest(session: Session, out: str, left: int, clock=time.time) -> None:

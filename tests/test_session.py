@@ -182,7 +182,8 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
     # the kernel part with its own tests alone, then the research size's profiles alone
     assert figures[0][2] == ('', 'mosaic_gpu_form or chosen', '100000:bfloat16 300000:bfloat16')
     assert int(figures[0][0][1]) == 150  # the kernel's most seconds; the profiles the rest
-    assert figures[1][2] == ('profile_research_bf16_256,profile_research_bf16_1024', '', '')
+    assert figures[1][2] == ('research_bf16,baseline_research_bf16,profile_research_bf16_256,profile_research_bf16_1024',
+                             '', '')
     assert int(figures[1][0][1]) > 150  # all that is left (here the kernel's part took no time)
     row = next(c[0] for c in calls if c[0][0] != 'timeout')
     budget = int(next(a for a in row if a.startswith('--set=train.max_seconds=')).rpartition('=')[2])
