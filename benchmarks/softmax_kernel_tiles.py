@@ -1,10 +1,11 @@
-"""The fused softmax kernel's GPU forms (nplm_jax/parallel/softmax_kernel.py: the loop form through
-Triton, the Mosaic GPU form) at several settings (LoopTuning: tiles, vocabulary splits, chunks of the
-feature width, Triton's warps and stages, the pipeline's stages), each beside XLA's all-at-once softmax, on one device: the output layer's forward and backward alone
-(statistics, log Z, the three gradients), no model around it, so the settings are compared where they
-differ. On the H100 (2026-11-26) the kernel inside the training step ran a third of XLA's rate with
-its chosen settings (tiles of 64, the feature width 290 padded to 512, 64 programs a pass); this says
-which settings close that, for softmax_kernel's defaults and 'auto'.
+"""The fused softmax kernel's GPU forms (nplm_jax/parallel/softmax_kernel.py: the loop form through Triton,
+the Mosaic GPU form) at several settings (LoopTuning: tiles, vocabulary splits, chunks of the feature
+width, Triton's warps and stages, the pipeline's stages), each beside XLA's all-at-once softmax, on one
+device: the output layer's forward and backward alone (statistics, log Z, the three gradients), no model
+around it, so the settings are compared where they differ. On the H100 (2026-11-26) the kernel inside
+the training step ran a third of XLA's rate with its chosen settings (tiles of 64, the feature width 290
+padded to 512, 64 programs a pass); this says which settings close that, for softmax_kernel's defaults
+and 'auto'.
 
 python benchmarks/softmax_kernel_tiles.py --vocab=100000 --batch=4096 --features=290 --dtype=bfloat16
 python benchmarks/softmax_kernel_tiles.py --settings='chosen;k_chunk=64;k_chunk=64,splits=1'   # some alone
@@ -41,7 +42,8 @@ DEFAULT_SETTINGS = (
     # wider tiles (at K = 320 a tile of 128 in 2 stages needs 225 of the H100's 227 KiB), deeper pipelines
     'mosaic,block_v=128,num_stages=1', 'mosaic,block_v=128', 'mosaic,num_stages=3', 'mosaic,splits=1',
     'mosaic,dz_chunks=1',
-    'mosaic,num_stages=1',  # 94 KiB a program at K = 320: two programs a multiprocessor, one's math beside the other's WGMMA
+    # 94 KiB a program at K = 320: two programs a multiprocessor, one's math beside the other's WGMMA
+    'mosaic,num_stages=1',
     'chosen',
     'backward=dz',  # dz written by the kernel, dW and df by XLA's matmuls: no [K, tile] accumulator a program
     'splits=1',  # one program a batch tile (before the vocabulary splits)

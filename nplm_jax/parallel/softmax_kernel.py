@@ -409,6 +409,11 @@ def _loop_split(num_b: int, num_v: int, tuning: LoopTuning) -> tuple[int, int]:
   return _whole_splits(num_v, min(tuning.splits, num_v) if tuning.splits else loop_splits(num_b, num_v))
 
 
+def _mosaic_splits(num_b: int, num_v: int, tuning: LoopTuning) -> int:
+  """Vocabulary splits for the Mosaic GPU form: tuning.splits or loop_splits', made a divisor of the tiles."""
+  return mosaic.dividing_splits(num_v, tuning.splits or loop_splits(num_b, num_v))
+
+
 def loop_splits(num_b: int, num_v: int, cores: int | None = None) -> int:
   """Vocabulary splits of the loop form's statistics and df passes: enough that their num_b x splits
   programs fill PROGRAMS_PER_CORE programs a multiprocessor (one a batch tile left 64 programs on the
@@ -460,11 +465,9 @@ def shard_stats(f, w, b, local_targets, *, block_b: int | None = None, block_v: 
         interpret=_interpret(), compiler_params=_loop_compiler_params(tuning))(f, w, b, t)
     return _combined_splits(part_max, part_sum, part_pick, batch)
   if form == 'mosaic':
-    nb, nv = f.shape[0] // block_b, w.shape[-1] // block_v
-    splits = mosaic.dividing_splits(nv, tuning.splits or loop_splits(nb, nv))
-    parts = mosaic.stats(f, w, b, jnp.where((t >= 0) & (t < columns), t, -1), block_v=block_v, splits=splits,
-                         columns=columns, stages=tuning.num_stages, warpgroups=tuning.warpgroups,
-                         interpret=_interpret())
+    splits = _mosaic_splits(f.shape[0] // block_b, w.shape[-1] // block_v, tuning)
+    parts = mosaic.stats(f, w, b, t, block_v=block_v, splits=splits, columns=columns, stages=tuning.num_stages,
+                         warpgroups=tuning.warpgroups, interpret=_interpret())
     return _combined_splits(*parts, batch)
   grid = (f.shape[0] // block_b, w.shape[-1] // block_v)
   row = pl.BlockSpec((block_b,), lambda i, j: (i,))
@@ -495,8 +498,6 @@ def shard_grads(f, w, b, log_z, local_targets, g, *, block_b: int | None = None,
                             k_chunk=tuning.k_chunk)
   k, nb, nv = f.shape[1], f.shape[0] // block_b, w.shape[-1] // block_v
   if form == 'mosaic':
-    log_z, t, g = rows  # targets outside the shard (padded columns included) own no column: -1
-    rows = [log_z, jnp.where((t >= 0) & (t < columns), t, -1), g]
     df, dw, db = _dz_grads(f, w, b, rows, block_b, block_v, columns, batch, has_bias, tuning, _mosaic_dz_pass)
     return df[:, :features], dw[:features], db
   if form == 'loop':
@@ -541,8 +542,7 @@ def _loop_dz_pass(f_shape, w, block_b: int, block_v: int, columns: int, tuning: 
 
 def _mosaic_dz_pass(f_shape, w, block_b: int, block_v: int, columns: int, tuning: LoopTuning):
   """The Mosaic GPU form's dz kernel over a chunk of f_shape[0] rows, as _loop_dz_pass."""
-  nb, nv = f_shape[0] // block_b, w.shape[-1] // block_v  # block_b: mosaic.program_rows
-  splits = mosaic.dividing_splits(nv, tuning.splits or loop_splits(nb, nv))
+  splits = _mosaic_splits(f_shape[0] // block_b, w.shape[-1] // block_v, tuning)  # block_b: mosaic.program_rows
   return functools.partial(mosaic.dz_tiles, block_v=block_v, splits=splits, columns=columns,
                            stages=tuning.num_stages, warpgroups=tuning.warpgroups, interpret=_interpret())
 

@@ -135,6 +135,12 @@ def _split_columns(split, per_split: int, block_v: int):
   return pl.ds(split * (per_split * block_v), per_split * block_v)
 
 
+def _owned(t, columns: int):
+  """Target column ids with those outside [0, columns) (other shards', the padded columns) at -1: the kernels
+  compare ids without masking them again in every tile."""
+  return jnp.where((t >= 0) & (t < columns), t, -1)
+
+
 def program_rows(warpgroups: int) -> int:
   """Rows of the batch a program owns: MOSAIC_BLOCK_B for each compute warpgroup (one without warp
   specialisation)."""
@@ -180,7 +186,7 @@ def _w_specs(features: int, block_v: int, dtype):
 def stats(f, w, b, t, *, block_v: int, splits: int, columns: int, stages: int = MOSAIC_STAGES,
           warpgroups: int = 0, interpret: bool = False):
   """(max, sum of exp(z - max), the target's z or 0) of each split's vocabulary tiles, float32 [splits, B]
-  each, for padded f [B, K], w [K, V], b [V] (float32), t [B] (int32 column ids; outside the shard: -1).
+  each, for padded f [B, K], w [K, V], b [V] (float32), t [B] (int32 column ids, any outside the shard's).
   warpgroups: _pipelined's (B a multiple of program_rows)."""
   batch, features = f.shape
   per_split, slots = w.shape[1] // block_v // splits, max(warpgroups, 1)
@@ -201,7 +207,8 @@ def stats(f, w, b, t, *, block_v: int, splits: int, columns: int, stages: int = 
       z, ids = _tile_logits(f_smems.at[_warpgroup(warpgroups)], w_smem, b_smem,
                             (split * per_split + indices[0]) * block_v, columns, interpret)
       new_max = jnp.maximum(old_max, z.max(axis=1))
-      total = total * jnp.exp(old_max - new_max) + jnp.exp(z - lax.broadcast_in_dim(new_max, z.shape, [0])).sum(axis=1)
+      total = (total * jnp.exp(old_max - new_max)
+               + jnp.exp(z - lax.broadcast_in_dim(new_max, z.shape, [0])).sum(axis=1))
       hit = ids == lax.broadcast_in_dim(targets, z.shape, [0])
       return targets, new_max, total, pick + jnp.where(hit, z, 0.0).sum(axis=1)
 
@@ -223,7 +230,8 @@ def stats(f, w, b, t, *, block_v: int, splits: int, columns: int, stages: int = 
   scratch = [plgpu.SMEM((slots, MOSAIC_BLOCK_B, features), f.dtype, transforms=_transforms(f.dtype)),
              rows_smem(jnp.int32), [rows_smem(jnp.float32)] * 3, [plgpu.Barrier(num_barriers=slots)] * 2]
   return _kernel(body, [jax.ShapeDtypeStruct((splits, batch), jnp.float32)] * 3,
-                 (batch // program_rows(warpgroups), splits), scratch, warpgroups, interpret)(f, w, b, t)
+                 (batch // program_rows(warpgroups), splits), scratch, warpgroups,
+                 interpret)(f, w, b, _owned(t, columns))
 
 
 def dz_tiles(f, w, b, log_z, t, g, *, block_v: int, splits: int, columns: int, stages: int = MOSAIC_STAGES,
@@ -280,7 +288,7 @@ def dz_tiles(f, w, b, log_z, t, g, *, block_v: int, splits: int, columns: int, s
   out_type = [jax.ShapeDtypeStruct((batch, w.shape[1]), f.dtype),
               jax.ShapeDtypeStruct((batch // MOSAIC_BLOCK_B, w.shape[1]), jnp.float32)]
   return _kernel(body, out_type, (batch // program_rows(warpgroups), splits), scratch, warpgroups,
-                 interpret)(f, w, b, log_z, t, g)
+                 interpret)(f, w, b, log_z, _owned(t, columns), g)
 
 
 def dividing_splits(num_v: int, wanted: int) -> int:
