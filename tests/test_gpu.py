@@ -115,14 +115,14 @@ def test_the_loop_form_of_the_softmax_kernel_compiles_and_equals_numpy(dtype, tu
 
 
 @pytest.mark.parametrize('tuning', [{}, {'num_stages': 3}, {'splits': 1}, {'block_v': 64, 'dz_chunks': 2},
-                                    {'warpgroups': 1}, {'warpgroups': 2}],
-                         ids=['chosen', 'stages3', 'unsplit', 'v64_dz_chunks2', 'specialised1', 'specialised2'])
+                                    {'warpgroups': 1}, {'num_stages': 1}],
+                         ids=['chosen', 'stages3', 'unsplit', 'v64_dz_chunks2', 'specialised1', 'stages1'])
 def test_the_mosaic_gpu_form_of_the_softmax_kernel_compiles_and_equals_numpy(tuning):
   """The kernels' Mosaic GPU form (softmax_kernel, form='mosaic': WGMMA and TMA copies, Hopper and later)
   compiled for the GPU: statistics and gradients against NumPy in bfloat16, with short tiles, padded rows,
-  K = 200 padded to 256, the vocabulary split or not, one warpgroup a program or warp-specialised. Built
-  and checked on CPUs only so far (its interpret mode, its CUDA lowering); this is its first check on a
-  GPU."""
+  K = 200 padded to 256, the vocabulary split or not, one warpgroup a program or warp-specialised. On the
+  H100 (2026-11-26) the first five passed; two compute warpgroups (then a sixth case) gave a wrong bias
+  gradient, and LoopTuning now refuses them (softmax_kernel.WRONG_DB)."""
   from nplm_jax.parallel import softmax_kernel  # pylint: disable=g-import-not-at-top
   from tests import test_softmax_kernel  # pylint: disable=g-import-not-at-top
   f, w, b, targets, g = test_softmax_kernel._rounded_problem(300, 200, 1000, seed=3)  # pylint: disable=protected-access

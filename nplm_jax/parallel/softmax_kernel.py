@@ -84,6 +84,11 @@ LOOP_SHARED_KIB_OTHER = 99
 H100_CORES = 132  # multiprocessors
 PROGRAMS_PER_CORE = 2  # loop_splits' aim for the statistics and df passes
 BACKWARDS = ('fused', 'dz')
+# Why the Mosaic GPU form takes one compute warpgroup at most: its kernels are written for several, but with
+# two the bias gradient came out wrong on an H100 (2026-11-26, tests/test_gpu.py; one warpgroup was right).
+WRONG_DB = ("with two compute warpgroups the Mosaic GPU form's bias gradient was wrong on an H100: Mosaic GPU's "
+            "reductions across a warpgroup's warps (db's column sums) share one scratch buffer between "
+            "warpgroups; it was also the slowest setting, 0.78x of warpgroups=1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +96,7 @@ class LoopTuning:
   """The GPU forms' settings; None: chosen (loop_tile or mosaic_block_v for the tiles, loop_splits for the
   splits). The loop form reads them all but warpgroups; the Mosaic GPU form block_v, splits, num_stages
   (its pipeline's w tiles in flight), dz_chunks and warpgroups (0: one warpgroup of 64 rows a program;
-  1 or 2: that many compute warpgroups of 64 rows beside a warpgroup that issues the copies), its
+  1: a compute warpgroup of 64 rows beside a warpgroup that issues the copies; not 2: WRONG_DB), its
   backward always 'dz'.
   benchmarks/softmax_kernel_tiles.py times them against each other on a GPU."""
   block_b: int | None = None  # examples a tile
@@ -105,14 +110,15 @@ class LoopTuning:
   # dW and df from it: no [K, tile] accumulator a program, dz's [batch / dz_chunks, columns] in memory)
   backward: str = 'fused'
   dz_chunks: int = 4
-  warpgroups: int = 0  # the Mosaic GPU form's compute warpgroups with warp specialisation (0: none)
+  warpgroups: int = 0  # the Mosaic GPU form's compute warpgroups with warp specialisation (0: none; at most 1)
 
   def __post_init__(self):
     if self.backward not in BACKWARDS:
       raise UserError(f"the fused softmax kernel's backward must be one of {', '.join(BACKWARDS)}, not "
                       f"'{self.backward}'")
-    if self.warpgroups not in (0, 1, 2):
-      raise UserError(f"the fused softmax kernel's warpgroups must be 0, 1 or 2, not {self.warpgroups}")
+    if self.warpgroups not in (0, 1):
+      raise UserError(f"the fused softmax kernel's warpgroups must be 0 or 1, not {self.warpgroups}"
+                      + (f' ({WRONG_DB})' if self.warpgroups == 2 else ''))
     if self.dz_chunks < 1:
       raise UserError(f"the fused softmax kernel's dz_chunks must be at least 1, not {self.dz_chunks}")
     for name in ('block_b', 'block_v', 'k_chunk'):
