@@ -10,9 +10,10 @@
 #   train: brown.py:reg4_n7 alone (end to end), then reg4_n7 in bfloat16 and the PTB table network
 #          in float32 and bfloat16 side by side;
 #   kernel: the GPU smoke tests (the kernel's GPU forms against NumPy on the GPU), then the fused
-#          kernel ('pallas_loop'; 'pallas_loop_dz', its gradients from dz; 'pallas_mosaic' in bfloat16)
-#          beside XLA's all-at-once and streamed paths at batch 4096, |V| 17,905, 100k and 300k, bfloat16
-#          then float32 (DTYPES='bfloat16' for one), with compiled temporaries;
+#          kernel in the training step ('pallas_mosaic' in bfloat16, also with dz_chunks=8; 'pallas_loop'
+#          and 'pallas_loop_dz', its gradients from dz) beside XLA's all-at-once and streamed paths at
+#          batch 4096, |V| 17,905, 100k and 300k, bfloat16 then float32 (DTYPES='bfloat16' for one), with
+#          compiled temporaries;
 #   tiles: the kernel's GPU tests, then its GPU forms' settings (LoopTuning: tiles, vocabulary splits,
 #          chunks of the feature width, Triton's warps and stages, the Mosaic GPU form's pipeline stages)
 #          each beside XLA, the output layer alone (benchmarks/softmax_kernel_tiles.py), at TILES_RUNS
@@ -29,7 +30,7 @@
 #   train2: brown.py:reg4_n7 alone (end to end, the Brown words cached), then in bfloat16, then the
 #          research-size loop without deterministic reductions (their cost).
 # ONLY=NAME,NAME runs those benchmarks of a part alone (one GPU call is at most 10 minutes); GPU_TESTS=EXPR
-# runs only the tests/test_gpu.py tests that pytest -k EXPR selects, KERNEL_VOCABS='V V ...' the |V|s in
+# runs only the tests/test_gpu.py tests that pytest -k EXPR selects (none: none), KERNEL_VOCABS='V V ...' the |V|s in
 # that order (the kernel part);
 # BASELINE=DIR (an older checkout) adds its research-size loop to `loop` and its loop to `softmax`.
 # Needs NLTK_DATA and PTB_DIR for `train`. Each result is one JSON line in OUT_DIR/*.jsonl.
@@ -55,6 +56,12 @@ bench_in() {  # DIR NAME ARGS...: bench with DIR's code (an older checkout: BASE
   cat /tmp/$name.out >>"$out/log.txt"
   grep '^{' /tmp/$name.out | sed "s/^{/{\"name\": \"$name\", /" >>"$out/bench.jsonl"
   grep -v '^[0-9][0-9]:' /tmp/$name.out | tail -3
+}
+
+gpu_tests() {  # SECONDS: tests/test_gpu.py (GPU_TESTS=EXPR: those pytest -k EXPR selects; GPU_TESTS=none: none)
+  [ "${GPU_TESTS:-}" = none ] && return
+  timeout "$1" python -m pytest -q -rfs tests/test_gpu.py ${GPU_TESTS:+-k "$GPU_TESTS"} 2>&1 | tail -25 \
+    | tee -a "$out/log.txt"
 }
 
 profile() {  # NAME BATCH ARGS...: XLA's per-operation times of a step (benchmarks/profile_step.py) as text,
@@ -135,20 +142,22 @@ elif [ "$part" = softmax ]; then
   timeout 200 python -m pytest -q tests/test_gpu.py 2>&1 | tail -5 | tee -a "$out/log.txt"
 elif [ "$part" = kernel ]; then
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv
-  timeout 200 python -m pytest -q -rfs tests/test_gpu.py ${GPU_TESTS:+-k "$GPU_TESTS"} 2>&1 | tail -25 | tee -a "$out/log.txt"
+  gpu_tests 200
   for dtype in ${DTYPES:-bfloat16 float32}; do
     for v in ${KERNEL_VOCABS:-17905 100000 300000}; do
+      # bfloat16: XLA and the Mosaic GPU form (it compiled and matched NumPy on the H100, 2026-11-26); the
+      # loop form through Triton, a third of XLA's rate there, in float32 (and apart: kernel_loop_*)
+      kernels=xla,pallas_mosaic
+      [ "$dtype" = float32 ] && kernels=xla,pallas_loop,pallas_loop_dz
       bench kernel_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v --batch_sizes=4096 --steps=10 \
-        --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 \
-        --softmax_kernels=xla,pallas_loop,pallas_loop_dz
-      # the Mosaic GPU form apart (bfloat16 only; never compiled on a GPU yet: a failure loses no other row)
-      [ "$dtype" = bfloat16 ] && bench kernel_mosaic_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v \
+        --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 --softmax_kernels=$kernels
+      [ "$dtype" = bfloat16 ] && bench kernel_loop_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v \
         --batch_sizes=4096 --steps=10 --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 \
-        --softmax_kernels=pallas_mosaic
-      # warp-specialised, two compute warpgroups a program (train.softmax_kernel_tuning)
-      [ "$dtype" = bfloat16 ] && bench kernel_mosaic_ws2_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v \
-        --batch_sizes=4096 --steps=10 --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 \
-        --softmax_kernels=pallas_mosaic --config.train.softmax_kernel_tuning=warpgroups=2
+        --softmax_kernels=pallas_loop,pallas_loop_dz
+      # the Mosaic GPU form with dz an eighth of the batch at a time (a quarter by default): fewer temporaries
+      [ "$dtype" = bfloat16 ] && bench kernel_mosaic_chunks8_v${v}_$dtype --config=experiments/brown.py:mlp1 \
+        --vocab=$v --batch_sizes=4096 --steps=10 --repeats=3 --config.model.compute_dtype=$dtype \
+        --config.train.vocab_block=0 --softmax_kernels=pallas_mosaic --config.train.softmax_kernel_tuning=dz_chunks=8
       bench streamed_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v --batch_sizes=4096 --steps=10 \
         --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=4096
     done
@@ -157,7 +166,7 @@ elif [ "$part" = tiles ]; then
   # the kernel's GPU tests (every LoopTuning case of tests/test_gpu.py), then its settings against XLA, the
   # output layer alone (benchmarks/softmax_kernel_tiles.py), at TILES_RUNS' |V|:dtype in that order
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv
-  timeout 240 python -m pytest -q -rfs tests/test_gpu.py ${GPU_TESTS:+-k "$GPU_TESTS"} 2>&1 | tail -25 | tee -a "$out/log.txt"
+  gpu_tests 240
   for run in ${TILES_RUNS:-100000:bfloat16 300000:bfloat16 17905:bfloat16 100000:float32}; do
     v=${run%%:*} dtype=${run##*:} name=tiles_v${run%%:*}_${run##*:}
     echo "== $name"

@@ -13,7 +13,8 @@ practical bandwidth measured in the same run (peak_gbps: a large elementwise pas
 traffic takes at it (bandwidth_bound_ms): how far the step is from the memory-traffic limit, and which
 operations are far from the bandwidth they could have; then the operations run a step (ops_per_step) and
 the step's time outside them (gap_ms, wall_step_ms - step_ms): a step of many short operations with a
-large gap is bound by launching them (on a GPU, XLA's command buffers are what shortens that). On
+large gap is bound by launching them (on a GPU, XLA's command buffers are what shortens that; they are
+off here unless --command_buffers, since a step captured in one shows as a single operation). On
 CPU, XLA runs some matmuls (plain `dot`, not the fused ones) asynchronously: their event covers only
 the launch, and their time shows up in the gap or in an operation that waits for them (a collective).
 """
@@ -44,6 +45,9 @@ flags.DEFINE_integer('vocab', 17_905, '|V| (Brown: 17,905); random token ids are
 flags.DEFINE_integer('steps', 5, 'Profiled steps (after one warm-up step).')
 flags.DEFINE_integer('top', 12, 'Operations to list.')
 flags.DEFINE_string('trace_dir', '', 'Keep the trace here (for TensorBoard/Perfetto).')
+flags.DEFINE_bool('command_buffers', False, "Keep XLA's command buffers (CUDA graphs) on a GPU, as training runs "
+                  'the step. Off by default: the H100 profile of 2026-11-26 showed one command buffer as 95% of the '
+                  'step, with nothing inside it named; off, each operation is timed (the step itself a little slower).')
 flags.DEFINE_integer('peak_mib', 0, 'MiB of the elementwise pass that measures the bandwidth (0: 256 on CPU, '
                      '2048 elsewhere).')
 ARGS = flags.FLAGS
@@ -142,6 +146,8 @@ def main(argv):
   import jax  # pylint: disable=g-import-not-at-top
   config = ARGS.config
   config.train.batch_size = ARGS.batch_size
+  if not ARGS.command_buffers:  # before JAX starts its backends; other backends ignore the flag
+    os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} --xla_gpu_enable_command_buffer=".strip()
   backend.configure(config)  # before JAX starts its backends
   mesh = sharding.make_mesh(config.mesh)
   model, compiled, state = common.build_train_step(config, ARGS.vocab, mesh)

@@ -45,21 +45,26 @@ def test_throughput_loop_runs_the_real_training_loop_beside_the_step():
 
 
 def test_the_kernel_settings_benchmark_compares_each_with_xla():
-  """benchmarks/softmax_kernel_tiles.py on a tiny shard (the kernel interpreted): XLA's line first, then
-  one a setting with its ratio to XLA, the loop form's and the Mosaic GPU form's; a setting that is not
-  LoopTuning's is refused in one line before anything runs."""
+  """benchmarks/softmax_kernel_tiles.py on a tiny shard (the kernels interpreted), each path through
+  token_nll as training runs it: XLA's line first, then one a setting with its ratio to XLA and its
+  difference from XLA's loss and gradients (the loop form's and the Mosaic GPU form's, XLA streamed); a
+  setting that is not LoopTuning's or xla,vocab_block=N is refused in one line before anything runs."""
   rows = run('softmax_kernel_tiles.py', '--vocab=300', '--batch=40', '--features=12', '--steps=1', '--repeats=1',
-             '--settings=chosen;k_chunk=8,splits=1;backward=dz,block_b=128,block_v=128,num_warps=8;mosaic;'
-             'mosaic,num_stages=1,splits=2')
-  assert [r['setting'] for r in rows] == ['xla', 'chosen', 'k_chunk=8,splits=1',
+             '--settings=xla,vocab_block=128;chosen;k_chunk=8,splits=1;backward=dz,block_b=128,block_v=128,num_warps=8;'
+             'mosaic;mosaic,num_stages=1,splits=2')
+  assert [r['setting'] for r in rows] == ['xla', 'xla,vocab_block=128', 'chosen', 'k_chunk=8,splits=1',
                                           'backward=dz,block_b=128,block_v=128,num_warps=8', 'mosaic',
                                           'mosaic,num_stages=1,splits=2']
   for r in rows:
     assert r['tokens_per_sec'] > 0 and r['vs_xla'] > 0 and r['features'] == 12 and 'error' not in r
-  proc = subprocess.run([sys.executable, 'benchmarks/softmax_kernel_tiles.py', '--settings=chosen;block_b=48'],
-                        cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
-  assert proc.returncode != 0 and proc.stderr.strip().splitlines() == [
-      'error: the fused softmax kernel\'s block_b must be a power of two (Triton loads no other size), not 48']
+  for r in rows[1:]:  # bfloat16 dz (the kernels) against XLA's bfloat16 dlogits: the same rounding
+    assert r['vs_best_xla'] > 0 and r['error_vs_xla'] < 2e-2, r
+  assert rows[1]['error_vs_xla'] < 1e-5  # XLA streamed: the same sums in another order
+  for settings, message in (('chosen;block_b=48', "block_b must be a power of two (Triton loads no other size), not 48"),
+                            ('xla,block=8', "'xla,block=8' is not xla,vocab_block=N")):
+    proc = subprocess.run([sys.executable, 'benchmarks/softmax_kernel_tiles.py', f'--settings={settings}'],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr, proc.stderr
 
 
 def test_checkpoint_cost_times_saves_with_and_without_checksums():
