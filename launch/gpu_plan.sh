@@ -11,11 +11,11 @@
 # STEP:
 #   session    a session lent 15 minutes of device time (one call once the machine has started): the
 #              revisited step's deterministic gradient forms timed, the fastest picked, then the rows
-#              issue 27 still waits for (Brown's best point's last seed, the character tune points and
-#              seeds, the ladders' rows not yet at early stopping: launch/session.py's ROWS), one at a
-#              time, each only if it fits in the call; its last 270 s go to issue 28's figures (the
-#              kernel's GPU tests and settings against XLA in bfloat16, then the research size's step
-#              profiled; speed where no row fitted); run it first when the budget is that short. Again
+#              issue 27 still waits for (the character tune points and seeds, the character ladder's rows
+#              not yet at early stopping: launch/session.py's ROWS), one at a time, each only if it fits
+#              in the call; its last 300 s go to issue 28's figures (the kernel in the training step against
+#              XLA in bfloat16, its settings against XLA, then the research size's step profiled; speed
+#              where no row fitted); run it first when the budget is that short. Again
 #              at once on the warm machine with SESSION_SECONDS=(what is left, less a minute): the rows
 #              not yet trained, no probes
 #   ptb        issue 27: PTB words, the ladder's six rows side by side (each + KN5)

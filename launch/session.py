@@ -98,21 +98,17 @@ def _ladder_row(corpus: str, point: str, relative_rate: float) -> Row:
              relative_rate)
 
 
-# What the H100 session of 2026-11-26 (RESULTS.md, "The third H100 session") left, the most useful first
-# and the long before the short (a first call fits one long row beside the probes and the figures; a
-# second, in a 15-minute budget, about 190 s): the character row's own dropout (0.2) with the cosine
-# (ptb.py's CHAR_TUNE; char_tune0, dropout 0.1 with a cosine over 8 epochs, gave 1.509 bits/char with a
-# 0.18-bit gap between training and validation); Brown tune11's seed 1 again (cut by the call's safety
-# budget at 4.85 of its 6 epochs; seeds 0 and 2: 216.34 and 214.72); PTB's 15-word window to early
-# stopping (2.1 epochs in the last call, still improving); an 81-character window; the best character
-# point's seeds; then the character ladder's revisited rows without dropout (2-4, the top row's shape).
-# CHAR_TUNE's wider and longer points at batch 512, and its batch-2048 point at 16 epochs (about 394 s),
-# fit no call beside the probes. Relative rates: each row's loop tokens/s over PTB's top row's on the H200
-# (results/*_h200*.json: ladder4 1.0, characters 1.41; Brown's rows 0.8, its output layer 1.8x larger,
-# which SLOWDOWN covers; the 2003 rows 1.7-2.1); the 81-character window's from its multiply-adds a
-# character (55 M against 45 M: 1.15).
+# What the H100 sessions of 2026-11-26 (RESULTS.md, "The third H100 session" and "The fourth H100 session")
+# left, the most useful first: an 81-character window (the character row's own dropout, 0.2, with the
+# cosine gave 1.534 bits/char, worse than char_tune0's 1.509 at 0.1, its training loss 1.49 bits against
+# 1.58 in validation: the row wants capacity or context more than regularisation); the character ladder's
+# revisited rows without dropout (2-4, the top row's shape) to early stopping; then the best character
+# point's seeds. Brown tune11's three seeds and PTB's 15-word window are done. CHAR_TUNE's wider and longer
+# points at batch 512, and its batch-2048 point at 16 epochs (about 394 s), fit no call beside the probes.
+# Relative rates: each row's loop tokens/s over PTB's top row's on the H200 (results/*_h200*.json: ladder4
+# 1.0, characters 1.41); the 81-character window's from its multiply-adds a character (55 M against 45 M:
+# 1.15).
 _CHAR_TUNE0 = 'char_tune0_dropout0.1_cosine8'
-_BROWN_TUNE11 = 'tune11_dropout0.5_weight_decay0.4_cosine6_ema0.999'
 
 
 def _char_tune_row(point: str, epochs: float, relative_rate: float, why: str, root: str = 'char_tune',
@@ -123,16 +119,11 @@ def _char_tune_row(point: str, epochs: float, relative_rate: float, why: str, ro
 
 
 ROWS = (
-    _char_tune_row('char_tune2_cosine8', 8.0, 1.41,
-                   "the character row's own dropout (0.2) with the cosine (char_tune0's 0.1 left a 0.18-bit gap)"),
-    Row('brown_seed1', 'experiments/brown.py', 'tune', _BROWN_TUNE11, ('seed=1',), 6.0, BROWN_TRAIN_TOKENS,
-        "Brown's best point, seed 1 (cut at 4.85 epochs last time; seeds 0 and 2: 216.34, 214.72): over three seeds"),
-    _ladder_row('ptb', 'ladder1_window15', 2.0),
     _char_tune_row('char_tune1_dropout0.1_cosine8_window81', 8.0, 1.15,
                    'the first character tune point with an 81-character window'),
+    *(_ladder_row('chars', point, 1.41) for point in ('char_ladder2_depth4', 'char_ladder3_distant', 'char_ladder4_tied')),
     *(_char_tune_row(_CHAR_TUNE0, 8.0, 1.41, f'the best character point (1.509 at seed 0), seed {seed}: over three '
                      'seeds', root=f'char_seed{seed}', sets=(f'seed={seed}',)) for seed in (1, 2)),
-    *(_ladder_row('chars', point, 1.41) for point in ('char_ladder2_depth4', 'char_ladder3_distant', 'char_ladder4_tied')),
 )
 
 # A row's estimated seconds: its tokens at its share of the probe's step rate times SLOWDOWN (the loop's
@@ -147,7 +138,8 @@ START_AND_FINISH = 50.0  # the H200's rows took 31-46 s beyond their tokens at t
 FINISH_RESERVE = 25.0
 PACK_RESERVE = 15.0  # seconds kept at the call's end for the last pack
 MIN_FALLBACK_SECONDS = 90  # the least time left after the rows worth spending on benchmarks
-FIGURES_RESERVE = 270.0  # seconds of the call the rows leave to FIGURES (issue 28)
+MIN_PART_SECONDS = 60  # the least time worth starting a part of FIGURES with (a profile takes about 40 s)
+FIGURES_RESERVE = 300.0  # seconds of the call the rows leave to FIGURES (issue 28): 130 + 80 + the profile's
 
 
 def estimate_seconds(row: Row, tokens_per_sec: float) -> float:
@@ -350,19 +342,21 @@ def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=N
 
 
 # Issue 28's figures after the rows, each (gpu_figures.sh part, its settings, the most seconds it may take or
-# None for all that is left): first the fused kernel's GPU tests (the Mosaic GPU form's, never yet compiled on
-# a GPU, and the loop form's chosen settings in both dtypes: their float32 now asks for full precision) and
-# its settings against XLA, the output layer alone (gpu_figures.sh tiles: the Mosaic GPU form's first, |V|
-# 100k, the issue's target, then 300k), at most 150 s: on the H100 the Triton loop form ran a third of
-# XLA's rate in the training step; then the research size's loop (160,000-175,000 tokens/s on the H200 at
-# 256, the issue asks 250,000) beside the same with .carry/baseline's older code where it is there
-# (steps.after_every_read against the step that copied its output layer: BASELINE=65ed585), then its step
-# profiled at batch 256 and 1024 (where its time goes; never yet run: two sessions gave its time to other
-# figures). Each part's settings beside DTYPES=bfloat16.
-FIGURES = (('tiles', {'GPU_TESTS': 'mosaic_gpu_form or chosen', 'TILES_RUNS': '100000:bfloat16 300000:bfloat16'},
-            150),
-           ('loop', {'ONLY': 'research_bf16,baseline_research_bf16,profile_research_bf16_256,profile_research_bf16_1024',
-                     'BASELINE': '.carry/baseline'}, None))
+# None for all that is left). On the H100 (2026-11-26) the Mosaic GPU form compiled and matched NumPy, and
+# ran the output layer alone faster than the benchmark's XLA path, whose backward matmuls were not the
+# training step's (now they are): first the kernel in the training step against XLA (gpu_figures.sh
+# kernel: |V| 100k and 300k, the issue's targets, then Brown's 17,905; all at once, the Mosaic GPU form,
+# the same with dz in eighths, streamed at 300k), at most 130 s; then its settings against XLA through
+# token_nll, each checked against XLA's numbers (tiles, |V| 100k), at most 80 s; then the research size's
+# step profiled at batch 256 with XLA's command buffers off (with them on, one buffer was 95% of the step,
+# nothing inside it named). Each part's settings beside DTYPES=bfloat16; no GPU tests (the tiles compare
+# every setting with XLA).
+_KERNEL_FIGURES = ('kernel_v100000_bfloat16', 'kernel_v300000_bfloat16', 'kernel_mosaic_chunks8_v300000_bfloat16',
+                   'streamed_v300000_bfloat16', 'kernel_v17905_bfloat16')
+FIGURES = (('kernel', {'GPU_TESTS': 'none', 'KERNEL_VOCABS': '100000 300000 17905', 'ONLY': ','.join(_KERNEL_FIGURES)},
+            130),
+           ('tiles', {'GPU_TESTS': 'none', 'TILES_RUNS': '100000:bfloat16'}, 80),
+           ('loop', {'ONLY': 'profile_research_bf16_256'}, None))
 
 
 def spend_the_rest(session: Session, out: str, left: int, clock=time.time) -> None:
@@ -377,7 +371,7 @@ def spend_the_rest(session: Session, out: str, left: int, clock=time.time) -> No
   spent = []
   for part, settings, most_seconds in parts:
     seconds = int(min(end - clock(), most_seconds or float('inf')))
-    if seconds < MIN_FALLBACK_SECONDS:
+    if seconds < MIN_PART_SECONDS:
       break
     spent.append(f'{seconds} s of benchmarks/gpu_figures.sh {part}' +
                  ''.join(f' ({key}={value})' for key, value in settings.items()))

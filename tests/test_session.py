@@ -156,10 +156,11 @@ def test_the_plan_runs_the_session_step():
   assert proc.returncode == 0 and '--seconds' in proc.stdout
 
 
-@pytest.mark.parametrize('epochs,parts', [(1000.0, ['revisited']), (1.0, ['tiles', 'loop'])])
+@pytest.mark.parametrize('epochs,parts', [(1000.0, ['revisited']), (1.0, ['kernel', 'tiles', 'loop'])])
 def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epochs, parts):
   """After the rows, the rest of the call (each part cut at its most seconds or the time left) is issue
-  28's figures: the kernel's tests and settings, then the research size's step profiled; where no row
+  28's figures: the kernel in the training step, its settings, then the research size's step profiled
+  (no GPU tests: the settings are checked against XLA); where no row
   fitted (too long at the measured rate), gpu_plan.sh's speed step, so the call still brings figures
   back. The rows leave FIGURES_RESERVE for them."""
   calls = []
@@ -169,7 +170,8 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
 
   def run(args, **kwargs):
     env = kwargs.get('env', {})
-    calls.append((args, env.get('DTYPES'), (env.get('ONLY'), env.get('GPU_TESTS'), env.get('TILES_RUNS'))))
+    calls.append((args, env.get('DTYPES'), (env.get('ONLY'), env.get('GPU_TESTS'), env.get('TILES_RUNS'),
+                                            env.get('KERNEL_VOCABS'))))
     return types.SimpleNamespace(returncode=0)
   monkeypatch.setattr(session_lib.subprocess, 'run', run)
   assert session_lib.main([f'--out={tmp_path}', f'--root={tmp_path / "root"}', '--seconds=400']) == 0
@@ -177,17 +179,18 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
   assert [args[3] for args, _, _ in figures] == ['benchmarks/gpu_figures.sh'] * len(parts)
   assert [args[4] for args, _, _ in figures] == parts
   for args, dtypes, only in figures:
-    assert 90 <= int(args[1]) <= 385 and dtypes == 'bfloat16'  # 400 s less the pack's 15 (and the row's)
+    assert 60 <= int(args[1]) <= 385 and dtypes == 'bfloat16'  # 400 s less the pack's 15 (and the row's)
   if epochs == 1.0:
-    # the kernel part with its own tests alone, then the research size's profiles alone
-    assert figures[0][2] == ('', 'mosaic_gpu_form or chosen', '100000:bfloat16 300000:bfloat16')
-    assert int(figures[0][0][1]) == 150  # the kernel's most seconds; the profiles the rest
-    assert figures[1][2] == ('research_bf16,baseline_research_bf16,profile_research_bf16_256,profile_research_bf16_1024',
-                             '', '')
-    assert int(figures[1][0][1]) > 150  # all that is left (here the kernel's part took no time)
+    # the kernel in the training step at 100k, 300k and 17,905, its settings at 100k, then the profile alone
+    assert figures[0][2] == ('kernel_v100000_bfloat16,kernel_v300000_bfloat16,kernel_mosaic_chunks8_v300000_bfloat16,'
+                             'streamed_v300000_bfloat16,kernel_v17905_bfloat16', 'none', '', '100000 300000 17905')
+    assert figures[1][2] == ('', 'none', '100000:bfloat16', '')
+    assert [int(f[0][1]) for f in figures[:2]] == [130, 80]  # each part's most seconds; the profile the rest
+    assert figures[2][2] == ('profile_research_bf16_256', '', '', '')
+    assert int(figures[2][0][1]) > 130  # all that is left (here the other parts took no time)
     row = next(c[0] for c in calls if c[0][0] != 'timeout')
     budget = int(next(a for a in row if a.startswith('--set=train.max_seconds=')).rpartition('=')[2])
-    assert 85 <= budget <= 90  # 400 less the figures' 270, the pack's 15, the finish's 25
+    assert 55 <= budget <= 60  # 400 less the figures' 300, the pack's 15, the finish's 25
   with open(tmp_path / 'session.json', encoding='utf-8') as f:
     written = json.load(f)
   assert written['form'] == 'sorted' and all(part in written['rest'] for part in parts)
