@@ -46,7 +46,8 @@ TABLE = {
         'the Pallas kernel runs in interpret mode on CPUs (a test vehicle); its GPU form (pallas_loop) on an H100 '
         '(2026-11-26; bfloat16, batch 4096, brown.py:mlp1, results/bench/h100_session_kernel.jsonl) ran 0.36x / '
         '0.32x / 0.31x XLA all at once at |V| 17,905 / 100k / 300k, with an eighth of its temporaries; its Mosaic '
-        'GPU form (pallas_mosaic) not yet run on a GPU; its grid form is for TPUs, not measured there'),
+        'GPU form (pallas_mosaic) compiled and matched NumPy on an H100 (2026-11-26, results/bench/h100d_session.jsonl) '
+        'but is not yet timed in the training step beside XLA; its grid form is for TPUs, not measured there'),
     # under deterministic reductions (GPU steps without them: the scatter and the rows, not measured;
     # models/family.gradient_forms)
     'model.embedding_gradient': BackendDefault(
