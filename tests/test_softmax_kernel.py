@@ -237,8 +237,8 @@ def test_the_kernels_settings_from_the_config_are_checked_in_one_line():
                         ('splits=many', "'splits=many' is not FIELD=VALUE"),
                         ('block_v=48', 'block_v must be a power of two'),
                         ('warpgroups=4', 'warpgroups must be 0 or 1, not 4'),
-                        ('warpgroups=2', "must be 0 or 1, not 2 .with two compute warpgroups the Mosaic GPU form's "
-                                         'bias gradient was wrong on an H100'),
+                        ('warpgroups=2', ("must be 0 or 1, not 2 .with two compute warpgroups the Mosaic GPU form's "
+                                          'bias gradient was wrong on an H100')),
                         ('backward=dz', "chosen by train.softmax_kernel's name")):
     with pytest.raises(UserError, match=message) as e:
       vocab_softmax.checked_kernel_tuning(text)
