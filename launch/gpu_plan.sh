@@ -17,7 +17,9 @@
 #              XLA in bfloat16, its settings against XLA, then the research size's step profiled; speed
 #              where no row fitted); run it first when the budget is that short. Again
 #              at once on the warm machine with SESSION_SECONDS=(what is left, less a minute): the rows
-#              not yet trained, no probes
+#              not yet trained, no probes. Whatever that leaves (over about 100 s), at once again, or the
+#              machine goes back idle and no other starts: GPU_TESTS=none TILES_RUNS='300000:bfloat16
+#              100000:float32' timeout (what is left, less 45 s) bash launch/gpu_plan.sh tiles OUT
 #   ptb        issue 27: PTB words, the ladder's six rows side by side (each + KN5)
 #   chars      issue 27: PTB characters, the ladder's six rows side by side (each + KN11)
 #   brown      issue 27: Brown, the ladder's six rows side by side (each + the interpolated trigram)
