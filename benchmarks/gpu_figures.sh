@@ -147,10 +147,12 @@ elif [ "$part" = kernel ]; then
     for v in ${KERNEL_VOCABS:-17905 100000 300000}; do
       # bfloat16: XLA and the Mosaic GPU form (it compiled and matched NumPy on the H100, 2026-11-26); the
       # loop form through Triton, a third of XLA's rate there, in float32 (and apart: kernel_loop_*)
-      kernels=xla,pallas_mosaic
-      [ "$dtype" = float32 ] && kernels=xla,pallas_loop,pallas_loop_dz
-      bench kernel_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v --batch_sizes=4096 --steps=10 \
-        --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 --softmax_kernels=$kernels
+      [ "$dtype" = bfloat16 ] && bench kernel_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v \
+        --batch_sizes=4096 --steps=10 --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 \
+        --softmax_kernels=xla,pallas_mosaic
+      [ "$dtype" = float32 ] && bench kernel_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v \
+        --batch_sizes=4096 --steps=10 --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 \
+        --softmax_kernels=xla,pallas_loop,pallas_loop_dz
       [ "$dtype" = bfloat16 ] && bench kernel_loop_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v \
         --batch_sizes=4096 --steps=10 --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 \
         --softmax_kernels=pallas_loop,pallas_loop_dz
