@@ -15,7 +15,8 @@
 #              not yet at early stopping: launch/session.py's ROWS), one at a time, each only if it fits
 #              in the call; its last 300 s go to issue 28's figures (the kernel in the training step against
 #              XLA in bfloat16, its settings against XLA, then the research size's step profiled; speed
-#              where no row fitted); run it first when the budget is that short. Again
+#              where no row would fit a call), what they leave to the rows skipped before them; run it
+#              first when the budget is that short. Again
 #              at once on the warm machine with SESSION_SECONDS=(what is left, less a minute): the rows
 #              not yet trained, no probes. Whatever that leaves (over about 100 s), at once again, or the
 #              machine goes back idle and no other starts: GPU_TESTS=none TILES_RUNS='300000:bfloat16

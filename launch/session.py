@@ -1,15 +1,15 @@
 """One accelerator call for a session lent little device time (15 minutes, of which one call of at most
 10 minutes is left once the machine has started): the revisited step's deterministic forms of C's
 gradient timed on the machine (on a GPU where each was timed before, FORMS_MEASURED_ON, only the fastest,
-for its rate), the fastest picked, then the rows issue 27 waits for, one at a time:
-Brown's best point's last seed, the character tune points, the character seeds, then the ladders' rows
-not yet at early stopping, each to early stopping or its planned length (ROWS).
+for its rate), the fastest picked, then the rows issue 27 waits for, one at a time: the character tune
+points, the character ladder's rows not yet at early stopping, the character seeds, each to early
+stopping or its planned length (ROWS).
 Each starts only when its estimated time fits in what is left of the call: a row is never planned to be
 cut by the call's end. Each gets the time left as its train.max_seconds (a safety), and one that does not
-fit is skipped and said so. The rows leave FIGURES_RESERVE seconds of the call to issue 28's figures:
-the fused kernel's GPU tests and its settings against XLA (gpu_figures.sh tiles, at most 150 s), then
-the research size's step profiled (gpu_figures.sh loop, its profiles alone); where no row fitted, where
-the step's time goes (gpu_plan.sh speed).
+fit is skipped and said so (and tried again with what the figures leave). The rows leave FIGURES_RESERVE
+seconds of the call to issue 28's figures (FIGURES): the fused kernel against XLA in the training step
+(gpu_figures.sh kernel), its settings against XLA (tiles), then the research size's step profiled
+(loop, its profile alone); where no row fitted, where the step's time goes (gpu_plan.sh speed).
 
 A later call on the same warm machine (the tool keeps it about 30 s after a call; the rows' workdirs
 and ROOT/session.json are still there) goes on from the first: no probes, the rows not yet trained,
@@ -305,14 +305,18 @@ class Session:
 
 
 def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=None, clock=time.time,
-             extra_sets=()) -> None:
+             extra_sets=(), only_skipped: bool = False) -> None:
   """Each row in order that fits in the time left before `deadline` (a clock() time), at the picked
-  form's rate; a row that does not fit is skipped and a later, shorter one may still run."""
+  form's rate; a row that does not fit is skipped and a later, shorter one may still run. only_skipped:
+  none that session has run already (done or failed), only those it skipped."""
   run = run or subprocess.run
   os.makedirs(logs_folder(root), exist_ok=True)
+  ran = {(r['root'], r['point']) for r in session.rows if not r['status'].startswith('skipped')}
   for row in rows:
     if os.path.exists(os.path.join(root, row.root, row.point, 'results.json')):
       print(f'{row.root}/{row.point}: trained by an earlier call', flush=True)
+      continue
+    if only_skipped and (row.root, row.point) in ran:
       continue
     left = deadline - clock() - PACK_RESERVE
     rate = row_rate(row, session.rates, session.form)
@@ -359,15 +363,17 @@ FIGURES = (('kernel', {'GPU_TESTS': 'none', 'KERNEL_VOCABS': '100000 300000 1790
            ('loop', {'ONLY': 'profile_research_bf16_256'}, None))
 
 
-def spend_the_rest(session: Session, out: str, left: int, clock=time.time) -> None:
+def spend_the_rest(session: Session, out: str, left: int, clock=time.time, call_seconds: float = 0.0) -> None:
   """The call's time after its rows, `left` seconds (bench.jsonl keeps each finished benchmark): where no
-  row trained, where the step's time goes (gpu_plan.sh speed); else FIGURES in turn, each cut at its most
-  seconds or the time still left."""
+  row trained and none would fit in a whole call of `call_seconds` (the step too slow for the rows), where
+  the step's time goes (gpu_plan.sh speed); else FIGURES in turn, each cut at its most seconds or the
+  time still left."""
   if left < MIN_FALLBACK_SECONDS:
     return
-  trained = any(row.get('seconds') is not None for row in session.rows)
+  rows_fit = any(row.get('seconds') is not None or (row.get('estimate_s') or float('inf')) <= call_seconds
+                 for row in session.rows)
   end = clock() + left
-  parts = FIGURES if trained else (('revisited', {}, None),)
+  parts = FIGURES if rows_fit else (('revisited', {}, None),)
   spent = []
   for part, settings, most_seconds in parts:
     seconds = int(min(end - clock(), most_seconds or float('inf')))
@@ -413,7 +419,11 @@ def main(argv=None) -> int:
   run_rows(ROWS, session, args.out, args.root, deadline - (FIGURES_RESERVE if first else 0),
            extra_sets=tuple(args.set))
   if first:
-    spend_the_rest(session, args.out, int(deadline - time.time() - PACK_RESERVE))
+    spend_the_rest(session, args.out, int(deadline - time.time() - PACK_RESERVE),
+                   call_seconds=args.seconds - PACK_RESERVE)
+    # what the figures left (they often end before their reserve: 156 s of the H100's first call on
+    # 2026-11-26), for the rows skipped before them
+    run_rows(ROWS, session, args.out, args.root, deadline, extra_sets=tuple(args.set), only_skipped=True)
   session.write(args.out, args.root)
   pack(args.root, args.out)
   return 0
