@@ -421,7 +421,7 @@ def main(argv=None) -> int:
   if first:
     spend_the_rest(session, args.out, int(deadline - time.time() - PACK_RESERVE),
                    call_seconds=args.seconds - PACK_RESERVE)
-    # what the figures left (they often end before their reserve: 156 s of the H100's first call on
+    # what the figures left (they often end before their reserve: 126 s of the H100's first call on
     # 2026-11-26), for the rows skipped before them
     run_rows(ROWS, session, args.out, args.root, deadline, extra_sets=tuple(args.set), only_skipped=True)
   session.write(args.out, args.root)

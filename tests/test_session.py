@@ -199,7 +199,7 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
 
 
 def test_a_row_skipped_before_the_figures_trains_with_what_they_leave(tmp_path, monkeypatch):
-  """The figures often end before their reserve (156 s of the H100's first call, 2026-11-26): a row that
+  """The figures often end before their reserve (126 s of the H100's first call, 2026-11-26): a row that
   did not fit before them is tried again after them, in the same call, and trains where it now fits."""
   calls = []
   monkeypatch.setattr(session_lib, 'probe', lambda name, logs: {'sorted': 2000.0}.get(name))
