@@ -12,8 +12,10 @@ python benchmarks/throughput.py --config=experiments/brown.py:mlp1 --vocab=10000
 dispatch, logging, a final evaluation) on a synthetic corpus of the same |V| and reports its
 tokens/s beside the step's alone (loop_train_tokens_per_sec).
 
-Prints a table and one JSON line per batch size (batch_size, train_tokens_per_sec,
-eval_tokens_per_sec, gflops, peak_gflops, mfu_bf16, mfu_f32, ...).
+Prints one JSON line per batch size as each is measured (batch_size, train_tokens_per_sec,
+eval_tokens_per_sec, gflops, peak_gflops, mfu_bf16, mfu_f32, ...), then a table. With several
+--softmax_kernels, one that does not build or run gets a line {softmax_kernel, error} and the others
+still run; the exit status is then 1.
 """
 
 import os
@@ -158,10 +160,24 @@ def main(argv):
   from benchmarks import common  # pylint: disable=g-import-not-at-top
   from nplm_jax.models import family  # pylint: disable=g-import-not-at-top
   config = FLAGS.config
-  rows = []
-  for kernel in FLAGS.softmax_kernels or [config.train.softmax_kernel]:
+  kernels = FLAGS.softmax_kernels or [config.train.softmax_kernel]
+  rows, failed = [], []
+  for kernel in kernels:
     config.train.softmax_kernel = kernel
-    rows += [measure(config, int(b)) for b in FLAGS.batch_sizes]
+    try:
+      measured = [measure(config, int(b)) for b in FLAGS.batch_sizes]
+    except Exception as e:  # pylint: disable=broad-except
+      if len(kernels) == 1:
+        raise
+      # beside others, a path that does not build or run is a finding: the others' lines still come
+      common.emit({'softmax_kernel': kernel, 'error': (str(e).strip().splitlines() or [type(e).__name__])[0][:300]})
+      failed.append(kernel)
+      continue
+    for r in measured:  # each line as it is measured: a run cut short (a GPU call's limit) keeps them
+      common.emit(r)
+    rows += measured
+  if not rows:
+    sys.exit(f'error: none of {", ".join(kernels)} ran (their lines say why)')
   header = ['batch_size', 'softmax_kernel', 'train_tokens_per_sec', 'loop_train_tokens_per_sec', 'loop_vs_step', 'eval_tokens_per_sec',
             'gflops', 'peak_gflops', 'mfu_bf16', 'mfu_f32', 'train_temp_mib', 'peak_rss_mib']
   print(f'{rows[0]["platform"]}, mesh {rows[0]["mesh"]}, |V|={FLAGS.vocab}, {family.kind(config.model)} n={config.model.n} '
@@ -170,8 +186,8 @@ def main(argv):
   print(' | '.join(header))
   for r in rows:
     print(' | '.join(str(r.get(h)) for h in header))
-  for r in rows:
-    common.emit(r)
+  if failed:
+    sys.exit(f'error: {", ".join(failed)} did not run (their lines say why); the others\' figures are above')
 
 
 if __name__ == '__main__':

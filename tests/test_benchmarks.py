@@ -44,6 +44,19 @@ def test_throughput_loop_runs_the_real_training_loop_beside_the_step():
   assert 0 < rows[0]['mfu_f32'] and rows[0]['peak_bf16_tflops'] > 0 and rows[0]['peak_f32_tflops'] > 0
 
 
+def test_throughput_runs_the_other_output_layer_paths_when_one_fails():
+  """--softmax_kernels side by side: a path that cannot run (here the Mosaic GPU form in float32) gets an
+  error line, the others their figures (each line as it is measured), and the exit status says so."""
+  proc = subprocess.run([sys.executable, 'benchmarks/throughput.py', '--config=experiments/brown.py:mlp1',
+                         '--config.model.m=4', '--config.model.h=6', *TINY, *SMALL_PEAK,
+                         '--softmax_kernels=pallas_mosaic,xla'], cwd=REPO, capture_output=True, text=True,
+                        timeout=600, check=False)
+  rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{')]
+  assert proc.returncode == 1 and 'error: pallas_mosaic did not run' in proc.stderr, proc.stderr[-2000:]
+  assert rows[0]['softmax_kernel'] == 'pallas_mosaic' and 'bfloat16 or float16 operands' in rows[0]['error']
+  assert [r['softmax_kernel'] for r in rows[1:]] == ['xla', 'xla'] and all(r['train_tokens_per_sec'] > 0 for r in rows[1:])
+
+
 def test_the_kernel_settings_benchmark_compares_each_with_xla():
   """benchmarks/softmax_kernel_tiles.py on a tiny shard (the kernels interpreted), each path through
   token_nll as training runs it: XLA's line first, then one a setting with its ratio to XLA and its
