@@ -106,6 +106,11 @@ def memory_mib(compiled) -> dict:
           'temp_mib': mib(stats.temp_size_in_bytes), 'aliased_mib': mib(stats.alias_size_in_bytes)}
 
 
+def error_line(e: BaseException) -> str:
+  """Why a benchmarked path did not build or run, in one line (its first, at most 300 characters)."""
+  return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+
+
 def emit(record: dict) -> None:
   print(json.dumps(record), flush=True)
 

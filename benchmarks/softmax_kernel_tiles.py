@@ -150,7 +150,7 @@ def main(argv):
     except Exception as e:  # pylint: disable=broad-except  # noqa: BLE001
       # a setting Triton or Mosaic GPU cannot build (shared memory, registers; float32 in the Mosaic GPU
       # form) is a finding, not the end of the run
-      reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+      reason = common.error_line(e)
       common.emit({'setting': text, **shape, 'error': reason})
       rows.append((text, None, None, None, None, reason))
       continue

@@ -170,7 +170,7 @@ def main(argv):
       if len(kernels) == 1:
         raise
       # beside others, a path that does not build or run is a finding: the others' lines still come
-      common.emit({'softmax_kernel': kernel, 'error': (str(e).strip().splitlines() or [type(e).__name__])[0][:300]})
+      common.emit({'softmax_kernel': kernel, 'error': common.error_line(e)})
       failed.append(kernel)
       continue
     for r in measured:  # each line as it is measured: a run cut short (a GPU call's limit) keeps them

@@ -9,7 +9,8 @@ cut by the call's end. Each gets the time left as its train.max_seconds (a safet
 fit is skipped and said so (and tried again with what the figures leave). The rows leave FIGURES_RESERVE
 seconds of the call to issue 28's figures (FIGURES): the fused kernel against XLA in the training step
 (gpu_figures.sh kernel), its settings against XLA (tiles), then the research size's step profiled
-(loop, its profile alone); where no row fitted, where the step's time goes (gpu_plan.sh speed).
+(loop, its profile alone); where no row would fit even a whole call, where the step's time goes
+(gpu_plan.sh speed).
 
 A later call on the same warm machine (the tool keeps it about 30 s after a call; the rows' workdirs
 and ROOT/session.json are still there) goes on from the first: no probes, the rows not yet trained,
