@@ -126,7 +126,8 @@ def build_train_step(config, vocab: int, mesh):
                                       matmul_precision=config.model.matmul_precision,
                                       axis_rules=config.mesh.axis_rules,
                                       softmax_kernel=vocab_softmax.softmax_kernel_for(
-                                          config.train.softmax_kernel, mesh.devices.flat[0].platform),
+                                          config.train.softmax_kernel, mesh.devices.flat[0].platform,
+                                          mesh.devices.size),
                                       softmax_kernel_tuning=config.train.get('softmax_kernel_tuning', ''),
                                       ema_decay=config.optimizer.get('ema_decay', 0.0))
   with jax.set_mesh(mesh):

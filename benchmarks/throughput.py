@@ -152,7 +152,8 @@ def measure(config, batch_size: int) -> dict:
 
 def compiled_kernel(config, mesh) -> str:
   from nplm_jax.parallel import vocab_softmax  # pylint: disable=g-import-not-at-top
-  return vocab_softmax.softmax_kernel_for(config.train.softmax_kernel, mesh.devices.flat[0].platform)
+  return vocab_softmax.softmax_kernel_for(config.train.softmax_kernel, mesh.devices.flat[0].platform,
+                                         mesh.devices.size)
 
 
 def main(argv):

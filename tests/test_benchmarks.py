@@ -44,16 +44,18 @@ def test_throughput_loop_runs_the_real_training_loop_beside_the_step():
   assert 0 < rows[0]['mfu_f32'] and rows[0]['peak_bf16_tflops'] > 0 and rows[0]['peak_f32_tflops'] > 0
 
 
-def test_throughput_runs_the_other_output_layer_paths_when_one_fails():
-  """--softmax_kernels side by side: a path that cannot run (here the Mosaic GPU form in float32) gets an
-  error line, the others their figures (each line as it is measured), and the exit status says so."""
+@pytest.mark.parametrize('cpu_devices, why', [(1, 'bfloat16 or float16 operands'), (2, 'mesh.cpu_devices=1')])
+def test_throughput_runs_the_other_output_layer_paths_when_one_fails(cpu_devices, why):
+  """--softmax_kernels side by side: a path that cannot run (here the Mosaic GPU form in float32, or on a CPU
+  mesh of several devices: its one-line error, as training gives it) gets an error line, the others their
+  figures (each line as it is measured), and the exit status says so."""
   proc = subprocess.run([sys.executable, 'benchmarks/throughput.py', '--config=experiments/brown.py:mlp1',
                          '--config.model.m=4', '--config.model.h=6', *TINY, *SMALL_PEAK,
-                         '--softmax_kernels=pallas_mosaic,xla'], cwd=REPO, capture_output=True, text=True,
-                        timeout=600, check=False)
+                         f'--config.mesh.cpu_devices={cpu_devices}', '--softmax_kernels=pallas_mosaic,xla'],
+                        cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
   rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{')]
   assert proc.returncode == 1 and 'error: pallas_mosaic did not run' in proc.stderr, proc.stderr[-2000:]
-  assert rows[0]['softmax_kernel'] == 'pallas_mosaic' and 'bfloat16 or float16 operands' in rows[0]['error']
+  assert rows[0]['softmax_kernel'] == 'pallas_mosaic' and why in rows[0]['error'], rows[0]
   assert [r['softmax_kernel'] for r in rows[1:]] == ['xla', 'xla'] and all(r['train_tokens_per_sec'] > 0 for r in rows[1:])
 
 
