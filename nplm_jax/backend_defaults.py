@@ -62,6 +62,14 @@ TABLE = {
         'rows', 'counts',
         "H200, the same step with 'sorted': 152,968 tokens/s with the distant block's share as 'counts', "
         "124,609 as 'rows' (1.23x); 2-core CPU: 694 against 603; TPUs: not measured, the rows", tpu='rows'),
+    # for a vocabulary of at most models.family.SMALL_VOCAB (128) words: characters; None: the entry above
+    'model.distant_gradient, small |V|': BackendDefault(
+        'one_hot', None,
+        "2-core CPU, PTB characters' top row (char_ladder5_dropout, batch 512, float32; benchmarks/throughput.py, "
+        "three rounds side by side): the distant block's one-hot form trained 2,609 tokens/s against the rows' "
+        '2,160 (1.21x) and evaluated 12,377 against 6,722 (1.84x), temporaries 93 against 138 MiB; on random '
+        'corpora of |V| 100 / 128 / 256 it trained 1.15x / 1.11x / 0.91x and evaluated 1.12x / 1.03x / 0.83x '
+        '(one round each); GPUs and TPUs: not measured (launch/session.py times it on the character rows)'),
 }
 
 

@@ -73,9 +73,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.embedding_gradient = 'auto'
   # revisited: the distant block's share of C's gradient. 'rows': as the other rows (embedding_gradient);
   # 'counts': a matmul of the sums' gradients with each example's kernel weights per word ([batch x
-  # kernels, |V|], made by a scatter of scalars): deterministic without a scatter of rows (models/lookup.py).
+  # kernels, |V|], made by a scatter of scalars): deterministic without a scatter of rows (models/lookup.py);
+  # 'one_hot': that matrix from a one-hot block, the sums as its matmul with C (small vocabularies: characters).
   # 'auto': 'counts' where embedding_gradient's 'auto' gives 'sorted' (1.23x more) and dropout is not on
-  # each input vector, else the rows.
+  # each input vector, else the rows; on CPUs, for a vocabulary of at most 128 (characters), 'one_hot'.
   c.model.distant_gradient = 'auto'
   # The vocabulary is padded to a multiple of this, so it splits evenly over every mesh.model size
   # that divides it (128: every power of two up to 128), and checkpoints move between such meshes.
@@ -383,7 +384,7 @@ _CHOICES = [
     ('model.initialiser', ('lecun', 'normal_0.02')),
     ('model.feature_dropout_at', ('features', 'embeddings')),
     ('model.embedding_gradient', ('auto', 'scatter', 'one_hot', 'sorted')),
-    ('model.distant_gradient', ('auto', 'rows', 'counts')),
+    ('model.distant_gradient', ('auto', 'rows', 'counts', 'one_hot')),
     ('model.kind', ('bengio2003', 'revisited')),
     ('model.compute_dtype', ('auto', 'float32', 'bfloat16')),
     ('model.matmul_precision', ('highest', 'default')),
@@ -532,8 +533,9 @@ def _validate_revisited(model) -> None:
   if model.h < 1:
     raise UserError(f"model.h={model.h} is invalid for model.kind='revisited': its layers need an inner width; "
                     'e.g. --config.model.h=1000')
-  if model.get('distant_gradient', 'rows') == 'counts' and model.get('feature_dropout_at') == 'embeddings':
-    raise UserError("model.distant_gradient='counts' weighs whole word vectors, so it cannot drop each embedding's "
+  distant_gradient = model.get('distant_gradient', 'rows')
+  if distant_gradient in ('counts', 'one_hot') and model.get('feature_dropout_at') == 'embeddings':
+    raise UserError(f"model.distant_gradient={distant_gradient!r} weighs whole word vectors, so it cannot drop each embedding's "
                     "features (model.feature_dropout_at='embeddings'); use --config.model.distant_gradient=rows or "
                     "--config.model.feature_dropout_at=features")
   if bool(model.distant_tokens) != bool(model.distant_kernels):

@@ -392,13 +392,15 @@ def assert_same_sharding(a, b):
 DISTANT_SPLIT = {**HIDDEN_SPLIT, 'distant': 'model'}
 
 
+@pytest.mark.parametrize('form', ['counts', 'one_hot'])
 @pytest.mark.parametrize('shape', [(8, 1), (2, 4)], ids=lambda s: f'mesh{s[0]}x{s[1]}')
-def test_the_distant_gradient_by_counts_trains_on_meshes_as_the_rows(shape):
+def test_the_distant_gradient_by_counts_trains_on_meshes_as_the_rows(shape, form):
   """model.distant_gradient='counts' (C's share from the distant block as a matmul with the kernels'
-  weights per word) on a data-split mesh, and with the distant block split over 'model', trains as the
-  rows' scatter does on one device."""
+  weights per word) and 'one_hot' (those weights from a one-hot block, the sums as their matmul with C) on
+  a data-split mesh, and with the distant block split over 'model', train as the rows' scatter does on one
+  device."""
   reference = train_three_steps(small_revisited(tied=True, distant_tokens=8), (1, 1), {'vocab': 'model'})[:2]
-  training = train_three_steps(small_revisited(tied=True, distant_tokens=8, distant_gradient='counts'), shape,
+  training = train_three_steps(small_revisited(tied=True, distant_tokens=8, distant_gradient=form), shape,
                                DISTANT_SPLIT)[:2]
   assert_trains_as_one_device(training, reference)
 

@@ -149,6 +149,10 @@ CASES = [
      lambda w: ['nplm_jax.main', '--config=experiments/ptb.py:ladder5_dropout', '--config.model.distant_gradient=counts',
                 '--config.model.feature_dropout_at=embeddings', f'--workdir={w["base"] / "new"}'],
      "model.distant_gradient='counts' weighs whole word vectors"),
+    ('distant_one_hot_for_words',  # refused at the step's first compile, where the batch and |V| are known
+     lambda w: ['nplm_jax.main', '--config=experiments/ptb.py:ladder5_dropout', '--config.model.distant_gradient=one_hot',
+                f'--workdir={w["base"] / "new"}'],
+     "distant_gradient='one_hot' would hold a one-hot block of 2.3 GiB"),
     ('epochs_0', lambda w: main_args(w, '--config.train.num_epochs=0'), 'train.num_epochs=0'),
     ('mesh_does_not_fit', lambda w: main_args(w, '--config.mesh.cpu_devices=2', '--config.mesh.data=3',
                                               '--config.mesh.model=1'), 'does not fit 2 devices'),

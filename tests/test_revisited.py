@@ -18,6 +18,7 @@ from nplm_jax import config as config_lib
 from nplm_jax.training import evaluation
 from nplm_jax.training import memory
 from nplm_jax.models import bengio2003 as model_lib
+from nplm_jax.models import lookup
 from nplm_jax.models import output_layer
 from nplm_jax.models import family as model_family
 from nplm_jax.training import optim
@@ -285,14 +286,16 @@ def test_export_says_it_writes_the_2003_model_only(workdir):
 
 
 
+@pytest.mark.parametrize('form', ['counts', 'one_hot'])
 @pytest.mark.parametrize('kw', [{}, {'tied': True, 'embed_scale': True}, {'word_dropout': 0.3}],
                          ids=['untied', 'tied_embed_scale', 'word_dropout'])
-def test_the_distant_gradient_by_counts_equals_the_rows(kw):
+def test_the_distant_gradient_by_counts_equals_the_rows(kw, form):
   """model.distant_gradient='counts' (lookup.weighted_sums: C's share from the distant block as a matmul with
-  each example's kernel weights per word) gives the rows' loss and every parameter's gradient, in training
-  (dropout, the same masks: word dropout's too) with words repeated inside a distant block."""
+  each example's kernel weights per word) and 'one_hot' (those weights from a one-hot block, the sums as
+  their matmul with C) give the rows' loss and every parameter's gradient, in training (dropout, the same
+  masks: word dropout's too) with words repeated inside a distant block."""
   rows_model = make(distant_tokens=9, hidden_dropout=0.1, **kw)
-  counts_model = rows_model.clone(distant_gradient='counts')
+  counts_model = rows_model.clone(distant_gradient=form)
   params = perturbed(output_layer.init_params(rows_model))
   contexts = contexts_for(rows_model, rows=8)
   contexts[:, 5] = contexts[:, 7] = contexts[:, 9]  # one word three times in each distant block
@@ -342,29 +345,74 @@ def test_the_distant_gradient_by_counts_scatters_no_rows_of_the_distant_block():
   assert rows_of_c(counts) == [4 * 3] and (2 * 9 * 4,) in counts  # scalars: kernels x distant x batch
 
 
-@pytest.mark.parametrize('kind,platform,deterministic,overrides,forms', [
-    ('revisited', 'cpu', True, {}, ('scatter', 'rows')),  # 2-core CPU: the scatter measured fastest
-    ('revisited', 'gpu', True, {}, ('sorted', 'counts')),  # H200: 7.2x the scatter
-    ('revisited', 'gpu', False, {}, ('scatter', 'rows')),  # atomic scatters: not measured, the default stays
-    ('revisited', 'tpu', True, {}, ('scatter', 'rows')),  # not measured on TPUs
-    ('revisited', 'gpu', True, {'model.feature_dropout_at': 'embeddings'}, ('sorted', 'rows')),  # counts can't
-    ('revisited', 'gpu', True, {'model.embedding_gradient': 'scatter'}, ('scatter', 'rows')),  # counts: with sorted
-    ('revisited', 'cpu', True, {'model.embedding_gradient': 'one_hot', 'model.distant_gradient': 'counts'},
+def primitives(jaxpr) -> set[str]:
+  """The names of every primitive in a jaxpr, its inner jaxprs included."""
+  found = set()
+  for eqn in jaxpr.eqns:
+    found.add(eqn.primitive.name)
+    for value in eqn.params.values():
+      for inner in (value if isinstance(value, (list, tuple)) else [value]):
+        if hasattr(inner, 'jaxpr') or hasattr(inner, 'eqns'):
+          found |= primitives(getattr(inner, 'jaxpr', inner))
+  return found
+
+
+def test_one_hot_forms_train_with_no_gather_scatter_or_sort():
+  """With embedding_gradient='one_hot' and distant_gradient='one_hot' (small vocabularies: characters) the
+  training gradient's program reads the window's rows with a gather, and nothing else gathers, scatters
+  or sorts: the distant block's sums and every gradient are matmuls."""
+  model = make(distant_tokens=9, embed_dim=8, embedding_gradient='one_hot', distant_gradient='one_hot')
+  params = output_layer.init_params(model)
+  contexts = contexts_for(model, rows=4)
+  grad = jax.grad(lambda p: jnp.sum(model.apply({'params': p}, contexts, method='features')))
+  jaxpr = jax.make_jaxpr(grad)(params).jaxpr
+  found = primitives(jaxpr)
+  assert not {name for name in found if 'scatter' in name or 'sort' in name}, found
+  gathers = [eqn for eqn in jaxpr.eqns if eqn.primitive.name == 'gather']
+  assert [tuple(eqn.outvars[0].aval.shape) for eqn in gathers] == [(4, 3, 8)]  # the window's rows alone
+
+
+def test_the_one_hot_distant_form_refuses_a_vocabulary_of_words_in_one_line():
+  ids = jnp.zeros((400, 256), jnp.int32)
+  with pytest.raises(UserError, match="distant_gradient='one_hot'.*use --config.model.distant_gradient=counts") as e:
+    jax.eval_shape(lookup.weighted_sums_one_hot, jax.ShapeDtypeStruct((10_000, 8), jnp.float32), ids,
+                   jnp.ones((4, 400)), jnp.ones((400, 256)))
+  assert '\n' not in str(e.value) and '3.8 GiB' in str(e.value)
+
+
+WORDS, CHARS = 1000, 50  # |V| of words; of characters (at most family.SMALL_VOCAB)
+
+
+@pytest.mark.parametrize('kind,platform,deterministic,overrides,vocab,forms', [
+    ('revisited', 'cpu', True, {}, WORDS, ('scatter', 'rows')),  # 2-core CPU: the scatter measured fastest
+    ('revisited', 'gpu', True, {}, WORDS, ('sorted', 'counts')),  # H200: 7.2x the scatter
+    ('revisited', 'gpu', False, {}, WORDS, ('scatter', 'rows')),  # atomic scatters: not measured, the default stays
+    ('revisited', 'tpu', True, {}, WORDS, ('scatter', 'rows')),  # not measured on TPUs
+    ('revisited', 'gpu', True, {'model.feature_dropout_at': 'embeddings'}, WORDS, ('sorted', 'rows')),  # counts can't
+    ('revisited', 'gpu', True, {'model.embedding_gradient': 'scatter'}, WORDS, ('scatter', 'rows')),  # counts: with sorted
+    ('revisited', 'cpu', True, {'model.embedding_gradient': 'one_hot', 'model.distant_gradient': 'counts'}, WORDS,
      ('one_hot', 'counts')),  # named forms are kept
-    ('bengio2003', 'gpu', True, {}, ('sorted', 'rows')),  # H200, research size: 1.09x-1.15x; no distant block
-    ('bengio2003', 'gpu', False, {}, ('scatter', 'rows')),  # atomic scatters: not measured
-    ('bengio2003', 'cpu', True, {}, ('scatter', 'rows')),
+    ('revisited', 'cpu', True, {}, CHARS, ('scatter', 'one_hot')),  # 2-core CPU, characters: 1.21x, eval 1.84x
+    ('revisited', 'cpu', True, {}, 129, ('scatter', 'rows')),  # past SMALL_VOCAB (at 256: 0.91x)
+    ('revisited', 'cpu', True, {'model.feature_dropout_at': 'embeddings'}, CHARS, ('scatter', 'rows')),  # can't
+    ('revisited', 'cpu', True, {'model.distant_gradient': 'counts'}, CHARS, ('scatter', 'counts')),  # named: kept
+    ('revisited', 'gpu', True, {}, CHARS, ('sorted', 'counts')),  # characters on GPUs: not measured
+    ('revisited', 'tpu', True, {}, CHARS, ('scatter', 'rows')),
+    ('bengio2003', 'gpu', True, {}, WORDS, ('sorted', 'rows')),  # H200, research size: 1.09x-1.15x; no distant block
+    ('bengio2003', 'gpu', False, {}, WORDS, ('scatter', 'rows')),  # atomic scatters: not measured
+    ('bengio2003', 'cpu', True, {}, WORDS, ('scatter', 'rows')),
+    ('bengio2003', 'cpu', True, {}, CHARS, ('scatter', 'rows')),  # no distant block
 ])
-def test_auto_gradient_forms_resolve_by_backend(kind, platform, deterministic, overrides, forms):
+def test_auto_gradient_forms_resolve_by_backend(kind, platform, deterministic, overrides, vocab, forms):
   """model.embedding_gradient / distant_gradient 'auto' (the defaults): the forms measured fastest on the
-  backend (backend_defaults.TABLE), the scatter and the rows where nothing else was measured; the module
-  built for that backend carries them."""
+  backend (backend_defaults.TABLE), for a vocabulary of characters the distant block's measured for those,
+  the scatter and the rows where nothing else was measured; the module built for that backend carries them."""
   config = config_lib.base_config()
   config.model.update(kind=kind, n=4, m=8, h=12, depth=1, distant_tokens=5 if kind == 'revisited' else 0,
                       distant_kernels=2 if kind == 'revisited' else 0)
   config_lib.apply_overrides(config, overrides)
-  assert model_family.gradient_forms(config.model, platform, deterministic) == forms
-  model = model_family.from_config(config.model, VOCAB, platform, deterministic)
+  assert model_family.gradient_forms(config.model, platform, deterministic, vocab) == forms
+  model = model_family.from_config(config.model, vocab, platform, deterministic)
   assert model.embedding_gradient == forms[0]
   if kind == 'revisited':
     assert model.distant_gradient == forms[1]

@@ -17,28 +17,35 @@ def kind(model_config) -> str:
   return model_config.get('kind', BENGIO2003)  # configs saved before model.kind existed are the 2003 model
 
 
-def gradient_forms(model_config, platform: str, deterministic: bool = True) -> tuple[str, str]:
+def gradient_forms(model_config, platform: str, deterministic: bool = True, vocab_size: int = 0) -> tuple[str, str]:
   """(model.embedding_gradient, model.distant_gradient), each 'auto' resolved for the backend `platform`:
   the forms measured fastest there under deterministic reductions (backend_defaults.TABLE: 'sorted' on
   GPUs for both families; 'counts' beside it for the revisited family's distant block); the scatter and
   the rows where nothing else was measured (GPU steps without deterministic reductions), and the rows
-  where 'counts' cannot serve (dropout on each input vector; the 2003 model has no distant block)."""
+  where 'counts' cannot serve (dropout on each input vector; the 2003 model has no distant block). For a
+  vocabulary of at most SMALL_VOCAB (characters), the distant block's form measured for those where one
+  was (backend_defaults.TABLE's 'model.distant_gradient, small |V|': 'one_hot' on CPUs)."""
   measured = deterministic or platform != 'gpu'
   embedding, distant = model_config.get('embedding_gradient', 'scatter'), model_config.get('distant_gradient', 'rows')
   if embedding == 'auto':
     embedding = backend_defaults.backend_default('model.embedding_gradient', platform) if measured else 'scatter'
   if distant == 'auto':  # measured beside 'sorted' alone
-    counts_serve = (kind(model_config) == REVISITED and embedding == 'sorted'
-                    and model_config.get('feature_dropout_at', 'features') != 'embeddings')
-    distant = backend_defaults.backend_default('model.distant_gradient', platform) if (
-        measured and counts_serve) else 'rows'
+    weighs_words = kind(model_config) == REVISITED and model_config.get('feature_dropout_at', 'features') != 'embeddings'
+    small = backend_defaults.backend_default(SMALL_VOCAB_DISTANT, platform) if (
+        0 < vocab_size <= SMALL_VOCAB and weighs_words and measured) else None
+    distant = small or (backend_defaults.backend_default('model.distant_gradient', platform) if (
+        measured and weighs_words and embedding == 'sorted') else 'rows')
   return embedding, distant
+
+
+SMALL_VOCAB = 128  # characters: on the CPU the distant block's one-hot form gained up to 128, lost at 256
+SMALL_VOCAB_DISTANT = 'model.distant_gradient, small |V|'  # its backend_defaults.TABLE entry
 
 
 def from_config(model_config, vocab_size: int, platform: str = 'cpu', deterministic: bool = True):
   """The module of a config, its compute dtype and forms of C's gradient resolved for the backend
   `platform` (and train.deterministic)."""
-  embedding_gradient, distant_gradient = gradient_forms(model_config, platform, deterministic)
+  embedding_gradient, distant_gradient = gradient_forms(model_config, platform, deterministic, vocab_size)
   if kind(model_config) == REVISITED:
     return revisited.from_config(model_config, vocab_size,
                                  model_lib.compute_dtype(model_config.compute_dtype, platform),

@@ -17,7 +17,11 @@ The revisited family's distant block reads hundreds of words a context only thro
 sums (its kernels): weighted_sums gives those sums with C's share of the gradient made as a matmul,
 A^T G, where A [batch x kernels, |V|] holds each example's kernel weights per word (built by a scatter
 of scalars: batch x kernels x distant of them, not as many rows of m) and G the sums' gradients: the
-same gradient (tests/test_revisited.py), deterministic without a scatter of rows.
+same gradient (tests/test_revisited.py), deterministic without a scatter of rows. For a small vocabulary
+(characters: |V| 50), weighted_sums_one_hot builds A from a one-hot block instead, and the sums as A C:
+no gather, no scatter and no sort anywhere, forward or backward, only matmuls; its one-hot operand holds
+distant x batch x |V| numbers (41 MB at 400 x 512 x 50 in float32), so it is refused past
+ONE_HOT_LIMIT_BYTES (a vocabulary of words).
 """
 
 import functools
@@ -25,7 +29,10 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from nplm_jax.errors import UserError
+
 EMBEDDING_GRADIENTS = ('scatter', 'one_hot', 'sorted')
+ONE_HOT_LIMIT_BYTES = 2**30  # weighted_sums_one_hot's one-hot block at most (float32)
 
 
 def rows(table: jax.Array, ids: jax.Array, gradient: str = 'scatter') -> jax.Array:
@@ -126,3 +133,25 @@ def _weighted_sums_backward(residuals, g):
 
 
 _weighted_sums_by_counts.defvjp(_weighted_sums_forward, _weighted_sums_backward)
+
+
+def check_one_hot_block(positions: int, batch: int, vocab: int) -> None:
+  """One line of error where weighted_sums_one_hot's one-hot block would pass ONE_HOT_LIMIT_BYTES (a run
+  checks its batch sizes before it writes anything; the step checks again as it is traced)."""
+  block_bytes = 4 * positions * batch * vocab
+  if block_bytes > ONE_HOT_LIMIT_BYTES:
+    raise UserError(f"model.distant_gradient='one_hot' would hold a one-hot block of {block_bytes / 2**30:.1f} GiB "
+                    f'({positions} distant words x batch {batch} x |V| {vocab}); it is for small vocabularies '
+                    '(characters): use --config.model.distant_gradient=counts or rows')
+
+
+def weighted_sums_one_hot(table: jax.Array, ids: jax.Array, weights: jax.Array, scale: jax.Array) -> jax.Array:
+  """weighted_sums' numbers (model.distant_gradient='one_hot') as A C, A [kernels, batch, |V|] each example's
+  kernel weights per word made from a one-hot block of the ids: for small vocabularies (the module
+  docstring); every gradient is a matmul's. One line of error where the block would pass ONE_HOT_LIMIT_BYTES."""
+  check_one_hot_block(*ids.shape, table.shape[0])
+  vocab = table.shape[0]
+  words = jax.nn.one_hot(ids, vocab, dtype=jnp.float32) * scale[..., None].astype(jnp.float32)  # [positions, batch, |V|]
+  per_word = jnp.einsum('kp,pbv->kbv', weights.astype(jnp.float32), words)
+  sums = jnp.einsum('kbv,vm->kbm', per_word, table.astype(jnp.float32))
+  return sums.astype(table.dtype)

@@ -26,7 +26,9 @@ of this project's own, off by default: word_dropout drops whole input words (win
 in training.
 
 C's gradient from the distant block can be made as a matmul instead of a scatter of its rows
-(distant_gradient='counts': lookup.weighted_sums), the same numbers, for deterministic GPU steps.
+(distant_gradient='counts': lookup.weighted_sums), the same numbers, for deterministic GPU steps; for a
+small vocabulary (characters) the block's sums and all their gradients can be matmuls with a one-hot block
+(distant_gradient='one_hot': lookup.weighted_sums_one_hot), no gather, scatter or sort.
 
 The module has the interface of model.NPLM that training and the tools use: context_size,
 features(contexts, deterministic), output_layer(params), __call__ (dense logits).
@@ -105,7 +107,8 @@ class RevisitedNPLM(output_layer.OutputLayerModel, nn.Module):
   first_hidden: int = 0  # the first layer's inner width; 0 = hidden_dim
   feature_dropout_at: str = 'features'  # 'features' (x) or 'embeddings' (each input vector, before the kernels)
   embedding_gradient: str = 'scatter'  # how C's gradient is made (lookup.EMBEDDING_GRADIENTS)
-  distant_gradient: str = 'rows'  # the distant block's share of it: as the rows', or 'counts' (lookup.weighted_sums)
+  distant_gradient: str = 'rows'  # the distant block's share of it: as the rows', 'counts' (lookup.weighted_sums) or
+  # 'one_hot' (lookup.weighted_sums_one_hot: small vocabularies)
 
   @property
   def context_size(self) -> int:
@@ -157,10 +160,11 @@ class RevisitedNPLM(output_layer.OutputLayerModel, nn.Module):
     """The kernels' weighted sums of the distant block's vectors [kernels, batch, m], ids [distant, batch]."""
     if self.distant_gradient == 'rows':
       return lookup.weigh(self.kernels, self._input_vectors(ids, deterministic))
-    # 'counts' (config refuses it with dropout on each embedding's features): word dropout's mask is the
+    # 'counts' or 'one_hot' (config refuses them with dropout on each embedding's features): word dropout's mask is the
     # one _input_vectors would draw (the same module and shape but m), a weight per vector
     mask = self.drop_words(jnp.ones((*ids.shape, 1), self.C.dtype), deterministic=deterministic)[..., 0]
-    summaries = lookup.weighted_sums(self.C, ids, self.kernels, mask)
+    sums = lookup.weighted_sums_one_hot if self.distant_gradient == 'one_hot' else lookup.weighted_sums
+    summaries = sums(self.C, ids, self.kernels, mask)
     return summaries * math.sqrt(self.embed_dim) if self.embed_scale else summaries
 
   def _input_vectors(self, ids: jax.Array, deterministic: bool) -> jax.Array:

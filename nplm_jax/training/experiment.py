@@ -17,6 +17,7 @@ from nplm_jax.training import device_data as device_data_lib
 from nplm_jax.training import memory
 from nplm_jax.files import metrics as metrics_lib
 from nplm_jax.models import family as model_family
+from nplm_jax.models import lookup
 from nplm_jax.training import optim
 from nplm_jax.parallel import sharding
 from nplm_jax.training import steps as steps_lib
@@ -120,6 +121,9 @@ class Experiment:
                                           config.train.get('deterministic', True))
     self.eval_batch_size = eval_batch_size(config.train, self.platform)
     sharding.check_divisibility(self.mesh, config.train.batch_size, self.eval_batch_size, self.model.padded_vocab_size)
+    if getattr(self.model, 'distant_gradient', '') == 'one_hot':
+      lookup.check_one_hot_block(self.model.distant_tokens, max(config.train.batch_size, self.eval_batch_size),
+                                 self.model.vocab_size)
     self.stream = data_lib.TokenStream(self.corpus, self.model.context_size)
     # before anything is allocated: what cannot fit a device is one line, not a hang or an abort
     memory.check(config, self.model.padded_vocab_size, self.corpus.vocab_size, self.mesh, training,
