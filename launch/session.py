@@ -1,9 +1,10 @@
 """One accelerator call for a session lent little device time (15 minutes, of which one call of at most
 10 minutes is left once the machine has started): the revisited step's deterministic forms of C's
 gradient timed on the machine (on a GPU where each was timed before, FORMS_MEASURED_ON, only the fastest,
-for its rate), the fastest picked, then the rows issue 27 waits for, one at a time: the character tune
-points, the character ladder's rows not yet at early stopping, the character seeds, each to early
-stopping or its planned length (ROWS).
+for its rate), the fastest picked (the word rows'); the character rows' step timed with it and with
+every gradient a one-hot matmul (CHAR_FORMS), the faster kept for them (Session.char_form); then the rows
+issue 27 waits for, one at a time: the character tune points, the character ladder's rows not yet at
+early stopping, the character seeds, each to early stopping or its planned length (ROWS).
 Each starts only when its estimated time fits in what is left of the call: a row is never planned to be
 cut by the call's end. Each gets the time left as its train.max_seconds (a safety), and one that does not
 fit is skipped and said so (and tried again with what the figures leave). The rows leave FIGURES_RESERVE
@@ -52,7 +53,13 @@ GRADIENT_FORMS = {
     'scatter': ('model.embedding_gradient=scatter', 'model.distant_gradient=rows'),
     'sorted': ('model.embedding_gradient=sorted', 'model.distant_gradient=rows'),
     'sorted_counts': ('model.embedding_gradient=sorted', 'model.distant_gradient=counts'),
+    'one_hot': ('model.embedding_gradient=one_hot', 'model.distant_gradient=one_hot'),
 }
+WORD_FORMS = ('scatter', 'sorted', 'sorted_counts')  # timed on PTB's top row; the word rows' form is one of them
+# The character rows' (|V| 50) forms beside the picked one: every gradient a matmul with a one-hot block, no
+# sort or scatter (on the 2-core CPU the distant block's one-hot form trained the top character row 1.1x
+# and evaluated it 1.7x; on GPUs not yet timed). Timed at the first call's start on CHAR_PROBE's step.
+CHAR_FORMS = ('one_hot',)
 PROBE_CONFIG = 'experiments/ptb.py:ladder5_dropout'  # every row below has this row's shape
 PROBE_VOCAB = 10_000  # PTB's |V|; Brown's 17,905 makes its output layer 1.8x larger (SLOWDOWN covers it)
 PROBE_BATCH = 256  # the rows' train.batch_size
@@ -87,6 +94,11 @@ class Row:
   def key(self) -> str:
     return f'{self.root}/{self.point}'
 
+  @property
+  def chars(self) -> bool:
+    """A character row: it trains with the character rows' form (Session.char_form)."""
+    return self.sweep in ('char_tune', 'char_ladder')
+
 
 def _ladder_row(corpus: str, point: str, relative_rate: float) -> Row:
   """A ladder's row, seed 0, to early stopping (the words' top row took 5.5-6.5 epochs on the H100, the
@@ -119,6 +131,10 @@ def _char_tune_row(point: str, epochs: float, relative_rate: float, why: str, ro
              PTB_CHAR_TRAIN_TOKENS, why, relative_rate, probe_vocab)
 
 
+# The character rows' step the forms are timed on (probe_char_forms): the best character point's, at its
+# batch (512), on a random corpus of the characters' |V|.
+CHAR_PROBE = _char_tune_row(_CHAR_TUNE0, 8.0, 1.41, "the character rows' forms", probe_vocab=PTB_CHAR_VOCAB)
+
 ROWS = (
     _char_tune_row('char_tune1_dropout0.1_cosine8_window81', 8.0, 1.15,
                    'the first character tune point with an 81-character window'),
@@ -148,12 +164,24 @@ def estimate_seconds(row: Row, tokens_per_sec: float) -> float:
   return row.tokens / tokens_per_sec * SLOWDOWN + START_AND_FINISH
 
 
-def row_rate(row: Row, rates: dict, form: str) -> float | None:
+def row_rate(row: Row, rates: dict, form: str, char_form: str = '') -> float | None:
   """A row's step rate: its own, timed at the call's start (Row.probe_vocab), else the probed row's with
-  the picked form times its relative rate; None where neither was measured."""
+  the picked form times its relative rate (a character row's times the speed-up of the character rows'
+  form over the picked one on CHAR_PROBE's step, where both were timed); None where neither was measured."""
   if row.probe_vocab and rates.get(row.key):
     return rates[row.key]
-  return rates[form] * row.relative_rate if rates.get(form) else None
+  if not rates.get(form):
+    return None
+  speedup = 1.0
+  if row.chars and char_form and char_form != form:
+    ours, picked = rates.get(char_probe_key(char_form)), rates.get(char_probe_key(form))
+    speedup = ours / picked if ours and picked else 1.0
+  return rates[form] * row.relative_rate * speedup
+
+
+def char_probe_key(form: str) -> str:
+  """Where Session.rates holds CHAR_PROBE's step rate with `form`."""
+  return f'chars:{form}'
 
 
 # Devices where every form was timed (twice on the H200: 'sorted_counts' 7.2x and 6.7x the scatter; on the
@@ -181,7 +209,7 @@ def probe_forms(device: str, logs: str) -> dict[str, float | None]:
   where they go fastest first and stop at the first that runs."""
   measured_before = device in FORMS_MEASURED_ON
   rates = {}
-  for name in _FASTEST_FIRST if measured_before else GRADIENT_FORMS:
+  for name in _FASTEST_FIRST if measured_before else WORD_FORMS:
     rates[name] = probe(name, logs)
     print(f'probe {name}: {rates[name] or "failed"} tokens/s at batch {PROBE_BATCH}', flush=True)
     if rates[name] and measured_before:
@@ -191,7 +219,7 @@ def probe_forms(device: str, logs: str) -> dict[str, float | None]:
 
 def pick_form(rates: dict[str, float | None]) -> str:
   """The fastest form measured; 'scatter' (the default) when none was (rates also holds rows' own rates)."""
-  measured = {name: rate for name, rate in rates.items() if rate and name in GRADIENT_FORMS}
+  measured = {name: rate for name, rate in rates.items() if rate and name in WORD_FORMS}
   return max(measured, key=measured.get) if measured else 'scatter'
 
 
@@ -202,14 +230,24 @@ def probe(name: str, logs: str) -> float | None:
                     PROBE_BATCH, os.path.join(logs, f'probe_{name}.log'))
 
 
-def probe_row(row: Row, form: str, logs: str) -> float | None:
-  """A row's own training step rate (tokens/s at its batch size) with the picked form, as it will train:
-  its sweep point's config and overrides and the row's settings (LOGS/probe_ROOT_POINT.log)."""
+def probe_row(row: Row, form: str, logs: str, log_name: str = '') -> float | None:
+  """A row's own training step rate (tokens/s at its batch size) with a form, as it will train: its sweep
+  point's config and overrides and the row's settings (LOGS/probe_ROOT_POINT.log, or LOGS/LOG_NAME)."""
   point = {p['name']: p for p in config_lib.load_experiment(row.experiment).get_sweep(row.sweep)}[row.point]
   flags = sweep_lib.override_flags(point, sweep_lib.parse_set([*row.sets, *GRADIENT_FORMS[form]]))  # as run_rows
   batch = cli_lib.config_from_flags(point['config'], flags).train.batch_size
   return _step_rate([f'--config={point["config"]}', *flags], row.probe_vocab, batch,
-                    os.path.join(logs, f'probe_{row.root}_{row.point}.log'))
+                    os.path.join(logs, log_name or f'probe_{row.root}_{row.point}.log'))
+
+
+def probe_char_forms(form: str, rates: dict, logs: str) -> str:
+  """The character rows' form: CHAR_PROBE's step timed with the picked `form` and each of CHAR_FORMS
+  (rates[char_probe_key(f)]; LOGS/probe_chars_FORM.log), the fastest that ran; `form` if none ran."""
+  for candidate in (form, *CHAR_FORMS):
+    rates[char_probe_key(candidate)] = probe_row(CHAR_PROBE, candidate, logs, f'probe_chars_{candidate}.log')
+    print(f'probe chars {candidate}: {rates[char_probe_key(candidate)] or "failed"} tokens/s', flush=True)
+  measured = {f: rates[char_probe_key(f)] for f in (form, *CHAR_FORMS) if rates[char_probe_key(f)]}
+  return max(measured, key=measured.get) if measured else form
 
 
 def _step_rate(config_args: list[str], vocab: int, batch: int, log: str) -> float | None:
@@ -279,9 +317,14 @@ class Session:
   device: str = ''  # nvidia-smi's name of the GPU
   rates: dict = dataclasses.field(default_factory=dict)
   form: str = 'scatter'
+  char_form: str = ''  # the character rows' form (probe_char_forms); '' = `form`
   rows: list = dataclasses.field(default_factory=list)
   rest: str = ''  # what the time after the rows went to
   calls: int = 1  # calls on one machine: the first probes and ends with the figures, a later one trains rows
+
+  def form_for(self, row: Row) -> str:
+    """The form `row` trains with: the character rows' for a character row, else the picked one."""
+    return (self.char_form or self.form) if row.chars else self.form
 
   def record(self, entry: dict) -> None:
     """A row's entry, in place of an earlier call's skip of the same row (a failure stays on record)."""
@@ -320,7 +363,7 @@ def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=N
     if only_skipped and (row.root, row.point) in ran:
       continue
     left = deadline - clock() - PACK_RESERVE
-    rate = row_rate(row, session.rates, session.form)
+    rate = row_rate(row, session.rates, session.form, session.char_form)
     estimate = estimate_seconds(row, rate) if rate else None
     entry = {'root': row.root, 'point': row.point, 'why': row.why,
              'estimate_s': round(estimate) if estimate else None, 'left_s': round(left)}
@@ -331,7 +374,7 @@ def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=N
       session.record(entry)
       continue
     budget = int(left - FINISH_RESERVE)
-    sets = [*row.sets, *GRADIENT_FORMS[session.form], *extra_sets, f'train.max_seconds={budget}']
+    sets = [*row.sets, *GRADIENT_FORMS[session.form_for(row)], *extra_sets, f'train.max_seconds={budget}']
     print(f'{row.root}/{row.point}: about {estimate:.0f} s of {left:.0f} s left ({row.why})', flush=True)
     started = clock()
     env = {'JAX_COMPILATION_CACHE_DIR': cache_folder(root), **os.environ}  # one set outside wins
@@ -411,9 +454,12 @@ def main(argv=None) -> int:
     session.rates = probe_forms(session.device, logs_folder(args.root))
     session.form = pick_form(session.rates)
     print(f'picked {session.form}: {" ".join(GRADIENT_FORMS[session.form])}', flush=True)
-    for row in ROWS:  # the rows whose rate is their own, timed with the picked form
+    if any(row.chars for row in ROWS):
+      session.char_form = probe_char_forms(session.form, session.rates, logs_folder(args.root))
+      print(f'the character rows: {" ".join(GRADIENT_FORMS[session.form_for(CHAR_PROBE)])}', flush=True)
+    for row in ROWS:  # the rows whose rate is their own, timed with their form
       if row.probe_vocab:
-        session.rates[row.key] = probe_row(row, session.form, logs_folder(args.root))
+        session.rates[row.key] = probe_row(row, session.form_for(row), logs_folder(args.root))
         print(f'probe {row.key}: {session.rates[row.key] or "failed"} tokens/s', flush=True)
   session.write(args.out, args.root)
   first = session.calls == 1

@@ -31,7 +31,8 @@ def test_every_row_is_a_sweep_point_whose_config_validates_with_every_form_and_a
     points = {p['name']: p for p in config_lib.load_experiment(row.experiment).get_sweep(row.sweep)}
     assert row.point in points, row
     assert results.gpu_plan_sweep(row.root, row.point) is not None, row.root
-    for form in session_lib.GRADIENT_FORMS.values():
+    for name in (*session_lib.WORD_FORMS, *(session_lib.CHAR_FORMS if row.chars else ())):
+      form = session_lib.GRADIENT_FORMS[name]
       sweep_lib.check_points([points[row.point]], sweep_lib.parse_set([*row.sets, *form, 'train.max_seconds=400']))
 
 
@@ -297,7 +298,8 @@ def test_a_row_with_its_own_probe_is_timed_as_it_trains_and_estimated_at_that_ra
   monkeypatch.setattr(session_lib.subprocess, 'run', run)
   root = tmp_path / 'root'
   assert session_lib.main([f'--out={tmp_path / "out"}', f'--root={root}', '--seconds=400']) == 0
-  [(config_args, vocab, batch, log)] = timed
+  assert [t[3] for t in timed[:2]] == ['probe_chars_sorted_counts.log', 'probe_chars_one_hot.log']
+  [(config_args, vocab, batch, log)] = timed[2:]
   assert config_args[0] == '--config=experiments/ptb.py:char_ladder5_dropout'
   assert '--config.train.batch_size=2048' in config_args and '--config.model.distant_gradient=counts' in config_args
   assert (vocab, batch) == (session_lib.PTB_CHAR_VOCAB, 2048) and log == f'probe_{row.root}_{row.point}.log'
@@ -309,7 +311,44 @@ def test_a_row_with_its_own_probe_is_timed_as_it_trains_and_estimated_at_that_ra
   assert session_lib.row_rate(row, {'sorted': 5.0}, 'sorted') == 5.0 * row.relative_rate  # not timed: the ratio
   (root / row.root / row.point).mkdir(parents=True, exist_ok=True)
   assert session_lib.main([f'--out={tmp_path / "out"}', f'--root={root}', '--seconds=100']) == 0
-  assert len(timed) == 1  # the later call goes on from the first's rates
+  assert len(timed) == 3  # the later call goes on from the first's rates
+
+
+def test_the_character_rows_train_with_the_form_their_own_step_ran_fastest_with(tmp_path, monkeypatch):
+  """The character rows' step (CHAR_PROBE: |V| 50, batch 512) is timed with the picked form and with the
+  one-hot form at the first call's start; the faster is theirs (here the one-hot, 1.5x), the word rows keep
+  the picked form, and a character row's estimate is the picked form's times that speed-up."""
+  char_row = session_lib._ladder_row('chars', 'char_ladder2_depth4', 1.41)  # pylint: disable=protected-access
+  word_row = _row('tune11_dropout0.5_weight_decay0.4_cosine6_ema0.999', 1.0)
+  timed = []
+
+  def step_rate(config_args, vocab, batch, log):
+    timed.append((config_args, vocab, batch))
+    return 300.0 if '--config.model.distant_gradient=one_hot' in config_args else 200.0
+  monkeypatch.setattr(session_lib, '_step_rate', step_rate)
+  monkeypatch.setattr(session_lib, 'probe', lambda name, logs: {'sorted_counts': 1e5}.get(name))
+  monkeypatch.setattr(session_lib, 'ROWS', (char_row, word_row))
+  monkeypatch.setattr(session_lib, 'spend_the_rest', lambda *a, **k: None)
+  calls = []
+
+  def run(args, **unused_kwargs):
+    calls.append(args)
+    return types.SimpleNamespace(returncode=0)
+  monkeypatch.setattr(session_lib.subprocess, 'run', run)
+  assert session_lib.main([f'--out={tmp_path / "out"}', f'--root={tmp_path / "root"}', '--seconds=600']) == 0
+  assert [(vocab, batch) for _, vocab, batch in timed] == [(session_lib.PTB_CHAR_VOCAB, 512)] * 2
+  assert timed[0][0][0] == '--config=experiments/ptb.py:char_ladder5_dropout'
+  with open(tmp_path / 'out' / 'session.json', encoding='utf-8') as f:
+    written = json.load(f)
+  assert (written['form'], written['char_form']) == ('sorted_counts', 'one_hot')
+  assert written['rates']['chars:one_hot'] == 300.0 and written['rates']['chars:sorted_counts'] == 200.0
+  [char_args, word_args] = calls
+  assert '--set=model.distant_gradient=one_hot' in char_args and '--set=model.embedding_gradient=one_hot' in char_args
+  assert '--set=model.distant_gradient=counts' in word_args
+  rates = written['rates']
+  assert session_lib.row_rate(char_row, rates, 'sorted_counts', 'one_hot') == 1e5 * 1.41 * 1.5
+  assert session_lib.row_rate(word_row, rates, 'sorted_counts', 'one_hot') == 1e5
+  assert session_lib.row_rate(char_row, rates, 'sorted_counts') == 1e5 * 1.41  # no character form: the picked one
 
 
 def test_too_little_time_after_the_rows_is_left_alone(monkeypatch):
