@@ -69,7 +69,8 @@ TABLE = {
         "three rounds side by side): the distant block's one-hot form trained 2,609 tokens/s against the rows' "
         '2,160 (1.21x) and evaluated 12,377 against 6,722 (1.84x), temporaries 93 against 138 MiB; on random '
         'corpora of |V| 100 / 128 / 256 it trained 1.15x / 1.11x / 0.91x and evaluated 1.12x / 1.03x / 0.83x '
-        '(one round each); GPUs and TPUs: not measured (launch/session.py times it on the character rows)'),
+        '(one round at 100 and 128, two at 256; results/bench/cpu_char_distant_forms.jsonl); GPUs and TPUs: not '
+        'measured (launch/session.py times it on the character rows)'),
 }
 
 
