@@ -145,8 +145,11 @@ ROWS = (
 
 # A row's estimated seconds: its tokens at its share of the probe's step rate times SLOWDOWN (the loop's
 # logging and half-epoch evaluations; Brown's larger output layer), plus START_AND_FINISH (start-up and compiles,
-# the final evaluation, the n-gram mixture, the results).
+# the final evaluation, the n-gram mixture, the results). The character rows' share is their loop's rate
+# (Row.relative_rate): on the H100 (2026-11-26) char_tune0 and char_tune2 took 46 and 48 s beyond their
+# tokens at the loop's rate (220 and 224 s, estimated 281 at SLOWDOWN), so theirs is CHAR_SLOWDOWN.
 SLOWDOWN = 1.3
+CHAR_SLOWDOWN = 1.1
 START_AND_FINISH = 50.0  # the H200's rows took 31-46 s beyond their tokens at the loop's rate
 # Seconds a row is left after its train.max_seconds (the final evaluation, the test set, the mixture, the
 # process's exit): on the H100 (2026-11-26) 2 s for Brown's trigram, 10 s for PTB characters' KN11. It must
@@ -156,12 +159,16 @@ FINISH_RESERVE = 25.0
 PACK_RESERVE = 15.0  # seconds kept at the call's end for the last pack
 MIN_FALLBACK_SECONDS = 90  # the least time left after the rows worth spending on benchmarks
 MIN_PART_SECONDS = 60  # the least time worth starting a part of FIGURES with (a profile takes about 40 s)
-FIGURES_RESERVE = 300.0  # seconds of the call the rows leave to FIGURES (issue 28): 130 + 80 + the profile's
+# Seconds of the first call the rows leave to FIGURES (issue 28): the kernel in the training step (130 s) and
+# a margin; its settings and the profile get what the rows leave beyond that. The rows come first (the
+# revisited family's training is the scarcer work): at 300 s, the 81-character window (about 290 s) fitted
+# in no call of a 15-minute session, beside the probes (about 60 s) and the pack.
+FIGURES_RESERVE = 150.0
 
 
 def estimate_seconds(row: Row, tokens_per_sec: float) -> float:
   """A row's seconds at its step rate `tokens_per_sec` (row_rate)."""
-  return row.tokens / tokens_per_sec * SLOWDOWN + START_AND_FINISH
+  return row.tokens / tokens_per_sec * (CHAR_SLOWDOWN if row.chars else SLOWDOWN) + START_AND_FINISH
 
 
 def row_rate(row: Row, rates: dict, form: str, char_form: str = '') -> float | None:
