@@ -57,8 +57,9 @@ GRADIENT_FORMS = {
 }
 WORD_FORMS = ('scatter', 'sorted', 'sorted_counts')  # timed on PTB's top row; the word rows' form is one of them
 # The character rows' (|V| 50) forms beside the picked one: every gradient a matmul with a one-hot block, no
-# sort or scatter (on the 2-core CPU the distant block's one-hot form trained the top character row 1.1x
-# and evaluated it 1.7x; on GPUs not yet timed). Timed at the first call's start on CHAR_PROBE's step.
+# sort or scatter (on the 2-core CPU both one-hot forms trained the top character row 1.16x and evaluated it
+# 1.81x: results/bench/cpu_char_distant_forms.jsonl; on GPUs not yet timed). Timed at the first call's start
+# on CHAR_PROBE's step.
 CHAR_FORMS = ('one_hot',)
 PROBE_CONFIG = 'experiments/ptb.py:ladder5_dropout'  # every row below has this row's shape
 PROBE_VOCAB = 10_000  # PTB's |V|; Brown's 17,905 makes its output layer 1.8x larger (SLOWDOWN covers it)

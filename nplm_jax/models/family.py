@@ -17,6 +17,10 @@ def kind(model_config) -> str:
   return model_config.get('kind', BENGIO2003)  # configs saved before model.kind existed are the 2003 model
 
 
+SMALL_VOCAB = 128  # characters: on the CPU the distant block's one-hot form gained up to 128, lost at 256
+SMALL_VOCAB_DISTANT = 'model.distant_gradient, small |V|'  # its backend_defaults.TABLE entry
+
+
 def gradient_forms(model_config, platform: str, deterministic: bool = True, vocab_size: int = 0) -> tuple[str, str]:
   """(model.embedding_gradient, model.distant_gradient), each 'auto' resolved for the backend `platform`:
   the forms measured fastest there under deterministic reductions (backend_defaults.TABLE: 'sorted' on
@@ -36,10 +40,6 @@ def gradient_forms(model_config, platform: str, deterministic: bool = True, voca
     distant = small or (backend_defaults.backend_default('model.distant_gradient', platform) if (
         measured and weighs_words and embedding == 'sorted') else 'rows')
   return embedding, distant
-
-
-SMALL_VOCAB = 128  # characters: on the CPU the distant block's one-hot form gained up to 128, lost at 256
-SMALL_VOCAB_DISTANT = 'model.distant_gradient, small |V|'  # its backend_defaults.TABLE entry
 
 
 def from_config(model_config, vocab_size: int, platform: str = 'cpu', deterministic: bool = True):
