@@ -52,7 +52,9 @@ def test_throughput_runs_the_other_output_layer_paths_when_one_fails(cpu_devices
   proc = subprocess.run([sys.executable, 'benchmarks/throughput.py', '--config=experiments/brown.py:mlp1',
                          '--config.model.m=4', '--config.model.h=6', *TINY, *SMALL_PEAK,
                          f'--config.mesh.cpu_devices={cpu_devices}', '--softmax_kernels=pallas_mosaic,xla'],
-                        cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+                        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+                        # another test in this worker may have set XLA_FLAGS' device count, which would win
+                        env={k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'})
   rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{')]
   assert proc.returncode == 1 and 'error: pallas_mosaic did not run' in proc.stderr, proc.stderr[-2000:]
   assert rows[0]['softmax_kernel'] == 'pallas_mosaic' and why in rows[0]['error'], rows[0]
