@@ -115,6 +115,13 @@ def emit(record: dict) -> None:
   print(json.dumps(record), flush=True)
 
 
+def softmax_kernel(config, mesh) -> str:
+  """train.softmax_kernel as the training step on `mesh` runs it ('auto' resolved; one line of error where
+  it cannot run there), as training resolves it."""
+  return vocab_softmax.softmax_kernel_for(config.train.softmax_kernel, mesh.devices.flat[0].platform,
+                                          mesh.devices.size)
+
+
 def build_train_step(config, vocab: int, mesh):
   """(compiled steps, fresh state) for `config`'s model over a vocabulary of `vocab` words."""
   model = model_family.from_config(config.model, vocab, mesh.devices.flat[0].platform, config.train.deterministic)
@@ -125,9 +132,7 @@ def build_train_step(config, vocab: int, mesh):
                                       vocab_block=config.train.vocab_block,
                                       matmul_precision=config.model.matmul_precision,
                                       axis_rules=config.mesh.axis_rules,
-                                      softmax_kernel=vocab_softmax.softmax_kernel_for(
-                                          config.train.softmax_kernel, mesh.devices.flat[0].platform,
-                                          mesh.devices.size),
+                                      softmax_kernel=softmax_kernel(config, mesh),
                                       softmax_kernel_tuning=config.train.get('softmax_kernel_tuning', ''),
                                       ema_decay=config.optimizer.get('ema_decay', 0.0))
   with jax.set_mesh(mesh):

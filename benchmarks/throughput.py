@@ -138,7 +138,7 @@ def measure(config, batch_size: int) -> dict:
   if FLAGS.loop:
     loop_tps = loop_tokens_per_sec(config, batch_size)
     loop = {'loop_train_tokens_per_sec': round(loop_tps, 1), 'loop_vs_step': round(loop_tps / train_tps, 3)}
-  return {'batch_size': batch_size, 'softmax_kernel': compiled_kernel(config, mesh),
+  return {'batch_size': batch_size, 'softmax_kernel': common.softmax_kernel(config, mesh),
           'train_tokens_per_sec': round(train_tps, 1), **loop,
           'eval_tokens_per_sec': round(eval_tps, 1), 'gflops': counted(gflops, 2),
           'eval_gflops': counted(eval_tps * train_flops / 3 / 1e9, 2), 'peak_gflops': round(max(peaks), 2),
@@ -148,12 +148,6 @@ def measure(config, batch_size: int) -> dict:
           'mesh': f'{mesh.shape["data"]}x{mesh.shape["model"]}', 'platform': jax.devices()[0].platform,
           **{f'train_{k}': v for k, v in common.memory_mib(train_exe).items()},
           'eval_temp_mib': common.memory_mib(eval_exe).get('temp_mib'), 'peak_rss_mib': round(common.peak_rss_mib(), 1)}
-
-
-def compiled_kernel(config, mesh) -> str:
-  from nplm_jax.parallel import vocab_softmax  # pylint: disable=g-import-not-at-top
-  return vocab_softmax.softmax_kernel_for(config.train.softmax_kernel, mesh.devices.flat[0].platform,
-                                         mesh.devices.size)
 
 
 def main(argv):

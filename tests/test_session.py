@@ -57,6 +57,17 @@ def fake_run(clock, calls, envs=None):
   return run
 
 
+def record_runs(monkeypatch) -> list:
+  """session_lib's subprocess.run replaced: each command's arguments recorded (the list returned), each a success."""
+  calls = []
+
+  def run(args, **unused_kwargs):
+    calls.append(args)
+    return types.SimpleNamespace(returncode=0)
+  monkeypatch.setattr(session_lib.subprocess, 'run', run)
+  return calls
+
+
 def _row(name, epochs):
   return session_lib.Row('brown_tune', 'experiments/brown.py', 'tune', name, ('seed=1',), epochs, 10_000, 'a test')
 
@@ -203,16 +214,12 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
 def test_a_row_skipped_before_the_figures_trains_with_what_they_leave(tmp_path, monkeypatch):
   """The figures often end before their reserve (126 s of the H100's first call, 2026-11-26): a row that
   did not fit before them is tried again after them, in the same call, and trains where it now fits."""
-  calls = []
   monkeypatch.setattr(session_lib, 'probe', lambda name, logs: {'sorted': 2000.0}.get(name))
   monkeypatch.setattr(session_lib, 'FIGURES_RESERVE', 300.0)
   monkeypatch.setattr(session_lib, 'ROWS', (_row('long', 20.0),))  # about 180 s: past 400 - 300 - 15
   monkeypatch.setattr(session_lib, 'pack', lambda root, out: None)
 
-  def run(args, **kwargs):
-    calls.append(args)
-    return types.SimpleNamespace(returncode=0)
-  monkeypatch.setattr(session_lib.subprocess, 'run', run)
+  calls = record_runs(monkeypatch)
   assert session_lib.main([f'--out={tmp_path}', f'--root={tmp_path / "root"}', '--seconds=400']) == 0
   kinds = ['figures' if args[0] == 'timeout' else 'row' for args in calls]
   assert kinds == ['figures'] * 3 + ['row']
@@ -292,12 +299,7 @@ def test_a_row_with_its_own_probe_is_timed_as_it_trains_and_estimated_at_that_ra
   monkeypatch.setattr(session_lib, 'probe', lambda name, logs: {'sorted_counts': 10.0}.get(name))
   monkeypatch.setattr(session_lib, 'ROWS', (row,))
   monkeypatch.setattr(session_lib, 'spend_the_rest', lambda *a, **k: None)
-  calls = []
-
-  def run(args, **unused_kwargs):
-    calls.append(args)
-    return types.SimpleNamespace(returncode=0)
-  monkeypatch.setattr(session_lib.subprocess, 'run', run)
+  calls = record_runs(monkeypatch)
   root = tmp_path / 'root'
   assert session_lib.main([f'--out={tmp_path / "out"}', f'--root={root}', '--seconds=400']) == 0
   assert [t[3] for t in timed[:2]] == ['probe_chars_sorted_counts.log', 'probe_chars_one_hot.log']
@@ -331,12 +333,7 @@ def test_the_character_rows_train_with_the_form_their_own_step_ran_fastest_with(
   monkeypatch.setattr(session_lib, 'probe', lambda name, logs: {'sorted_counts': 1e5}.get(name))
   monkeypatch.setattr(session_lib, 'ROWS', (char_row, word_row))
   monkeypatch.setattr(session_lib, 'spend_the_rest', lambda *a, **k: None)
-  calls = []
-
-  def run(args, **unused_kwargs):
-    calls.append(args)
-    return types.SimpleNamespace(returncode=0)
-  monkeypatch.setattr(session_lib.subprocess, 'run', run)
+  calls = record_runs(monkeypatch)
   assert session_lib.main([f'--out={tmp_path / "out"}', f'--root={tmp_path / "root"}', '--seconds=600']) == 0
   assert [(vocab, batch) for _, vocab, batch in timed] == [(session_lib.PTB_CHAR_VOCAB, 512)] * 2
   assert timed[0][0][0] == '--config=experiments/ptb.py:char_ladder5_dropout'
@@ -367,7 +364,7 @@ def test_a_later_call_on_the_warm_machine_goes_on_from_the_first(tmp_path, monke
   figures and runs none, and counts the calls (SESSION_SECONDS gives its length)."""
   rows = tuple(_row(f'row{k}', 1.0) for k in range(3))
   monkeypatch.setattr(session_lib, 'ROWS', rows)
-  root, calls = tmp_path / 'root', []
+  root = tmp_path / 'root'
   (root / 'brown_tune' / 'row0').mkdir(parents=True)
   (root / 'brown_tune' / 'row0' / 'results.json').write_text('{}')
   earlier = [{'root': 'brown_tune', 'point': 'row0', 'status': 'done'},
@@ -376,11 +373,7 @@ def test_a_later_call_on_the_warm_machine_goes_on_from_the_first(tmp_path, monke
   session_lib.Session(rates={'sorted': 1e5}, form='sorted', rows=earlier,
                       rest='120 s of benchmarks/gpu_figures.sh loop').write(str(root))
   monkeypatch.setattr(session_lib, 'probe', lambda name, logs: pytest.fail('probed again'))
-
-  def run(args, **unused_kwargs):
-    calls.append(args)
-    return types.SimpleNamespace(returncode=0)
-  monkeypatch.setattr(session_lib.subprocess, 'run', run)
+  calls = record_runs(monkeypatch)
   monkeypatch.setenv('SESSION_SECONDS', '150')
   assert session_lib.main([f'--out={tmp_path / "out"}', f'--root={root}']) == 0
   assert all(args[0] != 'timeout' for args in calls)  # no figures

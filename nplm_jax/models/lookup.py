@@ -149,8 +149,8 @@ def weighted_sums_one_hot(table: jax.Array, ids: jax.Array, weights: jax.Array, 
   """weighted_sums' numbers (model.distant_gradient='one_hot') as A C, A [kernels, batch, |V|] each example's
   kernel weights per word made from a one-hot block of the ids: for small vocabularies (the module
   docstring); every gradient is a matmul's. One line of error where the block would pass ONE_HOT_LIMIT_BYTES."""
-  check_one_hot_block(*ids.shape, table.shape[0])
   vocab = table.shape[0]
+  check_one_hot_block(*ids.shape, vocab)
   words = jax.nn.one_hot(ids, vocab, dtype=jnp.float32) * scale[..., None].astype(jnp.float32)  # [positions, batch, |V|]
   per_word = jnp.einsum('kp,pbv->kbv', weights.astype(jnp.float32), words)
   sums = jnp.einsum('kbv,vm->kbm', per_word, table.astype(jnp.float32))
