@@ -62,15 +62,25 @@ TABLE = {
         'rows', 'counts',
         "H200, the same step with 'sorted': 152,968 tokens/s with the distant block's share as 'counts', "
         "124,609 as 'rows' (1.23x); 2-core CPU: 694 against 603; TPUs: not measured, the rows", tpu='rows'),
-    # for a vocabulary of at most models.family.SMALL_VOCAB (128) words: characters; None: the entry above
+    # for a vocabulary of at most models.family.SMALL_VOCAB (128) words (characters), in the revisited family
+    # where the distant block's one-hot form can serve: None or '' (on TPUs, where '' keeps the entry above
+    # rather than the accelerator value): the entries above
     'model.distant_gradient, small |V|': BackendDefault(
-        'one_hot', None,
+        'one_hot', 'one_hot',
         "2-core CPU, PTB characters' top row (char_ladder5_dropout, batch 512, float32; benchmarks/throughput.py, "
         "three rounds side by side): the distant block's one-hot form trained 2,609 tokens/s against the rows' "
         '2,160 (1.21x) and evaluated 12,377 against 6,722 (1.84x), temporaries 93 against 138 MiB; on random '
         'corpora of |V| 100 / 128 / 256 it trained 1.15x / 1.11x / 0.91x and evaluated 1.12x / 1.03x / 0.83x '
-        '(one round at 100 and 128, two at 256; results/bench/cpu_char_distant_forms.jsonl); GPUs and TPUs: not '
-        'measured (launch/session.py times it on the character rows)'),
+        '(one round at 100 and 128, two at 256; results/bench/cpu_char_distant_forms.jsonl); H200 (2026-11-26, '
+        "bfloat16, deterministic), the character rows' step (char_tune0, |V| 50, batch 512): both gradients one-hot "
+        "(the next entry) 329,723 / 328,821 tokens/s against 'sorted' + 'counts' 236,165 / 236,986 (1.40x / 1.39x, "
+        'two calls), evaluation 1.23x / 1.08x, temporaries 197 against 231 MiB (results/bench/h200c_session.jsonl); '
+        'TPUs: not measured', tpu=''),
+    'model.embedding_gradient, small |V|': BackendDefault(
+        None, 'one_hot',
+        "H200: beside the distant block's one-hot form, the pair measured in the entry above; 2-core CPU: the "
+        "scatter beside it (2,609 tokens/s) against the one-hot form (2,515), so the entry above's; TPUs: not "
+        'measured', tpu=''),
 }
 
 

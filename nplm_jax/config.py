@@ -68,7 +68,8 @@ def base_config() -> ml_collections.ConfigDict:
   # 'one_hot' (a matmul with a [batch x context, |V|] one-hot: short windows only) or 'sorted' (a sort, then
   # sums along runs of one word: any window); the last two deterministic without a scatter (models/lookup.py).
   # 'auto': 'sorted' on GPUs under train.deterministic (on an H200: 5.8x the scatter's step for the revisited
-  # family, 1.09x-1.15x for the 2003 model at research size), else the scatter (backend_defaults.TABLE;
+  # family, 1.09x-1.15x for the 2003 model at research size), else the scatter; on GPUs, for the revisited
+  # family's vocabularies of at most 128 (characters), 'one_hot' beside the distant block's (backend_defaults.TABLE;
   # models/family.gradient_forms). The same gradient.
   c.model.embedding_gradient = 'auto'
   # revisited: the distant block's share of C's gradient. 'rows': as the other rows (embedding_gradient);
@@ -76,7 +77,7 @@ def base_config() -> ml_collections.ConfigDict:
   # kernels, |V|], made by a scatter of scalars): deterministic without a scatter of rows (models/lookup.py);
   # 'one_hot': that matrix from a one-hot block, the sums as its matmul with C (small vocabularies: characters).
   # 'auto': 'counts' where embedding_gradient's 'auto' gives 'sorted' (1.23x more) and dropout is not on
-  # each input vector, else the rows; on CPUs, for a vocabulary of at most 128 (characters), 'one_hot'.
+  # each input vector, else the rows; on CPUs and GPUs, for a vocabulary of at most 128 (characters), 'one_hot'.
   c.model.distant_gradient = 'auto'
   # The vocabulary is padded to a multiple of this, so it splits evenly over every mesh.model size
   # that divides it (128: every power of two up to 128), and checkpoints move between such meshes.

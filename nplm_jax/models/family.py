@@ -18,7 +18,8 @@ def kind(model_config) -> str:
 
 
 SMALL_VOCAB = 128  # characters: on the CPU the distant block's one-hot form gained up to 128, lost at 256
-SMALL_VOCAB_DISTANT = 'model.distant_gradient, small |V|'  # its backend_defaults.TABLE entry
+SMALL_VOCAB_DISTANT = 'model.distant_gradient, small |V|'  # its backend_defaults.TABLE entries
+SMALL_VOCAB_EMBEDDING = 'model.embedding_gradient, small |V|'
 
 
 def gradient_forms(model_config, platform: str, deterministic: bool = True, vocab_size: int = 0) -> tuple[str, str]:
@@ -27,17 +28,22 @@ def gradient_forms(model_config, platform: str, deterministic: bool = True, voca
   GPUs for both families; 'counts' beside it for the revisited family's distant block); the scatter and
   the rows where nothing else was measured (GPU steps without deterministic reductions), and the rows
   where 'counts' cannot serve (dropout on each input vector; the 2003 model has no distant block). For a
-  vocabulary of at most SMALL_VOCAB (characters), the distant block's form measured for those where one
-  was (backend_defaults.TABLE's 'model.distant_gradient, small |V|': 'one_hot' on CPUs)."""
+  vocabulary of at most SMALL_VOCAB (characters) in the revisited family, the forms measured for those
+  where they were (backend_defaults.TABLE's 'model.distant_gradient, small |V|': 'one_hot' on CPUs and
+  GPUs; 'model.embedding_gradient, small |V|': 'one_hot' beside it on GPUs), where the distant block's
+  one-hot form can serve (not with dropout on each input vector)."""
   measured = deterministic or platform != 'gpu'
   embedding, distant = model_config.get('embedding_gradient', 'scatter'), model_config.get('distant_gradient', 'rows')
-  if embedding == 'auto':
-    embedding = backend_defaults.backend_default('model.embedding_gradient', platform) if measured else 'scatter'
+  weighs_words = kind(model_config) == REVISITED and model_config.get('feature_dropout_at', 'features') != 'embeddings'
+  small = 0 < vocab_size <= SMALL_VOCAB and weighs_words and measured
+  small_distant = backend_defaults.backend_default(SMALL_VOCAB_DISTANT, platform) if small else None
+  if embedding == 'auto':  # the small vocabulary's form only beside the distant block's: the pair measured
+    small_embedding = backend_defaults.backend_default(SMALL_VOCAB_EMBEDDING, platform) if (
+        small and distant in ('auto', small_distant)) else None
+    embedding = small_embedding or (
+        backend_defaults.backend_default('model.embedding_gradient', platform) if measured else 'scatter')
   if distant == 'auto':  # measured beside 'sorted' alone
-    weighs_words = kind(model_config) == REVISITED and model_config.get('feature_dropout_at', 'features') != 'embeddings'
-    small = backend_defaults.backend_default(SMALL_VOCAB_DISTANT, platform) if (
-        0 < vocab_size <= SMALL_VOCAB and weighs_words and measured) else None
-    distant = small or (backend_defaults.backend_default('model.distant_gradient', platform) if (
+    distant = small_distant or (backend_defaults.backend_default('model.distant_gradient', platform) if (
         measured and weighs_words and embedding == 'sorted') else 'rows')
   return embedding, distant
 
