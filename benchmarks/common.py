@@ -116,10 +116,23 @@ def emit(record: dict) -> None:
 
 
 def softmax_kernel(config, mesh) -> str:
-  """train.softmax_kernel as the training step on `mesh` runs it ('auto' resolved; one line of error where
-  it cannot run there), as training resolves it."""
+  """train.softmax_kernel as the training step on `mesh` is given it ('auto' resolved for the backend, but on
+  one GPU, where each traced call resolves it by its shapes; one line of error where it cannot run there),
+  as training resolves it."""
   return vocab_softmax.softmax_kernel_for(config.train.softmax_kernel, mesh.devices.flat[0].platform,
                                           mesh.devices.size)
+
+
+def softmax_kernel_ran(config, mesh, model, params, batch: int) -> str:
+  """The output layer's path a step of `batch` examples runs: softmax_kernel's, its 'auto' on one GPU
+  resolved by a shard's shapes as the traced step resolves it (vocab_softmax.auto_kernel)."""
+  kernel = softmax_kernel(config, mesh)
+  if kernel != 'auto':
+    return kernel
+  layer = model.output_layer(params)  # [K + 1, |V|]: the weight rows, then the bias row
+  return vocab_softmax.auto_kernel(mesh.devices.flat[0].platform, batch // mesh.shape['data'],
+                                   layer.shape[-1] // mesh.shape['model'], layer.shape[0] - 1, model.compute_dtype,
+                                   config.train.get('softmax_kernel_tuning', ''))
 
 
 def build_train_step(config, vocab: int, mesh):

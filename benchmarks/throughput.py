@@ -138,7 +138,8 @@ def measure(config, batch_size: int) -> dict:
   if FLAGS.loop:
     loop_tps = loop_tokens_per_sec(config, batch_size)
     loop = {'loop_train_tokens_per_sec': round(loop_tps, 1), 'loop_vs_step': round(loop_tps / train_tps, 3)}
-  return {'batch_size': batch_size, 'softmax_kernel': common.softmax_kernel(config, mesh),
+  return {'batch_size': batch_size, 'softmax_kernel': common.softmax_kernel_ran(config, mesh, model, state.params,
+                                                                              batch_size),
           'train_tokens_per_sec': round(train_tps, 1), **loop,
           'eval_tokens_per_sec': round(eval_tps, 1), 'gflops': counted(gflops, 2),
           'eval_gflops': counted(eval_tps * train_flops / 3 / 1e9, 2), 'peak_gflops': round(max(peaks), 2),

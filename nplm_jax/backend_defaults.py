@@ -41,13 +41,17 @@ TABLE = {
         'CPU (2 cores): 256 keeps the [batch, |V|] block in cache, 2x the rate of 1024; H100 (bfloat16): 4096 '
         'evaluates 2.3x / 2.9x / 1.6x as fast as 256 (Brown reg4_n7, the research size at |V| 33k, |V| 100k; '
         'benchmarks/gpu_figures.sh eval), its logits block 1.7 GB at |V| 100k; TPUs: not measured'),
+    # GPUs: (the kernel, the least examples a shard, the least vocabulary columns a shard) where it is picked,
+    # on one Hopper GPU in bfloat16 (parallel/vocab_softmax.auto_kernel; a mesh of several devices: XLA)
     'train.softmax_kernel': BackendDefault(
-        'xla', 'xla',
-        'the Pallas kernel runs in interpret mode on CPUs (a test vehicle); its GPU form (pallas_loop) on an H100 '
-        '(2026-11-26; bfloat16, batch 4096, brown.py:mlp1, results/bench/h100_session_kernel.jsonl) ran 0.36x / '
-        '0.32x / 0.31x XLA all at once at |V| 17,905 / 100k / 300k, with an eighth of its temporaries; its Mosaic '
-        'GPU form (pallas_mosaic) compiled and matched NumPy on an H100 (2026-11-26, results/bench/h100d_session.jsonl) '
-        'but is not yet timed in the training step beside XLA; its grid form is for TPUs, not measured there'),
+        'xla', ('pallas_mosaic', 4096, 17_905),
+        'the Pallas kernel runs in interpret mode on CPUs (a test vehicle); its Mosaic GPU form (pallas_mosaic) in '
+        'the training step on an H200 (2026-11-26; bfloat16, batch 4096, brown.py:mlp1, K 290, two calls, '
+        'results/bench/h200c_session.jsonl) ran 1.31x / 1.35x, 1.73x / 1.73x and 2.09x / 2.09x XLA all at once at '
+        '|V| 17,905 / 100k / 300k (evaluation 2.2x-3.0x), in 17-28% of its temporaries; smaller batches and '
+        'vocabularies, float32, meshes of several devices and GPUs before Hopper: not measured, XLA. Its loop form '
+        '(pallas_loop) ran 0.31x-0.36x XLA on an H100 (results/bench/h100_session_kernel.jsonl); its grid form is '
+        'for TPUs, not measured there', tpu='xla'),
     # under deterministic reductions (GPU steps without them: the scatter and the rows, not measured;
     # models/family.gradient_forms)
     'model.embedding_gradient': BackendDefault(

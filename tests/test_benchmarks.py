@@ -44,6 +44,25 @@ def test_throughput_loop_runs_the_real_training_loop_beside_the_step():
   assert 0 < rows[0]['mfu_f32'] and rows[0]['peak_bf16_tflops'] > 0 and rows[0]['peak_f32_tflops'] > 0
 
 
+def test_a_line_names_the_output_layers_path_auto_resolved_to(monkeypatch):
+  """On one GPU train.softmax_kernel='auto' is resolved by each traced call's shapes: throughput's line names
+  what the step ran, from a shard's examples and columns, K and the compute dtype (vocab_softmax.auto_kernel)."""
+  from benchmarks import common  # pylint: disable=g-import-not-at-top
+  from nplm_jax import cli  # pylint: disable=g-import-not-at-top
+  from nplm_jax.parallel import sharding  # pylint: disable=g-import-not-at-top
+  config = cli.config_from_flags('experiments/brown.py:mlp1', ['--config.model.m=4', '--config.model.h=6',
+                                                              '--config.model.compute_dtype=bfloat16'])
+  mesh = sharding.make_mesh(config.mesh)
+  model, _, state = common.build_train_step(config, 61, mesh)
+  assert common.softmax_kernel_ran(config, mesh, model, state.params, 8) == 'xla'  # a CPU: XLA
+  asked = []
+  monkeypatch.setattr(common, 'softmax_kernel', lambda config, mesh: 'auto')  # as on one GPU
+  monkeypatch.setattr(common.vocab_softmax, 'auto_kernel', lambda *args: asked.append(args) or 'pallas_mosaic')
+  assert common.softmax_kernel_ran(config, mesh, model, state.params, 8) == 'pallas_mosaic'
+  k = model.feature_dim  # h, and with direct connections the window's (n - 1) m
+  assert asked == [('cpu', 8 // mesh.shape['data'], model.padded_vocab_size // mesh.shape['model'], k, 'bfloat16', '')]
+
+
 @pytest.mark.parametrize('cpu_devices, why', [(1, 'bfloat16 or float16 operands'), (2, 'mesh.cpu_devices=1')])
 def test_throughput_runs_the_other_output_layer_paths_when_one_fails(cpu_devices, why):
   """--softmax_kernels side by side: a path that cannot run (here the Mosaic GPU form in float32, or on a CPU

@@ -136,3 +136,33 @@ def test_the_mosaic_gpu_form_of_the_softmax_kernel_compiles_and_equals_numpy(tun
                                         test_softmax_kernel.reference(f, w, b, targets, log_z, g),
                                         (1e-4,) * 3 + (3e-2, 3e-2, 1e-4)):
     np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tolerance, atol=tolerance, err_msg=name)
+
+
+def test_auto_takes_the_mosaic_gpu_form_at_the_measured_sizes_and_gives_xlas_loss_and_gradients():
+  """train.softmax_kernel='auto' on one Hopper GPU (vocab_softmax.auto_kernel): at a shard of 4096 examples and
+  Brown's 17,905 words (padded to 17,920), K 290, bfloat16, the Mosaic GPU form (picked since the H200's figures
+  of 2026-11-26); its mean loss and gradients as XLA's all at once."""
+  from jax.sharding import Mesh  # pylint: disable=g-import-not-at-top
+
+  from nplm_jax.parallel import vocab_softmax  # pylint: disable=g-import-not-at-top
+  capability = getattr(jax.devices('gpu')[0], 'compute_capability', '')
+  if not str(capability).startswith('9'):
+    pytest.skip(f'the Mosaic GPU form is picked on Hopper GPUs (compute capability 9), not {capability}')
+  assert vocab_softmax.auto_kernel('gpu', 4096, 17_920, 290, 'bfloat16') == 'pallas_mosaic'
+  rng = np.random.default_rng(5)
+  f = jax.numpy.asarray(rng.normal(size=(4096, 290)), jax.numpy.float32)
+  output = jax.numpy.asarray(rng.normal(size=(291, 17_920)) * 0.05, jax.numpy.float32)
+  targets = jax.numpy.asarray(rng.integers(0, 17_905, size=4096), jax.numpy.int32)
+  mesh = Mesh(np.array(jax.devices('gpu')[:1]).reshape(1, 1), ('data', 'model'))
+
+  def step(kernel):
+    loss = lambda f, output: jax.numpy.mean(vocab_softmax.token_nll(f, output, targets, mesh=mesh,
+                                                                    compute_dtype='bfloat16', kernel=kernel))
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+
+  loss_and_grads = lambda kernel: step(kernel)(f, output)
+  assert step('auto').lower(f, output).as_text() == step('pallas_mosaic').lower(f, output).as_text()
+  (auto_loss, auto_grads), (xla_loss, xla_grads) = loss_and_grads('auto'), loss_and_grads('xla')
+  np.testing.assert_allclose(float(auto_loss), float(xla_loss), rtol=1e-4)
+  for got, want in zip(auto_grads, xla_grads):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=3e-2, atol=3e-4)

@@ -125,11 +125,42 @@ def test_a_folded_bias_gives_no_bias_gradient():
 
 def test_softmax_kernel_choice_by_backend():
   assert vocab_softmax.softmax_kernel_for('auto', 'cpu') == 'xla'
-  assert vocab_softmax.softmax_kernel_for('auto', 'gpu') == 'xla'
+  assert vocab_softmax.softmax_kernel_for('auto', 'tpu') == 'xla'
+  assert vocab_softmax.softmax_kernel_for('auto', 'gpu') == 'auto'  # one GPU: by each call's shapes (auto_kernel)
+  assert vocab_softmax.softmax_kernel_for('auto', 'gpu', 8) == 'xla'  # measured on one GPU alone
   assert vocab_softmax.softmax_kernel_for('pallas', 'tpu') == 'pallas'
   with pytest.raises(UserError) as e:
     vocab_softmax.softmax_kernel_for('pallas', 'gpu')
   assert '\n' not in str(e.value) and 'softmax_kernel' in str(e.value)
+
+
+@pytest.mark.parametrize('platform,batch,columns,features,dtype,kernel', [
+    ('gpu', 4096, 100_000, 290, 'bfloat16', 'pallas_mosaic'),  # H200: 1.73x XLA in the training step
+    ('gpu', 8192, 17_920, 290, 'bfloat16', 'pallas_mosaic'),  # Brown's 17,905 padded: 1.31x
+    ('gpu', 4096, 300_000, 290, 'float32', 'xla'),  # float32: not measured in the training step
+    ('gpu', 2048, 300_000, 290, 'bfloat16', 'xla'),  # fewer examples a shard: not measured
+    ('gpu', 4096, 10_000, 290, 'bfloat16', 'xla'),  # PTB's vocabulary: not measured
+    ('gpu', 4096, 100_000, 2048, 'bfloat16', 'xla'),  # its tiles of K = 2048 do not fit shared memory
+    ('cpu', 4096, 100_000, 290, 'bfloat16', 'xla'),
+    ('tpu', 4096, 100_000, 290, 'bfloat16', 'xla'),
+])
+def test_auto_picks_the_mosaic_form_where_it_was_measured_faster(platform, batch, columns, features, dtype, kernel):
+  """softmax_kernel='auto' on one GPU: the Mosaic GPU form at the sizes the H200 measured it faster than XLA
+  in the training step (backend_defaults.TABLE), XLA elsewhere (here the capability is an H100's: 9.0)."""
+  assert vocab_softmax.auto_kernel(platform, batch, columns, features, dtype) == kernel
+
+
+def test_token_nll_resolves_auto_by_the_shards_shapes(monkeypatch):
+  """kernel='auto' is resolved when the step is traced, from a shard's examples and columns, K and the dtype."""
+  import jax  # pylint: disable=g-import-not-at-top
+  asked = []
+  monkeypatch.setattr(vocab_softmax, 'auto_kernel', lambda *args: asked.append(args) or 'xla')
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ('data', 'model'))
+  f, output = jnp.ones((16, 6), jnp.float32), jnp.zeros((7, 256), jnp.float32)
+  nll = vocab_softmax.token_nll(f, output, jnp.zeros(16, jnp.int32), mesh=mesh, compute_dtype='bfloat16',
+                                kernel='auto', kernel_tuning='num_stages=2')
+  np.testing.assert_allclose(np.asarray(nll), np.log(256.0), rtol=1e-6)
+  assert asked == [('cpu', 16, 256, 6, 'bfloat16', 'num_stages=2')]
 
 
 def test_the_loop_form_tiles_fit_the_gpus_shared_memory():

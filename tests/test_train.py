@@ -624,3 +624,27 @@ def test_a_cosine_over_the_run_brings_the_logged_rate_to_zero_at_its_last_step(t
     rates = {r['step']: r['learning_rate'] for r in map(json.loads, f) if 'learning_rate' in r}
   expected = {s: 2e-3 * 0.5 * (1 + np.cos(np.pi * (s - 4) / 20)) for s in (4, 8, 12, 16, 20, 24)}
   assert rates == pytest.approx(expected, abs=1e-9)
+
+
+def test_the_start_line_names_the_output_layers_paths_auto_resolves_to(tiny_config, tmp_path, monkeypatch, capsys):
+  """Where train.softmax_kernel='auto' is resolved by each call's shapes (one GPU), the run's first lines say
+  which path its training and evaluation steps take, from the shapes the traced steps see (here as on a GPU:
+  softmax_kernel_for leaves 'auto', and auto_kernel is asked for each)."""
+  asked = []
+
+  def auto_kernel(platform, shard_batch, shard_columns, features, compute_dtype, tuning=''):
+    del platform, tuning
+    asked.append((shard_batch, shard_columns, features, compute_dtype))
+    return 'xla' if shard_batch < 32 else 'pallas_mosaic_here'
+
+  monkeypatch.setattr(train.experiment_lib.vocab_softmax, 'softmax_kernel_for', lambda name, platform, devices: 'auto')
+  monkeypatch.setattr(train.experiment_lib.vocab_softmax, 'auto_kernel', auto_kernel)
+  config = tiny_config.copy_and_resolve_references()
+  config.train.update(max_steps=2, eval_every=2, log_every=1, batch_size=16, eval_batch_size=64)
+  config.mix.enabled = False
+  train.train_and_evaluate(config, str(tmp_path / 'run'))  # a name not of KERNEL_FORMS takes XLA's path
+  assert "output layer: xla in training, pallas_mosaic_here in evaluation (train.softmax_kernel='auto')" in (
+      capsys.readouterr().out)
+  k = config.model.h + (config.model.n - 1) * config.model.m * config.model.direct
+  said, traced = asked[:2], set(asked[2:])
+  assert said == [(16, 128, k, 'float32'), (64, 128, k, 'float32')] and set(said) <= traced

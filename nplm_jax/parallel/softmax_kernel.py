@@ -357,6 +357,21 @@ def _shared_memory_bytes() -> int:
   return LOOP_SHARED_KIB.get(_compute_capability(), LOOP_SHARED_KIB_OTHER) * 1024
 
 
+def mosaic_fits(features: int, dtype, tuning: LoopTuning) -> bool:
+  """Whether the Mosaic GPU form runs here as it was measured: on a Hopper GPU (compute capability 9; on
+  other backends an H100's, as interpret mode tiles), with tiles of `features` (K) in `dtype` that fit its
+  shared memory (mosaic_block_v)."""
+  capability = _compute_capability()
+  if capability is None or capability[0] != 9:
+    return False
+  try:
+    mosaic.mosaic_block_v(mosaic.mosaic_features(features, dtype), jnp.dtype(dtype).itemsize, _shared_memory_bytes(),
+                          tuning.num_stages, tuning.warpgroups)
+  except UserError:
+    return False
+  return True
+
+
 def loop_tile(features: int, itemsize: int, shared_bytes: int | None = None, stages: int = LOOP_STAGES) -> int:
   """The loop form's square tile (block_b = block_v) for a padded feature width `features` of operands of
   `itemsize` bytes: the largest of 128, 64, 32, 16 whose program fits in shared memory, about one

@@ -173,8 +173,10 @@ MOSAIC_PLATFORMS = ('cpu', 'gpu')
 
 
 def softmax_kernel_for(name: str, platform: str, devices: int = 1) -> str:
-  """train.softmax_kernel with 'auto' resolved for the backend `platform`; one line of error for
-  'pallas' and 'pallas_mosaic' where they have no lowering, and for 'pallas_mosaic' on a CPU mesh of
+  """train.softmax_kernel with 'auto' resolved for the backend `platform` and a mesh of `devices`: the
+  backend's value (backend_defaults.TABLE), except on one GPU, where it stays 'auto' and token_nll resolves it
+  by each call's shapes (auto_kernel: the Mosaic GPU form where it was measured faster); one line of error
+  for 'pallas' and 'pallas_mosaic' where they have no lowering, and for 'pallas_mosaic' on a CPU mesh of
   several `devices` (Mosaic GPU's interpreter simulates one GPU: kernels on several CPU devices at once
   collide in its shared state)."""
   if name == 'pallas' and platform not in PALLAS_PLATFORMS:
@@ -187,8 +189,29 @@ def softmax_kernel_for(name: str, platform: str, devices: int = 1) -> str:
                     "TPU form), auto or xla")
   if name == 'pallas_mosaic' and platform == 'cpu' and devices > 1:
     raise UserError(f"train.softmax_kernel='pallas_mosaic' runs on a CPU in Mosaic GPU's interpret mode, which "
-                    f"simulates one GPU, not a mesh of {devices} devices; use --config.mesh.cpu_devices=1")
-  return backend_defaults.backend_default('train.softmax_kernel', platform) if name == 'auto' else name
+                    f"simulates one GPU, not a mesh of {devices} devices; use --config.train.softmax_kernel=xla or "
+                    "--config.mesh.cpu_devices=1")
+  if name != 'auto':
+    return name
+  value = backend_defaults.backend_default('train.softmax_kernel', platform)
+  if isinstance(value, str):
+    return value
+  return 'auto' if devices == 1 else 'xla'  # measured on one GPU: a mesh of several keeps XLA
+
+
+def auto_kernel(platform: str, shard_batch: int, shard_columns: int, features: int, compute_dtype: str,
+                kernel_tuning: str = '') -> str:
+  """train.softmax_kernel='auto' for one call of the output layer: on a GPU, the Mosaic GPU form where it
+  was measured faster than XLA (backend_defaults.TABLE: bfloat16, at least its examples and vocabulary
+  columns a shard, a Hopper GPU, tiles of this feature width that fit its shared memory), else 'xla';
+  on other backends their value."""
+  value = backend_defaults.backend_default('train.softmax_kernel', platform)
+  if isinstance(value, str):
+    return value
+  kernel, least_examples, least_columns = value
+  fits = (compute_dtype == 'bfloat16' and shard_batch >= least_examples and shard_columns >= least_columns
+          and softmax_kernel.mosaic_fits(features, jnp.bfloat16, _kernel_tuning('dz', kernel_tuning)))
+  return kernel if fits else 'xla'
 
 
 def streamed_vocab_block(vocab_block: int, shard_columns: int, batch: int = 0, platform: str = 'cpu') -> int:
@@ -373,8 +396,11 @@ def token_nll(f, output, targets, *, mesh, compute_dtype='float32', recompute=Fa
   recompute: the backward pass recomputes the logits instead of keeping them (_vocab_parallel_nll).
   vocab_block: go over each shard's columns this many at a time (_vocab_parallel_nll); 0 = at once.
   kernel: 'xla', or a name of KERNEL_FORMS for the fused kernels (softmax_kernel), with kernel_tuning's
-  settings (_vocab_parallel_nll).
+  settings (_vocab_parallel_nll); 'auto' (softmax_kernel_for's on one GPU): auto_kernel's for these shapes.
   """
+  if kernel == 'auto':  # on one GPU (softmax_kernel_for): by this call's shapes
+    kernel = auto_kernel(mesh.devices.flat[0].platform, f.shape[0] // mesh.shape['data'],
+                         output.shape[-1] // mesh.shape['model'], f.shape[-1], compute_dtype, kernel_tuning)
   if compute_dtype == 'float32':
     return _vocab_parallel_nll(with_bias_column(f), output, targets, mesh=mesh, recompute=recompute,
                                vocab_block=vocab_block, kernel=kernel, kernel_tuning=kernel_tuning)
