@@ -8,14 +8,15 @@ early stopping, the character seeds, each to early stopping or its planned lengt
 Each starts only when its estimated time fits in what is left of the call: a row is never planned to be
 cut by the call's end. Each gets the time left as its train.max_seconds (a safety), and one that does not
 fit is skipped and said so (and tried again with what the figures leave). The rows leave FIGURES_RESERVE
-seconds of the call to issue 28's figures (FIGURES): the fused kernel against XLA in the training step
-(gpu_figures.sh kernel), its settings against XLA (tiles), then the research size's step profiled
-(loop, its profile alone); where no row would fit even a whole call, where the step's time goes
-(gpu_plan.sh speed).
+seconds of the call to issue 28's figures (FIGURES): 'auto''s GPU test and float32 at |V| 300k in the
+training step (gpu_figures.sh kernel), then the research size's candidates in the loop (loop); where no
+row would fit even a whole call, where the step's time goes (gpu_plan.sh speed).
 
 A later call on the same warm machine (the tool keeps it about 30 s after a call; the rows' workdirs
 and ROOT/session.json are still there) goes on from the first: no probes, the rows not yet trained,
-no figures; SESSION_SECONDS says how long it may run (what the session has left, less a minute).
+no figures; SESSION_SECONDS says how long it may run (what the session has left, less a minute). Make
+it the very next step: on the H200 of 2026-11-26 it came after the machine had gone back, and a fresh
+machine took the first call's path again (probes, figures) in the time left.
 
 On a lent machine, from the repository root, with .whl/ and .carry/ carried:
   bash launch/gpu_plan.sh session OUT          # source launch/device_env.sh, then python -m launch.session
@@ -58,8 +59,8 @@ GRADIENT_FORMS = {
 WORD_FORMS = ('scatter', 'sorted', 'sorted_counts')  # timed on PTB's top row; the word rows' form is one of them
 # The character rows' (|V| 50) forms beside the picked one: every gradient a matmul with a one-hot block, no
 # sort or scatter (on the 2-core CPU both one-hot forms trained the top character row 1.16x and evaluated it
-# 1.81x: results/bench/cpu_char_distant_forms.jsonl; on GPUs not yet timed). Timed at the first call's start
-# on CHAR_PROBE's step.
+# 1.81x: results/bench/cpu_char_distant_forms.jsonl; on the H200 1.40x sorted + counts, results/bench/
+# h200c_session.jsonl, and now 'auto''s pair there). Timed at the first call's start on CHAR_PROBE's step.
 CHAR_FORMS = ('one_hot',)
 PROBE_CONFIG = 'experiments/ptb.py:ladder5_dropout'  # every row below has this row's shape
 PROBE_VOCAB = 10_000  # PTB's |V|; Brown's 17,905 makes its output layer 1.8x larger (SLOWDOWN covers it)
@@ -112,16 +113,13 @@ def _ladder_row(corpus: str, point: str, relative_rate: float) -> Row:
              relative_rate)
 
 
-# What the H100 sessions of 2026-11-26 (RESULTS.md, "The third H100 session" and "The fourth H100 session")
-# left, the most useful first: an 81-character window (the character row's own dropout, 0.2, with the
-# cosine gave 1.534 bits/char, worse than char_tune0's 1.509 at 0.1, its training loss 1.49 bits against
-# 1.58 in validation: the row wants capacity or context more than regularisation); the character ladder's
-# revisited rows without dropout (2-4, the top row's shape) to early stopping; then the best character
-# point's seeds. Brown tune11's three seeds and PTB's 15-word window are done. CHAR_TUNE's wider and longer
-# points at batch 512, and its batch-2048 point at 16 epochs (about 394 s), fit no call beside the probes.
+# What the sessions of 2026-11-26 (RESULTS.md, "The fourth H100 session", "The third H200 session") left,
+# the most useful first: the character ladder's revisited rows without dropout (2-4, the top row's shape) to
+# early stopping; the best character point's seeds (char_tune0, 1.509 at seed 0); then a point at 16 epochs
+# and four times the batch (its step timed at the call's start: its rate at batch 2048 is its own). The
+# 81-character window is done (1.557: worse than 41), as are Brown tune11's seeds and PTB's 15-word window.
 # Relative rates: each row's loop tokens/s over PTB's top row's on the H200 (results/*_h200*.json: ladder4
-# 1.0, characters 1.41); the 81-character window's from its multiply-adds a character (55 M against 45 M:
-# 1.15).
+# 1.0, characters 1.41).
 _CHAR_TUNE0 = 'char_tune0_dropout0.1_cosine8'
 
 
@@ -137,11 +135,12 @@ def _char_tune_row(point: str, epochs: float, relative_rate: float, why: str, ro
 CHAR_PROBE = _char_tune_row(_CHAR_TUNE0, 8.0, 1.41, "the character rows' forms", probe_vocab=PTB_CHAR_VOCAB)
 
 ROWS = (
-    _char_tune_row('char_tune1_dropout0.1_cosine8_window81', 8.0, 1.15,
-                   'the first character tune point with an 81-character window'),
     *(_ladder_row('chars', point, 1.41) for point in ('char_ladder2_depth4', 'char_ladder3_distant', 'char_ladder4_tied')),
     *(_char_tune_row(_CHAR_TUNE0, 8.0, 1.41, f'the best character point (1.509 at seed 0), seed {seed}: over three '
                      'seeds', root=f'char_seed{seed}', sets=(f'seed={seed}',)) for seed in (1, 2)),
+    _char_tune_row('char_tune5_dropout0.1_cosine16_batch2048_lr2e-3', 16.0, 1.41,
+                   'the best character point at 16 epochs, four times the batch, twice the rate',
+                   eval_every=500, probe_vocab=PTB_CHAR_VOCAB),
 )
 
 # A row's estimated seconds: its tokens at its share of the probe's step rate times SLOWDOWN (the loop's
@@ -160,10 +159,10 @@ FINISH_RESERVE = 25.0
 PACK_RESERVE = 15.0  # seconds kept at the call's end for the last pack
 MIN_FALLBACK_SECONDS = 90  # the least time left after the rows worth spending on benchmarks
 MIN_PART_SECONDS = 60  # the least time worth starting a part of FIGURES with (a profile takes about 40 s)
-# Seconds of the first call the rows leave to FIGURES (issue 28): the kernel in the training step (130 s) and
-# a margin; its settings and the profile get what the rows leave beyond that. The rows come first (the
-# revisited family's training is the scarcer work): at 300 s, the 81-character window (about 290 s) fitted
-# in no call of a 15-minute session, beside the probes (about 60 s) and the pack.
+# Seconds of the first call the rows leave to FIGURES (issue 28): the first part (130 s) and a margin; the
+# research candidates get what the rows leave beyond that. The rows come first (the revisited family's
+# training is the scarcer work): at 300 s, the 81-character window (about 290 s) fitted in no call of a
+# 15-minute session, beside the probes (about 60 s) and the pack; at 150 it trained (H200, 2026-11-26).
 FIGURES_RESERVE = 150.0
 
 
@@ -398,21 +397,18 @@ def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=N
 
 
 # Issue 28's figures after the rows, each (gpu_figures.sh part, its settings, the most seconds it may take or
-# None for all that is left). On the H100 (2026-11-26) the Mosaic GPU form compiled and matched NumPy, and
-# ran the output layer alone faster than the benchmark's XLA path, whose backward matmuls were not the
-# training step's (now they are): first the kernel in the training step against XLA (gpu_figures.sh
-# kernel: |V| 100k and 300k, the issue's targets, then Brown's 17,905; all at once, the Mosaic GPU form,
-# the same with dz in eighths, streamed at 300k), at most 130 s; then its settings against XLA through
-# token_nll, each checked against XLA's numbers (tiles, |V| 100k), at most 80 s; then the research size's
-# step profiled at batch 256 with XLA's command buffers off (with them on, one buffer was 95% of the step,
-# nothing inside it named). Each part's settings beside DTYPES=bfloat16; no GPU tests (the tiles compare
-# every setting with XLA).
-_KERNEL_FIGURES = ('kernel_v100000_bfloat16', 'kernel_v300000_bfloat16', 'kernel_mosaic_chunks8_v300000_bfloat16',
-                   'streamed_v300000_bfloat16', 'kernel_v17905_bfloat16')
-FIGURES = (('kernel', {'GPU_TESTS': 'none', 'KERNEL_VOCABS': '100000 300000 17905', 'ONLY': ','.join(_KERNEL_FIGURES)},
-            130),
-           ('tiles', {'GPU_TESTS': 'none', 'TILES_RUNS': '100000:bfloat16'}, 80),
-           ('loop', {'ONLY': 'profile_research_bf16_256'}, None))
+# None for all that is left). The Mosaic GPU form's training-step figures in bfloat16 are in (the H200,
+# 2026-11-26: 1.31x-2.09x XLA at |V| 17,905-300k, RESULTS.md "The third H200 session"), so first the GPU test
+# that 'auto' takes it and gives XLA's numbers, then float32 at 300k (the issue's 1.2x target; the loop
+# forms beside XLA: the Mosaic form takes two-byte operands), at most 130 s; then the research size's
+# candidates at batch 256 and 1024 in the loop (the default, AdamW's first moment in bfloat16, and XLA's
+# command buffers capturing the step loop's while too: its profile put 1.4-2.3 ms of the step between
+# operations and 1.14 ms at the memory traffic's bound).
+_FLOAT32_FIGURES = ('kernel_v300000_float32',)
+_RESEARCH_FIGURES = ('research_bf16', 'research_bf16_mu_bf16', 'research_bf16_while_command_buffers')
+FIGURES = (('kernel', {'GPU_TESTS': 'auto_takes_the_mosaic', 'DTYPES': 'float32', 'KERNEL_VOCABS': '300000',
+                       'ONLY': ','.join(_FLOAT32_FIGURES)}, 130),
+           ('loop', {'ONLY': ','.join(_RESEARCH_FIGURES)}, None))
 
 
 def spend_the_rest(session: Session, out: str, left: int, clock=time.time, call_seconds: float = 0.0) -> None:

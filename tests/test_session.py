@@ -168,13 +168,12 @@ def test_the_plan_runs_the_session_step():
   assert proc.returncode == 0 and '--seconds' in proc.stdout
 
 
-@pytest.mark.parametrize('epochs,parts', [(1000.0, ['revisited']), (1.0, ['kernel', 'tiles', 'loop'])])
+@pytest.mark.parametrize('epochs,parts', [(1000.0, ['revisited']), (1.0, ['kernel', 'loop'])])
 def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epochs, parts):
   """After the rows, the rest of the call (each part cut at its most seconds or the time left) is issue
-  28's figures: the kernel in the training step, its settings, then the research size's step profiled
-  (no GPU tests: the settings are checked against XLA); where no row
-  fitted (too long at the measured rate), gpu_plan.sh's speed step, so the call still brings figures
-  back. The rows leave FIGURES_RESERVE for them."""
+  28's figures: 'auto''s GPU test and float32 at 300k in the training step, then the research size's
+  candidates in the loop; where no row fitted (too long at the measured rate), gpu_plan.sh's speed step,
+  so the call still brings figures back. The rows leave FIGURES_RESERVE for them."""
   calls = []
   monkeypatch.setattr(session_lib, 'probe', lambda name, logs: {'sorted': 2000.0}.get(name))
   monkeypatch.setattr(session_lib, 'ROWS', (_row('row', epochs),))
@@ -190,17 +189,15 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
   figures = [c for c in calls if c[0][0] == 'timeout']
   assert [args[3] for args, _, _ in figures] == ['benchmarks/gpu_figures.sh'] * len(parts)
   assert [args[4] for args, _, _ in figures] == parts
-  for args, dtypes, only in figures:
-    assert 60 <= int(args[1]) <= 385 and dtypes == 'bfloat16'  # 400 s less the pack's 15 (and the row's)
+  for args, _, only in figures:
+    assert 60 <= int(args[1]) <= 385  # 400 s less the pack's 15 (and the row's)
   if epochs == 1.0:
-    # the kernel in the training step at 100k, 300k and 17,905, its settings at 100k, then the profile alone
-    kernel_runs = ('kernel_v100000_bfloat16,kernel_v300000_bfloat16,kernel_mosaic_chunks8_v300000_bfloat16,'
-                   'streamed_v300000_bfloat16,kernel_v17905_bfloat16')
-    assert figures[0][2] == (kernel_runs, 'none', '', '100000 300000 17905')
-    assert figures[1][2] == ('', 'none', '100000:bfloat16', '')
-    assert [int(f[0][1]) for f in figures[:2]] == [130, 80]  # each part's most seconds; the profile the rest
-    assert figures[2][2] == ('profile_research_bf16_256', '', '', '')
-    assert int(figures[2][0][1]) > 130  # all that is left (here the other parts took no time)
+    # 'auto''s GPU test and the kernel's float32 lines at 300k, then the research candidates in bfloat16
+    assert figures[0][1:] == ('float32', ('kernel_v300000_float32', 'auto_takes_the_mosaic', '', '300000'))
+    assert int(figures[0][0][1]) == 130  # the part's most seconds; the research candidates the rest
+    assert figures[1][1:] == ('bfloat16', ('research_bf16,research_bf16_mu_bf16,research_bf16_while_command_buffers',
+                                           '', '', ''))
+    assert int(figures[1][0][1]) > 130  # all that is left (here the other part took no time)
     row = next(c[0] for c in calls if c[0][0] != 'timeout')
     budget = int(next(a for a in row if a.startswith('--set=train.max_seconds=')).rpartition('=')[2])
     reserves = session_lib.FIGURES_RESERVE + session_lib.PACK_RESERVE + session_lib.FINISH_RESERVE
@@ -222,7 +219,7 @@ def test_a_row_skipped_before_the_figures_trains_with_what_they_leave(tmp_path, 
   calls = record_runs(monkeypatch)
   assert session_lib.main([f'--out={tmp_path}', f'--root={tmp_path / "root"}', '--seconds=400']) == 0
   kinds = ['figures' if args[0] == 'timeout' else 'row' for args in calls]
-  assert kinds == ['figures'] * 3 + ['row']
+  assert kinds == ['figures'] * len(session_lib.FIGURES) + ['row']
   with open(tmp_path / 'session.json', encoding='utf-8') as f:
     rows = json.load(f)['rows']
   assert [r['status'] for r in rows] == ['done']  # the skip before the figures replaced by the run
