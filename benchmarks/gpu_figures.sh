@@ -10,7 +10,8 @@
 #   train: brown.py:reg4_n7 alone (end to end), then reg4_n7 in bfloat16 and the PTB table network
 #          in float32 and bfloat16 side by side;
 #   kernel: the GPU smoke tests (the kernel's GPU forms against NumPy on the GPU), then the fused
-#          kernel in the training step ('pallas_mosaic' in bfloat16, also with dz_chunks=8; 'pallas_loop'
+#          kernel in the training step ('pallas_mosaic' in bfloat16, also with dz_chunks=8 and with dz in
+#          chunks of the vocabulary, dz_axis=vocab; 'pallas_loop'
 #          and 'pallas_loop_dz', its gradients from dz) beside XLA's all-at-once and streamed paths at
 #          batch 4096, |V| 17,905, 100k and 300k, bfloat16 then float32 (DTYPES='bfloat16' for one), with
 #          compiled temporaries;
@@ -160,6 +161,14 @@ elif [ "$part" = kernel ]; then
       [ "$dtype" = bfloat16 ] && bench kernel_mosaic_chunks8_v${v}_$dtype --config=experiments/brown.py:mlp1 \
         --vocab=$v --batch_sizes=4096 --steps=10 --repeats=3 --config.model.compute_dtype=$dtype \
         --config.train.vocab_block=0 --softmax_kernels=pallas_mosaic --config.train.softmax_kernel_tuning=dz_chunks=8
+      # dz in chunks of the vocabulary's tiles (LoopTuning.dz_axis=vocab), four then eight: each chunk's columns
+      # of dW made whole, no float32 accumulator of dW over the chunks (the temporaries target: a tenth of XLA's)
+      for chunks in 4 8; do
+        [ "$dtype" = bfloat16 ] && bench kernel_mosaic_vocab${chunks}_v${v}_$dtype --config=experiments/brown.py:mlp1 \
+          --vocab=$v --batch_sizes=4096 --steps=10 --repeats=3 --config.model.compute_dtype=$dtype \
+          --config.train.vocab_block=0 --softmax_kernels=pallas_mosaic \
+          --config.train.softmax_kernel_tuning=dz_axis=vocab,dz_chunks=$chunks
+      done
       bench streamed_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v --batch_sizes=4096 --steps=10 \
         --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=4096
     done

@@ -9,7 +9,8 @@ Each starts only when its estimated time fits in what is left of the call: a row
 cut by the call's end. Each gets the time left as its train.max_seconds (a safety), and one that does not
 fit is skipped and said so (and tried again with what the figures leave). The rows leave FIGURES_RESERVE
 seconds of the call to issue 28's figures (FIGURES): 'auto''s GPU test and float32 at |V| 300k in the
-training step (gpu_figures.sh kernel), then the research size's candidates in the loop (loop); where no
+training step (gpu_figures.sh kernel), dz in chunks of the vocabulary there, then the research size's
+candidates in the loop (loop); where no
 row would fit even a whole call, where the step's time goes (gpu_plan.sh speed).
 
 A later call on the same warm machine (the tool keeps it about 30 s after a call; the rows' workdirs
@@ -400,14 +401,18 @@ def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=N
 # None for all that is left). The Mosaic GPU form's training-step figures in bfloat16 are in (the H200,
 # 2026-11-26: 1.31x-2.09x XLA at |V| 17,905-300k, RESULTS.md "The third H200 session"), so first the GPU test
 # that 'auto' takes it and gives XLA's numbers, then float32 at 300k (the issue's 1.2x target; the loop
-# forms beside XLA: the Mosaic form takes two-byte operands), at most 130 s; then the research size's
-# candidates at batch 256 and 1024 in the loop (the default, AdamW's first moment in bfloat16, and XLA's
+# forms beside XLA: the Mosaic form takes two-byte operands), at most 130 s; the Mosaic form with dz in
+# chunks of the vocabulary (dz_axis=vocab, four and eight: the temporaries target, a tenth of XLA's, beside
+# the bfloat16 lines above), at most 90 s; then the research size's candidates at batch 256 and 1024 in the loop (the default, AdamW's first moment in bfloat16, and XLA's
 # command buffers capturing the step loop's while too: its profile put 1.4-2.3 ms of the step between
 # operations and 1.14 ms at the memory traffic's bound).
 _FLOAT32_FIGURES = ('kernel_v300000_float32',)
+_VOCAB_CHUNK_FIGURES = tuple(f'kernel_mosaic_vocab{c}_v{v}_bfloat16' for v in (300000, 100000) for c in (4, 8))
 _RESEARCH_FIGURES = ('research_bf16', 'research_bf16_mu_bf16', 'research_bf16_while_command_buffers')
 FIGURES = (('kernel', {'GPU_TESTS': 'auto_takes_the_mosaic', 'DTYPES': 'float32', 'KERNEL_VOCABS': '300000',
                        'ONLY': ','.join(_FLOAT32_FIGURES)}, 130),
+           ('kernel', {'GPU_TESTS': 'none', 'KERNEL_VOCABS': '300000 100000', 'ONLY': ','.join(_VOCAB_CHUNK_FIGURES)},
+            90),
            ('loop', {'ONLY': ','.join(_RESEARCH_FIGURES)}, None))
 
 

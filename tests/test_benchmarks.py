@@ -87,10 +87,10 @@ def test_the_kernel_settings_benchmark_compares_each_with_xla():
   setting that is not LoopTuning's or xla,vocab_block=N is refused in one line before anything runs."""
   rows = run('softmax_kernel_tiles.py', '--vocab=300', '--batch=40', '--features=12', '--steps=1', '--repeats=1',
              '--settings=xla,vocab_block=128;chosen;k_chunk=8,splits=1;backward=dz,block_b=128,block_v=128,num_warps=8;'
-             'mosaic;mosaic,num_stages=1,splits=2')
+             'mosaic;mosaic,num_stages=1,splits=2;mosaic,dz_axis=vocab,dz_chunks=2')
   assert [r['setting'] for r in rows] == ['xla', 'xla,vocab_block=128', 'chosen', 'k_chunk=8,splits=1',
                                           'backward=dz,block_b=128,block_v=128,num_warps=8', 'mosaic',
-                                          'mosaic,num_stages=1,splits=2']
+                                          'mosaic,num_stages=1,splits=2', 'mosaic,dz_axis=vocab,dz_chunks=2']
   for r in rows:
     assert r['tokens_per_sec'] > 0 and r['vs_xla'] > 0 and r['features'] == 12 and 'error' not in r
   for r in rows[1:]:  # bfloat16 dz (the kernels) against XLA's bfloat16 dlogits: the same rounding

@@ -207,6 +207,26 @@ def test_the_loop_forms_vocabulary_splits_and_feature_chunks_give_the_same_numbe
     np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize('dz_chunks', [1, 2, 3, 8])
+@pytest.mark.parametrize('form', ['loop', 'mosaic'])
+def test_dz_in_chunks_of_the_vocabulary_gives_the_same_numbers(form, dz_chunks):
+  """LoopTuning.dz_axis='vocab': dz written a chunk of the vocabulary's tiles at a time (8 tiles of 64, the
+  last short: 3 chunks become 2, a divisor of the tiles), each chunk's columns of dW made whole, df summed
+  over the chunks; targets in every chunk, outside the shard and in padded rows. The same numbers as NumPy,
+  in the loop form (float32) and the Mosaic GPU form (bfloat16, within its dz's rounding)."""
+  f, w, b, targets, g = _rounded_problem(70, 9, 500, seed=dz_chunks)  # 500 = 7 x 64 + 52; 70 rows: padded
+  tuning = softmax_kernel.LoopTuning(block_v=64, dz_chunks=dz_chunks, dz_axis='vocab', backward='dz',
+                                     **({'block_b': 32} if form == 'loop' else {}))
+  cast = (lambda x: jnp.asarray(x, jnp.bfloat16)) if form == 'mosaic' else (lambda x: x)
+  stats = softmax_kernel.shard_stats(cast(f), cast(w), b, targets, form=form, tuning=tuning)
+  log_z = np.log(np.asarray(stats[1], np.float64)) + np.asarray(stats[0])
+  grads = softmax_kernel.shard_grads(cast(f), cast(w), b, log_z.astype(np.float32), targets, g, form=form,
+                                     tuning=tuning)
+  tolerance = 2e-2 if form == 'mosaic' else 1e-5
+  for name, got, want in zip(('df', 'dw', 'db'), grads, reference(f, w, b, targets, log_z, g)[3:]):
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tolerance, atol=tolerance, err_msg=name)
+
+
 def test_loop_splits_fill_the_gpu_and_give_every_split_a_tile():
   """At batch 4096 in tiles of 64 (64 programs), |V| 100k in tiles of 64: 5 splits, 320 programs on
   the H100's 132 multiprocessors; a per-shard batch of 256 (4 tiles) splits 80 tiles into 40 of 2; a
@@ -264,7 +284,9 @@ def test_the_kernels_settings_from_the_config_are_checked_in_one_line():
   assert vocab_softmax.checked_kernel_tuning('') == ''
   assert vocab_softmax.checked_kernel_tuning('warpgroups=1, num_stages=1') == 'warpgroups=1, num_stages=1'
   assert softmax_kernel.tuning_fields('warpgroups=1, num_stages=1') == {'warpgroups': 1, 'num_stages': 1}
+  assert softmax_kernel.tuning_fields('dz_axis=vocab,dz_chunks=8') == {'dz_axis': 'vocab', 'dz_chunks': 8}
   for text, message in (('tile=64', "'tile=64' is not FIELD=VALUE with a field of LoopTuning"),
+                        ('dz_axis=rows', "dz_axis must be one of batch, vocab, not 'rows'"),
                         ('splits=many', "'splits=many' is not FIELD=VALUE"),
                         ('block_v=48', 'block_v must be a power of two'),
                         ('warpgroups=4', 'warpgroups must be 0 or 1, not 4'),
@@ -282,6 +304,7 @@ def test_the_loop_forms_settings_are_checked_in_one_line():
       softmax_kernel.LoopTuning(**{name: 48})
     assert '\n' not in str(e.value)
   for fields, message in (({'backward': 'dW'}, "backward must be one of fused, dz, not 'dW'"),
+                          ({'dz_axis': 'rows'}, "dz_axis must be one of batch, vocab, not 'rows'"),
                           ({'dz_chunks': 0}, 'dz_chunks must be at least 1, not 0'),
                           ({'warpgroups': 3}, 'warpgroups must be 0 or 1, not 3$')):
     with pytest.raises(UserError, match=message):

@@ -85,6 +85,7 @@ LOOP_SHARED_KIB_OTHER = 99
 H100_CORES = 132  # multiprocessors
 PROGRAMS_PER_CORE = 2  # loop_splits' aim for the statistics and df passes
 BACKWARDS = ('fused', 'dz')
+DZ_AXES = ('batch', 'vocab')  # what the dz backwards chunk: the batch's rows or the vocabulary's tiles
 # Why the Mosaic GPU form takes one compute warpgroup at most: its kernels are written for several, but with
 # two the bias gradient came out wrong on an H100 (2026-11-26, tests/test_gpu.py; one warpgroup was right).
 WRONG_DB = ("with two compute warpgroups the Mosaic GPU form's bias gradient was wrong on an H100: Mosaic GPU's "
@@ -111,6 +112,10 @@ class LoopTuning:
   # dW and df from it: no [K, tile] accumulator a program, dz's [batch / dz_chunks, columns] in memory)
   backward: str = 'fused'
   dz_chunks: int = 4
+  # the dz backwards' chunks: of the batch ('batch': dW accumulated over them in float32, [K, columns]) or of
+  # the vocabulary tiles ('vocab': each chunk's columns of dW made whole by one matmul, df's [B, K] float32
+  # accumulated instead: at |V| 300k, batch 4096, K 290 that is 5 MB rather than 348)
+  dz_axis: str = 'batch'
   warpgroups: int = 0  # the Mosaic GPU form's compute warpgroups with warp specialisation (0: none; at most 1)
 
   def __post_init__(self):
@@ -122,6 +127,9 @@ class LoopTuning:
                       + (f' ({WRONG_DB})' if self.warpgroups == 2 else ''))
     if self.dz_chunks < 1:
       raise UserError(f"the fused softmax kernel's dz_chunks must be at least 1, not {self.dz_chunks}")
+    if self.dz_axis not in DZ_AXES:
+      raise UserError(f"the fused softmax kernel's dz_axis must be one of {', '.join(DZ_AXES)}, not "
+                      f"'{self.dz_axis}'")
     for name in ('block_b', 'block_v', 'k_chunk'):
       value = getattr(self, name)
       if value is not None and (value < 1 or value & (value - 1)):
@@ -129,16 +137,20 @@ class LoopTuning:
                         f'size), not {value}')
 
 
+_WORD_FIELDS = ('backward', 'dz_axis')  # LoopTuning's fields that are words; the others are integers
+
+
 def tuning_fields(text: str) -> dict:
-  """LoopTuning's fields from 'field=value,...' ('' for none): backward a word, every other an integer;
+  """LoopTuning's fields from 'field=value,...' ('' for none): backward and dz_axis words, the others integers;
   one line of UserError naming the bad part (the fields' own checks come when LoopTuning is made)."""
   fields = {}
   for part in (p.strip() for p in text.split(',') if p.strip()):
     name, _, value = (x.strip() for x in part.partition('='))
-    if name not in LoopTuning.__dataclass_fields__ or not (value.isdigit() or (name == 'backward' and value)):
+    if name not in LoopTuning.__dataclass_fields__ or not (value.isdigit() or (name in _WORD_FIELDS and value)):
       raise UserError(f"the fused softmax kernel's setting '{part}' is not FIELD=VALUE with a field of LoopTuning "
-                      f"({', '.join(LoopTuning.__dataclass_fields__)}), an integer but for backward")
-    fields[name] = value if name == 'backward' else int(value)
+                      f"({', '.join(LoopTuning.__dataclass_fields__)}), an integer but for "
+                      f"{' and '.join(_WORD_FIELDS)}")
+    fields[name] = value if name in _WORD_FIELDS else int(value)
   return fields
 
 
@@ -570,7 +582,15 @@ def _mosaic_dz_pass(f_shape, w, block_b: int, block_v: int, columns: int, tuning
 def _dz_grads(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: int, has_bias: bool,
               tuning: LoopTuning, dz_pass_for=_loop_dz_pass):
   """shard_grads with the gradients from dz (the loop form's backward='dz', the Mosaic GPU form's only
-  one): over the batch in dz_chunks chunks (a divisor of the batch tiles, at most dz_chunks), a kernel
+  one), in dz_chunks chunks of the batch or of the vocabulary (tuning.dz_axis: _dz_grads_by_rows,
+  _dz_grads_by_columns)."""
+  by = _dz_grads_by_columns if tuning.dz_axis == 'vocab' else _dz_grads_by_rows
+  return by(f, w, b, rows, block_b, block_v, columns, batch, has_bias, tuning, dz_pass_for)
+
+
+def _dz_grads_by_rows(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: int, has_bias: bool,
+                      tuning: LoopTuning, dz_pass_for):
+  """Over the batch in dz_chunks chunks (a divisor of the batch tiles, at most dz_chunks), a kernel
   (dz_pass_for's) writes the chunk's dz tile by tile and XLA's matmuls add f^T dz to dW and make dz w^T,
   the chunk's df (float32 accumulation, as the fused passes)."""
   nb = f.shape[0] // block_b
@@ -587,6 +607,32 @@ def _dz_grads(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: in
   start = (jnp.zeros(w.shape, jnp.float32), jnp.zeros(w.shape[-1], jnp.float32))
   (dw, db), df = jax.lax.scan(chunk, start, (by_chunk(f), *(by_chunk(r) for r in rows)))
   return df.reshape(f.shape)[:batch], dw[:, :columns], (db[:columns] if has_bias else None)
+
+
+def _dz_grads_by_columns(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: int, has_bias: bool,
+                         tuning: LoopTuning, dz_pass_for):
+  """Over the vocabulary in dz_chunks chunks of whole tiles (a divisor of the tiles, at most dz_chunks), one
+  after another: a kernel writes the chunk's dz [B, its columns] for every row, one matmul makes the chunk's
+  columns of dW whole (f^T dz, written into dW in place), another adds dz w^T to df ([B, K] float32): no
+  float32 accumulator the size of the layer, and each chunk's kernel sees only its columns (their valid
+  count and the targets shifted to them)."""
+  nv = w.shape[-1] // block_v
+  chunks = max(c for c in range(1, min(tuning.dz_chunks, nv) + 1) if nv % c == 0)
+  width = w.shape[-1] // chunks
+  log_z, targets, g = rows
+  dw = jnp.zeros(w.shape, jnp.float32)
+  db = jnp.zeros(w.shape[-1], jnp.float32)
+  df = jnp.zeros(f.shape, jnp.float32)
+  for start in range(0, w.shape[-1], width):  # a few chunks: unrolled, each with its static columns
+    w_chunk, b_chunk = jax.lax.slice_in_dim(w, start, start + width, axis=1), jax.lax.slice_in_dim(b, start,
+                                                                                                   start + width)
+    valid = min(width, columns - start)  # past the shard's columns only padding, less than a tile: valid > 0
+    dz_pass = dz_pass_for(f.shape, w_chunk, block_b, block_v, valid, tuning)
+    dz, db_parts = dz_pass(f, w_chunk, b_chunk, log_z, targets - start, g)
+    dw = jax.lax.dynamic_update_slice_in_dim(dw, _dot(f.T, dz), start, axis=1)
+    db = jax.lax.dynamic_update_slice_in_dim(db, jnp.sum(db_parts, axis=0), start, axis=0)
+    df = df + _dot(dz, w_chunk.T)
+  return df[:batch], dw[:, :columns], (db[:columns] if has_bias else None)
 
 
 def _loop_grads(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: int, has_bias: bool,
