@@ -223,8 +223,19 @@ def test_dz_in_chunks_of_the_vocabulary_gives_the_same_numbers(form, dz_chunks):
   grads = softmax_kernel.shard_grads(cast(f), cast(w), b, log_z.astype(np.float32), targets, g, form=form,
                                      tuning=tuning)
   tolerance = 2e-2 if form == 'mosaic' else 1e-5
-  for name, got, want in zip(('df', 'dw', 'db'), grads, reference(f, w, b, targets, log_z, g)[3:]):
+  df, dw, db = reference(f, w, b, targets, log_z, g)[3:]
+  for name, got, want in zip(('df', 'dw', 'db'), grads, (df, dw, db)):
     np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tolerance, atol=tolerance, err_msg=name)
+  # the output layer's shape [dW; db] (bias_row: written so, no copy), and without a bias none
+  layer_df, layer, none = softmax_kernel.shard_grads(cast(f), cast(w), b, log_z.astype(np.float32), targets, g,
+                                                     form=form, tuning=tuning, bias_row=True)
+  assert none is None and layer.shape == (10, 500)
+  np.testing.assert_allclose(np.asarray(layer, np.float64), np.concatenate([dw, db[None]]), rtol=tolerance,
+                             atol=tolerance)
+  np.testing.assert_array_equal(np.asarray(layer_df), np.asarray(grads[0]))
+  *_, no_db = softmax_kernel.shard_grads(cast(f), cast(w), None, log_z.astype(np.float32), targets, g, form=form,
+                                         tuning=tuning, bias_row=True)
+  assert no_db is None
 
 
 def test_loop_splits_fill_the_gpu_and_give_every_split_a_tile():

@@ -518,10 +518,12 @@ def shard_stats(f, w, b, local_targets, *, block_b: int | None = None, block_v: 
 
 
 def shard_grads(f, w, b, log_z, local_targets, g, *, block_b: int | None = None, block_v: int | None = None,
-                form: str = 'grid', tuning: LoopTuning | None = None):
+                form: str = 'grid', tuning: LoopTuning | None = None, bias_row: bool = False):
   """(df [B, K], dw [K, columns], db [columns] or None) of sum(g * -log P(target)) from this shard's
   columns, float32, given the global log Z per example (the logits recomputed tile by tile), in the
-  'grid' (TPU), 'loop' or 'mosaic' (GPU) form, tiled as shard_stats."""
+  'grid' (TPU), 'loop' or 'mosaic' (GPU) form, tiled as shard_stats. bias_row (with a bias): dw with db as
+  its last row, [K + 1, columns], and db None, as the output layer [U; W; b] holds them: written in place
+  where dz comes in chunks of the vocabulary (_dz_grads_by_columns), else one concatenation."""
   tuning = tuning or LoopTuning()
   block_b, block_v = _tiles(block_b, block_v, f, w, form, tuning)
   batch, columns, has_bias = f.shape[0], w.shape[-1], b is not None
@@ -532,10 +534,16 @@ def shard_grads(f, w, b, log_z, local_targets, g, *, block_b: int | None = None,
                             k_chunk=tuning.k_chunk)
   k, nb, nv = f.shape[1], f.shape[0] // block_b, w.shape[-1] // block_v
   if form in ('loop', 'mosaic'):  # the Mosaic GPU form's gradients always from dz
-    grads = (functools.partial(_dz_grads, dz_pass_for=_mosaic_dz_pass) if form == 'mosaic'
-             else _dz_grads if tuning.backward == 'dz' else _loop_grads)
-    df, dw, db = grads(f, w, b, rows, block_b, block_v, columns, batch, has_bias, tuning)
-    return df[:, :features], dw[:features], db
+    dz_pass_for = _mosaic_dz_pass if form == 'mosaic' else _loop_dz_pass
+    from_dz = form == 'mosaic' or tuning.backward == 'dz'
+    if from_dz and tuning.dz_axis == 'vocab':
+      return _dz_grads_by_columns(f, w, b, rows, block_b, block_v, columns, batch, features, has_bias,
+                                  has_bias and bias_row, tuning, dz_pass_for)
+    if from_dz:
+      df, dw, db = _dz_grads_by_rows(f, w, b, rows, block_b, block_v, columns, batch, has_bias, tuning, dz_pass_for)
+    else:
+      df, dw, db = _loop_grads(f, w, b, rows, block_b, block_v, columns, batch, has_bias, tuning)
+    return _with_bias_row(df[:, :features], dw[:features], db, bias_row)
   options = dict(block_v=block_v, columns=columns)
   dw, db = pl.pallas_call(
       functools.partial(_weight_grads_kernel, **options), grid=(nv, nb),
@@ -551,7 +559,14 @@ def shard_grads(f, w, b, log_z, local_targets, g, *, block_b: int | None = None,
       out_specs=pl.BlockSpec((block_b, k), lambda i, j: (i, 0)),
       out_shape=jax.ShapeDtypeStruct(f.shape, jnp.float32),
       interpret=_interpret(), compiler_params=_grid_compiler_params())(f, w, b, *rows)
-  return df[:batch], dw[:, :columns], (db[:columns] if has_bias else None)
+  return _with_bias_row(df[:batch], dw[:, :columns], db[:columns] if has_bias else None, bias_row)
+
+
+def _with_bias_row(df, dw, db, bias_row: bool):
+  """shard_grads' result, db below dw where bias_row asks for it (and there is a bias)."""
+  if bias_row and db is not None:
+    return df, jnp.concatenate([dw, db[None, :]], axis=0), None
+  return df, dw, db
 
 
 def _loop_dz_pass(f_shape, w, block_b: int, block_v: int, columns: int, tuning: LoopTuning):
@@ -579,20 +594,12 @@ def _mosaic_dz_pass(f_shape, w, block_b: int, block_v: int, columns: int, tuning
                            stages=tuning.num_stages, warpgroups=tuning.warpgroups, interpret=_interpret())
 
 
-def _dz_grads(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: int, has_bias: bool,
-              tuning: LoopTuning, dz_pass_for=_loop_dz_pass):
-  """shard_grads with the gradients from dz (the loop form's backward='dz', the Mosaic GPU form's only
-  one), in dz_chunks chunks of the batch or of the vocabulary (tuning.dz_axis: _dz_grads_by_rows,
-  _dz_grads_by_columns)."""
-  by = _dz_grads_by_columns if tuning.dz_axis == 'vocab' else _dz_grads_by_rows
-  return by(f, w, b, rows, block_b, block_v, columns, batch, has_bias, tuning, dz_pass_for)
-
-
 def _dz_grads_by_rows(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: int, has_bias: bool,
                       tuning: LoopTuning, dz_pass_for):
-  """Over the batch in dz_chunks chunks (a divisor of the batch tiles, at most dz_chunks), a kernel
-  (dz_pass_for's) writes the chunk's dz tile by tile and XLA's matmuls add f^T dz to dW and make dz w^T,
-  the chunk's df (float32 accumulation, as the fused passes)."""
+  """shard_grads with the gradients from dz (the loop form's backward='dz', the Mosaic GPU form's only
+  one) in chunks of the batch (LoopTuning.dz_axis='batch'): over the batch in dz_chunks chunks (a divisor
+  of the batch tiles, at most dz_chunks), a kernel (dz_pass_for's) writes the chunk's dz tile by tile and
+  XLA's matmuls add f^T dz to dW and make dz w^T, the chunk's df (float32 accumulation, as the fused passes)."""
   nb = f.shape[0] // block_b
   chunks = max(c for c in range(1, min(tuning.dz_chunks, nb) + 1) if nb % c == 0)
   dz_pass = dz_pass_for((f.shape[0] // chunks, f.shape[1]), w, block_b, block_v, columns, tuning)
@@ -609,30 +616,35 @@ def _dz_grads_by_rows(f, w, b, rows, block_b: int, block_v: int, columns: int, b
   return df.reshape(f.shape)[:batch], dw[:, :columns], (db[:columns] if has_bias else None)
 
 
-def _dz_grads_by_columns(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: int, has_bias: bool,
-                         tuning: LoopTuning, dz_pass_for):
-  """Over the vocabulary in dz_chunks chunks of whole tiles (a divisor of the tiles, at most dz_chunks), one
-  after another: a kernel writes the chunk's dz [B, its columns] for every row, one matmul makes the chunk's
-  columns of dW whole (f^T dz, written into dW in place), another adds dz w^T to df ([B, K] float32): no
-  float32 accumulator the size of the layer, and each chunk's kernel sees only its columns (their valid
-  count and the targets shifted to them)."""
+def _dz_grads_by_columns(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: int, features: int,
+                         has_bias: bool, bias_row: bool, tuning: LoopTuning, dz_pass_for):
+  """shard_grads from dz in chunks of the vocabulary (LoopTuning.dz_axis='vocab'), dz_chunks chunks of whole
+  tiles (a divisor of the tiles, at most dz_chunks), one after another: a kernel writes the chunk's dz
+  [B, its columns] for every row, one matmul makes the chunk's columns of dW whole (f^T dz, written in
+  place into dW, or [dW; db] with bias_row), another adds dz w^T to df ([B, K] float32): no float32
+  accumulator the size of the layer, and no copy of it to trim its padding or add db's row. Each chunk's
+  kernel sees only its columns (their valid count, the targets shifted to them)."""
   nv = w.shape[-1] // block_v
   chunks = max(c for c in range(1, min(tuning.dz_chunks, nv) + 1) if nv % c == 0)
   width = w.shape[-1] // chunks
   log_z, targets, g = rows
-  dw = jnp.zeros(w.shape, jnp.float32)
-  db = jnp.zeros(w.shape[-1], jnp.float32)
+  layer = jnp.zeros((features + bias_row, columns), jnp.float32)
+  db = jnp.zeros(columns, jnp.float32) if has_bias and not bias_row else None
   df = jnp.zeros(f.shape, jnp.float32)
-  for start in range(0, w.shape[-1], width):  # a few chunks: unrolled, each with its static columns
-    w_chunk, b_chunk = jax.lax.slice_in_dim(w, start, start + width, axis=1), jax.lax.slice_in_dim(b, start,
-                                                                                                   start + width)
+  for start in range(0, columns, width):  # a few chunks: unrolled, each with its static columns
+    w_chunk = jax.lax.slice_in_dim(w, start, start + width, axis=1)
+    b_chunk = jax.lax.slice_in_dim(b, start, start + width)
     valid = min(width, columns - start)  # past the shard's columns only padding, less than a tile: valid > 0
-    dz_pass = dz_pass_for(f.shape, w_chunk, block_b, block_v, valid, tuning)
-    dz, db_parts = dz_pass(f, w_chunk, b_chunk, log_z, targets - start, g)
-    dw = jax.lax.dynamic_update_slice_in_dim(dw, _dot(f.T, dz), start, axis=1)
-    db = jax.lax.dynamic_update_slice_in_dim(db, jnp.sum(db_parts, axis=0), start, axis=0)
+    dz, db_parts = dz_pass_for(f.shape, w_chunk, block_b, block_v, valid, tuning)(f, w_chunk, b_chunk, log_z,
+                                                                                  targets - start, g)
+    piece, db_piece = _dot(f.T, dz)[:features, :valid], jnp.sum(db_parts, axis=0)[:valid]
+    if bias_row:
+      piece = jnp.concatenate([piece, db_piece[None, :]], axis=0)
+    layer = jax.lax.dynamic_update_slice_in_dim(layer, piece, start, axis=1)
+    if db is not None:
+      db = jax.lax.dynamic_update_slice_in_dim(db, db_piece, start, axis=0)
     df = df + _dot(dz, w_chunk.T)
-  return df[:batch], dw[:, :columns], (db[:columns] if has_bias else None)
+  return df[:batch, :features], layer, db
 
 
 def _loop_grads(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: int, has_bias: bool,

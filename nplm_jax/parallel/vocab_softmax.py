@@ -263,8 +263,9 @@ def _kernel_forward(f, w, b, targets, form='grid', backward='fused', tuning=''):
 def _kernel_backward(f, w, b, log_z, targets, g, form='grid', backward='fused', tuning=''):
   """_streamed_backward with the shard's pass in the fused Pallas kernels (softmax_kernel.shard_grads)."""
   local = targets - lax.axis_index('model') * w.shape[-1]
-  df, dw, db = softmax_kernel.shard_grads(f, w, b, log_z, local, g, form=form, tuning=_kernel_tuning(backward, tuning))
-  d_layer = dw if db is None else jnp.concatenate([dw, db[None, :]], axis=0)  # the kernels make db apart
+  # the layer's gradient [dW; db] as the output layer holds them (bias_row: made in that shape where the form can)
+  df, d_layer, _ = softmax_kernel.shard_grads(f, w, b, log_z, local, g, form=form,
+                                              tuning=_kernel_tuning(backward, tuning), bias_row=True)
   return lax.psum(df, 'model'), _sum_over_data(d_layer)
 
 
