@@ -152,6 +152,13 @@ CHAR_TUNE = [
     # 8% of the bfloat16 peak), so four times the batch, at twice the rate (Adam's square-root rule)
     ('char_tune5_dropout0.1_cosine16_batch2048_lr2e-3', {**_CHAR_DROPOUT_01, **COSINE_4_EPOCHS, 'train.num_epochs': 16,
                                                          'train.batch_size': 2048, 'optimizer.learning_rate': 2e-3}),
+    # an 81-character window did worse than 41 (1.557 against char_tune0's 1.509, validation flat after epoch 6
+    # with the training loss at 1.39 bits): what made Brown's best points (tune11: 215.7 from 231.6), the
+    # parameters' moving average, then with it a stronger weight decay, at char_tune0's cost
+    ('char_tune6_dropout0.1_cosine8_ema0.999', {**_CHAR_DROPOUT_01, **_COSINE_8_EPOCHS, 'optimizer.ema_decay': 0.999}),
+    ('char_tune7_dropout0.1_cosine8_ema0.999_weight_decay0.1', {**_CHAR_DROPOUT_01, **_COSINE_8_EPOCHS,
+                                                               'optimizer.ema_decay': 0.999,
+                                                               'optimizer.weight_decay': 0.1}),
 ]
 
 def ladder_config(row: str):

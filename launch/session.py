@@ -116,8 +116,10 @@ def _ladder_row(corpus: str, point: str, relative_rate: float) -> Row:
 
 # What the sessions of 2026-11-26 (RESULTS.md, "The fourth H100 session", "The third H200 session") left,
 # the most useful first: the character ladder's revisited rows without dropout (2-4, the top row's shape) to
-# early stopping; the best character point's seeds (char_tune0, 1.509 at seed 0); then a point at 16 epochs
-# and four times the batch (its step timed at the call's start: its rate at batch 2048 is its own). The
+# early stopping; the best character point with the parameters' moving average, and with a stronger weight
+# decay beside it (the character target, 1.40 alone, is 0.11 bits away); the best character point's seeds
+# (char_tune0, 1.509 at seed 0, until a tune point beats it); then a point at 16 epochs and four times the
+# batch (its step timed at the call's start: its rate at batch 2048 is its own). The
 # 81-character window is done (1.557: worse than 41), as are Brown tune11's seeds and PTB's 15-word window.
 # Relative rates: each row's loop tokens/s over PTB's top row's on the H200 (results/*_h200*.json: ladder4
 # 1.0, characters 1.41).
@@ -137,6 +139,10 @@ CHAR_PROBE = _char_tune_row(_CHAR_TUNE0, 8.0, 1.41, "the character rows' forms",
 
 ROWS = (
     *(_ladder_row('chars', point, 1.41) for point in ('char_ladder2_depth4', 'char_ladder3_distant', 'char_ladder4_tied')),
+    _char_tune_row('char_tune6_dropout0.1_cosine8_ema0.999', 8.0, 1.41,
+                   "the best character point with the parameters' moving average (Brown's best points had it)"),
+    _char_tune_row('char_tune7_dropout0.1_cosine8_ema0.999_weight_decay0.1', 8.0, 1.41,
+                   'the same with weight decay 0.1 (1e-4 in the character rows)'),
     *(_char_tune_row(_CHAR_TUNE0, 8.0, 1.41, f'the best character point (1.509 at seed 0), seed {seed}: over three '
                      'seeds', root=f'char_seed{seed}', sets=(f'seed={seed}',)) for seed in (1, 2)),
     _char_tune_row('char_tune5_dropout0.1_cosine16_batch2048_lr2e-3', 16.0, 1.41,
