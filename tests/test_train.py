@@ -366,6 +366,7 @@ def test_cli_end_to_end_writes_results(tiny_files, tmp_path):
   with open(os.path.join(workdir, 'results.json')) as f:
     results = json.load(f)
   assert results['config']['model']['n'] == 3 and results['valid_ppl'] > 1
+  assert results['checkpoint_save_seconds'] > 0 and results['checkpoint_checksum_seconds'] > 0  # its share, timed
   assert 'valid ppl' in proc.stdout and 'tok/s' in proc.stdout
   for name in ('metrics.jsonl', 'config.json', 'checkpoints', 'best', 'tensorboard'):
     assert os.path.exists(os.path.join(workdir, name)), name

@@ -149,6 +149,8 @@ class Checkpoints:
   def __init__(self, workdir: workdir_lib.Workdir, keep: int = 2, read_only: bool = False):
     """read_only: for tools that only read a workdir; folders it lacks are not created."""
     self.save_seconds = 0.0  # what the training loop spent in save calls (copies off the devices, mostly)
+    # of it, the arrays' checksums (on an H200 a character row's 29 best saves of 93 MB took 32 s of 228)
+    self.checksum_seconds = 0.0
     self._started = {}  # manager -> the step its last save started (a failure found later names it)
     self._noted_unverified = False
     self._workdir = workdir
@@ -226,7 +228,7 @@ class Checkpoints:
       _injected_disk_full(step)
       self.latest.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                      meta=ocp.args.JsonSave(run_state.to_json())),
-                       custom_metadata={CHECKSUMS: integrity.checksums(state)}, force=True)
+                       custom_metadata={CHECKSUMS: self._checksums(state)}, force=True)
     _crash_point('latest_writing', step)
     self._prune_best(step, run_state.best_step)
 
@@ -260,8 +262,15 @@ class Checkpoints:
     with self._writing(self.best, step):
       _injected_disk_full(step)
       self.best.save(step, args=ocp.args.StandardSave(params),
-                     custom_metadata={CHECKSUMS: integrity.checksums(params)}, force=True)
+                     custom_metadata={CHECKSUMS: self._checksums(params)}, force=True)
     _crash_point('best_writing', step)
+
+  def _checksums(self, tree) -> dict[str, str]:
+    """integrity.checksums, its time added to checksum_seconds."""
+    started = time.perf_counter()
+    sums = integrity.checksums(tree)
+    self.checksum_seconds += time.perf_counter() - started
+    return sums
 
   def _checksums_of(self, manager, step: int) -> tuple[dict | None, str]:
     """(the checksums saved with a step or None, why none: 'missing' or 'unreadable')."""

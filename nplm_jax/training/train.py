@@ -245,6 +245,7 @@ def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_l
       'stop_reason': run_state.stop_reason,
       'wall_seconds': earlier_seconds + (time.time() - started),
       'checkpoint_save_seconds': checkpoints.save_seconds,  # this process's, in the loop: saves are asynchronous
+      'checkpoint_checksum_seconds': checkpoints.checksum_seconds,  # of it (and of the final saves), the checksums
       'mesh': dict(run.mesh.shape),
       'platform': jax.devices()[0].platform,
       'device_kind': jax.devices()[0].device_kind,  # e.g. 'NVIDIA H100 80GB HBM3': results files name the device
