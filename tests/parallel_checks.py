@@ -467,6 +467,9 @@ def test_a_hidden_width_that_does_not_split_is_a_one_line_error():
 KERNEL_CASES = [(shape, kernel, dtype) for shape in ((1, 1), (2, 4), (1, 8))
                 for kernel in ('pallas', 'pallas_loop', 'pallas_loop_dz') for dtype in ('float32', 'bfloat16')]
 KERNEL_CASES += [((1, 1), 'pallas_mosaic', 'bfloat16')]
+# dz in chunks of the vocabulary (LoopTuning.dz_axis, after ':'): each shard's chunks, targets of other shards
+KERNEL_CASES += [((2, 4), 'pallas_loop_dz:dz_axis=vocab,dz_chunks=3,block_b=16,block_v=16', 'float32'),
+                 ((1, 1), 'pallas_mosaic:dz_axis=vocab,dz_chunks=3,block_v=64', 'bfloat16')]
 
 
 @pytest.mark.parametrize('shape,kernel,dtype', KERNEL_CASES,
@@ -476,7 +479,8 @@ def test_pallas_softmax_kernel_equals_dense(shape, dtype, kernel, monkeypatch):
   197 padded to 200, tiles of 16 columns, so every shard ends in a short tile (200 = 12 x 16 + 8; 50 =
   3 x 16 + 2; 25 = 16 + 9) and holds padded columns or none; 24 rows in tiles of 16 (a short row tile).
   float32 within 1e-5; bfloat16 (its matmul operands rounded) equal to the XLA bfloat16 path within 1e-4
-  and to float32 within 2e-2."""
+  and to float32 within 2e-2. A kernel named 'NAME:SETTINGS' runs with train.softmax_kernel_tuning's SETTINGS."""
+  kernel, _, tuning = kernel.partition(':')
   monkeypatch.setattr(softmax_kernel, 'BLOCK_V', 16)
   monkeypatch.setattr(softmax_kernel, 'BLOCK_B', 16)
   vocab, mesh = 197, mesh_of(shape)
@@ -488,7 +492,8 @@ def test_pallas_softmax_kernel_equals_dense(shape, dtype, kernel, monkeypatch):
   feats = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
 
   def loss(f, out, kernel, compute_dtype):
-    nll = vocab_softmax.token_nll(f, out, targets, mesh=mesh, compute_dtype=compute_dtype, kernel=kernel)
+    nll = vocab_softmax.token_nll(f, out, targets, mesh=mesh, compute_dtype=compute_dtype, kernel=kernel,
+                                  kernel_tuning=tuning if kernel != 'xla' else '')
     return jnp.sum(nll * jnp.linspace(0.5, 1.5, len(targets))), nll  # unequal weights: g differs per row
 
   def dense(f, out):

@@ -211,8 +211,8 @@ def test_the_loop_forms_vocabulary_splits_and_feature_chunks_give_the_same_numbe
 @pytest.mark.parametrize('form', ['loop', 'mosaic'])
 def test_dz_in_chunks_of_the_vocabulary_gives_the_same_numbers(form, dz_chunks):
   """LoopTuning.dz_axis='vocab': dz written a chunk of the vocabulary's tiles at a time (8 tiles of 64, the
-  last short: 3 chunks become 2, a divisor of the tiles), each chunk's columns of dW made whole, df summed
-  over the chunks; targets in every chunk, outside the shard and in padded rows. The same numbers as NumPy,
+  last short: in 3 chunks of 3 tiles, one more padded), each chunk's columns of dW made whole, df summed
+  over the chunks, padded columns given a bias of -inf; targets in every chunk, outside the shard and in padded rows. The same numbers as NumPy,
   in the loop form (float32) and the Mosaic GPU form (bfloat16, within its dz's rounding)."""
   f, w, b, targets, g = _rounded_problem(70, 9, 500, seed=dz_chunks)  # 500 = 7 x 64 + 52; 70 rows: padded
   tuning = softmax_kernel.LoopTuning(block_v=64, dz_chunks=dz_chunks, dz_axis='vocab', backward='dz',

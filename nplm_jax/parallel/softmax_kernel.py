@@ -620,32 +620,41 @@ def _dz_grads_by_rows(f, w, b, rows, block_b: int, block_v: int, columns: int, b
 
 def _dz_grads_by_columns(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: int, features: int,
                          has_bias: bool, bias_row: bool, tuning: LoopTuning, dz_pass_for):
-  """shard_grads from dz in chunks of the vocabulary (LoopTuning.dz_axis='vocab'), dz_chunks chunks of whole
-  tiles (a divisor of the tiles, at most dz_chunks), one after another: a kernel writes the chunk's dz
+  """shard_grads from dz in chunks of the vocabulary (LoopTuning.dz_axis='vocab'): dz_chunks chunks at most,
+  each of as many whole tiles (the tiles padded to fill them: 782 tiles of 128 in 4 chunks of 196, two
+  tiles more), one after another in a loop, one chunk's dz alive at a time. A kernel writes the chunk's dz
   [B, its columns] for every row, one matmul makes the chunk's columns of dW whole (f^T dz, written in
   place into dW, or [dW; db] with bias_row), another adds dz w^T to df ([B, K] float32): no float32
-  accumulator the size of the layer, and no copy of it to trim its padding or add db's row. Each chunk's
-  kernel sees only its columns (their valid count, the targets shifted to them)."""
+  accumulator the size of the layer, and no copy of it to add db's row (one to trim padded columns where
+  the chunks pass the shard's columns). Padded columns get a bias of -inf, so every chunk's kernel takes
+  all of its columns; each sees the targets shifted to its columns."""
   nv = w.shape[-1] // block_v
-  chunks = max(c for c in range(1, min(tuning.dz_chunks, nv) + 1) if nv % c == 0)
-  width = w.shape[-1] // chunks
+  per_chunk = -(-nv // min(tuning.dz_chunks, nv))  # tiles
+  chunks, width = -(-nv // per_chunk), per_chunk * block_v
   log_z, targets, g = rows
-  layer = jnp.zeros((features + bias_row, columns), jnp.float32)
-  db = jnp.zeros(columns, jnp.float32) if has_bias and not bias_row else None
-  df = jnp.zeros(f.shape, jnp.float32)
-  for start in range(0, columns, width):  # a few chunks: unrolled, each with its static columns
-    w_chunk = jax.lax.slice_in_dim(w, start, start + width, axis=1)
-    b_chunk = jax.lax.slice_in_dim(b, start, start + width)
-    valid = min(width, columns - start)  # past the shard's columns only padding, less than a tile: valid > 0
-    dz, db_parts = dz_pass_for(f.shape, w_chunk, block_b, block_v, valid, tuning)(f, w_chunk, b_chunk, log_z,
-                                                                                  targets - start, g)
-    piece, db_piece = _dot(f.T, dz)[:features, :valid], jnp.sum(db_parts, axis=0)[:valid]
+  w, b = _pad_to(w, 1, width), _pad_to(b, 0, width)  # whole chunks: a few more padded tiles where they are short
+  b = jnp.where(jnp.arange(b.shape[0]) < columns, b, -jnp.inf)  # padded columns: probability 0, dz 0
+  dz_pass = dz_pass_for(f.shape, jax.ShapeDtypeStruct((w.shape[0], width), w.dtype), block_b, block_v, width,
+                        tuning)
+
+  def chunk(carry, start):
+    layer, db, df = carry
+    w_chunk = jax.lax.dynamic_slice_in_dim(w, start, width, axis=1)
+    dz, db_parts = dz_pass(f, w_chunk, jax.lax.dynamic_slice_in_dim(b, start, width), log_z, targets - start, g)
+    piece, db_piece = _dot(f.T, dz)[:features], jnp.sum(db_parts, axis=0)
     if bias_row:
       piece = jnp.concatenate([piece, db_piece[None, :]], axis=0)
     layer = jax.lax.dynamic_update_slice_in_dim(layer, piece, start, axis=1)
     if db is not None:
       db = jax.lax.dynamic_update_slice_in_dim(db, db_piece, start, axis=0)
-    df = df + _dot(dz, w_chunk.T)
+    return (layer, db, df + _dot(dz, w_chunk.T)), None
+
+  carry = (jnp.zeros((features + bias_row, w.shape[-1]), jnp.float32),
+           jnp.zeros(w.shape[-1], jnp.float32) if has_bias and not bias_row else None,
+           jnp.zeros(f.shape, jnp.float32))
+  (layer, db, df), _ = jax.lax.scan(chunk, carry, jnp.arange(chunks, dtype=jnp.int32) * width)
+  if columns < w.shape[-1]:  # the chunks pass the shard's columns: a copy of the layer to trim them
+    layer, db = layer[:, :columns], (None if db is None else db[:columns])
   return df[:batch, :features], layer, db
 
 
