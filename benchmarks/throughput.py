@@ -8,6 +8,12 @@ python benchmarks/throughput.py --config=experiments/brown.py:reg4_n7 --batch_si
 python benchmarks/throughput.py --config=experiments/brown.py:mlp1 --vocab=100000 --batch_sizes=4096 \
   --softmax_kernels=xla,pallas --config.model.compute_dtype=bfloat16   # the fused kernel beside XLA
 
+--memory_only compiles the steps and reports their memory (XLA's analysis) without running them: a size
+too slow to run here (the Pallas kernels interpreted on a CPU) still compiles:
+python benchmarks/throughput.py --config=experiments/brown.py:mlp1 --vocab=300032 --batch_sizes=2048 \
+  --memory_only --softmax_kernels=xla,pallas_mosaic --config.model.compute_dtype=bfloat16 \
+  --config.train.vocab_block=0 --config.mesh.cpu_devices=1 --config.train.softmax_kernel_tuning=dz_axis=vocab
+
 --loop also runs the real training loop (train.train_and_evaluate: resident data, steps per
 dispatch, logging, a final evaluation) on a synthetic corpus of the same |V| and reports its
 tokens/s beside the step's alone (loop_train_tokens_per_sec).
@@ -41,6 +47,8 @@ flags.DEFINE_integer('loop_steps', 3000, 'Steps of the timed loop (its first ten
 flags.DEFINE_list('softmax_kernels', [], "Output-layer paths to measure side by side ('xla,pallas'); "
                   'default: the config\'s train.softmax_kernel.')
 flags.DEFINE_integer('peak_size', -1, 'Side of the square matmuls MFU is measured against (-1: 8192, 2048 on CPU).')
+flags.DEFINE_bool('memory_only', False, "Compile the steps and report their memory alone, nothing timed (a GPU's "
+                  'sizes on a CPU, where the Pallas kernels would be interpreted).')
 FLAGS = flags.FLAGS
 
 
@@ -86,6 +94,16 @@ def measure(config, batch_size: int) -> dict:
   with jax.set_mesh(mesh):
     train_exe = compiled.lower_train(state, *batches[0]).compile()
     eval_exe = compiled.eval.lower(state.params, *batches[0]).compile()
+  tuning = config.train.get('softmax_kernel_tuning', '')
+  named = {'batch_size': batch_size, 'softmax_kernel': common.softmax_kernel_ran(config, mesh, model, state.params,
+                                                                                batch_size),
+           **({'softmax_kernel_tuning': tuning} if tuning else {})}
+  memory = {'mesh': f'{mesh.shape["data"]}x{mesh.shape["model"]}', 'platform': jax.devices()[0].platform,
+            **{f'train_{k}': v for k, v in common.memory_mib(train_exe).items()},
+            'eval_temp_mib': common.memory_mib(eval_exe).get('temp_mib')}
+  if FLAGS.memory_only:
+    return {**named, **memory}
+  with jax.set_mesh(mesh):
     holder = [state]
 
     def train_steps():
@@ -138,17 +156,13 @@ def measure(config, batch_size: int) -> dict:
   if FLAGS.loop:
     loop_tps = loop_tokens_per_sec(config, batch_size)
     loop = {'loop_train_tokens_per_sec': round(loop_tps, 1), 'loop_vs_step': round(loop_tps / train_tps, 3)}
-  return {'batch_size': batch_size, 'softmax_kernel': common.softmax_kernel_ran(config, mesh, model, state.params,
-                                                                              batch_size),
-          'train_tokens_per_sec': round(train_tps, 1), **loop,
+  return {**named, 'train_tokens_per_sec': round(train_tps, 1), **loop,
           'eval_tokens_per_sec': round(eval_tps, 1), 'gflops': counted(gflops, 2),
           'eval_gflops': counted(eval_tps * train_flops / 3 / 1e9, 2), 'peak_gflops': round(max(peaks), 2),
           'mfu_bf16': counted(gflops / 1e3 / peak_tflops['bfloat16'], 4),
           'mfu_f32': counted(gflops / 1e3 / peak_tflops['float32'], 4),
           'peak_bf16_tflops': round(peak_tflops['bfloat16'], 3), 'peak_f32_tflops': round(peak_tflops['float32'], 3),
-          'mesh': f'{mesh.shape["data"]}x{mesh.shape["model"]}', 'platform': jax.devices()[0].platform,
-          **{f'train_{k}': v for k, v in common.memory_mib(train_exe).items()},
-          'eval_temp_mib': common.memory_mib(eval_exe).get('temp_mib'), 'peak_rss_mib': round(common.peak_rss_mib(), 1)}
+          **memory, 'peak_rss_mib': round(common.peak_rss_mib(), 1)}
 
 
 def main(argv):

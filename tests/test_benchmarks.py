@@ -36,6 +36,18 @@ def test_throughput_prints_one_json_line_per_batch_size():
     assert r['train_tokens_per_sec'] > 0 and r['eval_tokens_per_sec'] > 0 and r['peak_gflops'] > 0 and r['gflops'] > 0
 
 
+def test_throughput_memory_only_compiles_the_steps_and_times_nothing():
+  """--memory_only: each path's compiled memory, nothing run (a GPU's sizes compiled on a CPU, where the
+  Pallas kernels would be interpreted), the kernel's settings on the line."""
+  rows = run('throughput.py', '--config=experiments/brown.py:mlp1', '--config.model.m=4', '--config.model.h=6',
+             '--vocab=61', '--batch_sizes=8', '--memory_only', '--softmax_kernels=xla,pallas_loop_dz',
+             '--config.train.softmax_kernel_tuning=dz_axis=vocab,dz_chunks=2')
+  assert [r['softmax_kernel'] for r in rows] == ['xla', 'pallas_loop_dz']
+  for r in rows:
+    assert r['train_temp_mib'] >= 0 and r['eval_temp_mib'] >= 0 and 'train_tokens_per_sec' not in r
+    assert r['softmax_kernel_tuning'] == 'dz_axis=vocab,dz_chunks=2'
+
+
 def test_throughput_loop_runs_the_real_training_loop_beside_the_step():
   rows = run('throughput.py', '--config=experiments/brown.py:mlp1', '--config.model.m=4', '--config.model.h=6',
              '--vocab=61', '--batch_sizes=8', '--steps=2', '--repeats=1', '--loop', '--loop_steps=40',
