@@ -171,8 +171,8 @@ def test_the_plan_runs_the_session_step():
 @pytest.mark.parametrize('epochs,parts', [(1000.0, ['revisited']), (1.0, ['kernel', 'kernel', 'loop'])])
 def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epochs, parts):
   """After the rows, the rest of the call (each part cut at its most seconds or the time left) is issue
-  28's figures: 'auto''s GPU test and float32 at 300k in the training step, dz in chunks of the vocabulary
-  there, then the research size's candidates in the loop; where no row fitted (too long at the measured rate), gpu_plan.sh's speed step,
+  28's figures: 'auto''s GPU test and dz in chunks of the vocabulary beside XLA in the training step,
+  float32 at 300k there, then the research size's candidates in the loop; where no row fitted (too long at the measured rate), gpu_plan.sh's speed step,
   so the call still brings figures back. The rows leave FIGURES_RESERVE for them."""
   calls = []
   monkeypatch.setattr(session_lib, 'probe', lambda name, logs: {'sorted': 2000.0}.get(name))
@@ -192,13 +192,13 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
   for args, _, only in figures:
     assert 60 <= int(args[1]) <= 385  # 400 s less the pack's 15 (and the row's)
   if epochs == 1.0:
-    # 'auto''s GPU test and the kernel's float32 lines at 300k, then the research candidates in bfloat16
-    assert figures[0][1:] == ('float32', ('kernel_v300000_float32', 'auto_takes_the_mosaic', '', '300000'))
-    # then the Mosaic form with dz in chunks of the vocabulary at 300k and 100k, four and eight
-    vocab_chunks = ('kernel_mosaic_vocab4_v300000_bfloat16,kernel_mosaic_vocab8_v300000_bfloat16,'
-                    'kernel_mosaic_vocab4_v100000_bfloat16,kernel_mosaic_vocab8_v100000_bfloat16')
-    assert figures[1][1:] == ('bfloat16', (vocab_chunks, 'none', '', '300000 100000'))
-    assert [int(f[0][1]) for f in figures[:2]] == [130, 90]  # each part's most seconds; the research the rest
+    # 'auto''s GPU test and dz in chunks of the vocabulary beside XLA at 300k and 100k, float32 at 300k, then
+    # the research candidates in bfloat16
+    vocab_chunks = ','.join(f'{name}_v{v}_bfloat16' for v in (300000, 100000)
+                            for name in ('kernel', 'kernel_mosaic_vocab4', 'kernel_mosaic_vocab8'))
+    assert figures[0][1:] == ('bfloat16', (vocab_chunks, 'auto_takes_the_mosaic', '', '300000 100000'))
+    assert figures[1][1:] == ('float32', ('kernel_v300000_float32', 'none', '', '300000'))
+    assert [int(f[0][1]) for f in figures[:2]] == [150, 90]  # each part's most seconds; the research the rest
     assert figures[2][1:] == ('bfloat16', ('research_bf16,research_bf16_mu_bf16,research_bf16_while_command_buffers',
                                            '', '', ''))
     assert int(figures[2][0][1]) > 90  # all that is left (here the other parts took no time)
