@@ -125,14 +125,9 @@ def softmax_kernel(config, mesh) -> str:
 
 def softmax_kernel_ran(config, mesh, model, params, batch: int) -> str:
   """The output layer's path a step of `batch` examples runs: softmax_kernel's, its 'auto' on one GPU
-  resolved by a shard's shapes as the traced step resolves it (vocab_softmax.auto_kernel)."""
-  kernel = softmax_kernel(config, mesh)
-  if kernel != 'auto':
-    return kernel
-  layer = model.output_layer(params)  # [K + 1, |V|]: the weight rows, then the bias row
-  return vocab_softmax.auto_kernel(mesh.devices.flat[0].platform, batch // mesh.shape['data'],
-                                   layer.shape[-1] // mesh.shape['model'], layer.shape[0] - 1, model.compute_dtype,
-                                   config.train.get('softmax_kernel_tuning', ''))
+  resolved as the traced step resolves it (steps.output_layer_kernel)."""
+  return steps_lib.output_layer_kernel(softmax_kernel(config, mesh), model, params, mesh, batch,
+                                       config.train.chunk_size, config.train.get('softmax_kernel_tuning', ''))
 
 
 def build_train_step(config, vocab: int, mesh):

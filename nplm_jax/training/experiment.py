@@ -168,16 +168,14 @@ class Experiment:
 
   def output_layer_paths(self, config, kernel: str) -> str:
     """Where train.softmax_kernel='auto' is resolved by each call's shapes (one GPU), the paths its
-    training and evaluation calls take (as the traced steps resolve them: vocab_softmax.auto_kernel)."""
+    training and evaluation calls take (steps.output_layer_kernel, as the traced steps resolve them)."""
     if kernel != 'auto':
       return ''
-    features = model_family.parameter_split(self.model)[1] - 1  # the output layer's rows, the bias row apart
-    shard = lambda batch: vocab_softmax.auto_kernel(
-        self.platform, min(batch, config.train.chunk_size or batch) // self.mesh.shape['data'],
-        self.model.padded_vocab_size // self.mesh.shape['model'], features, self.model.compute_dtype,
-        config.train.get('softmax_kernel_tuning', ''))
-    training = f'{shard(config.train.batch_size)} in training, ' if config.loss.name == 'softmax' else ''
-    return f"; output layer: {training}{shard(self.eval_batch_size)} in evaluation (train.softmax_kernel='auto')"
+    path = lambda batch: steps_lib.output_layer_kernel(kernel, self.model, self.steps.abstract_params, self.mesh,
+                                                       batch, config.train.chunk_size,
+                                                       config.train.get('softmax_kernel_tuning', ''))
+    training = f'{path(config.train.batch_size)} in training, ' if config.loss.name == 'softmax' else ''
+    return f"; output layer: {training}{path(self.eval_batch_size)} in evaluation (train.softmax_kernel='auto')"
 
   def restore_best_params(self, checkpoints: ckpt_lib.Checkpoints, step: int):
     """The best parameters (saved at `step`), laid out for this run's mesh."""

@@ -93,6 +93,19 @@ def token_nll(model, mesh: Mesh, params, contexts, targets):
                                  compute_dtype=model.compute_dtype)
 
 
+def output_layer_kernel(kernel: str, model, params, mesh: Mesh, batch: int, chunk_size: int = 0,
+                        kernel_tuning: str = '') -> str:
+  """The output layer's path a call of `batch` examples takes: `kernel` (vocab_softmax.softmax_kernel_for's),
+  its 'auto' on one GPU resolved as vocab_softmax.token_nll resolves it when the step is traced: from a
+  shard's examples (a chunk's, with chunk_size: chunked_map) and columns, K and the compute dtype. `params`
+  may be abstract: only the output layer's shape is read."""
+  if kernel != 'auto':
+    return kernel
+  rows, columns = jax.eval_shape(model.output_layer, params).shape  # [K + 1, |V|]: the weight rows, the bias row
+  return vocab_softmax.auto_kernel(mesh.devices.flat[0].platform, min(batch, chunk_size or batch) // mesh.shape['data'],
+                                   columns // mesh.shape['model'], rows - 1, model.compute_dtype, kernel_tuning)
+
+
 def dropout_key(seed: int, step):
   """The dropout masks of a step are a function of (seed, step): a resumed run draws the same."""
   return jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), DROPOUT_STREAM), step)
