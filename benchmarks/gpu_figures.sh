@@ -32,7 +32,8 @@
 #          research-size loop without deterministic reductions (their cost).
 # ONLY=NAME,NAME runs those benchmarks of a part alone (one GPU call is at most 10 minutes); GPU_TESTS=EXPR
 # runs only the tests/test_gpu.py tests that pytest -k EXPR selects (none: none), KERNEL_VOCABS='V V ...' the |V|s in
-# that order (the kernel part);
+# that order (the kernel part), VOCAB_CHUNKS='4 8 ...' its counts of dz's chunks of the vocabulary, and
+# FLOAT32_KERNELS='xla,pallas_loop_dz' its float32 line's paths (default: xla and both loop forms);
 # BASELINE=DIR (an older checkout) adds its research-size loop to `loop` and its loop to `softmax`.
 # Needs NLTK_DATA and PTB_DIR for `train`. Each result is one JSON line in OUT_DIR/*.jsonl.
 set -u
@@ -153,7 +154,7 @@ elif [ "$part" = kernel ]; then
         --softmax_kernels=xla,pallas_mosaic
       [ "$dtype" = float32 ] && bench kernel_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v \
         --batch_sizes=4096 --steps=10 --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 \
-        --softmax_kernels=xla,pallas_loop,pallas_loop_dz
+        --softmax_kernels=${FLOAT32_KERNELS:-xla,pallas_loop,pallas_loop_dz}
       [ "$dtype" = bfloat16 ] && bench kernel_loop_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v \
         --batch_sizes=4096 --steps=10 --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 \
         --softmax_kernels=pallas_loop,pallas_loop_dz
@@ -163,7 +164,7 @@ elif [ "$part" = kernel ]; then
         --config.train.vocab_block=0 --softmax_kernels=pallas_mosaic --config.train.softmax_kernel_tuning=dz_chunks=8
       # dz in chunks of the vocabulary's tiles (LoopTuning.dz_axis=vocab), four then eight: each chunk's columns
       # of dW made whole, no float32 accumulator of dW over the chunks (the temporaries target: a tenth of XLA's)
-      for chunks in 4 8; do
+      for chunks in ${VOCAB_CHUNKS:-4 8}; do
         [ "$dtype" = bfloat16 ] && bench kernel_mosaic_vocab${chunks}_v${v}_$dtype --config=experiments/brown.py:mlp1 \
           --vocab=$v --batch_sizes=4096 --steps=10 --repeats=3 --config.model.compute_dtype=$dtype \
           --config.train.vocab_block=0 --softmax_kernels=pallas_mosaic \

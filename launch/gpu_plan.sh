@@ -14,14 +14,13 @@
 #              issue 27 still waits for (the character tune points and seeds, the character ladder's rows
 #              not yet at early stopping: launch/session.py's ROWS), one at a time, each only if it fits
 #              in the call; its last 150 s go to issue 28's figures (launch/session.py's FIGURES: 'auto''s
-#              GPU test and float32 at |V| 300k in the training step, then the research size's candidates;
-#              speed where no row would fit a call), what they leave to the rows skipped before them; run
-#              it first when the budget is that short. Again at once (the very next step: the machine goes
-#              back about 30 s after a call) on the warm machine with SESSION_SECONDS=(what is left, less a
-#              minute): the rows not yet trained, no probes. Whatever that leaves (over about 100 s), at
-#              once again, or the machine goes back idle and no other starts: GPU_TESTS=none
-#              TILES_RUNS='300000:bfloat16 100000:float32' timeout (what is left, less 45 s) bash
-#              launch/gpu_plan.sh tiles OUT
+#              GPU test and dz in chunks of the vocabulary, then float32 at |V| 300k in the training step,
+#              then the research size's candidates; speed where no row would fit a call), what they leave
+#              to the rows skipped before them; run it first when the budget is that short. Then copy the
+#              call's OUT/session.json here into .carry/session_earlier.json and call again at once with
+#              SESSION_EARLIER=.carry/session_earlier.json SESSION_SECONDS=(what is left, less a minute):
+#              no probes, the rows not yet trained, the figures not yet started, on the warm machine or,
+#              when it has gone back (about 30 s after a call), a fresh one.
 #   ptb        issue 27: PTB words, the ladder's six rows side by side (each + KN5)
 #   chars      issue 27: PTB characters, the ladder's six rows side by side (each + KN11)
 #   brown      issue 27: Brown, the ladder's six rows side by side (each + the interpolated trigram)

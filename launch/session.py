@@ -10,18 +10,20 @@ cut by the call's end. Each gets the time left as its train.max_seconds (a safet
 fit is skipped and said so (and tried again with what the figures leave). The rows leave FIGURES_RESERVE
 seconds of the call to issue 28's figures (FIGURES): 'auto''s GPU test and dz in chunks of the
 vocabulary beside XLA in the training step (gpu_figures.sh kernel), float32 at |V| 300k there, then the
-research size's candidates in the loop (loop); where no
-row would fit even a whole call, where the step's time goes (gpu_plan.sh speed).
+research size's candidates in the loop (loop); where no row would fit even a whole call, where the step's
+time goes (gpu_plan.sh speed).
 
-A later call on the same warm machine (the tool keeps it about 30 s after a call; the rows' workdirs
-and ROOT/session.json are still there) goes on from the first: no probes, the rows not yet trained,
-no figures; SESSION_SECONDS says how long it may run (what the session has left, less a minute). Make
-it the very next step: on the H200 of 2026-11-26 it came after the machine had gone back, and a fresh
-machine took the first call's path again (probes, figures) in the time left.
+A later call goes on from the first: no probes, the rows no call has trained, then the parts of the
+figures no call has started; SESSION_SECONDS says how long it may run (what the session has left, less a
+minute). On the same warm machine (the tool keeps it about 30 s after a call) it reads ROOT/session.json,
+beside the rows' workdirs. A call that finds a fresh machine (the H200s of 2026-11-26 and -27: the last
+one had gone back) reads the session from SESSION_EARLIER, the last call's OUT/session.json copied into
+.carry/; without it a fresh machine takes the first call's path again (probes, figures).
 
 On a lent machine, from the repository root, with .whl/ and .carry/ carried:
   bash launch/gpu_plan.sh session OUT          # source launch/device_env.sh, then python -m launch.session
-  SESSION_SECONDS=150 bash launch/gpu_plan.sh session OUT   # at once after it, on the warm machine
+  # here: cp FILES_AT/session.json .carry/session_earlier.json; then at once, warm machine or not:
+  SESSION_EARLIER=.carry/session_earlier.json SESSION_SECONDS=150 bash launch/gpu_plan.sh session OUT
 Back here: python -m launch.results collect_pack --pack=OUT/results.tgz (session.json in the pack names the
 call), then python -m launch.results render --write.
 
@@ -42,6 +44,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from typing import NamedTuple
 
 from launch import sweep as sweep_lib
 from nplm_jax import cli as cli_lib
@@ -334,7 +337,8 @@ class Session:
   char_form: str = ''  # the character rows' form (probe_char_forms); '' = `form`
   rows: list = dataclasses.field(default_factory=list)
   rest: str = ''  # what the time after the rows went to
-  calls: int = 1  # calls on one machine: the first probes and ends with the figures, a later one trains rows
+  figures: list = dataclasses.field(default_factory=list)  # the FIGURES parts started (Figures.name), any call
+  calls: int = 1  # the session's calls: the first probes; each trains the rows left, then the figures left
 
   def form_for(self, row: Row) -> str:
     """The form `row` trains with: the character rows' for a character row, else the picked one."""
@@ -355,8 +359,11 @@ class Session:
   def earlier(cls, root: str) -> 'Session | None':
     """The session an earlier call on this machine left in ROOT (its workdirs are there too), or None."""
     path = os.path.join(root, 'session.json')
-    if not os.path.exists(path):
-      return None
+    return cls.read(path) if os.path.exists(path) else None
+
+  @classmethod
+  def read(cls, path: str) -> 'Session':
+    """A session.json as written (fields it lacks, from older calls, take their defaults)."""
     with open(path, encoding='utf-8') as f:
       fields = json.load(f)
     return cls(**{k: v for k, v in fields.items() if k in {f.name for f in dataclasses.fields(cls)}})
@@ -366,12 +373,15 @@ def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=N
              extra_sets=(), only_skipped: bool = False) -> None:
   """Each row in order that fits in the time left before `deadline` (a clock() time), at the picked
   form's rate; a row that does not fit is skipped and a later, shorter one may still run. only_skipped:
-  none that session has run already (done or failed), only those it skipped."""
+  none that session has run already (done or failed), only those it skipped. A row an earlier call trained
+  (its results in ROOT, or 'done' in session: on a fresh machine its results came back with that call's
+  pack) is not trained again."""
   run = run or subprocess.run
   os.makedirs(logs_folder(root), exist_ok=True)
   ran = {(r['root'], r['point']) for r in session.rows if not r['status'].startswith('skipped')}
+  done = {(r['root'], r['point']) for r in session.rows if r['status'] == 'done'}
   for row in rows:
-    if os.path.exists(os.path.join(root, row.root, row.point, 'results.json')):
+    if (row.root, row.point) in done or os.path.exists(os.path.join(root, row.root, row.point, 'results.json')):
       print(f'{row.root}/{row.point}: trained by an earlier call', flush=True)
       continue
     if only_skipped and (row.root, row.point) in ran:
@@ -403,50 +413,66 @@ def run_rows(rows, session: Session, out: str, root: str, deadline: float, run=N
     pack(root, out)
 
 
-# Issue 28's figures after the rows, each (gpu_figures.sh part, its settings, the most seconds it may take or
-# None for all that is left). The Mosaic GPU form's training-step figures in bfloat16 are in (the H200,
-# 2026-11-26: 1.31x-2.09x XLA at |V| 17,905-300k, RESULTS.md "The third H200 session"), its temporaries
-# (17-28% of XLA's) not yet within the issue's tenth: first the GPU test that 'auto' takes it and gives XLA's
-# numbers, then, beside XLA and the default in the same call, dz in chunks of the vocabulary (dz_axis=vocab,
-# four and eight) at 300k and then 100k, at most 150 s; then float32 at 300k (the issue's 1.2x target; the
-# loop forms beside XLA: the Mosaic form takes two-byte operands), at most 90 s; then the research size's
-# candidates at batch 256 and 1024 in the loop (the default, AdamW's first moment in bfloat16, and XLA's
-# command buffers capturing the step loop's while too: its profile put 1.4-2.3 ms of the step between
-# operations and 1.14 ms at the memory traffic's bound).
-_VOCAB_CHUNK_FIGURES = tuple(name for v in (300000, 100000) for name in (
-    f'kernel_v{v}_bfloat16', f'kernel_mosaic_vocab4_v{v}_bfloat16', f'kernel_mosaic_vocab8_v{v}_bfloat16'))
+class Figures(NamedTuple):
+  """A part of issue 28's figures: gpu_figures.sh's `part` with `settings` (its environment), for at most
+  `most_seconds` (None: all that is left); `name` is what Session.figures records once it has started."""
+  name: str
+  part: str
+  settings: dict
+  most_seconds: int | None
+
+
+# Issue 28's figures after the rows. The Mosaic GPU form's training-step figures in bfloat16 are in, and dz
+# in chunks of the vocabulary timed at 100k and 300k (the H200, 2026-11-27, RESULTS.md "The fourth H200
+# session": 4 chunks 2.03x / 2.19x XLA, 8 chunks 1.94x / 1.55x in 14% / 13% of XLA's temporaries, the
+# issue's tenth not yet met): first the GPU test that 'auto' takes the Mosaic form and gives XLA's numbers
+# (it failed there on a detail of the test, now mended), then 4 and 8 chunks of the vocabulary beside XLA
+# and the default at Brown's 17,905 (whether they could be the default) and 16 at 300k and 100k (the
+# tenth), at most 150 s; then float32 at 300k (the issue's 1.2x target; the loop form with its gradients
+# from dz beside XLA: the Mosaic form takes two-byte operands, and the fused loop form, 0.35x XLA at 100k,
+# kept the three-form line past 95 s there), at most 150 s; then the research size's candidates at batch
+# 256 and 1024 in the loop (the default, AdamW's first moment in bfloat16, and XLA's command buffers
+# capturing the step loop's while too: its profile put 1.4-2.3 ms of the step between operations and 1.14
+# ms at the memory traffic's bound; the H200 of 2026-11-27 ran them on a machine at half its matmul peak).
+_VOCAB_CHUNK_FIGURES = ('kernel_v17905_bfloat16', 'kernel_mosaic_vocab4_v17905_bfloat16',
+                        'kernel_mosaic_vocab8_v17905_bfloat16', 'kernel_mosaic_vocab16_v300000_bfloat16',
+                        'kernel_mosaic_vocab16_v100000_bfloat16')
 _FLOAT32_FIGURES = ('kernel_v300000_float32',)
 _RESEARCH_FIGURES = ('research_bf16', 'research_bf16_mu_bf16', 'research_bf16_while_command_buffers')
-FIGURES = (('kernel', {'GPU_TESTS': 'auto_takes_the_mosaic', 'KERNEL_VOCABS': '300000 100000',
-                       'ONLY': ','.join(_VOCAB_CHUNK_FIGURES)}, 150),
-           ('kernel', {'GPU_TESTS': 'none', 'DTYPES': 'float32', 'KERNEL_VOCABS': '300000',
-                       'ONLY': ','.join(_FLOAT32_FIGURES)}, 90),
-           ('loop', {'ONLY': ','.join(_RESEARCH_FIGURES)}, None))
+FIGURES = (
+    Figures('vocab_chunks', 'kernel', {'GPU_TESTS': 'auto_takes_the_mosaic', 'KERNEL_VOCABS': '17905 300000 100000',
+                                       'VOCAB_CHUNKS': '4 8 16', 'ONLY': ','.join(_VOCAB_CHUNK_FIGURES)}, 150),
+    Figures('float32', 'kernel', {'GPU_TESTS': 'none', 'DTYPES': 'float32', 'KERNEL_VOCABS': '300000',
+                                  'FLOAT32_KERNELS': 'xla,pallas_loop_dz', 'ONLY': ','.join(_FLOAT32_FIGURES)}, 150),
+    Figures('research', 'loop', {'ONLY': ','.join(_RESEARCH_FIGURES)}, None))
+# Where no row would fit even a whole call: where the revisited step's time goes.
+SPEED_FIGURES = Figures('speed', 'revisited', {}, None)
 
 
 def spend_the_rest(session: Session, out: str, left: int, clock=time.time, call_seconds: float = 0.0) -> None:
   """The call's time after its rows, `left` seconds (bench.jsonl keeps each finished benchmark): where no
   row trained and none would fit in a whole call of `call_seconds` (the step too slow for the rows), where
-  the step's time goes (gpu_plan.sh speed); else FIGURES in turn, each cut at its most seconds or the
-  time still left."""
+  the step's time goes (gpu_plan.sh speed); else the FIGURES parts no call of the session has started, in
+  turn, each cut at its most seconds or the time still left."""
   if left < MIN_FALLBACK_SECONDS:
     return
   rows_fit = any(row.get('seconds') is not None or (row.get('estimate_s') or float('inf')) <= call_seconds
                  for row in session.rows)
   end = clock() + left
-  parts = FIGURES if rows_fit else (('revisited', {}, None),)
-  spent = []
-  for part, settings, most_seconds in parts:
-    seconds = int(min(end - clock(), most_seconds or float('inf')))
+  parts = [p for p in (FIGURES if rows_fit else (SPEED_FIGURES,)) if p.name not in session.figures]
+  spent = [session.rest] if session.rest else []
+  for figures in parts:
+    seconds = int(min(end - clock(), figures.most_seconds or float('inf')))
     if seconds < MIN_PART_SECONDS:
       break
-    spent.append(f'{seconds} s of benchmarks/gpu_figures.sh {part}' +
-                 ''.join(f' ({key}={value})' for key, value in settings.items()))
+    spent.append(f'{seconds} s of benchmarks/gpu_figures.sh {figures.part}' +
+                 ''.join(f' ({key}={value})' for key, value in figures.settings.items()))
     session.rest = '; '.join(spent)
+    session.figures.append(figures.name)
     print(f'the rest of the call: {spent[-1]}', flush=True)
-    subprocess.run(['timeout', str(seconds), 'bash', 'benchmarks/gpu_figures.sh', part, out], check=False,
+    subprocess.run(['timeout', str(seconds), 'bash', 'benchmarks/gpu_figures.sh', figures.part, out], check=False,
                    env={**os.environ, 'DTYPES': 'bfloat16', 'ONLY': '', 'GPU_TESTS': '', 'KERNEL_VOCABS': '',
-                        'TILES_RUNS': '', **settings})
+                        'TILES_RUNS': '', 'VOCAB_CHUNKS': '', 'FLOAT32_KERNELS': '', **figures.settings})
 
 
 def main(argv=None) -> int:
@@ -457,15 +483,24 @@ def main(argv=None) -> int:
                       help='the call\'s time from now (SESSION_SECONDS): the device tool stops a command at 600 s; '
                            'a later call on the same machine gets what the session has left')
   parser.add_argument('--set', action='append', default=[], help='a config override for every row (key=value)')
+  parser.add_argument('--earlier', default=os.environ.get('SESSION_EARLIER', ''),
+                      help="(SESSION_EARLIER) an earlier call's session.json, brought back and carried here: a "
+                           'later call that finds a fresh machine (the last one gone back) goes on from it: no '
+                           'probes, no row or figure that call ran (ROOT/session.json, on a warm machine, wins)')
   args = parser.parse_args(argv)
   deadline = time.time() + args.seconds
   os.makedirs(args.out, exist_ok=True)
   os.makedirs(logs_folder(args.root), exist_ok=True)
   session = Session.earlier(args.root)
-  if session:  # a later call on the same warm machine: the rates measured, the rows left, no figures again
+  where = 'this machine'
+  if not session and args.earlier:  # a fresh machine: the earlier calls' rows came back with their packs
+    if not os.path.exists(args.earlier):
+      parser.error(f'--earlier: no file {args.earlier}: copy the last call\'s OUT/session.json there (in .carry/)')
+    session, where = Session.read(args.earlier), f'a fresh machine, going on from {args.earlier}'
+  if session:  # a later call: the rates measured, the rows left, then the figures left
     session.calls += 1
-    print(f'call {session.calls} on this machine: {session.form} at {session.rates.get(session.form)} tokens/s, '
-          'measured by the first', flush=True)
+    print(f'call {session.calls} of the session on {where}: {session.form} at {session.rates.get(session.form)} '
+          'tokens/s, measured by the first', flush=True)
   else:
     session = Session(device=gpu_name())
     session.rates = probe_forms(session.device, logs_folder(args.root))
@@ -479,15 +514,14 @@ def main(argv=None) -> int:
         session.rates[row.key] = probe_row(row, session.form_for(row), logs_folder(args.root))
         print(f'probe {row.key}: {session.rates[row.key] or "failed"} tokens/s', flush=True)
   session.write(args.out, args.root)
-  first = session.calls == 1
-  run_rows(ROWS, session, args.out, args.root, deadline - (FIGURES_RESERVE if first else 0),
-           extra_sets=tuple(args.set))
-  if first:
-    spend_the_rest(session, args.out, int(deadline - time.time() - PACK_RESERVE),
-                   call_seconds=args.seconds - PACK_RESERVE)
-    # what the figures left (they often end before their reserve: 126 s of the H100's first call on
-    # 2026-11-26), for the rows skipped before them
-    run_rows(ROWS, session, args.out, args.root, deadline, extra_sets=tuple(args.set), only_skipped=True)
+  # the rows leave the first part of the figures its time until a call has started it
+  reserve = FIGURES_RESERVE if FIGURES[0].name not in session.figures else 0
+  run_rows(ROWS, session, args.out, args.root, deadline - reserve, extra_sets=tuple(args.set))
+  spend_the_rest(session, args.out, int(deadline - time.time() - PACK_RESERVE),
+                 call_seconds=args.seconds - PACK_RESERVE)
+  # what the figures left (they often end before their reserve: 126 s of the H100's first call on
+  # 2026-11-26), for the rows skipped before them
+  run_rows(ROWS, session, args.out, args.root, deadline, extra_sets=tuple(args.set), only_skipped=True)
   session.write(args.out, args.root)
   pack(args.root, args.out)
   return 0

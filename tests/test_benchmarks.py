@@ -222,6 +222,7 @@ def _script_overrides(path):
     for each in (loops[variable.group(1)] if variable else [value]):
       found.add((key, each))
   for kernels in re.findall(r'--softmax_kernels=(\S+)', text):  # throughput.py's: train.softmax_kernel each
+    kernels = re.sub(r'^\$\{\w+:-(.*)\}$', r'\1', kernels)  # ${FLOAT32_KERNELS:-xla,...}: its default
     found.update(('train.softmax_kernel', kernel) for kernel in kernels.split(','))
   return sorted(found)
 

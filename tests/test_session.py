@@ -172,8 +172,9 @@ def test_the_plan_runs_the_session_step():
 def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epochs, parts):
   """After the rows, the rest of the call (each part cut at its most seconds or the time left) is issue
   28's figures: 'auto''s GPU test and dz in chunks of the vocabulary beside XLA in the training step,
-  float32 at 300k there, then the research size's candidates in the loop; where no row fitted (too long at the measured rate), gpu_plan.sh's speed step,
-  so the call still brings figures back. The rows leave FIGURES_RESERVE for them."""
+  float32 at 300k there, then the research size's candidates in the loop; where no row fitted (too long
+  at the measured rate), gpu_plan.sh's speed step, so the call still brings figures back. The rows leave
+  FIGURES_RESERVE for them."""
   calls = []
   monkeypatch.setattr(session_lib, 'probe', lambda name, logs: {'sorted': 2000.0}.get(name))
   monkeypatch.setattr(session_lib, 'ROWS', (_row('row', epochs),))
@@ -182,7 +183,8 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
   def run(args, **kwargs):
     env = kwargs.get('env', {})
     calls.append((args, env.get('DTYPES'), (env.get('ONLY'), env.get('GPU_TESTS'), env.get('TILES_RUNS'),
-                                            env.get('KERNEL_VOCABS'))))
+                                            env.get('KERNEL_VOCABS'), env.get('VOCAB_CHUNKS'),
+                                            env.get('FLOAT32_KERNELS'))))
     return types.SimpleNamespace(returncode=0)
   monkeypatch.setattr(session_lib.subprocess, 'run', run)
   assert session_lib.main([f'--out={tmp_path}', f'--root={tmp_path / "root"}', '--seconds=400']) == 0
@@ -192,15 +194,16 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
   for args, _, only in figures:
     assert 60 <= int(args[1]) <= 385  # 400 s less the pack's 15 (and the row's)
   if epochs == 1.0:
-    # 'auto''s GPU test and dz in chunks of the vocabulary beside XLA at 300k and 100k, float32 at 300k, then
-    # the research candidates in bfloat16
-    vocab_chunks = ','.join(f'{name}_v{v}_bfloat16' for v in (300000, 100000)
-                            for name in ('kernel', 'kernel_mosaic_vocab4', 'kernel_mosaic_vocab8'))
-    assert figures[0][1:] == ('bfloat16', (vocab_chunks, 'auto_takes_the_mosaic', '', '300000 100000'))
-    assert figures[1][1:] == ('float32', ('kernel_v300000_float32', 'none', '', '300000'))
-    assert [int(f[0][1]) for f in figures[:2]] == [150, 90]  # each part's most seconds; the research the rest
+    # 'auto''s GPU test and dz in 4 and 8 chunks of the vocabulary beside XLA at 17,905, in 16 at 300k and
+    # 100k; float32 at 300k (XLA and the loop form from dz); then the research candidates in bfloat16
+    vocab_chunks = ('kernel_v17905_bfloat16,kernel_mosaic_vocab4_v17905_bfloat16,kernel_mosaic_vocab8_v17905_bfloat16,'
+                    'kernel_mosaic_vocab16_v300000_bfloat16,kernel_mosaic_vocab16_v100000_bfloat16')
+    assert figures[0][1:] == ('bfloat16', (vocab_chunks, 'auto_takes_the_mosaic', '', '17905 300000 100000',
+                                           '4 8 16', ''))
+    assert figures[1][1:] == ('float32', ('kernel_v300000_float32', 'none', '', '300000', '', 'xla,pallas_loop_dz'))
+    assert [int(f[0][1]) for f in figures[:2]] == [150, 150]  # each part's most seconds; the research the rest
     assert figures[2][1:] == ('bfloat16', ('research_bf16,research_bf16_mu_bf16,research_bf16_while_command_buffers',
-                                           '', '', ''))
+                                           '', '', '', '', ''))
     assert int(figures[2][0][1]) > 90  # all that is left (here the other parts took no time)
     row = next(c[0] for c in calls if c[0][0] != 'timeout')
     budget = int(next(a for a in row if a.startswith('--set=train.max_seconds=')).rpartition('=')[2])
@@ -209,6 +212,7 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
   with open(tmp_path / 'session.json', encoding='utf-8') as f:
     written = json.load(f)
   assert written['form'] == 'sorted' and all(part in written['rest'] for part in parts)
+  assert written['figures'] == (['vocab_chunks', 'float32', 'research'] if epochs == 1.0 else ['speed'])
   assert written['rows'][0]['status'].startswith('done' if epochs == 1.0 else 'skipped: about')
 
 
@@ -361,8 +365,9 @@ def test_too_little_time_after_the_rows_is_left_alone(monkeypatch):
 
 def test_a_later_call_on_the_warm_machine_goes_on_from_the_first(tmp_path, monkeypatch):
   """ROOT/session.json and the rows' workdirs outlive a call on a warm machine: the next call measures
-  nothing again, trains the rows no call has trained (not those with results), leaves no time to the
-  figures and runs none, and counts the calls (SESSION_SECONDS gives its length)."""
+  nothing again, trains the rows no call has trained (not those with results), runs no figures the first
+  started (here all of them) and leaves them no time, and counts the calls (SESSION_SECONDS gives its
+  length)."""
   rows = tuple(_row(f'row{k}', 1.0) for k in range(3))
   monkeypatch.setattr(session_lib, 'ROWS', rows)
   root = tmp_path / 'root'
@@ -372,7 +377,8 @@ def test_a_later_call_on_the_warm_machine_goes_on_from_the_first(tmp_path, monke
              {'root': 'brown_tune', 'point': 'row1', 'status': 'skipped: about 90 s, 35 s left'},
              {'root': 'brown_tune', 'point': 'row2', 'status': 'failed (exit 1)'}]
   session_lib.Session(rates={'sorted': 1e5}, form='sorted', rows=earlier,
-                      rest='120 s of benchmarks/gpu_figures.sh loop').write(str(root))
+                      rest='120 s of benchmarks/gpu_figures.sh loop',
+                      figures=[f.name for f in session_lib.FIGURES]).write(str(root))
   monkeypatch.setattr(session_lib, 'probe', lambda name, logs: pytest.fail('probed again'))
   calls = record_runs(monkeypatch)
   monkeypatch.setenv('SESSION_SECONDS', '150')
@@ -394,3 +400,58 @@ def test_a_character_rows_estimate_covers_what_the_h100_took():
   word rows' SLOWDOWN it was 281 s, and the 81-character window fitted in no call)."""
   row = next(r for r in session_lib.ROWS if r.point == session_lib._CHAR_TUNE0)  # pylint: disable=protected-access
   assert 220 <= session_lib.estimate_seconds(row, 230_508) <= 250
+
+
+def test_a_later_call_on_a_fresh_machine_goes_on_from_the_session_brought_back(tmp_path, monkeypatch):
+  """The H200s of 2026-11-26 and -27 were given back before the second call: with SESSION_EARLIER (the
+  first call's session.json, carried) a fresh machine probes nothing, trains no row the first call
+  trained (its results came back with that call's pack), gives no reserve to figures already started, and
+  after the rows runs the parts of the figures no call started; ROOT/session.json, on a warm machine,
+  would win."""
+  rows = tuple(_row(f'row{k}', 1.0) for k in range(3))
+  monkeypatch.setattr(session_lib, 'ROWS', rows)
+  monkeypatch.setattr(session_lib, 'pack', lambda root, out: None)
+  earlier = tmp_path / 'carry'
+  earlier.mkdir()
+  session_lib.Session(rates={'sorted': 1e5}, form='sorted', rest='150 s of benchmarks/gpu_figures.sh kernel',
+                      figures=['vocab_chunks'],
+                      rows=[{'root': 'brown_tune', 'point': 'row0', 'status': 'done'},
+                            {'root': 'brown_tune', 'point': 'row1', 'status': 'skipped: about 90 s, 35 s left'}]
+                      ).write(str(earlier))
+  monkeypatch.setattr(session_lib, 'probe', lambda name, logs: pytest.fail('probed again'))
+  calls = record_runs(monkeypatch)
+  monkeypatch.setenv('SESSION_EARLIER', str(earlier / 'session.json'))
+  assert session_lib.main([f'--out={tmp_path / "out"}', f'--root={tmp_path / "root"}', '--seconds=400']) == 0
+  kinds = [args[4] if args[0] == 'timeout' else next(a for a in args if a.startswith('--only=')) for args in calls]
+  assert kinds == ['--only=row1', '--only=row2', 'kernel', 'loop']  # float32's kernel part, then the research
+  budget = int(next(a for a in calls[0] if a.startswith('--set=train.max_seconds=')).rpartition('=')[2])
+  assert 355 <= budget <= 360  # 400 s less the pack's 15 and the finish's 25: the first part started already
+  with open(tmp_path / 'out' / 'session.json', encoding='utf-8') as f:
+    written = json.load(f)
+  assert written['calls'] == 2 and written['figures'] == ['vocab_chunks', 'float32', 'research']
+  assert written['rest'].startswith('150 s of benchmarks/gpu_figures.sh kernel; ')
+  assert [(r['point'], r['status']) for r in written['rows']] == [('row0', 'done'), ('row1', 'done'), ('row2', 'done')]
+
+
+def test_a_missing_earlier_session_is_one_line_naming_the_fix(tmp_path):
+  with pytest.raises(SystemExit) as exit_:
+    session_lib.main([f'--out={tmp_path}', f'--root={tmp_path / "root"}', f'--earlier={tmp_path / "nope.json"}'])
+  assert str(exit_.value).startswith('error: --earlier: no file ') and "copy the last call's OUT/session.json" in str(
+      exit_.value) and '\n' not in str(exit_.value)
+
+
+def test_every_benchmark_the_figures_name_is_one_the_figures_script_runs_with_their_settings():
+  """Each name in FIGURES' ONLY lists is a benchmark that benchmarks/gpu_figures.sh runs with that part's
+  settings (KERNEL_VOCABS, DTYPES, VOCAB_CHUNKS): a misspelt name, or one its loops do not reach, runs
+  nothing in a GPU call."""
+  import re  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(REPO, 'benchmarks', 'gpu_figures.sh'), encoding='utf-8') as f:
+    script = f.read()
+  templates = set(re.findall(r'^\s*(?:\[ [^]]*\] && )?(?:bench|profile) (\S+)', script, re.MULTILINE))
+  for figures in session_lib.FIGURES:
+    settings = figures.settings
+    runs = {t.replace('${v}', v).replace('$dtype', dtype).replace('${chunks}', chunks)
+            for t in templates for v in settings.get('KERNEL_VOCABS', '17905 100000 300000').split()
+            for dtype in settings.get('DTYPES', 'bfloat16').split() for chunks in settings.get('VOCAB_CHUNKS', '4 8').split()}
+    named = settings['ONLY'].split(',')
+    assert set(named) <= runs, (figures.name, set(named) - runs)
