@@ -1,10 +1,12 @@
 """One accelerator call for a session lent little device time (15 minutes, of which one call of at most
-10 minutes is left once the machine has started): the revisited step's deterministic forms of C's
-gradient timed on the machine (on a GPU where each was timed before, FORMS_MEASURED_ON, only the fastest,
-for its rate), the fastest picked (the word rows'); the character rows' step timed with it and with
-every gradient a one-hot matmul (CHAR_FORMS), the faster kept for them (Session.char_form); then the rows
-issue 27 waits for, one at a time: the character tune points, the character ladder's rows not yet at
-early stopping, the character seeds, each to early stopping or its planned length (ROWS).
+10 minutes is left once the machine has started): where ROWS has word rows, the revisited step's
+deterministic forms of C's gradient timed on the machine (on a GPU where each was timed before,
+FORMS_MEASURED_ON, only the fastest, for its rate), the fastest picked (the word rows'); where it has
+character rows, the character rows' step timed with CHAR_BASELINE and with every gradient a one-hot
+matmul (CHAR_FORMS; where they were measured, CHAR_FORMS_MEASURED_ON, the one-hot alone), the faster kept
+for them (Session.char_form); then the rows issue 27 waits for, one at a time: the best character
+point's seeds, the character ladder's last row, the character tune points, each to early stopping or
+its planned length (ROWS).
 Each starts only when its estimated time fits in what is left of the call: a row is never planned to be
 cut by the call's end. Each gets the time left as its train.max_seconds (a safety), and one that does not
 fit is skipped and said so (and tried again with what the figures leave). The rows leave FIGURES_RESERVE
@@ -66,6 +68,10 @@ WORD_FORMS = ('scatter', 'sorted', 'sorted_counts')  # timed on PTB's top row; t
 # 1.81x: results/bench/cpu_char_distant_forms.jsonl; on the H200 1.40x sorted + counts, results/bench/
 # h200c_session.jsonl, and now 'auto''s pair there). Timed at the first call's start on CHAR_PROBE's step.
 CHAR_FORMS = ('one_hot',)
+CHAR_BASELINE = 'sorted_counts'  # timed beside CHAR_FORMS where they were not measured: the word rows' pick there
+# GPUs where CHAR_FORMS were timed against CHAR_BASELINE (the H200: 1.40x / 1.39x, then 1.44x on 2026-11-27,
+# results/bench/h200d_session.jsonl): there CHAR_FORMS alone are timed, for their rate (about 15 s each).
+CHAR_FORMS_MEASURED_ON = ('NVIDIA H200',)
 PROBE_CONFIG = 'experiments/ptb.py:ladder5_dropout'  # every row below has this row's shape
 PROBE_VOCAB = 10_000  # PTB's |V|; Brown's 17,905 makes its output layer 1.8x larger (SLOWDOWN covers it)
 PROBE_BATCH = 256  # the rows' train.batch_size
@@ -106,26 +112,29 @@ class Row:
     return self.sweep in ('char_tune', 'char_ladder')
 
 
-def _ladder_row(corpus: str, point: str, relative_rate: float) -> Row:
+def _ladder_row(corpus: str, point: str, relative_rate: float, epochs: float = 6.0) -> Row:
   """A ladder's row, seed 0, to early stopping (the words' top row took 5.5-6.5 epochs on the H100, the
-  characters' 5.1 on the H200)."""
+  characters' 5.1 on the H200; the characters' rows without dropout ran their 10 on the H200)."""
   experiment, root, sweep, tokens = {
       'ptb': ('experiments/ptb.py', 'ladder', 'ladder', PTB_TRAIN_TOKENS),
       'brown': ('experiments/brown.py', 'brown_ladder', 'ladder', BROWN_TRAIN_TOKENS),
       'chars': ('experiments/ptb.py', 'char_ladder', 'char_ladder', PTB_CHAR_TRAIN_TOKENS)}[corpus]
-  return Row(root, experiment, sweep, point, (), 6.0, tokens, f'the {corpus} ladder\'s {point} to early stopping',
+  return Row(root, experiment, sweep, point, (), epochs, tokens, f'the {corpus} ladder\'s {point} to early stopping',
              relative_rate)
 
 
-# What the sessions of 2026-11-26 (RESULTS.md, "The fourth H100 session", "The third H200 session") left,
-# the most useful first: the character ladder's revisited rows without dropout (2-4, the top row's shape) to
-# early stopping; the best character point with the parameters' moving average, and with a stronger weight
-# decay beside it (the character target, 1.40 alone, is 0.11 bits away); the best character point's seeds
-# (char_tune0, 1.509 at seed 0, until a tune point beats it); then a point at 16 epochs and four times the
-# batch (its step timed at the call's start: its rate at batch 2048 is its own). The
-# 81-character window is done (1.557: worse than 41), as are Brown tune11's seeds and PTB's 15-word window.
+# What the sessions of 2026-11-26 and -27 (RESULTS.md, "The third H200 session", "The fourth H200 session")
+# left, the most useful first: the best character point's seeds 1 and 2 (char_tune0, 1.509 at seed 0: the
+# issue's three seeds of the best row; both fit in a first call of about 370 s of rows once the word forms
+# are not timed); the character ladder's last row without dropout (tied), to its planned 10 epochs (rows
+# 2 and 3 ran theirs on the H200, validation flat from epoch 7); the best character point with the
+# parameters' moving average, and with a stronger weight decay beside it (the character target, 1.40
+# alone, is 0.11 bits away); then a point at 16 epochs and four times the batch. Done: the 81-character window (1.557: worse than 41),
+# the ladder's rows 2 and 3 (1.563, 1.555), Brown tune11's seeds and PTB's 15-word window.
 # Relative rates: each row's loop tokens/s over PTB's top row's on the H200 (results/*_h200*.json: ladder4
-# 1.0, characters 1.41).
+# 1.0, characters 1.41); a character row's estimate is CHAR_PROBE's step rate times its rate over CHAR_PROBE's
+# (1.41 / 1.41: on the H200 ladder rows 2 and 3 trained 377,960 and 337,781 characters/s in the loop, the
+# probe's step 332,359).
 _CHAR_TUNE0 = 'char_tune0_dropout0.1_cosine8'
 
 
@@ -141,16 +150,16 @@ def _char_tune_row(point: str, epochs: float, relative_rate: float, why: str, ro
 CHAR_PROBE = _char_tune_row(_CHAR_TUNE0, 8.0, 1.41, "the character rows' forms", probe_vocab=PTB_CHAR_VOCAB)
 
 ROWS = (
-    *(_ladder_row('chars', point, 1.41) for point in ('char_ladder2_depth4', 'char_ladder3_distant', 'char_ladder4_tied')),
+    *(_char_tune_row(_CHAR_TUNE0, 8.0, 1.41, f'the best character point (1.509 at seed 0), seed {seed}: over three '
+                     'seeds', root=f'char_seed{seed}', sets=(f'seed={seed}',)) for seed in (1, 2)),
+    _ladder_row('chars', 'char_ladder4_tied', 1.41, epochs=10.0),
     _char_tune_row('char_tune6_dropout0.1_cosine8_ema0.999', 8.0, 1.41,
                    "the best character point with the parameters' moving average (Brown's best points had it)"),
     _char_tune_row('char_tune7_dropout0.1_cosine8_ema0.999_weight_decay0.1', 8.0, 1.41,
                    'the same with weight decay 0.1 (1e-4 in the character rows)'),
-    *(_char_tune_row(_CHAR_TUNE0, 8.0, 1.41, f'the best character point (1.509 at seed 0), seed {seed}: over three '
-                     'seeds', root=f'char_seed{seed}', sets=(f'seed={seed}',)) for seed in (1, 2)),
-    _char_tune_row('char_tune5_dropout0.1_cosine16_batch2048_lr2e-3', 16.0, 1.41,
-                   'the best character point at 16 epochs, four times the batch, twice the rate',
-                   eval_every=500, probe_vocab=PTB_CHAR_VOCAB),
+    # its step at batch 2048 ran 463,161 characters/s on the H200 (timed there, 2026-11-27): 1.39x CHAR_PROBE's
+    _char_tune_row('char_tune5_dropout0.1_cosine16_batch2048_lr2e-3', 16.0, 1.41 * 1.39,
+                   'the best character point at 16 epochs, four times the batch, twice the rate', eval_every=500),
 )
 
 # A row's estimated seconds: its tokens at its share of the probe's step rate times SLOWDOWN (the loop's
@@ -182,18 +191,14 @@ def estimate_seconds(row: Row, tokens_per_sec: float) -> float:
 
 
 def row_rate(row: Row, rates: dict, form: str, char_form: str = '') -> float | None:
-  """A row's step rate: its own, timed at the call's start (Row.probe_vocab), else the probed row's with
-  the picked form times its relative rate (a character row's times the speed-up of the character rows'
-  form over the picked one on CHAR_PROBE's step, where both were timed); None where neither was measured."""
+  """A row's step rate: its own, timed at the call's start (Row.probe_vocab); a character row's, CHAR_PROBE's
+  step with the character rows' form times the row's relative rate over CHAR_PROBE's; else the probed
+  word row's with the picked form times its relative rate; None where none was measured."""
   if row.probe_vocab and rates.get(row.key):
     return rates[row.key]
-  if not rates.get(form):
-    return None
-  speedup = 1.0
-  if row.chars and char_form and char_form != form:
-    ours, picked = rates.get(char_probe_key(char_form)), rates.get(char_probe_key(form))
-    speedup = ours / picked if ours and picked else 1.0
-  return rates[form] * row.relative_rate * speedup
+  if row.chars and char_form and rates.get(char_probe_key(char_form)):
+    return rates[char_probe_key(char_form)] * row.relative_rate / CHAR_PROBE.relative_rate
+  return rates[form] * row.relative_rate if rates.get(form) else None
 
 
 def char_probe_key(form: str) -> str:
@@ -257,14 +262,22 @@ def probe_row(row: Row, form: str, logs: str, log_name: str = '') -> float | Non
                     os.path.join(logs, log_name or f'probe_{row.root}_{row.point}.log'))
 
 
-def probe_char_forms(form: str, rates: dict, logs: str) -> str:
-  """The character rows' form: CHAR_PROBE's step timed with the picked `form` and each of CHAR_FORMS
-  (rates[char_probe_key(f)]; LOGS/probe_chars_FORM.log), the fastest that ran; `form` if none ran."""
-  for candidate in (form, *CHAR_FORMS):
-    rates[char_probe_key(candidate)] = probe_row(CHAR_PROBE, candidate, logs, f'probe_chars_{candidate}.log')
-    print(f'probe chars {candidate}: {rates[char_probe_key(candidate)] or "failed"} tokens/s', flush=True)
-  measured = {f: rates[char_probe_key(f)] for f in (form, *CHAR_FORMS) if rates[char_probe_key(f)]}
-  return max(measured, key=measured.get) if measured else form
+def probe_char_forms(rates: dict, logs: str, device: str = '') -> str:
+  """The character rows' form: CHAR_PROBE's step timed with CHAR_BASELINE and each of CHAR_FORMS
+  (rates[char_probe_key(f)]; LOGS/probe_chars_FORM.log), the fastest that ran; on a device where they were
+  measured (CHAR_FORMS_MEASURED_ON), CHAR_FORMS alone unless none of them ran; CHAR_BASELINE if none ran."""
+  measured_before = device in CHAR_FORMS_MEASURED_ON
+  rounds = [CHAR_FORMS, (CHAR_BASELINE,)] if measured_before else [(CHAR_BASELINE, *CHAR_FORMS)]
+  measured = {}
+  for candidates in rounds:
+    for candidate in candidates:
+      rates[char_probe_key(candidate)] = probe_row(CHAR_PROBE, candidate, logs, f'probe_chars_{candidate}.log')
+      print(f'probe chars {candidate}: {rates[char_probe_key(candidate)] or "failed"} tokens/s', flush=True)
+      if rates[char_probe_key(candidate)]:
+        measured[candidate] = rates[char_probe_key(candidate)]
+    if measured:
+      break
+  return max(measured, key=measured.get) if measured else CHAR_BASELINE
 
 
 def _step_rate(config_args: list[str], vocab: int, batch: int, log: str) -> float | None:
@@ -503,11 +516,12 @@ def main(argv=None) -> int:
           'tokens/s, measured by the first', flush=True)
   else:
     session = Session(device=gpu_name())
-    session.rates = probe_forms(session.device, logs_folder(args.root))
-    session.form = pick_form(session.rates)
-    print(f'picked {session.form}: {" ".join(GRADIENT_FORMS[session.form])}', flush=True)
+    if any(not row.chars for row in ROWS):  # the word forms, timed only for word rows
+      session.rates = probe_forms(session.device, logs_folder(args.root))
+      session.form = pick_form(session.rates)
+      print(f'picked {session.form}: {" ".join(GRADIENT_FORMS[session.form])}', flush=True)
     if any(row.chars for row in ROWS):
-      session.char_form = probe_char_forms(session.form, session.rates, logs_folder(args.root))
+      session.char_form = probe_char_forms(session.rates, logs_folder(args.root), session.device)
       print(f'the character rows: {" ".join(GRADIENT_FORMS[session.form_for(CHAR_PROBE)])}', flush=True)
     for row in ROWS:  # the rows whose rate is their own, timed with their form
       if row.probe_vocab:
