@@ -1,6 +1,9 @@
 """The fused Pallas softmax kernels of one vocabulary shard (nplm_jax/parallel/softmax_kernel.py), in interpret
 mode, against NumPy; their use inside the sharded softmax is checked on meshes in parallel_checks.py."""
 
+import functools
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -211,9 +214,10 @@ def test_the_loop_forms_vocabulary_splits_and_feature_chunks_give_the_same_numbe
 @pytest.mark.parametrize('form', ['loop', 'mosaic'])
 def test_dz_in_chunks_of_the_vocabulary_gives_the_same_numbers(form, dz_chunks):
   """LoopTuning.dz_axis='vocab': dz written a chunk of the vocabulary's tiles at a time (8 tiles of 64, the
-  last short: in 3 chunks of 3 tiles, one more padded), each chunk's columns of dW made whole, df summed
-  over the chunks, padded columns given a bias of -inf; targets in every chunk, outside the shard and in padded rows. The same numbers as NumPy,
-  in the loop form (float32) and the Mosaic GPU form (bfloat16, within its dz's rounding)."""
+  last short: in 3 chunks, two of 3 tiles in the loop and a last of 2 apart), each chunk's columns of dW
+  made whole, df summed over the chunks, padded columns given a bias of -inf; targets in every chunk,
+  outside the shard and in padded rows. The same numbers as NumPy, in the loop form (float32) and the
+  Mosaic GPU form (bfloat16, within its dz's rounding)."""
   f, w, b, targets, g = _rounded_problem(70, 9, 500, seed=dz_chunks)  # 500 = 7 x 64 + 52; 70 rows: padded
   tuning = softmax_kernel.LoopTuning(block_v=64, dz_chunks=dz_chunks, dz_axis='vocab', backward='dz',
                                      **({'block_b': 32} if form == 'loop' else {}))
@@ -236,6 +240,24 @@ def test_dz_in_chunks_of_the_vocabulary_gives_the_same_numbers(form, dz_chunks):
   *_, no_db = softmax_kernel.shard_grads(cast(f), cast(w), None, log_z.astype(np.float32), targets, g, form=form,
                                          tuning=tuning, bias_row=True)
   assert no_db is None
+
+
+def test_the_mosaic_forms_chunks_of_the_vocabulary_run_every_split_they_want():
+  """The Mosaic GPU form's dz pass runs as many splits as divide a chunk's tiles: at |V| 300,032 (2,344
+  tiles of 128) and batch 4096 (64 programs of rows) on 132 multiprocessors it wants 5; 8 chunks of 293
+  tiles (a prime) ran 1 on the H200. Chunks of 295 (7, and 279 tiles apart) run 5; 16 chunks 150 (15, and
+  94 apart); at 100k (782 tiles) 8 chunks of 100. The loop form's splits need not divide: its chunks stay
+  as even as the count allows. Given splits are what the chunks are made whole in."""
+  tuning = lambda chunks, **kw: softmax_kernel.LoopTuning(dz_axis='vocab', dz_chunks=chunks, **kw)
+  for num_v, chunks, want in ((2344, 8, 295), (2344, 16, 150), (2344, 4, 590), (782, 8, 100), (782, 4, 200)):
+    tiles = softmax_kernel.vocab_chunk_tiles(num_v, 64, tuning(chunks), whole_splits=True)
+    assert tiles == want, (num_v, chunks, tiles)
+    assert -(-num_v // tiles) == chunks  # as many chunks as asked, the last shorter
+    wanted = softmax_kernel.loop_splits(64, tiles)
+    assert softmax_kernel.mosaic.dividing_splits(tiles, wanted) == wanted == 5
+  assert softmax_kernel.vocab_chunk_tiles(2344, 64, tuning(8), whole_splits=False) == 293
+  assert softmax_kernel.vocab_chunk_tiles(2344, 64, tuning(8, splits=2), whole_splits=True) == 294
+  assert softmax_kernel.vocab_chunk_tiles(7, 64, tuning(1), whole_splits=True) == 7  # never past the tiles (8)
 
 
 def test_loop_splits_fill_the_gpu_and_give_every_split_a_tile():
@@ -461,3 +483,43 @@ def test_the_mosaic_form_lowers_for_cuda(monkeypatch, warpgroups):
   for function, args in ((stats, (f, w, b, targets)), (grads, (f, w, b, rows, targets, rows))):
     lowered = jax.jit(function).trace(*args).lower(lowering_platforms=('cuda',)).as_text()
     assert 'mosaic_gpu' in lowered and 'triton' not in lowered
+
+
+def _whole_layer_casts(jaxpr, columns: int, dtype) -> int:
+  """convert_element_type equations anywhere in `jaxpr` (sub-jaxprs included) that make an array of
+  `columns` columns in `dtype`: copies of the whole output layer in the matmuls' dtype."""
+  count = 0
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'convert_element_type':
+      aval = eqn.outvars[0].aval
+      count += aval.ndim == 2 and aval.shape[-1] == columns and aval.dtype == dtype
+    for param in eqn.params.values():
+      for sub in param if isinstance(param, (list, tuple)) else [param]:
+        inner = getattr(sub, 'jaxpr', sub)
+        if hasattr(inner, 'eqns'):
+          count += _whole_layer_casts(inner, columns, dtype)
+  return count
+
+
+@pytest.mark.parametrize('tuning,casts', [('', 2), ('dz_axis=vocab,dz_chunks=2', 1)])
+def test_dz_in_chunks_of_the_vocabulary_casts_the_layer_a_chunk_at_a_time(tuning, casts):
+  """In bfloat16 the forward pass casts the output layer's rows whole for the statistics kernel; the
+  backward with dz in chunks of the batch casts them whole again (a copy of the layer alive through the
+  backward: 183 MiB at |V| 300k, K 290 padded to 320), with dz in chunks of the vocabulary only a chunk at
+  a time; the loss and gradients are the same."""
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ('data', 'model'))
+  rng = np.random.default_rng(3)
+  f = jnp.asarray(rng.normal(size=(64, 20)), jnp.float32)
+  output = jnp.asarray(rng.normal(size=(21, 512)) * 0.1, jnp.float32)
+  targets = jnp.asarray(rng.integers(0, 500, size=64), jnp.int32)
+
+  def loss(f, output, tuning):
+    return jnp.mean(vocab_softmax.token_nll(f, output, targets, mesh=mesh, compute_dtype='bfloat16',
+                                            kernel='pallas_mosaic', kernel_tuning=tuning))
+  grad = jax.value_and_grad(loss, argnums=(0, 1))
+  jaxpr = jax.make_jaxpr(functools.partial(grad, tuning=tuning))(f, output).jaxpr
+  assert _whole_layer_casts(jaxpr, 512, jnp.bfloat16) == casts
+  (value, grads), (want_value, want_grads) = grad(f, output, tuning), grad(f, output, '')
+  np.testing.assert_allclose(float(value), float(want_value), rtol=1e-6)
+  for got, want in zip(grads, want_grads):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-2, atol=2e-4)

@@ -332,17 +332,18 @@ def _k_chunks(features: int, k_chunk: int | None) -> tuple[int, int]:
 
 
 def _prepared(f, w, b, rows, block_b: int, block_v: int, row_pads=None, form: str = 'grid',
-              k_chunk: int | None = None):
+              k_chunk: int | None = None, pad_w: bool = True):
   """Inputs padded to whole tiles: f [B', K'], w [K', V'], b [V'] (float32), per-example rows [B']
   (padded with `row_pads`, one value a row input, default 0). The loop form pads the feature width K
   with zeros to a power of two or a multiple of k_chunk (K' >= K; exact): Triton loads no other size;
-  the Mosaic GPU form to a multiple of its swizzled rows (mosaic_features)."""
+  the Mosaic GPU form to a multiple of its swizzled rows (mosaic_features). pad_w False: w as it is (its
+  chunks padded as they are cast: _dz_grads_by_columns)."""
   b = jnp.zeros(w.shape[-1], jnp.float32) if b is None else b.astype(jnp.float32)
   row_pads = row_pads or [0] * len(rows)
   if form in ('loop', 'mosaic'):
     features = _loop_features(f.shape[1], k_chunk) if form == 'loop' else mosaic.mosaic_features(f.shape[1], f.dtype)
-    f, w = _pad_to(f, 1, features), _pad_to(w, 0, features)
-  return (_pad_to(f, 0, block_b), _pad_to(w, 1, block_v), _pad_to(b, 0, block_v),
+    f, w = _pad_to(f, 1, features), (_pad_to(w, 0, features) if pad_w else w)
+  return (_pad_to(f, 0, block_b), _pad_to(w, 1, block_v) if pad_w else w, _pad_to(b, 0, block_v),
           [_pad_to(r, 0, block_b, pad) for r, pad in zip(rows, row_pads)])
 
 
@@ -525,20 +526,25 @@ def shard_grads(f, w, b, log_z, local_targets, g, *, block_b: int | None = None,
   columns, float32, given the global log Z per example (the logits recomputed tile by tile), in the
   'grid' (TPU), 'loop' or 'mosaic' (GPU) form, tiled as shard_stats. bias_row (with a bias): dw with db as
   its last row, [K + 1, columns], and db None, as the output layer [U; W; b] holds them: written in place
-  where dz comes in chunks of the vocabulary (_dz_grads_by_columns), else one concatenation."""
+  where dz comes in chunks of the vocabulary (_dz_grads_by_columns), else one concatenation. w may be wider
+  than f (the layer's float32 rows beside bfloat16 features): where dz comes in chunks of the vocabulary
+  over whole tiles it is cast a chunk at a time (no copy of the whole layer in f's dtype), else here."""
   tuning = tuning or LoopTuning()
-  block_b, block_v = _tiles(block_b, block_v, f, w, form, tuning)
+  block_b, block_v = _tiles(block_b, block_v, f, jax.ShapeDtypeStruct(w.shape, f.dtype), form, tuning)
+  from_dz = form == 'mosaic' or (form == 'loop' and tuning.backward == 'dz')  # Mosaic: always from dz
+  by_columns = from_dz and tuning.dz_axis == 'vocab'
+  cast_chunks = w.dtype != f.dtype and by_columns and w.shape[-1] % block_v == 0
+  w = w if cast_chunks else w.astype(f.dtype)
   batch, columns, has_bias = f.shape[0], w.shape[-1], b is not None
   rows = [log_z.astype(jnp.float32), local_targets.astype(jnp.int32), g.astype(jnp.float32)]
   # padded rows: log Z = +inf and g = 0, so their probabilities are 0 and their dz 0 whatever the bias
   features = f.shape[1]
   f, w, b, rows = _prepared(f, w, b, rows, block_b, block_v, row_pads=[jnp.inf, 0, 0], form=form,
-                            k_chunk=tuning.k_chunk)
+                            k_chunk=tuning.k_chunk, pad_w=not cast_chunks)
   k, nb, nv = f.shape[1], f.shape[0] // block_b, w.shape[-1] // block_v
-  if form in ('loop', 'mosaic'):  # the Mosaic GPU form's gradients always from dz
+  if form in ('loop', 'mosaic'):
     dz_pass_for = _mosaic_dz_pass if form == 'mosaic' else _loop_dz_pass
-    from_dz = form == 'mosaic' or tuning.backward == 'dz'
-    if from_dz and tuning.dz_axis == 'vocab':
+    if by_columns:
       return _dz_grads_by_columns(f, w, b, rows, block_b, block_v, columns, batch, features, has_bias,
                                   has_bias and bias_row, tuning, dz_pass_for)
     if from_dz:
@@ -618,42 +624,65 @@ def _dz_grads_by_rows(f, w, b, rows, block_b: int, block_v: int, columns: int, b
   return df.reshape(f.shape)[:batch], dw[:, :columns], (db[:columns] if has_bias else None)
 
 
+def vocab_chunk_tiles(num_v: int, num_b: int, tuning: LoopTuning, whole_splits: bool) -> int:
+  """Vocabulary tiles in each chunk of dz_axis='vocab' but a shorter last one: num_v in at most dz_chunks
+  chunks; whole_splits (the Mosaic GPU form, whose dz pass runs as many vocabulary splits as divide a chunk's
+  tiles evenly): rounded up to a multiple of the splits it wants, so that it runs them all. On the H200
+  (2026-11-27) 300,032 columns (2,344 tiles) in 8 chunks of 293, a prime, ran one split, 64 programs on 132
+  multiprocessors: 0.71x the speed of 4 chunks, where 2 of the 4 splits of 586 tiles ran."""
+  per_chunk = -(-num_v // min(tuning.dz_chunks, num_v))
+  if whole_splits:
+    wanted = tuning.splits or loop_splits(num_b, per_chunk)
+    per_chunk = min(num_v, -(-per_chunk // wanted) * wanted)
+  return per_chunk
+
+
 def _dz_grads_by_columns(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: int, features: int,
                          has_bias: bool, bias_row: bool, tuning: LoopTuning, dz_pass_for):
   """shard_grads from dz in chunks of the vocabulary (LoopTuning.dz_axis='vocab'): dz_chunks chunks at most,
-  each of as many whole tiles (the tiles padded to fill them: 782 tiles of 128 in 4 chunks of 196, two
-  tiles more), one after another in a loop, one chunk's dz alive at a time. A kernel writes the chunk's dz
-  [B, its columns] for every row, one matmul makes the chunk's columns of dW whole (f^T dz, written in
-  place into dW, or [dW; db] with bias_row), another adds dz w^T to df ([B, K] float32): no float32
-  accumulator the size of the layer, and no copy of it to add db's row (one to trim padded columns where
-  the chunks pass the shard's columns). Padded columns get a bias of -inf, so every chunk's kernel takes
-  all of its columns; each sees the targets shifted to its columns."""
+  each of as many whole tiles (vocab_chunk_tiles), one after another in a loop, one chunk's dz alive at a
+  time. Where the chunks pass the shard's tiles, the last starts early, over columns the one before took:
+  those get a bias of -inf and no target there, so its dz is 0 on them and adds nothing (no padded copy of
+  the layer, and one kernel shape: on the CPU a shorter last chunk apart took 205-435 MiB more). A kernel
+  writes the chunk's dz [B, its columns] for every row, one matmul makes the chunk's columns of dW whole
+  (f^T dz, added in place into dW, or [dW; db] with bias_row), another adds dz w^T to df ([B, K] float32):
+  no float32 accumulator the size of the layer, and no copy of it to add db's row (one to trim the tiles'
+  padded columns, where the shard has them, which also get a bias of -inf). Each chunk sees the targets
+  shifted to its columns. w in a wider dtype than f (shard_grads' cast_chunks): each chunk's columns cast to
+  f's and padded to its feature width as the loop takes them."""
   nv = w.shape[-1] // block_v
-  per_chunk = -(-nv // min(tuning.dz_chunks, nv))  # tiles
+  per_chunk = vocab_chunk_tiles(nv, f.shape[0] // block_b, tuning, whole_splits=dz_pass_for is _mosaic_dz_pass)
   chunks, width = -(-nv // per_chunk), per_chunk * block_v
   log_z, targets, g = rows
-  w, b = _pad_to(w, 1, width), _pad_to(b, 0, width)  # whole chunks: a few more padded tiles where they are short
   b = jnp.where(jnp.arange(b.shape[0]) < columns, b, -jnp.inf)  # padded columns: probability 0, dz 0
-  dz_pass = dz_pass_for(f.shape, jax.ShapeDtypeStruct((w.shape[0], width), w.dtype), block_b, block_v, width,
+  dz_pass = dz_pass_for(f.shape, jax.ShapeDtypeStruct((f.shape[1], width), f.dtype), block_b, block_v, width,
                         tuning)
 
-  def chunk(carry, start):
+  def chunk(carry, index):
     layer, db, df = carry
+    start = jnp.minimum(index * width, w.shape[-1] - width)  # the last chunk ends at the shard's last tile
+    taken = index * width - start  # its first columns, which the chunk before took
     w_chunk = jax.lax.dynamic_slice_in_dim(w, start, width, axis=1)
-    dz, db_parts = dz_pass(f, w_chunk, jax.lax.dynamic_slice_in_dim(b, start, width), log_z, targets - start, g)
+    if w_chunk.dtype != f.dtype:  # the layer's float32 rows (shard_grads' cast_chunks): cast and padded here
+      w_chunk = _pad_to(w_chunk.astype(f.dtype), 0, f.shape[1])
+    b_chunk = jnp.where(jnp.arange(width) < taken, -jnp.inf, jax.lax.dynamic_slice_in_dim(b, start, width))
+    local = targets - start
+    dz, db_parts = dz_pass(f, w_chunk, b_chunk, log_z, jnp.where(local < taken, -1, local), g)
     piece, db_piece = _dot(f.T, dz)[:features], jnp.sum(db_parts, axis=0)
     if bias_row:
       piece = jnp.concatenate([piece, db_piece[None, :]], axis=0)
-    layer = jax.lax.dynamic_update_slice_in_dim(layer, piece, start, axis=1)
+    add_in_place = lambda whole, part, axis: jax.lax.dynamic_update_slice_in_dim(
+        whole, jax.lax.dynamic_slice_in_dim(whole, start, width, axis=axis) + part, start, axis=axis)
+    layer = add_in_place(layer, piece, 1)
     if db is not None:
-      db = jax.lax.dynamic_update_slice_in_dim(db, db_piece, start, axis=0)
+      db = add_in_place(db, db_piece, 0)
     return (layer, db, df + _dot(dz, w_chunk.T)), None
 
   carry = (jnp.zeros((features + bias_row, w.shape[-1]), jnp.float32),
            jnp.zeros(w.shape[-1], jnp.float32) if has_bias and not bias_row else None,
            jnp.zeros(f.shape, jnp.float32))
-  (layer, db, df), _ = jax.lax.scan(chunk, carry, jnp.arange(chunks, dtype=jnp.int32) * width)
-  if columns < w.shape[-1]:  # the chunks pass the shard's columns: a copy of the layer to trim them
+  (layer, db, df), _ = jax.lax.scan(chunk, carry, jnp.arange(chunks, dtype=jnp.int32))
+  if columns < w.shape[-1]:  # the tiles pass the shard's columns: a copy of the layer to trim them
     layer, db = layer[:, :columns], (None if db is None else db[:columns])
   return df[:batch, :features], layer, db
 

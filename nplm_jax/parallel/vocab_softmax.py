@@ -278,17 +278,23 @@ def _shard_operands(f, output, dtype):
   return f.astype(dtype), output[:-1].astype(dtype), output[-1]
 
 
-def _on_output_layer(forward_body, backward_body, dtype):
+def _on_output_layer(forward_body, backward_body, dtype, backward_casts_rows: bool = False):
   """A shard's passes written for (f, w, b) taking (f, output) instead: the backward body gives the
   output layer's gradient as one float32 array (dW's rows, then db's), as the matmul accumulated it.
   Taking the layer whole (not its rows and bias row as two slices) spares autodiff a full-size
   zero-padded copy of each slice's gradient, and dW any rounding to the matmuls' dtype; making it in
-  the layer's shape (_layer_gradient) spares a copy of dW into it (a concatenation)."""
+  the layer's shape (_layer_gradient) spares a copy of dW into it (a concatenation).
+  backward_casts_rows: the backward body gets the weight rows as the layer holds them (float32) and
+  casts them itself (the fused kernel's dz in chunks of the vocabulary, a chunk at a time)."""
   def forward(f, output, *rest):
     return forward_body(*_shard_operands(f, output, dtype), *rest)
 
   def backward(f, output, *rest):
-    df, d_output = backward_body(*_shard_operands(f, output, dtype), *rest)
+    if backward_casts_rows and dtype is not None:
+      operands = (f.astype(dtype), output[:-1], output[-1])
+    else:
+      operands = _shard_operands(f, output, dtype)
+    df, d_output = backward_body(*operands, *rest)
     return df.astype(f.dtype), d_output.astype(output.dtype)
   return forward, backward
 
@@ -319,9 +325,11 @@ def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False
   if kernel in KERNEL_FORMS:
     form, backward = KERNEL_FORMS[kernel]
     kernel_options = {'form': form, 'backward': backward, 'tuning': kernel_tuning}
+    # dz in chunks of the vocabulary casts the layer's rows a chunk at a time: no copy of them all in dtype
+    casts_rows = softmax_kernel.tuning_fields(kernel_tuning).get('dz_axis') == 'vocab'
     return _tiled_nll(f, output, targets, forward_body=functools.partial(_kernel_forward, **kernel_options),
                       backward_body=functools.partial(_kernel_backward, **kernel_options),
-                      check_vma=False, **options)
+                      check_vma=False, backward_casts_rows=casts_rows, **options)
   vocab_block = streamed_vocab_block(vocab_block, output.shape[-1] // mesh.shape['model'],
                                      f.shape[0] // mesh.shape['data'], mesh.devices.flat[0].platform)
   if vocab_block:
@@ -355,10 +363,12 @@ def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False
   return nll(f, output, targets)
 
 
-def _tiled_nll(f, output, targets, *, mesh, dtype, forward_body, backward_body, check_vma=True):
+def _tiled_nll(f, output, targets, *, mesh, dtype, forward_body, backward_body, check_vma=True,
+               backward_casts_rows=False):
   """A custom-VJP NLL whose shard passes (forward_body, backward_body, written for (f, w, b))
-  recompute the logits: only f, log Z and the targets are saved for the backward pass."""
-  forward_body, backward_body = _on_output_layer(forward_body, backward_body, dtype)
+  recompute the logits: only f, log Z and the targets are saved for the backward pass
+  (backward_casts_rows: _on_output_layer's)."""
+  forward_body, backward_body = _on_output_layer(forward_body, backward_body, dtype, backward_casts_rows)
   layer = (P('data', None), P(None, 'model'))
   forward = jax.shard_map(forward_body, mesh=mesh, in_specs=(*layer, P('data')), out_specs=(P('data'), P('data')),
                           check_vma=check_vma)
