@@ -183,6 +183,9 @@ MIN_PART_SECONDS = 60  # the least time worth starting a part of FIGURES with (a
 # training is the scarcer work): at 300 s, the 81-character window (about 290 s) fitted in no call of a
 # 15-minute session, beside the probes (about 60 s) and the pack; at 150 it trained (H200, 2026-11-26).
 FIGURES_RESERVE = 150.0
+# The most hours an earlier call's session.json (SESSION_EARLIER) may be old: a session lends at most half an
+# hour of device time, so an older one is a past session's, whose rows and figures this one must not skip.
+EARLIER_HOURS = 3.0
 
 
 def estimate_seconds(row: Row, tokens_per_sec: float) -> float:
@@ -352,6 +355,7 @@ class Session:
   rest: str = ''  # what the time after the rows went to
   figures: list = dataclasses.field(default_factory=list)  # the FIGURES parts started (Figures.name), any call
   calls: int = 1  # the session's calls: the first probes; each trains the rows left, then the figures left
+  started: float = 0.0  # the first call's start (seconds since the epoch): an earlier session is refused
 
   def form_for(self, row: Row) -> str:
     """The form `row` trains with: the character rows' for a character row, else the picked one."""
@@ -505,20 +509,24 @@ def main(argv=None) -> int:
                            'probes, no row or figure that call ran (ROOT/session.json, on a warm machine, wins)')
   args = parser.parse_args(argv)
   deadline = time.time() + args.seconds
-  os.makedirs(args.out, exist_ok=True)
-  os.makedirs(logs_folder(args.root), exist_ok=True)
   session = Session.earlier(args.root)
   where = 'this machine'
   if not session and args.earlier:  # a fresh machine: the earlier calls' rows came back with their packs
     if not os.path.exists(args.earlier):
       parser.error(f'--earlier: no file {args.earlier}: copy the last call\'s OUT/session.json there (in .carry/)')
     session, where = Session.read(args.earlier), f'a fresh machine, going on from {args.earlier}'
+    hours = (time.time() - session.started) / 3600
+    if not session.started or hours > EARLIER_HOURS:
+      parser.error(f'--earlier: {args.earlier} is from a call {hours:.0f} h ago, not this session\'s: copy the last '
+                   "call's OUT/session.json there, or leave SESSION_EARLIER unset for a first call")
+  os.makedirs(args.out, exist_ok=True)
+  os.makedirs(logs_folder(args.root), exist_ok=True)
   if session:  # a later call: the rates measured, the rows left, then the figures left
     session.calls += 1
     print(f'call {session.calls} of the session on {where}: {session.form} at {session.rates.get(session.form)} '
           'tokens/s, measured by the first', flush=True)
   else:
-    session = Session(device=gpu_name())
+    session = Session(device=gpu_name(), started=time.time())
     if any(not row.chars for row in ROWS):  # the word forms, timed only for word rows
       session.rates = probe_forms(session.device, logs_folder(args.root))
       session.form = pick_form(session.rates)

@@ -6,6 +6,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 import types
 
 import pytest
@@ -415,7 +416,7 @@ def test_a_later_call_on_a_fresh_machine_goes_on_from_the_session_brought_back(t
   earlier = tmp_path / 'carry'
   earlier.mkdir()
   session_lib.Session(rates={'sorted': 1e5}, form='sorted', rest='150 s of benchmarks/gpu_figures.sh kernel',
-                      figures=['vocab_chunks'],
+                      figures=['vocab_chunks'], started=time.time() - 700,
                       rows=[{'root': 'brown_tune', 'point': 'row0', 'status': 'done'},
                             {'root': 'brown_tune', 'point': 'row1', 'status': 'skipped: about 90 s, 35 s left'}]
                       ).write(str(earlier))
@@ -434,11 +435,19 @@ def test_a_later_call_on_a_fresh_machine_goes_on_from_the_session_brought_back(t
   assert [(r['point'], r['status']) for r in written['rows']] == [('row0', 'done'), ('row1', 'done'), ('row2', 'done')]
 
 
-def test_a_missing_earlier_session_is_one_line_naming_the_fix(tmp_path):
+@pytest.mark.parametrize('started,message', [(None, 'error: --earlier: no file '),
+                                             (0.0, 'is from a call '),  # an older file, without the field
+                                             (-4 * 3600, 'is from a call 4 h ago, not this session')])
+def test_a_missing_or_stale_earlier_session_is_one_line_naming_the_fix(tmp_path, started, message):
+  """A missing file, or one of a past session (whose rows and figures this session would skip), is refused
+  in one line before anything runs."""
+  if started is not None:
+    session_lib.Session(started=time.time() + started if started else 0.0).write(str(tmp_path))
   with pytest.raises(SystemExit) as exit_:
-    session_lib.main([f'--out={tmp_path}', f'--root={tmp_path / "root"}', f'--earlier={tmp_path / "nope.json"}'])
-  assert str(exit_.value).startswith('error: --earlier: no file ') and "copy the last call's OUT/session.json" in str(
-      exit_.value) and '\n' not in str(exit_.value)
+    session_lib.main([f'--out={tmp_path / "out"}', f'--root={tmp_path / "root"}',
+                      f'--earlier={tmp_path / ("session.json" if started is not None else "nope.json")}'])
+  assert message in str(exit_.value) and "copy the last call's OUT/session.json" in str(exit_.value)
+  assert '\n' not in str(exit_.value) and not (tmp_path / 'out').exists()
 
 
 def test_every_benchmark_the_figures_name_is_one_the_figures_script_runs_with_their_settings():
