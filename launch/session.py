@@ -129,8 +129,9 @@ def _ladder_row(corpus: str, point: str, relative_rate: float, epochs: float = 6
 # are not timed); the character ladder's last row without dropout (tied), to its planned 10 epochs (rows
 # 2 and 3 ran theirs on the H200, validation flat from epoch 7); the best character point with the
 # parameters' moving average, and with a stronger weight decay beside it (the character target, 1.40
-# alone, is 0.11 bits away); then a point at 16 epochs and four times the batch. Done: the 81-character window (1.557: worse than 41),
-# the ladder's rows 2 and 3 (1.563, 1.555), Brown tune11's seeds and PTB's 15-word window.
+# alone, is 0.11 bits away); then a point at 16 epochs and four times the batch. Done: the 81-character
+# window (1.557: worse than 41), the ladder's rows 2 and 3 (1.563, 1.555), Brown tune11's seeds and PTB's
+# 15-word window.
 # Relative rates: each row's loop tokens/s over PTB's top row's on the H200 (results/*_h200*.json: ladder4
 # 1.0, characters 1.41); a character row's estimate is CHAR_PROBE's step rate times its rate over CHAR_PROBE's
 # (1.41 / 1.41: on the H200 ladder rows 2 and 3 trained 377,960 and 337,781 characters/s in the loop, the
@@ -460,8 +461,9 @@ _VOCAB_CHUNK_FIGURES = ('kernel_v300000_bfloat16', 'kernel_mosaic_vocab8_v300000
 _FLOAT32_FIGURES = ('kernel_v300000_float32',)
 _RESEARCH_FIGURES = ('research_bf16', 'research_bf16_mu_bf16', 'research_bf16_while_command_buffers')
 FIGURES = (
-    Figures('vocab_chunks', 'kernel', {'GPU_TESTS': 'auto_takes_the_mosaic or vocab', 'KERNEL_VOCABS': '300000 17905 100000',
-                                       'VOCAB_CHUNKS': '4 8 16', 'ONLY': ','.join(_VOCAB_CHUNK_FIGURES)}, 180),
+    Figures('vocab_chunks', 'kernel', {'GPU_TESTS': 'auto_takes_the_mosaic or vocab', 'VOCAB_CHUNKS': '4 8 16',
+                                       'KERNEL_VOCABS': '300000 17905 100000', 'ONLY': ','.join(_VOCAB_CHUNK_FIGURES)},
+            180),
     Figures('float32', 'kernel', {'GPU_TESTS': 'none', 'DTYPES': 'float32', 'KERNEL_VOCABS': '300000',
                                   'FLOAT32_KERNELS': 'xla,pallas_loop_dz', 'ONLY': ','.join(_FLOAT32_FIGURES)}, 150),
     Figures('research', 'loop', {'ONLY': ','.join(_RESEARCH_FIGURES)}, None))
