@@ -70,7 +70,7 @@ profile() {  # NAME BATCH ARGS...: XLA's per-operation times of a step (benchmar
   # OUT_DIR/NAME.txt (ONLY=a,b: those names alone)
   local name=$1 batch=$2; shift 2
   if [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]]; then return; fi
-  echo "== $name"
+  echo "== $name: --batch_size=$batch $*"
   timeout 180 python benchmarks/profile_step.py --batch_size=$batch --steps=5 --top=25 "$@" 2>&1 \
     | grep -v '^[0-9][0-9]:\|^[IWE][0-9]' >"$out/$name.txt"
   tail -32 "$out/$name.txt"

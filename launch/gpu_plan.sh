@@ -56,7 +56,8 @@
 # the daemon does not start or JAX does not reach the GPU through it, the log says so and they share the
 # GPU in time slices. Not yet measured here: the mps step measures it.
 # Back here: python -m launch.results collect_pack --pack=OUT/results.tgz, then
-# python -m launch.results render --write (every finished row as a results file, RESULTS.md's tables).
+# python -m launch.results render --write (every finished row as a results file, RESULTS.md's tables), and
+# python -m launch.bench_lines --tag=TAG --device=GPU FOLDER... (each call's benchmark lines with their commands).
 # EXTRA_SET adds --set options to every row of a sweep step (say, what `speed` found faster:
 # EXTRA_SET=--set=train.deterministic=False), recorded in each row's config.
 # Training budgets (train.max_seconds) leave each call time for its n-gram mixtures and the pack:

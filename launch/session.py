@@ -27,7 +27,8 @@ On a lent machine, from the repository root, with .whl/ and .carry/ carried:
   # here: cp FILES_AT/session.json .carry/session_earlier.json; then at once, warm machine or not:
   SESSION_EARLIER=.carry/session_earlier.json SESSION_SECONDS=150 bash launch/gpu_plan.sh session OUT
 Back here: python -m launch.results collect_pack --pack=OUT/results.tgz (session.json in the pack names the
-call), then python -m launch.results render --write.
+call), then python -m launch.results render --write; and every call's benchmark lines, with their commands
+and calls: python -m launch.bench_lines --tag=TAG --device='NVIDIA H200' FILES_AT_1 FILES_AT_2.
 
 Rows run one at a time rather than side by side: on the H100, eighteen rows side by side each ran at
 about 1/18 of its rate alone (RESULTS.md, "The ladders on the H100"), so nothing is lost, and each row's
@@ -252,18 +253,47 @@ def pick_form(rates: dict[str, float | None]) -> str:
 def probe(name: str, logs: str) -> float | None:
   """The top row's training step rate (tokens/s at PROBE_BATCH) with a form of C's gradient, None if it
   failed or ran past PROBE_TIMEOUT (its output is in LOGS/probe_NAME.log either way)."""
-  return _step_rate([f'--config={PROBE_CONFIG}', *(f'--config.{s}' for s in GRADIENT_FORMS[name])], PROBE_VOCAB,
-                    PROBE_BATCH, os.path.join(logs, f'probe_{name}.log'))
+  return _step_rate(*probe_arguments(name), os.path.join(logs, f'probe_{name}.log'))
+
+
+def probe_arguments(name: str) -> tuple[list[str], int, int]:
+  """(config arguments, |V|, batch) of probe's step: the top row with a form of C's gradient."""
+  return [f'--config={PROBE_CONFIG}', *(f'--config.{s}' for s in GRADIENT_FORMS[name])], PROBE_VOCAB, PROBE_BATCH
 
 
 def probe_row(row: Row, form: str, logs: str, log_name: str = '') -> float | None:
   """A row's own training step rate (tokens/s at its batch size) with a form, as it will train: its sweep
   point's config and overrides and the row's settings (LOGS/probe_ROOT_POINT.log, or LOGS/LOG_NAME)."""
+  return _step_rate(*row_probe_arguments(row, form), os.path.join(logs, log_name or f'probe_{row.root}_{row.point}.log'))
+
+
+def row_probe_arguments(row: Row, form: str) -> tuple[list[str], int, int]:
+  """(config arguments, |V|, batch) of probe_row's step: the row's sweep point as run_rows trains it."""
   point = {p['name']: p for p in config_lib.load_experiment(row.experiment).get_sweep(row.sweep)}[row.point]
   flags = sweep_lib.override_flags(point, sweep_lib.parse_set([*row.sets, *GRADIENT_FORMS[form]]))  # as run_rows
   batch = cli_lib.config_from_flags(point['config'], flags).train.batch_size
-  return _step_rate([f'--config={point["config"]}', *flags], row.probe_vocab, batch,
-                    os.path.join(logs, log_name or f'probe_{row.root}_{row.point}.log'))
+  return [f'--config={point["config"]}', *flags], row.probe_vocab, batch
+
+
+def probe_command(log_name: str, session: 'Session') -> str | None:
+  """The command a probe's log (LOGS/LOG_NAME.log, without .log) came from, as `session` ran it; None for a
+  log of no probe this code makes (a row no longer in ROWS)."""
+  if log_name.startswith('probe_chars_') and log_name[len('probe_chars_'):] in GRADIENT_FORMS:
+    arguments = row_probe_arguments(CHAR_PROBE, log_name[len('probe_chars_'):])
+  elif log_name[len('probe_'):] in GRADIENT_FORMS:
+    arguments = probe_arguments(log_name[len('probe_'):])
+  else:
+    row = next((r for r in ROWS if f'probe_{r.root}_{r.point}' == log_name), None)
+    if row is None or not row.probe_vocab:  # not a row this code times on its own (any more)
+      return None
+    arguments = row_probe_arguments(row, session.form_for(row))
+  return ' '.join(['python', *step_rate_arguments(*arguments)])
+
+
+def step_rate_arguments(config_args: list[str], vocab: int, batch: int) -> list[str]:
+  """benchmarks/throughput.py's arguments for a config's training step rate at one batch size (_step_rate)."""
+  return ['benchmarks/throughput.py', *config_args, f'--vocab={vocab}', f'--batch_sizes={batch}', '--steps=10',
+          '--repeats=3', '--peak_size=1024']
 
 
 def probe_char_forms(rates: dict, logs: str, device: str = '') -> str:
@@ -287,8 +317,7 @@ def probe_char_forms(rates: dict, logs: str, device: str = '') -> str:
 def _step_rate(config_args: list[str], vocab: int, batch: int, log: str) -> float | None:
   """benchmarks/throughput.py's training step rate for a config at one batch size, None if it failed or ran
   past PROBE_TIMEOUT (its output in LOG either way)."""
-  args = [sys.executable, 'benchmarks/throughput.py', *config_args, f'--vocab={vocab}', f'--batch_sizes={batch}',
-          '--steps=10', '--repeats=3', '--peak_size=1024']
+  args = [sys.executable, *step_rate_arguments(config_args, vocab, batch)]
   with open(log, 'w', encoding='utf-8') as f:
     try:
       subprocess.run(args, stdout=f, stderr=subprocess.STDOUT, timeout=PROBE_TIMEOUT, check=False)
@@ -383,7 +412,11 @@ class Session:
   def read(cls, path: str) -> 'Session':
     """A session.json as written (fields it lacks, from older calls, take their defaults)."""
     with open(path, encoding='utf-8') as f:
-      fields = json.load(f)
+      return cls.from_fields(json.load(f))
+
+  @classmethod
+  def from_fields(cls, fields: dict) -> 'Session':
+    """A session from session.json's fields (those it lacks take their defaults; unknown ones are left out)."""
     return cls(**{k: v for k, v in fields.items() if k in {f.name for f in dataclasses.fields(cls)}})
 
 
