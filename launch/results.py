@@ -231,12 +231,35 @@ def point_record(sweep_root: str, point: str, name: str, table: str, label: str,
   return value
 
 
+def how_it_stopped(figures: dict, config: dict) -> str:
+  """A row's training as its label says it: 'to early stopping', 'its 8 epochs' (its planned length) or
+  '158 s (9.7 of 10 epochs)' (its time budget spent), from its results' stop reason."""
+  reason, epochs = figures.get('stop_reason') or '', figures.get('epochs')
+  planned = (config.get('train') or {}).get('num_epochs')
+  if reason.startswith('no improvement'):
+    return 'to early stopping'
+  budget = re.fullmatch(r'train\.max_seconds=([\d.]+) spent', reason)
+  if budget and epochs is not None and planned:
+    return f'{float(budget.group(1)):g} s ({epochs:.1f} of {planned:g} epochs)'
+  if not reason and planned:
+    return f'its {planned:g} epochs'
+  return reason or 'to its end'
+
+
+def _seed0_label(table: str, point: str) -> str | None:
+  """The label of results/'s seed-0 record of `point` in `table`, which its other seeds take (one summary)."""
+  return next((r['label'] for r in load_records() if r['table'] == table and r['name'].endswith(f'_{point}_seed0')),
+              None)
+
+
 def collect_pack(pack: str, commit, device, tag: str = '') -> int:
   """Every finished point of a launch/gpu_plan.sh call's OUT/results.tgz as a results file (names,
   tables and labels from GPU_PLAN_SWEEPS, the command from the pack's session.json where the session step
   made it; `tag` after each name's prefix, to keep an earlier call's rows of the same points); says which
   tables RESULTS.md has no section for yet. A file of another run already under that name is an error,
-  before anything is written."""
+  before anything is written. A seeds root's row takes the label of its seed 0's record in results/ (its
+  seeds render as one summary); the session step's other rows say how they stopped ('PTB characters
+  char_ladder2_depth4, its 10 epochs on the GPU alone')."""
   import tarfile  # pylint: disable=g-import-not-at-top
   import tempfile  # pylint: disable=g-import-not-at-top
   if not os.path.isfile(pack):
@@ -260,8 +283,13 @@ def collect_pack(pack: str, commit, device, tag: str = '') -> int:
           continue
         name, table, label, step = where
         command = session_command or f'bash launch/gpu_plan.sh {step} OUT'
-        values.append(point_record(root, point, f'{name}_{tag}' if tag else name, table, label, command, commit,
-                                   device))
+        value = point_record(root, point, f'{name}_{tag}' if tag else name, table, label, command, commit, device)
+        seed0_label = _seed0_label(table, point) if _SEED_ROOT.fullmatch(root_name) else None
+        if seed0_label:
+          value['label'] = seed0_label
+        elif session_command and not _SEED_ROOT.fullmatch(root_name):
+          value['label'] += f', {how_it_stopped(value["figures"], value["config"])} on the GPU alone'
+        values.append(value)
         tables.add(table)
   taken = [v['name'] for v in values if _another_run(v)]
   if taken:

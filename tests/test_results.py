@@ -152,3 +152,42 @@ def test_a_missing_pack_is_one_line(tmp_path):
   with pytest.raises(SystemExit) as e:
     results.main(['collect_pack', f'--pack={tmp_path / "results.tgz"}'])
   assert 'is not a file' in str(e.value) and '\n' not in str(e.value)
+
+
+def test_a_session_packs_rows_say_how_they_stopped_and_seeds_take_their_seed_0s_label(tmp_path, monkeypatch):
+  """The session step's pack (session.json in it): each row's label says how it stopped, as the sessions'
+  labels were edited by hand (early stopping, its planned epochs, its time budget); a seeds root's row takes
+  the label of its seed 0 in results/, so that its seeds render as one summary row."""
+  import tarfile  # pylint: disable=g-import-not-at-top
+  rows = {'char_ladder/char_ladder2_depth4': ({'stop_reason': '', 'epochs': 10.0}, 0),
+          'char_ladder/char_ladder3_distant': ({'stop_reason': 'train.max_seconds=158 spent', 'epochs': 9.68}, 0),
+          'char_ladder/char_ladder5_dropout': ({'stop_reason': 'no improvement in 2 evaluations', 'epochs': 5.1}, 0),
+          'char_seed1/char_tune0_dropout0.1_cosine8': ({'stop_reason': '', 'epochs': 8.0}, 1)}
+  for path, (fields, seed) in rows.items():
+    (tmp_path / 'pack' / path).mkdir(parents=True)
+    (tmp_path / 'pack' / path / 'results.json').write_text(json.dumps(
+        {'valid_ppl': 3.0, 'test_ppl': 2.9, 'platform': 'gpu', 'device_kind': 'NVIDIA H200', **fields,
+         'config': {'seed': seed, 'train': {'num_epochs': 8 if 'tune' in path else 10}}}))
+  (tmp_path / 'pack' / 'session.json').write_text(json.dumps({'command': 'bash launch/gpu_plan.sh session OUT'}))
+  with tarfile.open(tmp_path / 'results.tgz', 'w:gz') as tar:
+    for name in sorted(os.listdir(tmp_path / 'pack')):
+      tar.add(tmp_path / 'pack' / name, arcname=name)
+  (tmp_path / 'results').mkdir()
+  seed0 = {'name': 'ptb_char_tune_h100c_char_tune0_dropout0.1_cosine8_seed0', 'table': 'char_ladder', 'seed': 0,
+           'label': 'PTB characters char_tune0_dropout0.1_cosine8 (dropout 0.1, a cosine over 8 epochs), on the GPU'}
+  (tmp_path / 'results' / f'{seed0["name"]}.json').write_text(json.dumps(seed0))
+  monkeypatch.setattr(results, 'RESULTS_DIR', str(tmp_path / 'results'))
+  (tmp_path / 'RESULTS.md').write_text('<!-- results:char_ladder -->\n<!-- /results -->\n')
+  monkeypatch.setattr(results, 'RESULTS_MD', str(tmp_path / 'RESULTS.md'))
+  assert results.main(['collect_pack', f'--pack={tmp_path / "results.tgz"}', '--commit=abc', '--tag=h200e']) == 0
+  labels = {}
+  for name in os.listdir(tmp_path / 'results'):
+    with open(tmp_path / 'results' / name, encoding='utf-8') as f:
+      labels[name[:-len('.json')]] = json.load(f)['label']
+  assert labels['ptb_char_ladder_h200e_char_ladder2_depth4_seed0'] == (
+      'PTB characters char_ladder2_depth4, its 10 epochs on the GPU alone')
+  assert labels['ptb_char_ladder_h200e_char_ladder3_distant_seed0'] == (
+      'PTB characters char_ladder3_distant, 158 s (9.7 of 10 epochs) on the GPU alone')
+  assert labels['ptb_char_ladder_h200e_char_ladder5_dropout_seed0'] == (
+      'PTB characters char_ladder5_dropout, to early stopping on the GPU alone')
+  assert labels['ptb_char_tune_h200e_char_tune0_dropout0.1_cosine8_seed1'] == seed0['label']
