@@ -4,9 +4,9 @@ deterministic forms of C's gradient timed on the machine (on a GPU where each wa
 FORMS_MEASURED_ON, only the fastest, for its rate), the fastest picked (the word rows'); where it has
 character rows, the character rows' step timed with CHAR_BASELINE and with every gradient a one-hot
 matmul (CHAR_FORMS; where they were measured, CHAR_FORMS_MEASURED_ON, the one-hot alone), the faster kept
-for them (Session.char_form); then the rows issue 27 waits for, one at a time: the best character
-point's seeds, the character ladder's last row, the character tune points, each to early stopping or
-its planned length (ROWS).
+for them (Session.char_form); then the rows issue 27 waits for, one at a time: the best character point
+over twice its schedule, its seeds, the character ladder's last row, the other character tune points,
+each to early stopping or its planned length (ROWS).
 Each starts only when its estimated time fits in what is left of the call: a row is never planned to be
 cut by the call's end. Each gets the time left as its train.max_seconds (a safety), and one that does not
 fit is skipped and said so (and tried again with what the figures leave). The rows leave FIGURES_RESERVE
@@ -125,14 +125,15 @@ def _ladder_row(corpus: str, point: str, relative_rate: float, epochs: float = 6
 
 
 # What the sessions of 2026-11-26 and -27 (RESULTS.md, "The third H200 session", "The fourth H200 session")
-# left, the most useful first: the best character point's seeds 1 and 2 (char_tune0, 1.509 at seed 0: the
-# issue's three seeds of the best row; both fit in a first call of about 370 s of rows once the word forms
-# are not timed); the character ladder's last row without dropout (tied), to its planned 10 epochs (rows
-# 2 and 3 ran theirs on the H200, validation flat from epoch 7); the best character point with the
-# parameters' moving average, and with a stronger weight decay beside it (the character target, 1.40
-# alone, is 0.11 bits away); then a point at 16 epochs and four times the batch. Done: the 81-character
-# window (1.557: worse than 41), the ladder's rows 2 and 3 (1.563, 1.555), Brown tune11's seeds and PTB's
-# 15-word window.
+# left, the most useful first. The character target (1.40 alone) is 0.11 bits from the best row, char_tune0
+# (1.509: dropout 0.1, a cosine over 8 epochs), and every step toward it so far came from training more,
+# not regularising more (less dropout was better; the ladder's rows without dropout were flat from epoch 7
+# at AdamW's constant rate): first char_tune0 over twice the schedule (16 epochs, about 316 s at the
+# one-hot step's rate: it fits a first call's rows now the word forms are not timed); then char_tune0's
+# seeds 1 and 2 (the issue's three seeds of the best row; a second call fits one); the ladder's last row
+# without dropout (tied) to its planned 10 epochs (rows 2 and 3 ran theirs: 1.563, 1.555); the parameters'
+# moving average and a stronger weight decay; 16 epochs at four times the batch. Done: the 81-character
+# window (1.557: worse than 41), Brown tune11's seeds and PTB's 15-word window.
 # Relative rates: each row's loop tokens/s over PTB's top row's on the H200 (results/*_h200*.json: ladder4
 # 1.0, characters 1.41); a character row's estimate is CHAR_PROBE's step rate times its rate over CHAR_PROBE's
 # (1.41 / 1.41: on the H200 ladder rows 2 and 3 trained 377,960 and 337,781 characters/s in the loop, the
@@ -152,6 +153,8 @@ def _char_tune_row(point: str, epochs: float, relative_rate: float, why: str, ro
 CHAR_PROBE = _char_tune_row(_CHAR_TUNE0, 8.0, 1.41, "the character rows' forms", probe_vocab=PTB_CHAR_VOCAB)
 
 ROWS = (
+    _char_tune_row('char_tune4_dropout0.1_cosine16', 16.0, 1.41,
+                   'the best character point over twice the schedule (16 epochs): it underfits'),
     *(_char_tune_row(_CHAR_TUNE0, 8.0, 1.41, f'the best character point (1.509 at seed 0), seed {seed}: over three '
                      'seeds', root=f'char_seed{seed}', sets=(f'seed={seed}',)) for seed in (1, 2)),
     _ladder_row('chars', 'char_ladder4_tied', 1.41, epochs=10.0),
