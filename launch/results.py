@@ -246,10 +246,10 @@ def how_it_stopped(figures: dict, config: dict) -> str:
   return reason or 'to its end'
 
 
-def _seed0_label(table: str, point: str) -> str | None:
-  """The label of results/'s seed-0 record of `point` in `table`, which its other seeds take (one summary)."""
-  return next((r['label'] for r in load_records() if r['table'] == table and r['name'].endswith(f'_{point}_seed0')),
-              None)
+def _seed0_label(records: list[dict], table: str, point: str) -> str | None:
+  """The label of the seed-0 record of `point` in `table` among `records`, which its other seeds take (one
+  summary)."""
+  return next((r['label'] for r in records if r['table'] == table and r['name'].endswith(f'_{point}_seed0')), None)
 
 
 def collect_pack(pack: str, commit, device, tag: str = '') -> int:
@@ -272,7 +272,7 @@ def collect_pack(pack: str, commit, device, tag: str = '') -> int:
     if os.path.isfile(session_path):
       with open(session_path, encoding='utf-8') as f:
         session_command = json.load(f)['command']
-    tables, values = set(), []
+    tables, values, kept = set(), [], load_records()
     for root_name in sorted(os.listdir(unpacked)):
       root = os.path.join(unpacked, root_name)
       points = finished_points(root) if os.path.isdir(root) else []
@@ -284,7 +284,7 @@ def collect_pack(pack: str, commit, device, tag: str = '') -> int:
         name, table, label, step = where
         command = session_command or f'bash launch/gpu_plan.sh {step} OUT'
         value = point_record(root, point, f'{name}_{tag}' if tag else name, table, label, command, commit, device)
-        seed0_label = _seed0_label(table, point) if _SEED_ROOT.fullmatch(root_name) else None
+        seed0_label = _seed0_label(kept, table, point) if _SEED_ROOT.fullmatch(root_name) else None
         if seed0_label:
           value['label'] = seed0_label
         elif session_command and not _SEED_ROOT.fullmatch(root_name):

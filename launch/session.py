@@ -256,7 +256,7 @@ def pick_form(rates: dict[str, float | None]) -> str:
 def probe(name: str, logs: str) -> float | None:
   """The top row's training step rate (tokens/s at PROBE_BATCH) with a form of C's gradient, None if it
   failed or ran past PROBE_TIMEOUT (its output is in LOGS/probe_NAME.log either way)."""
-  return _step_rate(*probe_arguments(name), os.path.join(logs, f'probe_{name}.log'))
+  return _step_rate(*probe_arguments(name), os.path.join(logs, f'{_form_log(name)}.log'))
 
 
 def probe_arguments(name: str) -> tuple[list[str], int, int]:
@@ -266,8 +266,8 @@ def probe_arguments(name: str) -> tuple[list[str], int, int]:
 
 def probe_row(row: Row, form: str, logs: str, log_name: str = '') -> float | None:
   """A row's own training step rate (tokens/s at its batch size) with a form, as it will train: its sweep
-  point's config and overrides and the row's settings (LOGS/probe_ROOT_POINT.log, or LOGS/LOG_NAME)."""
-  return _step_rate(*row_probe_arguments(row, form), os.path.join(logs, log_name or f'probe_{row.root}_{row.point}.log'))
+  point's config and overrides and the row's settings (LOGS/probe_ROOT_POINT.log, or LOGS/LOG_NAME.log)."""
+  return _step_rate(*row_probe_arguments(row, form), os.path.join(logs, f'{log_name or _row_log(row)}.log'))
 
 
 def row_probe_arguments(row: Row, form: str) -> tuple[list[str], int, int]:
@@ -281,16 +281,28 @@ def row_probe_arguments(row: Row, form: str) -> tuple[list[str], int, int]:
 def probe_command(log_name: str, session: 'Session') -> str | None:
   """The command a probe's log (LOGS/LOG_NAME.log, without .log) came from, as `session` ran it; None for a
   log of no probe this code makes (a row no longer in ROWS)."""
-  if log_name.startswith('probe_chars_') and log_name[len('probe_chars_'):] in GRADIENT_FORMS:
-    arguments = row_probe_arguments(CHAR_PROBE, log_name[len('probe_chars_'):])
-  elif log_name[len('probe_'):] in GRADIENT_FORMS:
-    arguments = probe_arguments(log_name[len('probe_'):])
-  else:
-    row = next((r for r in ROWS if f'probe_{r.root}_{r.point}' == log_name), None)
-    if row is None or not row.probe_vocab:  # not a row this code times on its own (any more)
-      return None
-    arguments = row_probe_arguments(row, session.form_for(row))
-  return ' '.join(['python', *step_rate_arguments(*arguments)])
+  arguments = None
+  for form in GRADIENT_FORMS:
+    if log_name == _form_log(form):
+      arguments = probe_arguments(form)
+    elif log_name == _char_log(form):
+      arguments = row_probe_arguments(CHAR_PROBE, form)
+  for row in ROWS:
+    if row.probe_vocab and log_name == _row_log(row):  # a row timed on its own
+      arguments = row_probe_arguments(row, session.form_for(row))
+  return ' '.join(['python', *step_rate_arguments(*arguments)]) if arguments else None
+
+
+def _form_log(form: str) -> str:
+  return f'probe_{form}'  # probe's log: the top row with a form of C's gradient
+
+
+def _char_log(form: str) -> str:
+  return f'probe_chars_{form}'  # probe_char_forms': CHAR_PROBE's step with a form
+
+
+def _row_log(row: Row) -> str:
+  return f'probe_{row.root}_{row.point}'  # probe_row's: a row's own step
 
 
 def step_rate_arguments(config_args: list[str], vocab: int, batch: int) -> list[str]:
@@ -308,7 +320,7 @@ def probe_char_forms(rates: dict, logs: str, device: str = '') -> str:
   measured = {}
   for candidates in rounds:
     for candidate in candidates:
-      rates[char_probe_key(candidate)] = probe_row(CHAR_PROBE, candidate, logs, f'probe_chars_{candidate}.log')
+      rates[char_probe_key(candidate)] = probe_row(CHAR_PROBE, candidate, logs, _char_log(candidate))
       print(f'probe chars {candidate}: {rates[char_probe_key(candidate)] or "failed"} tokens/s', flush=True)
       if rates[char_probe_key(candidate)]:
         measured[candidate] = rates[char_probe_key(candidate)]

@@ -447,8 +447,13 @@ def _loop_split(num_b: int, num_v: int, tuning: LoopTuning) -> tuple[int, int]:
 
 
 def _mosaic_splits(num_b: int, num_v: int, tuning: LoopTuning) -> int:
-  """Vocabulary splits for the Mosaic GPU form: tuning.splits or loop_splits', made a divisor of the tiles."""
-  return mosaic.dividing_splits(num_v, tuning.splits or loop_splits(num_b, num_v))
+  """Vocabulary splits for the Mosaic GPU form: _wanted_splits', made a divisor of the tiles."""
+  return mosaic.dividing_splits(num_v, _wanted_splits(num_b, num_v, tuning))
+
+
+def _wanted_splits(num_b: int, num_v: int, tuning: LoopTuning) -> int:
+  """The vocabulary splits the Mosaic GPU form wants over num_v tiles: tuning.splits or loop_splits'."""
+  return tuning.splits or loop_splits(num_b, num_v)
 
 
 def loop_splits(num_b: int, num_v: int, cores: int | None = None) -> int:
@@ -632,7 +637,7 @@ def vocab_chunk_tiles(num_v: int, num_b: int, tuning: LoopTuning, whole_splits: 
   multiprocessors: 0.71x the speed of 4 chunks, where 2 of the 4 splits of 586 tiles ran."""
   per_chunk = -(-num_v // min(tuning.dz_chunks, num_v))
   if whole_splits:
-    wanted = tuning.splits or loop_splits(num_b, per_chunk)
+    wanted = _wanted_splits(num_b, per_chunk, tuning)
     per_chunk = min(num_v, -(-per_chunk // wanted) * wanted)
   return per_chunk
 
