@@ -181,6 +181,59 @@ def test_the_bfloat16_layer_gradient_is_made_in_the_layers_shape(vocab_block):
   assert layer_shaped_concatenations(control.as_text(), k + 1, vocab)
 
 
+def whole_layer_casts(jaxpr, shape) -> int:
+  """convert_element_type equations anywhere in `jaxpr` (sub-jaxprs included) that make a bfloat16 array of
+  `shape` (the output layer's weight rows'): copies of those rows in the matmuls' dtype."""
+  count = 0
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'convert_element_type':
+      aval = eqn.outvars[0].aval
+      count += aval.shape == tuple(shape) and aval.dtype == jnp.bfloat16
+    for param in eqn.params.values():
+      for sub in param if isinstance(param, (list, tuple)) else [param]:
+        inner = getattr(sub, 'jaxpr', sub)
+        if hasattr(inner, 'eqns'):
+          count += whole_layer_casts(inner, shape)
+  return count
+
+
+@pytest.mark.parametrize('kernel,vocab_block,recompute,tuning', [
+    ('xla', 0, False, ''), ('xla', 0, True, ''), ('xla', 24, False, ''), ('pallas_loop', 0, False, ''),
+    ('pallas_mosaic', 0, False, 'dz_axis=vocab,dz_chunks=2')])
+def test_cast_rows_given_give_the_same_nll_and_gradients_without_a_cast(kernel, vocab_block, recompute, tuning):
+  """token_nll(rows=the layer's weight rows in bfloat16), as a training loop carries them from one step's
+  update to the next (steps.cast_output_rows): the same NLL and gradients bit for bit as casting the rows
+  itself, every path (all at once, recomputed, streamed, the kernels' loop and Mosaic forms), and no cast of
+  the layer's rows in the traced program. Control: without the rows, the same program casts them."""
+  rng = np.random.default_rng(1)
+  batch, k, vocab = 32, 24, 56
+  f = jnp.asarray(rng.normal(size=(batch, k)), jnp.float32)
+  out = jnp.asarray(rng.normal(size=(k + 1, vocab)) * 0.3, jnp.float32)
+  targets = jnp.asarray(rng.integers(0, vocab, batch), jnp.int32)
+  mesh = jax.make_mesh((1, 1), ('data', 'model'), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+  def loss(f, o, rows):
+    return jnp.sum(vocab_softmax.token_nll(f, o, targets, mesh=mesh, compute_dtype='bfloat16', kernel=kernel,
+                                           vocab_block=vocab_block, recompute=recompute, kernel_tuning=tuning,
+                                           rows=rows))
+  grad = jax.value_and_grad(loss, argnums=(0, 1))
+  rows = out[:-1].astype(jnp.bfloat16)
+  with jax.set_mesh(mesh):
+    (value, grads), (want_value, want_grads) = grad(f, out, rows), grad(f, out, None)
+    assert whole_layer_casts(jax.make_jaxpr(grad)(f, out, rows).jaxpr, rows.shape) == 0
+    assert whole_layer_casts(jax.make_jaxpr(grad)(f, out, None).jaxpr, rows.shape) >= 1
+  assert float(value) == float(want_value)
+  for got, want in zip(grads, want_grads):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_cast_rows_are_refused_for_float32_matmuls():
+  mesh = jax.make_mesh((1, 1), ('data', 'model'), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  out = jnp.ones((5, 8), jnp.float32)
+  with pytest.raises(ValueError, match='compute dtype other than float32'):
+    vocab_softmax.token_nll(jnp.ones((4, 4)), out, jnp.zeros((4,), jnp.int32), mesh=mesh, rows=out[:-1])
+
+
 def layer_shaped_all_reduces(hlo_text: str, rows: int, columns: int) -> list[str]:
   """The compiled program's all-reduces of an f32[rows, columns] array (alone or in a tuple)."""
   return [line for line in hlo_text.splitlines() if 'all-reduce(' in line and f'f32[{rows},{columns}]' in line]

@@ -27,7 +27,8 @@ def adamw():
   return optim.make_optimizer(config, 16)
 
 
-def built(family: str, steps_per_epoch: int = 0, ema_decay: float = 0.0, **overrides):
+def built(family: str, steps_per_epoch: int = 0, ema_decay: float = 0.0, carry_output_rows: bool = False,
+          **overrides):
   config = config_lib.base_config()
   config.model.update(FAMILIES[family])
   config.model.update(overrides)
@@ -35,7 +36,8 @@ def built(family: str, steps_per_epoch: int = 0, ema_decay: float = 0.0, **overr
   model = model_family.from_config(config.model, VOCAB, 'cpu')
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
   compiled = steps_lib.compile_steps(model, adamw(), mesh, seed=3, axis_rules=dict(config.mesh.axis_rules),
-                                     steps_per_epoch=steps_per_epoch, batch_size=16, ema_decay=ema_decay)
+                                     steps_per_epoch=steps_per_epoch, batch_size=16, ema_decay=ema_decay,
+                                     carry_output_rows=carry_output_rows)
   return model, mesh, compiled
 
 
@@ -93,15 +95,33 @@ def test_evaluation_applies_no_dropout(family):
   assert not np.array_equal(train_mode, eval_mode)  # the dropout is there to be left out
 
 
+def loop_carries(jaxpr) -> list:
+  """The avals every while loop in `jaxpr` (sub-jaxprs included) carries from one iteration to the next."""
+  found = []
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'while':
+      found += [v.aval for v in eqn.outvars]
+    for param in eqn.params.values():
+      inner = getattr(param, 'jaxpr', param)
+      if hasattr(inner, 'eqns'):
+        found += loop_carries(inner)
+  return found
+
+
+def resident_inputs(mesh, model, steps_per_epoch: int, batch_size: int = 16):
+  """A train split's ids and an epoch's order, on the devices (device_data), of random words."""
+  from nplm_jax.training import device_data  # pylint: disable=g-import-not-at-top
+  ids = np.random.default_rng(2).integers(0, VOCAB, steps_per_epoch * batch_size + model.context_size).astype(np.int32)
+  order = np.random.default_rng(3).permutation(steps_per_epoch * batch_size).astype(np.int32)
+  return device_data.put_replicated(mesh, ids), device_data.put_replicated(mesh, order)
+
+
 def test_a_dispatch_of_several_steps_reports_the_mean_of_their_losses():
   """A resident dispatch of 4 steps adds each step's loss to the interval (not only its first or
   last): the mean equals that of the same 4 steps run one a call on the same batches."""
-  from nplm_jax.training import device_data  # pylint: disable=g-import-not-at-top
-  steps_per_epoch, batch_size = 6, 16
+  steps_per_epoch = 6
   model, mesh, compiled = built('bengio2003', steps_per_epoch=steps_per_epoch)
-  ids = np.random.default_rng(2).integers(0, VOCAB, steps_per_epoch * batch_size + model.context_size).astype(np.int32)
-  order = np.random.default_rng(3).permutation(steps_per_epoch * batch_size).astype(np.int32)
-  ids_d, order_d = device_data.put_replicated(mesh, ids), device_data.put_replicated(mesh, order)
+  ids_d, order_d = resident_inputs(mesh, model, steps_per_epoch)
 
   singles, state = [], compiled.init()
   run_one = compiled.resident_steps(1)
@@ -113,6 +133,36 @@ def test_a_dispatch_of_several_steps_reports_the_mean_of_their_losses():
   assert int(state.step) == 4 and int(interval.steps) == 4  # the count asked, not the program's most
   np.testing.assert_allclose(interval.mean_loss(), np.mean(singles), rtol=1e-6)
   assert len(set(singles)) == 4  # distinct losses: a first or last one alone would not match the mean
+
+
+@pytest.mark.parametrize('family', sorted(FAMILIES))
+def test_a_loop_that_carries_the_cast_rows_trains_as_one_that_casts_them(family, monkeypatch):
+  """train.carry_output_rows: a dispatch of 4 bfloat16 steps that carries the output layer's cast rows from
+  each update to the next step ends on the same parameters, optimiser state and losses, bit for bit, as one
+  whose steps cast the layer themselves; the loop's carry holds the rows. Control: carried rows that are
+  not the layer's (zeros) change the losses, so the steps do take the carried ones."""
+  steps_per_epoch = 6
+
+  def run(carry):
+    model, mesh, compiled = built(family, steps_per_epoch=steps_per_epoch, compute_dtype='bfloat16',
+                                  carry_output_rows=carry)
+    ids, order = resident_inputs(mesh, model, steps_per_epoch)
+    args = (moved(compiled.init()), ids, order, np.float32(1.0), steps_lib.Interval.start(), np.int32(4))
+    return compiled.resident_steps(5)(*args), loop_carries(jax.make_jaxpr(compiled.resident_steps(5))(*args).jaxpr)
+
+  (state, interval), carried = run(True)
+  (want_state, want_interval), plain = run(False)
+  assert int(state.step) == 4
+  assert float(interval.loss_sum) == float(want_interval.loss_sum)
+  for got, want in zip(jax.tree.leaves((state.params, state.opt_state)),
+                       jax.tree.leaves((want_state.params, want_state.opt_state))):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  bf16_carried = lambda avals: [a for a in avals if getattr(a, 'dtype', None) == jnp.bfloat16 and a.ndim == 2]
+  assert len(bf16_carried(carried)) == 1 and not bf16_carried(plain)
+  monkeypatch.setattr(steps_lib, 'cast_output_rows', lambda model, params: jnp.zeros_like(
+      model.output_layer(params)[:-1], jnp.bfloat16))
+  (_, stale), _ = run(True)
+  assert float(stale.loss_sum) != float(want_interval.loss_sum)
 
 
 @pytest.mark.parametrize('family', sorted(FAMILIES))

@@ -8,6 +8,7 @@ never gathered. On a (1, 1) mesh this is the ordinary log-softmax.
 """
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -269,13 +270,27 @@ def _kernel_backward(f, w, b, log_z, targets, g, form='grid', backward='fused', 
   return lax.psum(df, 'model'), _sum_over_data(d_layer)
 
 
-def _shard_operands(f, output, dtype):
-  """A shard's matmul operands and bias from the whole output layer [U; W; b]: dtype None, f (its
-  last column ones) and the layer as it is, the bias folded into the matmul; else f and the weight
-  rows cast to dtype, and the bias row apart, float32."""
+class CastRows(NamedTuple):
+  """The output layer [U; W; b] with its weight rows already in the matmuls' dtype (a training loop's
+  steps carry them from one update to the next: steps.cast_output_rows), which a shard's passes take
+  instead of casting the layer's rows themselves. A pytree: shard_map's spec for the layer places both."""
+  layer: jax.Array  # [K + 1, |V|], float32: the bias row, and the shape and dtype of the layer's gradient
+  rows: jax.Array  # [K, |V|]: layer[:-1] in the matmuls' dtype
+
+
+def _layer_of(output):
+  return output.layer if isinstance(output, CastRows) else output
+
+
+def _shard_operands(f, output, dtype, cast_rows: bool = True):
+  """A shard's matmul operands and bias from the whole output layer [U; W; b] (or CastRows): dtype None, f
+  (its last column ones) and the layer as it is, the bias folded into the matmul; else f and the weight
+  rows cast to dtype (cast_rows False: as the layer holds them, float32), and the bias row apart, float32."""
   if dtype is None:
     return f, output, None
-  return f.astype(dtype), output[:-1].astype(dtype), output[-1]
+  if isinstance(output, CastRows):
+    return f.astype(dtype), output.rows, output.layer[-1]
+  return f.astype(dtype), output[:-1].astype(dtype) if cast_rows else output[:-1], output[-1]
 
 
 def _on_output_layer(forward_body, backward_body, dtype, backward_casts_rows: bool = False):
@@ -290,17 +305,13 @@ def _on_output_layer(forward_body, backward_body, dtype, backward_casts_rows: bo
     return forward_body(*_shard_operands(f, output, dtype), *rest)
 
   def backward(f, output, *rest):
-    if backward_casts_rows and dtype is not None:
-      operands = (f.astype(dtype), output[:-1], output[-1])
-    else:
-      operands = _shard_operands(f, output, dtype)
-    df, d_output = backward_body(*operands, *rest)
-    return df.astype(f.dtype), d_output.astype(output.dtype)
+    df, d_output = backward_body(*_shard_operands(f, output, dtype, cast_rows=not backward_casts_rows), *rest)
+    return df.astype(f.dtype), d_output.astype(_layer_of(output).dtype)
   return forward, backward
 
 
 def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False, vocab_block=0, kernel='xla',
-                        kernel_tuning=''):
+                        kernel_tuning='', rows=None):
   """-log P(target) for features f [B, K'] and the output layer [U; W; b] ([K + 1, |V|]): dtype None,
   f ends with a column of ones (K' = K + 1) and the bias is folded into the matmul; else the matmuls
   run in dtype (f and the weight rows cast, float32 accumulation) and the bias row stays float32.
@@ -320,7 +331,11 @@ def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False
   never write the logits to memory (the dz backwards write dz, a chunk of the batch at a time); recompute
   and vocab_block then do not apply (the kernels tile the columns); kernel_tuning: their settings
   (train.softmax_kernel_tuning, softmax_kernel.tuning_fields' text; '' for the chosen ones).
+  rows: the weight rows output[:-1] already in dtype (CastRows), taken instead of a cast of them; they get
+  no gradient (the layer's gradient is output's).
   """
+  if rows is not None:
+    output = CastRows(output, rows)
   options = dict(mesh=mesh, dtype=dtype)
   if kernel in KERNEL_FORMS:
     form, backward = KERNEL_FORMS[kernel]
@@ -330,7 +345,7 @@ def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False
     return _tiled_nll(f, output, targets, forward_body=functools.partial(_kernel_forward, **kernel_options),
                       backward_body=functools.partial(_kernel_backward, **kernel_options),
                       check_vma=False, backward_casts_rows=casts_rows, **options)
-  vocab_block = streamed_vocab_block(vocab_block, output.shape[-1] // mesh.shape['model'],
+  vocab_block = streamed_vocab_block(vocab_block, _layer_of(output).shape[-1] // mesh.shape['model'],
                                      f.shape[0] // mesh.shape['data'], mesh.devices.flat[0].platform)
   if vocab_block:
     return _tiled_nll(f, output, targets, forward_body=functools.partial(_streamed_forward, vocab_block=vocab_block),
@@ -356,11 +371,17 @@ def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False
   def nll_bwd(residuals, g):
     f, output, z, log_z, targets = residuals
     if z is None:
-      return (*backward_recomputed(f, output, log_z, targets, g), None)
-    return (*backward(f, output, z, log_z, targets, g), None)
+      return _cotangents(output, *backward_recomputed(f, output, log_z, targets, g))
+    return _cotangents(output, *backward(f, output, z, log_z, targets, g))
 
   nll.defvjp(nll_fwd, nll_bwd)
   return nll(f, output, targets)
+
+
+def _cotangents(output, df, d_layer):
+  """The custom VJPs' cotangents of (f, output, targets) from df and the layer's gradient: none for the
+  targets, none for CastRows' rows (a copy of the layer's, whose gradient d_layer is)."""
+  return df, CastRows(d_layer, None) if isinstance(output, CastRows) else d_layer, None
 
 
 def _tiled_nll(f, output, targets, *, mesh, dtype, forward_body, backward_body, check_vma=True,
@@ -384,7 +405,7 @@ def _tiled_nll(f, output, targets, *, mesh, dtype, forward_body, backward_body, 
     return value, (f, output, log_z, targets)
 
   def nll_bwd(residuals, g):
-    return (*backward(*residuals, g), None)
+    return _cotangents(residuals[1], *backward(*residuals, g))
 
   nll.defvjp(nll_fwd, nll_bwd)
   return nll(f, output, targets)
@@ -396,7 +417,7 @@ def with_bias_column(f):
 
 
 def token_nll(f, output, targets, *, mesh, compute_dtype='float32', recompute=False, vocab_block=0, kernel='xla',
-              kernel_tuning=''):
+              kernel_tuning='', rows=None):
   """-log P(target | context) per example, batch sharded on 'data', vocabulary on 'model'.
 
   f [B, K] are the features, output [K + 1, |V|] the output layer [U; W; b]. In float32 the bias
@@ -408,15 +429,19 @@ def token_nll(f, output, targets, *, mesh, compute_dtype='float32', recompute=Fa
   vocab_block: go over each shard's columns this many at a time (_vocab_parallel_nll); 0 = at once.
   kernel: 'xla', or a name of KERNEL_FORMS for the fused kernels (softmax_kernel), with kernel_tuning's
   settings (_vocab_parallel_nll); 'auto' (softmax_kernel_for's on one GPU): auto_kernel's for these shapes.
+  rows: output[:-1] already cast to compute_dtype (not float32), taken instead of casting them here.
   """
   if kernel == 'auto':  # on one GPU (softmax_kernel_for): by this call's shapes
     kernel = auto_kernel(mesh.devices.flat[0].platform, f.shape[0] // mesh.shape['data'],
                          output.shape[-1] // mesh.shape['model'], f.shape[-1], compute_dtype, kernel_tuning)
   if compute_dtype == 'float32':
+    if rows is not None:
+      raise ValueError('token_nll: cast rows are for a compute dtype other than float32 (whose matmul takes the '
+                       'layer as it is)')
     return _vocab_parallel_nll(with_bias_column(f), output, targets, mesh=mesh, recompute=recompute,
                                vocab_block=vocab_block, kernel=kernel, kernel_tuning=kernel_tuning)
   return _vocab_parallel_nll(f, output, targets, mesh=mesh, dtype=jnp.dtype(compute_dtype), recompute=recompute,
-                             vocab_block=vocab_block, kernel=kernel, kernel_tuning=kernel_tuning)
+                             vocab_block=vocab_block, kernel=kernel, kernel_tuning=kernel_tuning, rows=rows)
 
 
 def dense_token_nll(logits, targets):

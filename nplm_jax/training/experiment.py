@@ -158,7 +158,8 @@ class Experiment:
     self.steps = steps_lib.compile_steps(self.model, self.optimizer, self.mesh, bias_counts, sampled,
                                          steps_per_epoch=self.plan['steps_per_epoch'],
                                          batch_size=config.train.batch_size,
-                                         ema_decay=config.optimizer.get('ema_decay', 0.0), **common)
+                                         ema_decay=config.optimizer.get('ema_decay', 0.0),
+                                         carry_output_rows=config.train.get('carry_output_rows', False), **common)
     self.device_data = device_data_lib.ResidentData(self.stream, self.mesh, config.seed) if resident else None
     feed = (f'data on the devices ({device_data_lib.resident_bytes(self.stream) / 2**20:.1f} MiB each), '
             f'{self.steps_per_dispatch} step(s) a dispatch') if resident else 'batches gathered on the host'
