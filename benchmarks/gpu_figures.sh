@@ -2,7 +2,7 @@
 # The GPU figures of README "GPUs and TPUs", on one GPU: bash benchmarks/gpu_figures.sh PART OUT_DIR
 #   loop: the step alone against the training loop (benchmarks/throughput.py --loop) for Brown reg4_n7
 #          and a research-size config, float32 'highest' / TF32 / bfloat16, deterministic ops on/off,
-#          C's gradient as a scatter, a one-hot matmul or a sort, the output layer's bfloat16 rows carried
+#          C's gradient as a scatter, a one-hot matmul or a sort, the output layer's bfloat16 copy carried
 #          from step to step, AdamW's first moment in float32 or bfloat16, XLA's command buffers off or capturing the step loop too; the research size's step
 #          profiled at batch 256 and 1024 (profile_research_bf16_*);
 #   softmax: the vocab_block rule at |V| 33k-300k, the previous loop (BASELINE=folder of an older
@@ -114,10 +114,10 @@ if [ "$part" = loop ]; then
   # the same without deterministic reductions: what determinism costs beside the sorted gradient
   bench research_bf16_nondeterministic $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
     --config.train.deterministic=False
-  # the output layer's bfloat16 rows carried from each step's update to the next step (train.carry_output_rows):
-  # no cast of the layer at each step's start (its 480 MB pass at batch 256 in the H200 profile)
-  bench research_bf16_carried_rows $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
-    --config.train.carry_output_rows=True
+  # the output layer's bfloat16 copy carried from each step's update to the next step (train.carry_cast_layer):
+  # no cast of the layer's rows at each step's start (their 480 MB pass at batch 256 in the H200 profile)
+  bench research_bf16_carried_layer $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
+    --config.train.carry_cast_layer=True
   # AdamW's first moment in bfloat16 (optimizer.mu_dtype): less of the output layer's optimiser traffic
   bench research_bf16_mu_bf16 $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
     --config.optimizer.mu_dtype=bfloat16

@@ -164,11 +164,11 @@ def base_config() -> ml_collections.ConfigDict:
   # eval_every, checkpoint_every or an epoch's end. -1: 1 on CPU (the host is not the bound there),
   # backend_defaults.TABLE's most on GPUs and TPUs (README, "GPUs and TPUs").
   c.train.steps_per_dispatch = -1
-  # In a dispatch of several steps, with matmuls in bfloat16: the output layer's weight rows cast once a
-  # dispatch and then by each step after its update, carried to the next step, instead of each step casting
-  # the layer (a pass over it: 480 MB read and written at the research size). The same numbers; False until
-  # a GPU times it (steps.train_resident_steps).
-  c.train.carry_output_rows = False
+  # In a dispatch of several steps, with matmuls in bfloat16: the output layer cast once a dispatch and then
+  # by each step after its update, carried to the next step, instead of each step casting the layer's rows
+  # (a pass over them: 480 MB read and written at the research size). The same numbers; False until a GPU
+  # times it (steps.train_resident_steps).
+  c.train.carry_cast_layer = False
   # Deterministic GPU reductions (XLA's --xla_gpu_deterministic_ops): the same run gives the same
   # bits, so a resumed run ends bit-equal to an uninterrupted one there too. No effect on CPU/TPU.
   c.train.deterministic = True

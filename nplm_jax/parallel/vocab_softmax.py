@@ -60,33 +60,36 @@ def _dlogits(logits, first, log_z, targets, g):
   return g[:, None] * (jnp.exp(logits - log_z[:, None]) - (columns[None, :] == targets[:, None]))
 
 
-def _layer_gradient(f, b, dlogits):
+def _layer_gradient(f, b, dlogits, padded: bool = False):
   """The output layer's gradient [dW; db] from a block's float32 dlogits, before the sum over 'data':
   f^T dlogits with both in f's dtype and float32 accumulation. Where the bias b is apart (f has no
-  column of ones), f gets a column of zeros, so the matmul makes the layer's shape and db, the float32
-  sum of dlogits, is written over its last row in place: no copy of dW into a larger array (which a
-  concatenation of dW and db costs: the size of the layer read and written again each step)."""
-  rows = f if b is None else jnp.pad(f, ((0, 0), (0, 1)))
+  column of ones), f gets a column of zeros (padded: it has it already), so the matmul makes the layer's
+  shape and db, the float32 sum of dlogits, is written over its last row in place: no copy of dW into a
+  larger array (which a concatenation of dW and db costs: the size of the layer read and written again
+  each step)."""
+  rows = f if b is None or padded else jnp.pad(f, ((0, 0), (0, 1)))
   d_layer = jnp.matmul(rows.T, dlogits.astype(f.dtype), preferred_element_type=jnp.float32)
   if b is None:
     return d_layer
-  return lax.dynamic_update_slice_in_dim(d_layer, jnp.sum(dlogits, axis=0)[None, :], f.shape[-1], axis=0)
+  return lax.dynamic_update_slice_in_dim(d_layer, jnp.sum(dlogits, axis=0)[None, :], rows.shape[-1] - 1, axis=0)
 
 
-def _block_backward(f, w, b, z, log_z, targets, g):
+def _block_backward(f, w, b, z, log_z, targets, g, padded: bool = False):
   """Gradients of sum(g * nll) from this shard's block: dlogits = g (softmax - onehot), in one pass,
   then df and the layer's gradient [dW; db] (_layer_gradient): float32 whatever the matmuls' dtype
   (they accumulate in it); a separate bias gets its gradient summed from the float32 dlogits.
+  padded: f ends with a column of zeros and w is the whole cast layer (_whole_cast_operands); df then has
+  one column more, which _on_output_layer drops.
   """
   block = z.shape[-1]
   dlogits = _dlogits(z if b is None else z + b, lax.axis_index('model') * block, log_z, targets, g)
   df = lax.psum(jnp.matmul(dlogits.astype(f.dtype), w.T, preferred_element_type=jnp.float32), 'model')
-  return df, _sum_over_data(_layer_gradient(f, b, dlogits))
+  return df, _sum_over_data(_layer_gradient(f, b, dlogits, padded))
 
 
-def _block_backward_recomputed(f, w, b, log_z, targets, g):
+def _block_backward_recomputed(f, w, b, log_z, targets, g, padded: bool = False):
   """_block_backward with the logits block recomputed (f w) instead of saved."""
-  return _block_backward(f, w, b, jnp.matmul(f, w, preferred_element_type=jnp.float32), log_z, targets, g)
+  return _block_backward(f, w, b, jnp.matmul(f, w, preferred_element_type=jnp.float32), log_z, targets, g, padded)
 
 
 def _sub_blocks(block: int, vocab_block: int) -> list[tuple[int, int]]:
@@ -270,48 +273,65 @@ def _kernel_backward(f, w, b, log_z, targets, g, form='grid', backward='fused', 
   return lax.psum(df, 'model'), _sum_over_data(d_layer)
 
 
-class CastRows(NamedTuple):
-  """The output layer [U; W; b] with its weight rows already in the matmuls' dtype (a training loop's
-  steps carry them from one update to the next: steps.cast_output_rows), which a shard's passes take
-  instead of casting the layer's rows themselves. A pytree: shard_map's spec for the layer places both."""
+class CastLayer(NamedTuple):
+  """The output layer [U; W; b] beside its copy in the matmuls' dtype, which a training loop's steps carry
+  from one update to the next (steps.cast_output_layer) and a shard's passes take instead of casting the
+  layer's rows themselves. The copy is the whole layer, bias row included, so that it has the shape of the
+  update that writes the layer (where XLA can make both in one pass); the all-at-once path multiplies it
+  whole with f given a column of zeros (_whole_cast_operands). A pytree: shard_map's spec for the layer
+  places both."""
   layer: jax.Array  # [K + 1, |V|], float32: the bias row, and the shape and dtype of the layer's gradient
-  rows: jax.Array  # [K, |V|]: layer[:-1] in the matmuls' dtype
+  cast: jax.Array  # layer in the matmuls' dtype
 
 
 def _layer_of(output):
-  return output.layer if isinstance(output, CastRows) else output
+  return output.layer if isinstance(output, CastLayer) else output
 
 
 def _shard_operands(f, output, dtype, cast_rows: bool = True):
-  """A shard's matmul operands and bias from the whole output layer [U; W; b] (or CastRows): dtype None, f
+  """A shard's matmul operands and bias from the whole output layer [U; W; b] (or CastLayer): dtype None, f
   (its last column ones) and the layer as it is, the bias folded into the matmul; else f and the weight
   rows cast to dtype (cast_rows False: as the layer holds them, float32), and the bias row apart, float32."""
   if dtype is None:
     return f, output, None
-  if isinstance(output, CastRows):
-    return f.astype(dtype), output.rows, output.layer[-1]
+  if isinstance(output, CastLayer):
+    return f.astype(dtype), output.cast[:-1], output.layer[-1]
   return f.astype(dtype), output[:-1].astype(dtype) if cast_rows else output[:-1], output[-1]
 
 
-def _on_output_layer(forward_body, backward_body, dtype, backward_casts_rows: bool = False):
+def _whole_cast_operands(f, output, dtype):
+  """The all-at-once path's operands from a CastLayer: f with a column of zeros, so that f's products with
+  the whole cast layer are its products with the weight rows (the bias row's term is 0) and no slice of
+  the cast layer is made (a copy of it on the GPU); the bias row apart, float32."""
+  return jnp.pad(f.astype(dtype), ((0, 0), (0, 1))), output.cast, output.layer[-1]
+
+
+def _on_output_layer(forward_body, backward_body, dtype, backward_casts_rows: bool = False, whole_cast: bool = False):
   """A shard's passes written for (f, w, b) taking (f, output) instead: the backward body gives the
   output layer's gradient as one float32 array (dW's rows, then db's), as the matmul accumulated it.
   Taking the layer whole (not its rows and bias row as two slices) spares autodiff a full-size
   zero-padded copy of each slice's gradient, and dW any rounding to the matmuls' dtype; making it in
   the layer's shape (_layer_gradient) spares a copy of dW into it (a concatenation).
   backward_casts_rows: the backward body gets the weight rows as the layer holds them (float32) and
-  casts them itself (the fused kernel's dz in chunks of the vocabulary, a chunk at a time)."""
+  casts them itself (the fused kernel's dz in chunks of the vocabulary, a chunk at a time).
+  whole_cast: a CastLayer's bodies get _whole_cast_operands (written for f with its column of zeros: their
+  df has one column more, dropped here)."""
+  def operands(f, output, cast_rows=True):
+    if whole_cast and isinstance(output, CastLayer):
+      return _whole_cast_operands(f, output, dtype)
+    return _shard_operands(f, output, dtype, cast_rows)
+
   def forward(f, output, *rest):
-    return forward_body(*_shard_operands(f, output, dtype), *rest)
+    return forward_body(*operands(f, output), *rest)
 
   def backward(f, output, *rest):
-    df, d_output = backward_body(*_shard_operands(f, output, dtype, cast_rows=not backward_casts_rows), *rest)
-    return df.astype(f.dtype), d_output.astype(_layer_of(output).dtype)
+    df, d_output = backward_body(*operands(f, output, cast_rows=not backward_casts_rows), *rest)
+    return df[:, :f.shape[-1]].astype(f.dtype), d_output.astype(_layer_of(output).dtype)
   return forward, backward
 
 
 def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False, vocab_block=0, kernel='xla',
-                        kernel_tuning='', rows=None):
+                        kernel_tuning='', cast_layer=None):
   """-log P(target) for features f [B, K'] and the output layer [U; W; b] ([K + 1, |V|]): dtype None,
   f ends with a column of ones (K' = K + 1) and the bias is folded into the matmul; else the matmuls
   run in dtype (f and the weight rows cast, float32 accumulation) and the bias row stays float32.
@@ -331,11 +351,11 @@ def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False
   never write the logits to memory (the dz backwards write dz, a chunk of the batch at a time); recompute
   and vocab_block then do not apply (the kernels tile the columns); kernel_tuning: their settings
   (train.softmax_kernel_tuning, softmax_kernel.tuning_fields' text; '' for the chosen ones).
-  rows: the weight rows output[:-1] already in dtype (CastRows), taken instead of a cast of them; they get
-  no gradient (the layer's gradient is output's).
+  cast_layer: output already in dtype (CastLayer), taken instead of a cast of its rows; it gets no gradient
+  (the layer's gradient is output's).
   """
-  if rows is not None:
-    output = CastRows(output, rows)
+  if cast_layer is not None:
+    output = CastLayer(output, cast_layer)
   options = dict(mesh=mesh, dtype=dtype)
   if kernel in KERNEL_FORMS:
     form, backward = KERNEL_FORMS[kernel]
@@ -350,8 +370,11 @@ def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False
   if vocab_block:
     return _tiled_nll(f, output, targets, forward_body=functools.partial(_streamed_forward, vocab_block=vocab_block),
                       backward_body=functools.partial(_streamed_backward, vocab_block=vocab_block), **options)
-  block_forward, block_backward = _on_output_layer(_block_forward, _block_backward, dtype)
-  _, recomputed_backward = _on_output_layer(None, _block_backward_recomputed, dtype)
+  whole = isinstance(output, CastLayer)  # f with a column of zeros against the whole cast layer
+  block_forward, block_backward = _on_output_layer(_block_forward, functools.partial(_block_backward, padded=whole),
+                                                   dtype, whole_cast=whole)
+  _, recomputed_backward = _on_output_layer(None, functools.partial(_block_backward_recomputed, padded=whole), dtype,
+                                            whole_cast=whole)
   layer = (P('data', None), P(None, 'model'))
   forward = jax.shard_map(block_forward, mesh=mesh, in_specs=(*layer, P('data')),
                           out_specs=(P('data'), P('data', 'model'), P('data')))
@@ -380,8 +403,8 @@ def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False
 
 def _cotangents(output, df, d_layer):
   """The custom VJPs' cotangents of (f, output, targets) from df and the layer's gradient: none for the
-  targets, none for CastRows' rows (a copy of the layer's, whose gradient d_layer is)."""
-  return df, CastRows(d_layer, None) if isinstance(output, CastRows) else d_layer, None
+  targets, none for a CastLayer's copy (of the layer, whose gradient d_layer is)."""
+  return df, CastLayer(d_layer, None) if isinstance(output, CastLayer) else d_layer, None
 
 
 def _tiled_nll(f, output, targets, *, mesh, dtype, forward_body, backward_body, check_vma=True,
@@ -417,7 +440,7 @@ def with_bias_column(f):
 
 
 def token_nll(f, output, targets, *, mesh, compute_dtype='float32', recompute=False, vocab_block=0, kernel='xla',
-              kernel_tuning='', rows=None):
+              kernel_tuning='', cast_layer=None):
   """-log P(target | context) per example, batch sharded on 'data', vocabulary on 'model'.
 
   f [B, K] are the features, output [K + 1, |V|] the output layer [U; W; b]. In float32 the bias
@@ -429,19 +452,19 @@ def token_nll(f, output, targets, *, mesh, compute_dtype='float32', recompute=Fa
   vocab_block: go over each shard's columns this many at a time (_vocab_parallel_nll); 0 = at once.
   kernel: 'xla', or a name of KERNEL_FORMS for the fused kernels (softmax_kernel), with kernel_tuning's
   settings (_vocab_parallel_nll); 'auto' (softmax_kernel_for's on one GPU): auto_kernel's for these shapes.
-  rows: output[:-1] already cast to compute_dtype (not float32), taken instead of casting them here.
+  cast_layer: output already cast to compute_dtype (not float32), taken instead of casting its rows here.
   """
   if kernel == 'auto':  # on one GPU (softmax_kernel_for): by this call's shapes
     kernel = auto_kernel(mesh.devices.flat[0].platform, f.shape[0] // mesh.shape['data'],
                          output.shape[-1] // mesh.shape['model'], f.shape[-1], compute_dtype, kernel_tuning)
   if compute_dtype == 'float32':
-    if rows is not None:
-      raise ValueError('token_nll: cast rows are for a compute dtype other than float32 (whose matmul takes the '
+    if cast_layer is not None:
+      raise ValueError('token_nll: a cast layer is for a compute dtype other than float32 (whose matmul takes the '
                        'layer as it is)')
     return _vocab_parallel_nll(with_bias_column(f), output, targets, mesh=mesh, recompute=recompute,
                                vocab_block=vocab_block, kernel=kernel, kernel_tuning=kernel_tuning)
   return _vocab_parallel_nll(f, output, targets, mesh=mesh, dtype=jnp.dtype(compute_dtype), recompute=recompute,
-                             vocab_block=vocab_block, kernel=kernel, kernel_tuning=kernel_tuning, rows=rows)
+                             vocab_block=vocab_block, kernel=kernel, kernel_tuning=kernel_tuning, cast_layer=cast_layer)
 
 
 def dense_token_nll(logits, targets):

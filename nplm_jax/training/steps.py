@@ -174,21 +174,21 @@ def after_every_read(grads, loss_value):
   return jax.tree.map(lambda g: g + anchor.astype(g.dtype), grads)
 
 
-def cast_output_rows(model, params):
-  """The output layer's weight rows in the model's compute dtype, as the exact softmax's matmuls take them;
+def cast_output_layer(model, params):
+  """The output layer in the model's compute dtype, whose weight rows the exact softmax's matmuls take;
   None where that dtype is float32 (the matmuls take the layer as it is)."""
   if jnp.dtype(model.compute_dtype) == jnp.float32:
     return None
-  return model.output_layer(params)[:-1].astype(model.compute_dtype)
+  return model.output_layer(params).astype(model.compute_dtype)
 
 
 def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mesh, optimizer, loss=None,
                chunk_size=0, seed=0, vocab_block=-1, softmax_kernel='xla', softmax_kernel_tuning='', ema_decay=0.0,
-               output_rows=None):
+               cast_layer=None):
   """One optimiser step on the mean loss of a batch: the exact softmax, or `loss` (sampled), and the
   moving average of the parameters when the state has one. Returns the new state and the batch's loss.
-  output_rows: cast_output_rows(model, state.params), made by the caller (the loop that carries them from
-  one step's update to the next), which the exact softmax takes instead of casting the layer's rows."""
+  cast_layer: cast_output_layer(model, state.params), made by the caller (the loop that carries it from one
+  step's update to the next), which the exact softmax takes instead of casting the layer's rows."""
   def loss_fn(params):
     key = dropout_key(seed, state.step) if model.has_dropout else None
     feats, out = features(model, params, contexts, key), model.output_layer(params)
@@ -196,7 +196,7 @@ def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mes
       per_example = lambda ft: vocab_softmax.token_nll(ft[0], out, ft[1], mesh=mesh, compute_dtype=model.compute_dtype,
                                                        recompute=bool(chunk_size), vocab_block=vocab_block,
                                                        kernel=softmax_kernel, kernel_tuning=softmax_kernel_tuning,
-                                                       rows=output_rows)
+                                                       cast_layer=cast_layer)
     else:
       samples = sampled_noise.draw_noise(loss, state.step)  # shared by the whole batch
       per_example = lambda ft: vocab_softmax.sampled_token_loss(ft[0], out, ft[1], samples, loss.log_noise,
@@ -230,7 +230,7 @@ def eval_step(params, contexts, targets, *, model, mesh, chunk_size=0, vocab_blo
 
 
 def train_resident_steps(state: TrainState, ids, order, lr_scale, interval: Interval, num_steps, *, max_steps: int,
-                   steps_per_epoch: int, batch_size: int, mesh, model, carry_output_rows: bool = False,
+                   steps_per_epoch: int, batch_size: int, mesh, model, carry_cast_layer: bool = False,
                    **step_options):
   """`num_steps` (1 .. max_steps, a traced count) training steps in one call, each gathering its batch
   on the devices from the train split's resident ids and the epoch's permutation `order`
@@ -238,25 +238,25 @@ def train_resident_steps(state: TrainState, ids, order, lr_scale, interval: Inte
 
   max_steps 1 is the plain step with the gather before it; more are a loop of it whose length is an
   argument, so one program runs every dispatch between two boundaries at full length.
-  carry_output_rows (train.carry_output_rows), in that loop: the output layer's weight rows cast to the
-  compute dtype once a call and then by each step after its update, carried to the next step, which takes
-  them instead of casting the layer (a pass that reads it whole, 320 MB at the research size) at its start;
-  the same numbers, the cast where XLA can fuse it into the update that writes the layer anyway. Nothing
-  is carried for float32 matmuls (no cast) or a sampled loss (no exact softmax).
+  carry_cast_layer (train.carry_cast_layer), in that loop: the output layer cast to the compute dtype once
+  a call and then by each step after its update, carried to the next step, which takes it instead of
+  casting the layer's rows (a pass that reads them whole, 320 MB at the research size) at its start; the
+  same numbers, the cast where XLA can make it in the update's own pass over the layer (the same shape).
+  Nothing is carried for float32 matmuls (no cast) or a sampled loss (no exact softmax).
   """
   def one(_, carry):
-    state, interval, rows = carry
+    state, interval, cast = carry
     contexts, targets = device_data.step_batch(ids, order, state.step % steps_per_epoch, batch_size=batch_size,
                                                context_size=model.context_size, mesh=mesh)
-    state, loss = train_step(state, contexts, targets, lr_scale, model=model, mesh=mesh, output_rows=rows,
+    state, loss = train_step(state, contexts, targets, lr_scale, model=model, mesh=mesh, cast_layer=cast,
                              **step_options)
-    return state, interval.add(loss, state.step), None if rows is None else cast_output_rows(model, state.params)
+    return state, interval.add(loss, state.step), None if cast is None else cast_output_layer(model, state.params)
 
   if max_steps == 1:
     return one(0, (state, interval, None))[:2]
-  carried = carry_output_rows and step_options.get('loss') is None
-  rows = cast_output_rows(model, state.params) if carried else None
-  return jax.lax.fori_loop(0, num_steps, one, (state, interval, rows))[:2]
+  carried = carry_cast_layer and step_options.get('loss') is None
+  cast = cast_output_layer(model, state.params) if carried else None
+  return jax.lax.fori_loop(0, num_steps, one, (state, interval, cast))[:2]
 
 
 def eval_resident(params, ids, positions, *, model, mesh, **eval_options):
@@ -307,7 +307,7 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
                   seed: int = 0, vocab_block: int = -1, matmul_precision: str = 'highest',
                   steps_per_epoch: int = 0, batch_size: int = 0, axis_rules=None,
                   softmax_kernel: str = 'xla', softmax_kernel_tuning: str = '',
-                  ema_decay: float = 0.0, carry_output_rows: bool = False) -> CompiledSteps:
+                  ema_decay: float = 0.0, carry_cast_layer: bool = False) -> CompiledSteps:
   """Jitted init/train/eval with explicit shardings; parameters are born sharded, drawn from `seed`.
 
   optimizer None: evaluation only. steps_per_epoch and batch_size shape the resident-data dispatch.
@@ -315,8 +315,8 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
   'model', the rest replicated. softmax_kernel: 'xla' or a fused kernel (config.train.softmax_kernel
   resolved), with softmax_kernel_tuning's settings (config.train.softmax_kernel_tuning).
   ema_decay > 0 (config.optimizer.ema_decay): the train state carries the parameters' moving average.
-  carry_output_rows (config.train.carry_output_rows): the loop of steps carries the output layer's cast
-  weight rows from step to step (train_resident_steps).
+  carry_cast_layer (config.train.carry_cast_layer): the loop of steps carries the output layer's cast copy
+  from step to step (train_resident_steps).
   """
   precise = functools.partial(with_matmul_precision, precision=matmul_precision,
                               platform=mesh.devices.flat[0].platform)
@@ -365,7 +365,7 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
   def resident_steps(max_steps: int):
     return jax.jit(precise(functools.partial(
         train_resident_steps, max_steps=max_steps, steps_per_epoch=steps_per_epoch, batch_size=batch_size, mesh=mesh,
-        model=model, carry_output_rows=carry_output_rows, **step_options)), in_shardings=(state_sh,) + (replicated,) * 5,
+        model=model, carry_cast_layer=carry_cast_layer, **step_options)), in_shardings=(state_sh,) + (replicated,) * 5,
         out_shardings=(state_sh, replicated), donate_argnums=0)
 
   from_params = jax.jit(fresh_state, in_shardings=(state_sh.params,), out_shardings=state_sh)
