@@ -115,9 +115,12 @@ if [ "$part" = loop ]; then
   bench research_bf16_nondeterministic $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
     --config.train.deterministic=False
   # the output layer's bfloat16 copy carried from each step's update to the next step (train.carry_cast_layer):
-  # no cast of the layer's rows at each step's start (their 480 MB pass at batch 256 in the H200 profile)
+  # no cast of the layer's rows at each step's start (their 480 MB pass at batch 256 in the H200 profile); the
+  # rows alone (the matmuls' operand) or the whole layer (the update's shape, f given a column of zeros)
+  bench research_bf16_carried_rows $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
+    --config.train.carry_cast_layer=rows
   bench research_bf16_carried_layer $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
-    --config.train.carry_cast_layer=True
+    --config.train.carry_cast_layer=whole
   # AdamW's first moment in bfloat16 (optimizer.mu_dtype): less of the output layer's optimiser traffic
   bench research_bf16_mu_bf16 $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
     --config.optimizer.mu_dtype=bfloat16

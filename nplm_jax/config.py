@@ -166,9 +166,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.steps_per_dispatch = -1
   # In a dispatch of several steps, with matmuls in bfloat16: the output layer cast once a dispatch and then
   # by each step after its update, carried to the next step, instead of each step casting the layer's rows
-  # (a pass over them: 480 MB read and written at the research size). The same numbers; False until a GPU
-  # times it (steps.train_resident_steps).
-  c.train.carry_cast_layer = False
+  # (a pass over them: 480 MB read and written at the research size): 'rows' (its weight rows, the matmuls'
+  # operand) or 'whole' (bias row included: the shape of the update, which XLA may then write it with).
+  # The same numbers; 'off' until a GPU times them (steps.train_resident_steps).
+  c.train.carry_cast_layer = 'off'
   # Deterministic GPU reductions (XLA's --xla_gpu_deterministic_ops): the same run gives the same
   # bits, so a resumed run ends bit-equal to an uninterrupted one there too. No effect on CPU/TPU.
   c.train.deterministic = True
@@ -397,6 +398,7 @@ _CHOICES = [
     ('model.compute_dtype', ('auto', 'float32', 'bfloat16')),
     ('model.matmul_precision', ('highest', 'default')),
     ('train.device_data', ('auto', 'on', 'off')),
+    ('train.carry_cast_layer', ('off', 'rows', 'whole')),
     ('train.softmax_kernel', ('auto', 'xla', 'pallas', 'pallas_loop', 'pallas_loop_dz', 'pallas_mosaic')),
     ('optimizer.name', ('paper_sgd', 'adamw')),
     ('optimizer.mu_dtype', ('float32', 'bfloat16')),

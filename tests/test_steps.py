@@ -27,7 +27,7 @@ def adamw():
   return optim.make_optimizer(config, 16)
 
 
-def built(family: str, steps_per_epoch: int = 0, ema_decay: float = 0.0, carry_cast_layer: bool = False,
+def built(family: str, steps_per_epoch: int = 0, ema_decay: float = 0.0, carry_cast_layer: str = 'off',
           **overrides):
   config = config_lib.base_config()
   config.model.update(FAMILIES[family])
@@ -135,13 +135,14 @@ def test_a_dispatch_of_several_steps_reports_the_mean_of_their_losses():
   assert len(set(singles)) == 4  # distinct losses: a first or last one alone would not match the mean
 
 
+@pytest.mark.parametrize('form', ['whole', 'rows'])
 @pytest.mark.parametrize('family', sorted(FAMILIES))
-def test_a_loop_that_carries_the_cast_layer_trains_as_one_that_casts_it(family, monkeypatch):
-  """train.carry_cast_layer: a dispatch of 4 bfloat16 steps that carries the output layer's cast copy from
-  each update to the next step ends on the parameters, optimiser state and losses of one whose steps cast
-  the layer's rows themselves (the copy is multiplied whole, with f given a column of zeros: float32 sums
-  of one more term, 0); the loop's carry holds the copy. Control: a carried copy that is not the layer's
-  (zeros) changes the losses, so the steps do take the carried one."""
+def test_a_loop_that_carries_the_cast_layer_trains_as_one_that_casts_it(family, form, monkeypatch):
+  """train.carry_cast_layer: a dispatch of 4 bfloat16 steps that carries the output layer's cast copy (whole,
+  or its weight rows) from each update to the next step ends on the parameters, optimiser state and losses
+  of one whose steps cast the layer's rows themselves (a whole copy is multiplied with f given a column of
+  zeros: float32 sums of one more term, 0); the loop's carry holds the copy. Control: a carried copy that is
+  not the layer's (zeros) changes the losses, so the steps do take the carried one."""
   steps_per_epoch = 6
 
   def run(carry):
@@ -151,8 +152,8 @@ def test_a_loop_that_carries_the_cast_layer_trains_as_one_that_casts_it(family, 
     args = (moved(compiled.init()), ids, order, np.float32(1.0), steps_lib.Interval.start(), np.int32(4))
     return compiled.resident_steps(5)(*args), loop_carries(jax.make_jaxpr(compiled.resident_steps(5))(*args).jaxpr)
 
-  (state, interval), carried = run(True)
-  (want_state, want_interval), plain = run(False)
+  (state, interval), carried = run(form)
+  (want_state, want_interval), plain = run('off')
   assert int(state.step) == 4
   np.testing.assert_allclose(float(interval.loss_sum), float(want_interval.loss_sum), rtol=1e-6)
   for got, want in zip(jax.tree.leaves((state.params, state.opt_state)),
@@ -160,9 +161,9 @@ def test_a_loop_that_carries_the_cast_layer_trains_as_one_that_casts_it(family, 
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-6)
   bf16_carried = lambda avals: [a for a in avals if getattr(a, 'dtype', None) == jnp.bfloat16 and a.ndim == 2]
   assert len(bf16_carried(carried)) == 1 and not bf16_carried(plain)
-  monkeypatch.setattr(steps_lib, 'cast_output_layer', lambda model, params: jnp.zeros_like(
-      model.output_layer(params), jnp.bfloat16))
-  (_, stale), _ = run(True)
+  monkeypatch.setattr(steps_lib, 'cast_output_layer', lambda model, params, form: jnp.zeros_like(
+      model.output_layer(params)[slice(None) if form == 'whole' else slice(-1)], jnp.bfloat16))
+  (_, stale), _ = run(form)
   assert abs(float(stale.loss_sum) - float(want_interval.loss_sum)) > 1e-3
 
 

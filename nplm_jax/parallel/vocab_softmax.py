@@ -276,16 +276,21 @@ def _kernel_backward(f, w, b, log_z, targets, g, form='grid', backward='fused', 
 class CastLayer(NamedTuple):
   """The output layer [U; W; b] beside its copy in the matmuls' dtype, which a training loop's steps carry
   from one update to the next (steps.cast_output_layer) and a shard's passes take instead of casting the
-  layer's rows themselves. The copy is the whole layer, bias row included, so that it has the shape of the
-  update that writes the layer (where XLA can make both in one pass); the all-at-once path multiplies it
-  whole with f given a column of zeros (_whole_cast_operands). A pytree: shard_map's spec for the layer
-  places both."""
+  layer's rows themselves. The copy is the layer's weight rows ([K, |V|]: the matmuls' operand, sliced by
+  nothing) or the whole layer ([K + 1, |V|], bias row included: the shape of the update that writes the
+  layer, so that XLA can make both in one pass), which the all-at-once path multiplies whole with f given
+  a column of zeros (_whole_cast_operands). A pytree: shard_map's spec for the layer places both."""
   layer: jax.Array  # [K + 1, |V|], float32: the bias row, and the shape and dtype of the layer's gradient
-  cast: jax.Array  # layer in the matmuls' dtype
+  cast: jax.Array  # layer[:-1] or layer, in the matmuls' dtype
 
 
 def _layer_of(output):
   return output.layer if isinstance(output, CastLayer) else output
+
+
+def _whole_cast(output) -> bool:
+  """A CastLayer whose copy is the whole layer, bias row included."""
+  return isinstance(output, CastLayer) and output.cast.shape[0] == output.layer.shape[0]
 
 
 def _shard_operands(f, output, dtype, cast_rows: bool = True):
@@ -295,12 +300,12 @@ def _shard_operands(f, output, dtype, cast_rows: bool = True):
   if dtype is None:
     return f, output, None
   if isinstance(output, CastLayer):
-    return f.astype(dtype), output.cast[:-1], output.layer[-1]
+    return f.astype(dtype), output.cast[:-1] if _whole_cast(output) else output.cast, output.layer[-1]
   return f.astype(dtype), output[:-1].astype(dtype) if cast_rows else output[:-1], output[-1]
 
 
 def _whole_cast_operands(f, output, dtype):
-  """The all-at-once path's operands from a CastLayer: f with a column of zeros, so that f's products with
+  """The all-at-once path's operands from a whole CastLayer: f with a column of zeros, so that f's products with
   the whole cast layer are its products with the weight rows (the bias row's term is 0) and no slice of
   the cast layer is made (a copy of it on the GPU); the bias row apart, float32."""
   return jnp.pad(f.astype(dtype), ((0, 0), (0, 1))), output.cast, output.layer[-1]
@@ -314,10 +319,10 @@ def _on_output_layer(forward_body, backward_body, dtype, backward_casts_rows: bo
   the layer's shape (_layer_gradient) spares a copy of dW into it (a concatenation).
   backward_casts_rows: the backward body gets the weight rows as the layer holds them (float32) and
   casts them itself (the fused kernel's dz in chunks of the vocabulary, a chunk at a time).
-  whole_cast: a CastLayer's bodies get _whole_cast_operands (written for f with its column of zeros: their
-  df has one column more, dropped here)."""
+  whole_cast: the bodies of a whole CastLayer get _whole_cast_operands (written for f with its column of
+  zeros: their df has one column more, dropped here)."""
   def operands(f, output, cast_rows=True):
-    if whole_cast and isinstance(output, CastLayer):
+    if whole_cast and _whole_cast(output):
       return _whole_cast_operands(f, output, dtype)
     return _shard_operands(f, output, dtype, cast_rows)
 
@@ -351,8 +356,8 @@ def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False
   never write the logits to memory (the dz backwards write dz, a chunk of the batch at a time); recompute
   and vocab_block then do not apply (the kernels tile the columns); kernel_tuning: their settings
   (train.softmax_kernel_tuning, softmax_kernel.tuning_fields' text; '' for the chosen ones).
-  cast_layer: output already in dtype (CastLayer), taken instead of a cast of its rows; it gets no gradient
-  (the layer's gradient is output's).
+  cast_layer: output (whole, or its weight rows) already in dtype (CastLayer), taken instead of a cast of
+  the rows; it gets no gradient (the layer's gradient is output's).
   """
   if cast_layer is not None:
     output = CastLayer(output, cast_layer)
@@ -370,7 +375,7 @@ def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False
   if vocab_block:
     return _tiled_nll(f, output, targets, forward_body=functools.partial(_streamed_forward, vocab_block=vocab_block),
                       backward_body=functools.partial(_streamed_backward, vocab_block=vocab_block), **options)
-  whole = isinstance(output, CastLayer)  # f with a column of zeros against the whole cast layer
+  whole = _whole_cast(output)  # f with a column of zeros against the whole cast layer
   block_forward, block_backward = _on_output_layer(_block_forward, functools.partial(_block_backward, padded=whole),
                                                    dtype, whole_cast=whole)
   _, recomputed_backward = _on_output_layer(None, functools.partial(_block_backward_recomputed, padded=whole), dtype,
@@ -452,7 +457,8 @@ def token_nll(f, output, targets, *, mesh, compute_dtype='float32', recompute=Fa
   vocab_block: go over each shard's columns this many at a time (_vocab_parallel_nll); 0 = at once.
   kernel: 'xla', or a name of KERNEL_FORMS for the fused kernels (softmax_kernel), with kernel_tuning's
   settings (_vocab_parallel_nll); 'auto' (softmax_kernel_for's on one GPU): auto_kernel's for these shapes.
-  cast_layer: output already cast to compute_dtype (not float32), taken instead of casting its rows here.
+  cast_layer: output or output[:-1] already cast to compute_dtype (not float32), taken instead of casting
+  its rows here (CastLayer).
   """
   if kernel == 'auto':  # on one GPU (softmax_kernel_for): by this call's shapes
     kernel = auto_kernel(mesh.devices.flat[0].platform, f.shape[0] // mesh.shape['data'],

@@ -174,12 +174,13 @@ def after_every_read(grads, loss_value):
   return jax.tree.map(lambda g: g + anchor.astype(g.dtype), grads)
 
 
-def cast_output_layer(model, params):
-  """The output layer in the model's compute dtype, whose weight rows the exact softmax's matmuls take;
-  None where that dtype is float32 (the matmuls take the layer as it is)."""
+def cast_output_layer(model, params, form: str = 'whole'):
+  """The output layer in the model's compute dtype, whole or its weight rows alone (`form`: vocab_softmax.
+  CastLayer's two copies); None where that dtype is float32 (the matmuls take the layer as it is)."""
   if jnp.dtype(model.compute_dtype) == jnp.float32:
     return None
-  return model.output_layer(params).astype(model.compute_dtype)
+  layer = model.output_layer(params)
+  return (layer if form == 'whole' else layer[:-1]).astype(model.compute_dtype)
 
 
 def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mesh, optimizer, loss=None,
@@ -230,7 +231,7 @@ def eval_step(params, contexts, targets, *, model, mesh, chunk_size=0, vocab_blo
 
 
 def train_resident_steps(state: TrainState, ids, order, lr_scale, interval: Interval, num_steps, *, max_steps: int,
-                   steps_per_epoch: int, batch_size: int, mesh, model, carry_cast_layer: bool = False,
+                   steps_per_epoch: int, batch_size: int, mesh, model, carry_cast_layer: str = 'off',
                    **step_options):
   """`num_steps` (1 .. max_steps, a traced count) training steps in one call, each gathering its batch
   on the devices from the train split's resident ids and the epoch's permutation `order`
@@ -238,11 +239,12 @@ def train_resident_steps(state: TrainState, ids, order, lr_scale, interval: Inte
 
   max_steps 1 is the plain step with the gather before it; more are a loop of it whose length is an
   argument, so one program runs every dispatch between two boundaries at full length.
-  carry_cast_layer (train.carry_cast_layer), in that loop: the output layer cast to the compute dtype once
-  a call and then by each step after its update, carried to the next step, which takes it instead of
-  casting the layer's rows (a pass that reads them whole, 320 MB at the research size) at its start; the
-  same numbers, the cast where XLA can make it in the update's own pass over the layer (the same shape).
-  Nothing is carried for float32 matmuls (no cast) or a sampled loss (no exact softmax).
+  carry_cast_layer (train.carry_cast_layer: 'rows' or 'whole', cast_output_layer's forms; 'off'), in that
+  loop: the output layer cast to the compute dtype once a call and then by each step after its update,
+  carried to the next step, which takes it instead of casting the layer's rows (a pass that reads them
+  whole, 320 MB at the research size) at its start; the same numbers (within float32's rounding: 'whole'
+  adds a term of 0 to each sum), the cast where XLA can make it in the update's own pass over the layer
+  ('whole' has that pass's shape). Nothing is carried for float32 matmuls (no cast) or a sampled loss.
   """
   def one(_, carry):
     state, interval, cast = carry
@@ -250,12 +252,13 @@ def train_resident_steps(state: TrainState, ids, order, lr_scale, interval: Inte
                                                context_size=model.context_size, mesh=mesh)
     state, loss = train_step(state, contexts, targets, lr_scale, model=model, mesh=mesh, cast_layer=cast,
                              **step_options)
-    return state, interval.add(loss, state.step), None if cast is None else cast_output_layer(model, state.params)
+    return (state, interval.add(loss, state.step),
+            None if cast is None else cast_output_layer(model, state.params, carry_cast_layer))
 
   if max_steps == 1:
     return one(0, (state, interval, None))[:2]
-  carried = carry_cast_layer and step_options.get('loss') is None
-  cast = cast_output_layer(model, state.params) if carried else None
+  carried = carry_cast_layer != 'off' and step_options.get('loss') is None
+  cast = cast_output_layer(model, state.params, carry_cast_layer) if carried else None
   return jax.lax.fori_loop(0, num_steps, one, (state, interval, cast))[:2]
 
 
@@ -307,7 +310,7 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
                   seed: int = 0, vocab_block: int = -1, matmul_precision: str = 'highest',
                   steps_per_epoch: int = 0, batch_size: int = 0, axis_rules=None,
                   softmax_kernel: str = 'xla', softmax_kernel_tuning: str = '',
-                  ema_decay: float = 0.0, carry_cast_layer: bool = False) -> CompiledSteps:
+                  ema_decay: float = 0.0, carry_cast_layer: str = 'off') -> CompiledSteps:
   """Jitted init/train/eval with explicit shardings; parameters are born sharded, drawn from `seed`.
 
   optimizer None: evaluation only. steps_per_epoch and batch_size shape the resident-data dispatch.
@@ -315,8 +318,8 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
   'model', the rest replicated. softmax_kernel: 'xla' or a fused kernel (config.train.softmax_kernel
   resolved), with softmax_kernel_tuning's settings (config.train.softmax_kernel_tuning).
   ema_decay > 0 (config.optimizer.ema_decay): the train state carries the parameters' moving average.
-  carry_cast_layer (config.train.carry_cast_layer): the loop of steps carries the output layer's cast copy
-  from step to step (train_resident_steps).
+  carry_cast_layer (config.train.carry_cast_layer, 'rows' or 'whole'): the loop of steps carries the output
+  layer's cast copy from step to step (train_resident_steps).
   """
   precise = functools.partial(with_matmul_precision, precision=matmul_precision,
                               platform=mesh.devices.flat[0].platform)
