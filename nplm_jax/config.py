@@ -168,7 +168,7 @@ def base_config() -> ml_collections.ConfigDict:
   # by each step after its update, carried to the next step, instead of each step casting the layer's rows
   # (a pass over them: 480 MB read and written at the research size): 'rows' (its weight rows, the matmuls'
   # operand) or 'whole' (bias row included: the shape of the update, which XLA may then write it with).
-  # The same numbers; 'off' until a GPU times them (steps.train_resident_steps).
+  # The same numbers within float32's rounding; 'off' until a GPU times them (steps.train_resident_steps).
   c.train.carry_cast_layer = 'off'
   # Deterministic GPU reductions (XLA's --xla_gpu_deterministic_ops): the same run gives the same
   # bits, so a resumed run ends bit-equal to an uninterrupted one there too. No effect on CPU/TPU.

@@ -174,7 +174,7 @@ def after_every_read(grads, loss_value):
   return jax.tree.map(lambda g: g + anchor.astype(g.dtype), grads)
 
 
-def cast_output_layer(model, params, form: str = 'whole'):
+def cast_output_layer(model, params, form: str):
   """The output layer in the model's compute dtype, whole or its weight rows alone (`form`: vocab_softmax.
   CastLayer's two copies); None where that dtype is float32 (the matmuls take the layer as it is)."""
   if jnp.dtype(model.compute_dtype) == jnp.float32:
@@ -188,8 +188,8 @@ def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mes
                cast_layer=None):
   """One optimiser step on the mean loss of a batch: the exact softmax, or `loss` (sampled), and the
   moving average of the parameters when the state has one. Returns the new state and the batch's loss.
-  cast_layer: cast_output_layer(model, state.params), made by the caller (the loop that carries it from one
-  step's update to the next), which the exact softmax takes instead of casting the layer's rows."""
+  cast_layer: cast_output_layer(model, state.params, form), made by the caller (the loop that carries it from
+  one step's update to the next), which the exact softmax takes instead of casting the layer's rows."""
   def loss_fn(params):
     key = dropout_key(seed, state.step) if model.has_dropout else None
     feats, out = features(model, params, contexts, key), model.output_layer(params)
