@@ -167,6 +167,23 @@ def test_a_loop_that_carries_the_cast_layer_trains_as_one_that_casts_it(family, 
   assert abs(float(stale.loss_sum) - float(want_interval.loss_sum)) > 1e-3
 
 
+def test_a_carried_cast_layer_ends_where_shorter_dispatches_end():
+  """With train.carry_cast_layer='whole', 4 steps in one dispatch and in two dispatches of 2 (each casting the
+  layer afresh at its start, as a resumed run does) end on the same parameters bit for bit: the carried copy
+  is the cast of the parameters it goes with, whatever the dispatch boundaries."""
+  steps_per_epoch = 6
+  model, mesh, compiled = built('bengio2003', steps_per_epoch=steps_per_epoch, compute_dtype='bfloat16',
+                                carry_cast_layer='whole')
+  ids, order = resident_inputs(mesh, model, steps_per_epoch)
+  run = lambda state, steps: compiled.resident_steps(5)(state, ids, order, np.float32(1.0), steps_lib.Interval.start(),
+                                                        np.int32(steps))[0]
+  whole = run(moved(compiled.init()), 4)
+  halves = run(run(moved(compiled.init()), 2), 2)
+  assert int(halves.step) == 4
+  for got, want in zip(jax.tree.leaves(halves.params), jax.tree.leaves(whole.params)):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
 @pytest.mark.parametrize('family', sorted(FAMILIES))
 def test_the_moving_average_follows_the_parameters_and_leaves_them_alone(family):
   """optimizer.ema_decay: after each step the state's average is a + (1 - d_t) (p - a), d_t =
