@@ -3,8 +3,9 @@
 #   loop: the step alone against the training loop (benchmarks/throughput.py --loop) for Brown reg4_n7
 #          and a research-size config, float32 'highest' / TF32 / bfloat16, deterministic ops on/off,
 #          C's gradient as a scatter, a one-hot matmul or a sort, the output layer's bfloat16 copy carried
-#          from step to step, AdamW's first moment in float32 or bfloat16, XLA's command buffers off or capturing the step loop too; the research size's step
-#          profiled at batch 256 and 1024 (profile_research_bf16_*);
+#          from step to step, AdamW's first moment in float32 or bfloat16, XLA's command buffers off or
+#          capturing the step loop too; the research size's step profiled at batch 256 and 1024
+#          (profile_research_bf16_*);
 #   softmax: the vocab_block rule at |V| 33k-300k, the previous loop (BASELINE=folder of an older
 #          checkout, optional) on the same synthetic corpora, and the GPU smoke tests;
 #   train: brown.py:reg4_n7 alone (end to end), then reg4_n7 in bfloat16 and the PTB table network
@@ -13,8 +14,8 @@
 #          kernel in the training step ('pallas_mosaic' in bfloat16, also with dz_chunks=8 and with dz in
 #          chunks of the vocabulary, dz_axis=vocab; 'pallas_loop'
 #          and 'pallas_loop_dz', its gradients from dz) beside XLA's all-at-once and streamed paths at
-#          batch 4096, |V| 17,905, 100k and 300k, bfloat16 then float32 (DTYPES='bfloat16' for one), with
-#          compiled temporaries;
+#          batch 4096, |V| 17,905, 100k and 300k, bfloat16 then float32 (TF32 products, then IEEE;
+#          DTYPES='bfloat16' for one), with compiled temporaries;
 #   tiles: the kernel's GPU tests, then its GPU forms' settings (LoopTuning: tiles, vocabulary splits,
 #          chunks of the feature width, Triton's warps and stages, the Mosaic GPU form's pipeline stages)
 #          each beside XLA, the output layer alone (benchmarks/softmax_kernel_tiles.py), at TILES_RUNS
@@ -159,6 +160,12 @@ elif [ "$part" = kernel ]; then
       [ "$dtype" = bfloat16 ] && bench kernel_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v \
         --batch_sizes=4096 --steps=10 --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 \
         --softmax_kernels=xla,pallas_mosaic
+      # float32 operands with the backend's own products first (model.matmul_precision=default: TF32 in XLA's
+      # matmuls and the kernels' alike), then IEEE products (the project's float32: matmul-bound, four
+      # matmuls of the layer's size in the dz form against XLA's three)
+      [ "$dtype" = float32 ] && bench kernel_v${v}_float32_tf32 --config=experiments/brown.py:mlp1 --vocab=$v \
+        --batch_sizes=4096 --steps=10 --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 \
+        --config.model.matmul_precision=default --softmax_kernels=${FLOAT32_KERNELS:-xla,pallas_loop,pallas_loop_dz}
       [ "$dtype" = float32 ] && bench kernel_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v \
         --batch_sizes=4096 --steps=10 --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 \
         --softmax_kernels=${FLOAT32_KERNELS:-xla,pallas_loop,pallas_loop_dz}

@@ -499,15 +499,17 @@ class Figures(NamedTuple):
 # (the splits and the tenth), at Brown's 17,905 4 chunks (whether it could be the default), at 100k 16;
 # then float32 at 300k (the 1.2x target; the loop form with its gradients from dz beside XLA: the
 # Mosaic form takes two-byte operands, and the fused loop form, 0.35x XLA at 100k, kept the three-form line
-# past 95 s there), at most 150 s; then the research size's candidates at batch 256 and 1024 in the loop
-# (the default, the output layer's bfloat16 copy, its rows or all of it, carried from step to step instead of
-# its rows cast at each step's start, AdamW's first moment in bfloat16, and XLA's command buffers capturing the step loop's while
+# past 95 s there), TF32 products first (model.matmul_precision=default, which the kernels now follow too),
+# then IEEE ones (matmul-bound: the dz form makes four matmuls of the layer's size to XLA's three), at most
+# 210 s; then the research size's candidates at batch 256 and 1024 in the loop (the default, the output
+# layer's bfloat16 copy, its rows or all of it, carried from step to step instead of its rows cast at each
+# step's start, AdamW's first moment in bfloat16, and XLA's command buffers capturing the step loop's while
 # too: its profile put 1.4-2.3 ms of the step between operations and 1.14 ms at the memory traffic's bound;
 # the H200 of 2026-11-27 ran them on a machine at half its matmul peak).
 _VOCAB_CHUNK_FIGURES = ('kernel_v300000_bfloat16', 'kernel_mosaic_vocab8_v300000_bfloat16',
                         'kernel_mosaic_vocab16_v300000_bfloat16', 'kernel_v17905_bfloat16',
                         'kernel_mosaic_vocab4_v17905_bfloat16', 'kernel_mosaic_vocab16_v100000_bfloat16')
-_FLOAT32_FIGURES = ('kernel_v300000_float32',)
+_FLOAT32_FIGURES = ('kernel_v300000_float32_tf32', 'kernel_v300000_float32')
 _RESEARCH_FIGURES = ('research_bf16', 'research_bf16_carried_rows', 'research_bf16_carried_layer',
                      'research_bf16_mu_bf16', 'research_bf16_while_command_buffers')
 FIGURES = (
@@ -515,7 +517,7 @@ FIGURES = (
                                        'KERNEL_VOCABS': '300000 17905 100000', 'ONLY': ','.join(_VOCAB_CHUNK_FIGURES)},
             180),
     Figures('float32', 'kernel', {'GPU_TESTS': 'none', 'DTYPES': 'float32', 'KERNEL_VOCABS': '300000',
-                                  'FLOAT32_KERNELS': 'xla,pallas_loop_dz', 'ONLY': ','.join(_FLOAT32_FIGURES)}, 150),
+                                  'FLOAT32_KERNELS': 'xla,pallas_loop_dz', 'ONLY': ','.join(_FLOAT32_FIGURES)}, 210),
     Figures('research', 'loop', {'ONLY': ','.join(_RESEARCH_FIGURES)}, None))
 # Where no row would fit even a whole call: where the revisited step's time goes.
 SPEED_FIGURES = Figures('speed', 'revisited', {}, None)

@@ -279,7 +279,8 @@ def test_loop_splits_fill_the_gpu_and_give_every_split_a_tile():
 def test_float32_matmuls_in_the_kernels_ask_for_full_precision(form, backward):
   """Every matmul inside the kernels names Precision.HIGHEST for float32 operands (Triton's dot
   otherwise multiplies in TF32: on the H100 the float32 max logit missed NumPy by 2.5e-4), and none
-  for bfloat16, whose products are exact in float32 either way; so do XLA's matmuls of backward='dz'."""
+  for bfloat16, whose products are exact in float32 either way; so do XLA's matmuls of backward='dz'.
+  Traced for model.matmul_precision='default' (its context), none: the backend's own, TF32 on a GPU."""
   import jax  # pylint: disable=g-import-not-at-top
 
   def dot_precisions(dtype):
@@ -309,6 +310,11 @@ def test_float32_matmuls_in_the_kernels_ask_for_full_precision(form, backward):
   float32, bfloat16 = dot_precisions(jnp.float32), dot_precisions(jnp.bfloat16)
   assert len(float32) >= 4 and all(p == highest for p in float32)  # logits in each pass, dW and df
   assert len(bfloat16) == len(float32) and all(p is None for p in bfloat16)
+  # model.matmul_precision='default' (steps.with_matmul_precision on a GPU): the backend's own, as XLA's
+  with jax.default_matmul_precision('default'):
+    backends = dot_precisions(jnp.float32)
+  default = (jax.lax.Precision.DEFAULT, jax.lax.Precision.DEFAULT)
+  assert len(backends) == len(float32) and all(p in (None, default) for p in backends), backends
 
 
 def test_the_kernels_settings_from_the_config_are_checked_in_one_line():

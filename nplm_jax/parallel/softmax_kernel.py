@@ -174,11 +174,13 @@ def _pad_to(x, axis: int, multiple: int, value=0):
 
 
 def _dot(a, b):
-  """a @ b accumulated in float32; float32 operands at full precision. Without `precision`, Triton's dot
-  multiplies float32 in TF32 (on the H100 the max logit missed NumPy by 2.5e-4 relative), where the
-  project's float32 is IEEE (model.matmul_precision='highest'); bfloat16 operands are exact products either way."""
-  precision = jax.lax.Precision.HIGHEST if a.dtype == b.dtype == jnp.float32 else None
-  return jnp.dot(a, b, preferred_element_type=jnp.float32, precision=precision)
+  """a @ b accumulated in float32; float32 operands at full precision, the project's float32 (model.
+  matmul_precision='highest'), unless the traced step asks for the backend's own (model.matmul_precision=
+  'default': steps.with_matmul_precision's 'default' context), as XLA's matmuls beside the kernels then do:
+  TF32 in Triton's dot on NVIDIA GPUs (on the H100 the max logit missed NumPy by 2.5e-4 relative), bfloat16
+  passes on TPUs. Bfloat16 operands are exact products either way."""
+  full = a.dtype == b.dtype == jnp.float32 and jax.config.jax_default_matmul_precision != 'default'
+  return jnp.dot(a, b, preferred_element_type=jnp.float32, precision=jax.lax.Precision.HIGHEST if full else None)
 
 
 def _logits_of(f, w, b, column0, columns: int):

@@ -273,11 +273,12 @@ def eval_resident(params, ids, positions, *, model, mesh, **eval_options):
 
 
 def with_matmul_precision(fn, precision: str, platform: str):
-  """fn traced with float32 matmuls at `precision` ('highest': exact; 'default': the backend's own).
+  """fn traced with float32 matmuls at `precision` ('highest': exact; 'default': the backend's own, which
+  XLA's matmuls take without a context and the fused kernels' from this one: softmax_kernel._dot).
 
   On CPUs float32 matmuls are exact whatever the precision asked, so their programs stay as they were.
   """
-  if precision == 'default' or platform == 'cpu':
+  if platform == 'cpu':
     return fn
 
   def traced(*args, **kwargs):
