@@ -130,8 +130,10 @@ def softmax_kernel_ran(config, mesh, model, params, batch: int) -> str:
                                        config.train.chunk_size, config.train.get('softmax_kernel_tuning', ''))
 
 
-def build_train_step(config, vocab: int, mesh):
-  """(compiled steps, fresh state) for `config`'s model over a vocabulary of `vocab` words."""
+def build_train_step(config, vocab: int, mesh, steps_per_epoch: int = 0):
+  """(compiled steps, fresh state) for `config`'s model over a vocabulary of `vocab` words. steps_per_epoch > 0:
+  with the resident dispatch of several steps too (compiled.resident_steps, as the training loop runs it,
+  train.carry_cast_layer included), over an epoch of that many batches of train.batch_size."""
   model = model_family.from_config(config.model, vocab, mesh.devices.flat[0].platform, config.train.deterministic)
   # a run's length only shapes the rate (cosine_decay_steps=-1), not the step's cost
   optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size, run_steps=10**6)
@@ -142,7 +144,9 @@ def build_train_step(config, vocab: int, mesh):
                                       axis_rules=config.mesh.axis_rules,
                                       softmax_kernel=softmax_kernel(config, mesh),
                                       softmax_kernel_tuning=config.train.get('softmax_kernel_tuning', ''),
-                                      ema_decay=config.optimizer.get('ema_decay', 0.0))
+                                      ema_decay=config.optimizer.get('ema_decay', 0.0),
+                                      steps_per_epoch=steps_per_epoch, batch_size=config.train.batch_size,
+                                      carry_cast_layer=config.train.get('carry_cast_layer', 'off'))
   with jax.set_mesh(mesh):
     state = compiled.init()
   return model, compiled, state

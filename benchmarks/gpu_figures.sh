@@ -5,7 +5,7 @@
 #          C's gradient as a scatter, a one-hot matmul or a sort, the output layer's bfloat16 copy carried
 #          from step to step, AdamW's first moment in float32 or bfloat16, XLA's command buffers off or
 #          capturing the step loop too; the research size's step profiled at batch 256 and 1024
-#          (profile_research_bf16_*);
+#          (profile_research_bf16_*), and its loop of 10 steps a dispatch with each carried copy;
 #   softmax: the vocab_block rule at |V| 33k-300k, the previous loop (BASELINE=folder of an older
 #          checkout, optional) on the same synthetic corpora, and the GPU smoke tests;
 #   train: brown.py:reg4_n7 alone (end to end), then reg4_n7 in bfloat16 and the PTB table network
@@ -135,6 +135,13 @@ if [ "$part" = loop ]; then
   for batch in 256 1024; do
     profile profile_research_bf16_$batch $batch $RESEARCH --config.model.compute_dtype=bfloat16
   done
+  # the loop as training runs it (10 steps a dispatch, batch 256) without and with each carried copy of the
+  # output layer: whether XLA writes the copy in the update's pass (the cast's own operation gone)
+  profile profile_research_bf16_loop_256 256 $RESEARCH --config.model.compute_dtype=bfloat16 --dispatch_steps=10
+  profile profile_research_bf16_loop_rows_256 256 $RESEARCH --config.model.compute_dtype=bfloat16 --dispatch_steps=10 \
+    --config.train.carry_cast_layer=rows
+  profile profile_research_bf16_loop_whole_256 256 $RESEARCH --config.model.compute_dtype=bfloat16 \
+    --dispatch_steps=10 --config.train.carry_cast_layer=whole
 elif [ "$part" = softmax ]; then
   bench research_f32_streamed $RESEARCH --batch_sizes=256 --config.train.vocab_block=4096
   for v in 100000 300000; do

@@ -29,6 +29,8 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -48,6 +50,9 @@ flags.DEFINE_string('trace_dir', '', 'Keep the trace here (for TensorBoard/Perfe
 flags.DEFINE_bool('command_buffers', False, "Keep XLA's command buffers (CUDA graphs) on a GPU, as training runs "
                   'the step. Off by default: the H100 profile of 2026-11-26 showed one command buffer as 95% of the '
                   'step, with nothing inside it named; off, each operation is timed (the step itself a little slower).')
+flags.DEFINE_integer('dispatch_steps', 1, 'Steps a dispatch: above 1, the resident loop of that many steps in one '
+                     'call, as training runs it on accelerators (steps.train_resident_steps, train.carry_cast_layer '
+                     'included); the figures are then a step\'s, the dispatches\' over their steps.')
 flags.DEFINE_integer('peak_mib', 0, 'MiB of the elementwise pass that measures the bandwidth (0: 256 on CPU, '
                      '2048 elsewhere).')
 ARGS = flags.FLAGS
@@ -141,6 +146,47 @@ def op_times(trace_dir: str, module: str) -> tuple[collections.Counter, int]:
   return times, events
 
 
+def single_steps(model, compiled, state, mesh):
+  """(the step's compiled HLO, state -> state after one step on the next random batch), one step a call."""
+  import jax  # pylint: disable=g-import-not-at-top  # after backend.configure
+  batches = [tuple(sharding.put_batch(mesh, x) for x in b)
+             for b in common.random_batches(ARGS.vocab, model.context_size, ARGS.batch_size, ARGS.steps + 1)]
+  hlo = compiled.lower_train(state, *batches[0]).compile().as_text()
+  calls = iter(batches)
+
+  def run(state):
+    state, metrics = compiled.train(state, *next(calls))
+    jax.block_until_ready(metrics)
+    return state
+  return hlo, run
+
+
+def resident_dispatch(model, compiled, state, mesh):
+  """(the dispatch's compiled HLO, state -> state after ARGS.dispatch_steps steps in one call), each step's
+  batch gathered on the devices from random token ids (steps.train_resident_steps)."""
+  import jax  # pylint: disable=g-import-not-at-top  # after backend.configure
+  from nplm_jax.training import device_data  # pylint: disable=g-import-not-at-top
+  from nplm_jax.training import steps as steps_lib  # pylint: disable=g-import-not-at-top
+  examples = ARGS.dispatch_steps * (ARGS.steps + 1) * ARGS.batch_size
+  rng = np.random.default_rng(0)
+  ids = device_data.put_replicated(mesh, rng.integers(0, ARGS.vocab, examples + model.context_size).astype(np.int32))
+  order = device_data.put_replicated(mesh, rng.permutation(examples).astype(np.int32))
+  dispatch = compiled.resident_steps(ARGS.dispatch_steps)
+  args = lambda state: (state, ids, order, np.float32(1.0), steps_lib.Interval.start(), np.int32(ARGS.dispatch_steps))
+  hlo = dispatch.lower(*args(state)).compile().as_text()
+
+  def run(state):
+    state, interval = dispatch(*args(state))
+    jax.block_until_ready(interval)
+    return state
+  return hlo, run
+
+
+def loop_ops(hlo_text: str) -> list[str]:
+  """The while loops of the program's entry computation: a resident dispatch's loop of steps."""
+  return re.findall(r'^\s*%(while[\w.\-]*) = ', hlo_text[hlo_text.index('ENTRY'):], re.MULTILINE)
+
+
 def main(argv):
   del argv
   import jax  # pylint: disable=g-import-not-at-top
@@ -150,25 +196,25 @@ def main(argv):
     os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} --xla_gpu_enable_command_buffer=".strip()
   backend.configure(config)  # before JAX starts its backends
   mesh = sharding.make_mesh(config.mesh)
-  model, compiled, state = common.build_train_step(config, ARGS.vocab, mesh)
-  batches = [tuple(sharding.put_batch(mesh, x) for x in b)
-             for b in common.random_batches(ARGS.vocab, model.context_size, ARGS.batch_size, ARGS.steps)]
+  dispatch = ARGS.dispatch_steps
+  model, compiled, state = common.build_train_step(config, ARGS.vocab, mesh,
+                                                   steps_per_epoch=dispatch * (ARGS.steps + 1) if dispatch > 1 else 0)
   trace_dir = ARGS.trace_dir or tempfile.mkdtemp(prefix='nplm_profile_')
   with jax.set_mesh(mesh):
-    hlo = compiled.lower_train(state, *batches[0]).compile().as_text()
-    state, metrics = compiled.train(state, *batches[0])  # warm-up
-    jax.block_until_ready(metrics)
+    hlo, run = (resident_dispatch if dispatch > 1 else single_steps)(model, compiled, state, mesh)
+    state = run(state)  # warm-up
     with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
       started = time.perf_counter()
-      for b in batches:
-        state, metrics = compiled.train(state, *b)
-        jax.block_until_ready(metrics)  # one step at a time: per-step times stay separable
-      wall_ms = (time.perf_counter() - started) * 1e3 / ARGS.steps
+      for _ in range(ARGS.steps):
+        state = run(state)  # one call at a time: per-call times stay separable
+      wall_ms = (time.perf_counter() - started) * 1e3 / ARGS.steps / dispatch
   peak_gbps = common.peak_copy_gbps(ARGS.peak_mib or (256 if jax.devices()[0].platform == 'cpu' else 2048))
   devices = mesh.size
   module = re.match(r'HloModule ([\w.\-]+)', hlo).group(1)  # the step's own name, whatever jit calls it
   times, events = op_times(trace_dir, module)
-  per_step = {op: us / 1e3 / ARGS.steps / devices for op, us in times.items()}
+  for loop in loop_ops(hlo) if dispatch > 1 else ():  # its event, where it has one, spans its steps' operations
+    events -= bool(times.pop(loop, 0))
+  per_step = {op: us / 1e3 / ARGS.steps / dispatch / devices for op, us in times.items()}
   sources, sizes = source_ops(hlo), op_bytes(hlo)
   totals = collections.Counter()
   for op, ms in per_step.items():
@@ -190,7 +236,8 @@ def main(argv):
          'bandwidth_bound_ms': round(gbytes / peak_gbps * 1e3, 3),
          # operations run a step and device, and the step's time outside them (launches, the host, waits):
          # a step of many short operations with a large gap is bound by launching them, not by memory
-         'ops_per_step': round(events / ARGS.steps / devices, 1), 'gap_ms': round(wall_ms - step_ms, 3)}
+         'ops_per_step': round(events / ARGS.steps / dispatch / devices, 1), 'gap_ms': round(wall_ms - step_ms, 3),
+         'dispatch_steps': dispatch}
   print(f'matmuls {row["matmul_ms"]} ms ({row["matmul_share"]:.0%}), collectives {row["collective_ms"]} ms '
         f'(waiting for the slower device included), other {row["other_ms"]} ms; the operations name '
         f'{gbytes:.3f} GB a step, {row["bandwidth_bound_ms"]} ms at the {peak_gbps:.0f} GB/s measured; '

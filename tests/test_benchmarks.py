@@ -160,6 +160,18 @@ def test_profile_step_attributes_the_step_to_operations():
   assert row['ops_per_step'] >= 1 and row['gap_ms'] == pytest.approx(row['wall_step_ms'] - row['step_ms'], abs=2e-3)
 
 
+def test_profile_step_attributes_a_dispatch_of_several_steps_to_a_steps_operations():
+  """--dispatch_steps: the resident loop as training runs it, its carried cast layer included; the figures a
+  step's (the loop's operations over its steps), the loop's own event not counted beside its body's."""
+  rows = run('profile_step.py', '--batch_size=8', '--vocab=61', '--steps=2', '--config.model.m=4',
+             '--config.model.h=6', '--dispatch_steps=3', '--config.model.compute_dtype=bfloat16',
+             '--config.train.carry_cast_layer=whole')
+  [row] = rows
+  assert row['dispatch_steps'] == 3 and row['step_ms'] > 0 and row['matmul_ms'] > 0
+  assert abs(row['matmul_ms'] + row['collective_ms'] + row['other_ms'] - row['step_ms']) < 1e-2
+  assert row['ops_per_step'] >= 1 and row['wall_step_ms'] > 0
+
+
 def test_an_operation_names_the_bytes_of_its_operands_and_results():
   from benchmarks import profile_step  # pylint: disable=g-import-not-at-top
   hlo = '''HloModule m
