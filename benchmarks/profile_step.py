@@ -17,6 +17,9 @@ large gap is bound by launching them (on a GPU, XLA's command buffers are what s
 off here unless --command_buffers, since a step captured in one shows as a single operation). On
 CPU, XLA runs some matmuls (plain `dot`, not the fused ones) asynchronously: their event covers only
 the launch, and their time shows up in the gap or in an operation that waits for them (a collective).
+--dispatch_steps=N profiles the resident loop of N steps a call instead of one step a call (what training
+runs on accelerators, train.carry_cast_layer with it); every figure is still a step's, and the JSON line
+names dispatch_steps.
 """
 
 import collections
