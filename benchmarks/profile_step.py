@@ -168,6 +168,7 @@ def resident_dispatch(model, compiled, state, mesh):
   """(the dispatch's compiled HLO, state -> state after ARGS.dispatch_steps steps in one call), each step's
   batch gathered on the devices from random token ids (steps.train_resident_steps)."""
   import jax  # pylint: disable=g-import-not-at-top  # after backend.configure
+
   from nplm_jax.training import device_data  # pylint: disable=g-import-not-at-top
   from nplm_jax.training import steps as steps_lib  # pylint: disable=g-import-not-at-top
   examples = ARGS.dispatch_steps * (ARGS.steps + 1) * ARGS.batch_size
