@@ -10,6 +10,7 @@ import pytest
 from nplm_jax.models import bengio2003 as model_lib
 from nplm_jax.models import output_layer
 from nplm_jax.parallel import vocab_softmax
+from tests import jaxprs
 from tests import numpy_reference
 from nplm_jax import backend_defaults
 
@@ -131,18 +132,23 @@ def test_streaming_the_vocabulary_gives_the_same_nll_and_gradients(compute_dtype
     np.testing.assert_allclose(np.asarray(grads[1][name]), np.asarray(grads[0][name]), rtol=1e-4, atol=1e-6)
 
 
+def random_output_layer_problem(seed: int, batch: int = 32, k: int = 24, vocab: int = 56):
+  """(features f [batch, k], output layer [k + 1, vocab], targets, a 1 x 1 mesh), random from `seed`."""
+  rng = np.random.default_rng(seed)
+  f = jnp.asarray(rng.normal(size=(batch, k)), jnp.float32)
+  out = jnp.asarray(rng.normal(size=(k + 1, vocab)) * 0.3, jnp.float32)
+  targets = jnp.asarray(rng.integers(0, vocab, batch), jnp.int32)
+  return f, out, targets, jax.make_mesh((1, 1), ('data', 'model'), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
 @pytest.mark.parametrize('kernel,vocab_block', [('xla', 0), ('xla', 24), ('pallas', 0)])
 def test_bfloat16_output_layer_gradient_is_float32_and_one_array(kernel, vocab_block):
   """With bfloat16 matmuls the output layer's gradient is the float32 the matmuls accumulated, not
   rounded to bfloat16: dW = f^T dz with f and dz in bfloat16 (as the step computes them) summed in
   float64 agrees to float32 accuracy (rounding dW to bfloat16 is off by up to 2^-9), and db is the
   float32 sum of dz."""
-  rng = np.random.default_rng(0)
-  batch, k, vocab = 32, 24, 56
-  f = jnp.asarray(rng.normal(size=(batch, k)), jnp.float32)
-  out = jnp.asarray(rng.normal(size=(k + 1, vocab)) * 0.3, jnp.float32)
-  targets = jnp.asarray(rng.integers(0, vocab, batch), jnp.int32)
-  mesh = jax.make_mesh((1, 1), ('data', 'model'), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  f, out, targets, mesh = random_output_layer_problem(seed=0)
+  vocab = out.shape[-1]
   loss = lambda o: jnp.sum(vocab_softmax.token_nll(f, o, targets, mesh=mesh, compute_dtype='bfloat16', kernel=kernel,
                                                    vocab_block=vocab_block))
   with jax.set_mesh(mesh):
@@ -184,17 +190,8 @@ def test_the_bfloat16_layer_gradient_is_made_in_the_layers_shape(vocab_block):
 def whole_layer_casts(jaxpr, shape) -> int:
   """convert_element_type equations anywhere in `jaxpr` (sub-jaxprs included) that make a bfloat16 array of
   `shape` (the output layer's weight rows'): copies of those rows in the matmuls' dtype."""
-  count = 0
-  for eqn in jaxpr.eqns:
-    if eqn.primitive.name == 'convert_element_type':
-      aval = eqn.outvars[0].aval
-      count += aval.shape == tuple(shape) and aval.dtype == jnp.bfloat16
-    for param in eqn.params.values():
-      for sub in param if isinstance(param, (list, tuple)) else [param]:
-        inner = getattr(sub, 'jaxpr', sub)
-        if hasattr(inner, 'eqns'):
-          count += whole_layer_casts(inner, shape)
-  return count
+  return sum(eqn.primitive.name == 'convert_element_type' and eqn.outvars[0].aval.shape == tuple(shape)
+             and eqn.outvars[0].aval.dtype == jnp.bfloat16 for eqn in jaxprs.equations(jaxpr))
 
 
 @pytest.mark.parametrize('form', ['whole', 'rows'])
@@ -208,12 +205,8 @@ def test_a_cast_layer_given_gives_the_same_nll_and_gradients_without_a_cast(kern
   every path (all at once, recomputed, streamed, the kernels' loop and Mosaic forms; the all-at-once path
   multiplies a whole cast layer with f given a column of zeros: float32 sums of one more term, 0), and no
   cast of the layer's rows in the traced program. Control: without the cast layer, the same program casts them."""
-  rng = np.random.default_rng(1)
-  batch, k, vocab = 32, 24, 56
-  f = jnp.asarray(rng.normal(size=(batch, k)), jnp.float32)
-  out = jnp.asarray(rng.normal(size=(k + 1, vocab)) * 0.3, jnp.float32)
-  targets = jnp.asarray(rng.integers(0, vocab, batch), jnp.int32)
-  mesh = jax.make_mesh((1, 1), ('data', 'model'), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  f, out, targets, mesh = random_output_layer_problem(seed=1)
+  k, vocab = f.shape[-1], out.shape[-1]
 
   def loss(f, o, cast):
     return jnp.sum(vocab_softmax.token_nll(f, o, targets, mesh=mesh, compute_dtype='bfloat16', kernel=kernel,

@@ -27,6 +27,7 @@ from nplm_jax.tools import score as score_lib
 from nplm_jax.parallel import sharding
 from nplm_jax.tools import trained as trained_lib
 from nplm_jax.errors import UserError
+from tests import jaxprs
 from tests import numpy_reference
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -317,15 +318,7 @@ def test_the_distant_gradient_by_counts_equals_the_rows(kw, form):
 
 def scatter_updates(jaxpr) -> list[tuple[int, ...]]:
   """The updates' shape of every scatter-add in a jaxpr, its inner jaxprs included."""
-  found = []
-  for eqn in jaxpr.eqns:
-    if eqn.primitive.name == 'scatter-add':
-      found.append(tuple(eqn.invars[2].aval.shape))
-    for value in eqn.params.values():
-      for inner in (value if isinstance(value, (list, tuple)) else [value]):
-        if hasattr(inner, 'jaxpr') or hasattr(inner, 'eqns'):
-          found += scatter_updates(getattr(inner, 'jaxpr', inner))
-  return found
+  return [tuple(eqn.invars[2].aval.shape) for eqn in jaxprs.equations(jaxpr) if eqn.primitive.name == 'scatter-add']
 
 
 def test_the_distant_gradient_by_counts_scatters_no_rows_of_the_distant_block():
@@ -347,14 +340,7 @@ def test_the_distant_gradient_by_counts_scatters_no_rows_of_the_distant_block():
 
 def primitives(jaxpr) -> set[str]:
   """The names of every primitive in a jaxpr, its inner jaxprs included."""
-  found = set()
-  for eqn in jaxpr.eqns:
-    found.add(eqn.primitive.name)
-    for value in eqn.params.values():
-      for inner in (value if isinstance(value, (list, tuple)) else [value]):
-        if hasattr(inner, 'jaxpr') or hasattr(inner, 'eqns'):
-          found |= primitives(getattr(inner, 'jaxpr', inner))
-  return found
+  return {eqn.primitive.name for eqn in jaxprs.equations(jaxpr)}
 
 
 def test_one_hot_forms_train_with_no_gather_scatter_or_sort():

@@ -11,6 +11,7 @@ import pytest
 from nplm_jax.parallel import softmax_kernel
 from nplm_jax.parallel import vocab_softmax
 from nplm_jax.errors import UserError
+from tests import jaxprs
 
 
 def reference(f, w, b, targets, log_z, g):
@@ -287,24 +288,12 @@ def test_float32_matmuls_in_the_kernels_ask_for_full_precision(form, backward):
     f, w = jnp.ones((40, 12), dtype), jnp.ones((12, 300), dtype)
     rows, targets = jnp.zeros(40, jnp.float32), jnp.zeros(40, jnp.int32)
     tuning = softmax_kernel.LoopTuning(backward=backward)
-    jaxprs = [jax.make_jaxpr(lambda f, w: softmax_kernel.shard_stats(f, w, None, targets, form=form,
+    traced = [jax.make_jaxpr(lambda f, w: softmax_kernel.shard_stats(f, w, None, targets, form=form,
                                                                      tuning=tuning))(f, w),
               jax.make_jaxpr(lambda f, w: softmax_kernel.shard_grads(f, w, None, rows, targets, rows, form=form,
                                                                      tuning=tuning))(f, w)]
-    found = []
-
-    def walk(jaxpr):
-      for eqn in jaxpr.eqns:
-        if eqn.primitive.name == 'dot_general':
-          found.append(eqn.params['precision'])
-        for value in eqn.params.values():
-          for sub in value if isinstance(value, (list, tuple)) else (value,):
-            inner = getattr(sub, 'jaxpr', sub)
-            if hasattr(inner, 'eqns'):
-              walk(inner)
-    for closed in jaxprs:
-      walk(closed.jaxpr)
-    return found
+    return [eqn.params['precision'] for closed in traced for eqn in jaxprs.equations(closed)
+            if eqn.primitive.name == 'dot_general']
 
   highest = (jax.lax.Precision.HIGHEST, jax.lax.Precision.HIGHEST)
   float32, bfloat16 = dot_precisions(jnp.float32), dot_precisions(jnp.bfloat16)
@@ -494,17 +483,9 @@ def test_the_mosaic_form_lowers_for_cuda(monkeypatch, warpgroups):
 def _whole_layer_casts(jaxpr, columns: int, dtype) -> int:
   """convert_element_type equations anywhere in `jaxpr` (sub-jaxprs included) that make an array of
   `columns` columns in `dtype`: copies of the whole output layer in the matmuls' dtype."""
-  count = 0
-  for eqn in jaxpr.eqns:
-    if eqn.primitive.name == 'convert_element_type':
-      aval = eqn.outvars[0].aval
-      count += aval.ndim == 2 and aval.shape[-1] == columns and aval.dtype == dtype
-    for param in eqn.params.values():
-      for sub in param if isinstance(param, (list, tuple)) else [param]:
-        inner = getattr(sub, 'jaxpr', sub)
-        if hasattr(inner, 'eqns'):
-          count += _whole_layer_casts(inner, columns, dtype)
-  return count
+  return sum(eqn.primitive.name == 'convert_element_type' and eqn.outvars[0].aval.ndim == 2
+             and eqn.outvars[0].aval.shape[-1] == columns and eqn.outvars[0].aval.dtype == dtype
+             for eqn in jaxprs.equations(jaxpr))
 
 
 @pytest.mark.parametrize('tuning,casts', [('', 2), ('dz_axis=vocab,dz_chunks=2', 1)])

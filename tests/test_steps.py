@@ -12,6 +12,7 @@ from nplm_jax.parallel import sharding
 from nplm_jax.training import integrity
 from nplm_jax.training import optim
 from nplm_jax.training import steps as steps_lib
+from tests import jaxprs
 
 VOCAB = 41
 FAMILIES = {
@@ -97,15 +98,7 @@ def test_evaluation_applies_no_dropout(family):
 
 def loop_carries(jaxpr) -> list:
   """The avals every while loop in `jaxpr` (sub-jaxprs included) carries from one iteration to the next."""
-  found = []
-  for eqn in jaxpr.eqns:
-    if eqn.primitive.name == 'while':
-      found += [v.aval for v in eqn.outvars]
-    for param in eqn.params.values():
-      inner = getattr(param, 'jaxpr', param)
-      if hasattr(inner, 'eqns'):
-        found += loop_carries(inner)
-  return found
+  return [v.aval for eqn in jaxprs.equations(jaxpr) if eqn.primitive.name == 'while' for v in eqn.outvars]
 
 
 def resident_inputs(mesh, model, steps_per_epoch: int, batch_size: int = 16):
