@@ -136,7 +136,7 @@ def build_train_step(config, vocab: int, mesh, steps_per_epoch: int = 0):
   train.carry_cast_layer included), over an epoch of that many batches of train.batch_size."""
   model = model_family.from_config(config.model, vocab, mesh.devices.flat[0].platform, config.train.deterministic)
   # a run's length only shapes the rate (cosine_decay_steps=-1), not the step's cost
-  optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size, run_steps=10**6)
+  optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size, run_steps=10**6, seed=config.seed)
   sampled = sampled_noise.make_sampled_loss(config.loss, np.ones(vocab), config.seed)  # uniform noise: random data
   compiled = steps_lib.compile_steps(model, optimizer, mesh, loss=sampled, chunk_size=config.train.chunk_size,
                                       vocab_block=config.train.vocab_block,

@@ -115,6 +115,9 @@ def base_config() -> ml_collections.ConfigDict:
   # adamw: the first moment's dtype; 'bfloat16' halves its memory and its traffic in every update (optax's
   # mu_dtype; the second moment stays float32)
   c.optimizer.mu_dtype = 'float32'
+  # adamw: the second moment's dtype; 'bfloat16' halves its memory and traffic too, stochastically rounded
+  # (to nearest, b2 = 0.999's 0.1% a step would be lost under bfloat16's 0.4% steps; nplm_jax/training/optim.py)
+  c.optimizer.nu_dtype = 'float32'
   # > 0: each step's gradients scaled to this global norm where larger (Sun & Iyyer's code: 0.25); 0 = off
   c.optimizer.clip_norm = 0.0
   # > 0: the run also keeps an exponential moving average of the parameters, decay ema_decay a step
@@ -402,6 +405,7 @@ _CHOICES = [
     ('train.softmax_kernel', ('auto', 'xla', 'pallas', 'pallas_loop', 'pallas_loop_dz', 'pallas_mosaic')),
     ('optimizer.name', ('paper_sgd', 'adamw')),
     ('optimizer.mu_dtype', ('float32', 'bfloat16')),
+    ('optimizer.nu_dtype', ('float32', 'bfloat16')),
     ('loss.name', ('softmax', 'sampled_softmax', 'nce')),
     ('mix.smoothing', ('interpolated', 'kneser_ney')),
     ('distributed.initialize', ('auto', 'yes', 'no')),
@@ -453,6 +457,13 @@ def validate(config) -> None:
   _validate_relations(config)
 
 
+def _validate_moment_dtypes(opt) -> None:
+  for key in ('mu_dtype', 'nu_dtype'):
+    if opt.name != 'adamw' and opt.get(key, 'float32') != 'float32':
+      raise UserError(f'optimizer.{key}={opt[key]!r} is a dtype for AdamW\'s moments ({opt.name} keeps none); set '
+                      f'--config.optimizer.name=adamw or --config.optimizer.{key}=float32')
+
+
 def _validate_cosine_decay(opt) -> None:
   decay_steps = opt.get('cosine_decay_steps', 0)
   if not decay_steps:
@@ -493,6 +504,7 @@ def _validate_relations(config) -> None:
     if not _number_ok(rate, 'float') or not 0.0 <= rate < 1.0:
       raise UserError(f'model.{name}={rate!r} must be in [0, 1) (0 = none); e.g. --config.model.{name}=0.2')
   _validate_cosine_decay(config.optimizer)
+  _validate_moment_dtypes(config.optimizer)
   for name in ('b1', 'b2'):  # Adam's moment decay rates: 1 would never update a moment from its start
     value = config.optimizer.get(name, 0.9)
     if not _number_ok(value, 'float') or not 0.0 <= value < 1.0:

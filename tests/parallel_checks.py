@@ -327,18 +327,19 @@ def small_revisited(**kw):
   return revisited.RevisitedNPLM(**args)
 
 
-def adamw():
+def adamw(moment_dtype='float32'):
   config = base_config().optimizer
-  config.update(name='adamw', learning_rate=1e-2, weight_decay=0.01)
+  config.update(name='adamw', learning_rate=1e-2, weight_decay=0.01, mu_dtype=moment_dtype, nu_dtype=moment_dtype)
   return optim.make_optimizer(config, BATCH)
 
 
-def train_three_steps(model, shape, axis_rules=None, softmax_kernel='xla', ema_decay=0.0, keep_state=None):
-  """Per-step losses and the parameters after three AdamW steps (dropout on) on a mesh. keep_state: a
-  list the final train state is appended to."""
+def train_three_steps(model, shape, axis_rules=None, softmax_kernel='xla', ema_decay=0.0, keep_state=None,
+                      moment_dtype='float32'):
+  """Per-step losses and the parameters after three AdamW steps (dropout on) on a mesh, its moments in
+  `moment_dtype`. keep_state: a list the final train state is appended to."""
   mesh = mesh_of(shape)
-  compiled = steps_lib.compile_steps(model, adamw(), mesh, axis_rules=axis_rules, softmax_kernel=softmax_kernel,
-                                     ema_decay=ema_decay)
+  compiled = steps_lib.compile_steps(model, adamw(moment_dtype), mesh, axis_rules=axis_rules,
+                                     softmax_kernel=softmax_kernel, ema_decay=ema_decay)
   rng = np.random.default_rng(4)
   losses = []
   with jax.set_mesh(mesh):
@@ -408,6 +409,23 @@ def test_the_moving_average_is_split_as_the_parameters_and_trains_as_one_device(
   jax.tree.map(assert_same_sharding, state.average, state.params)
   assert sum(not a.sharding.is_fully_replicated for a in jax.tree.leaves(state.average)) >= 3  # output, hidden
   assert_trains_as_one_device(([0.0], jax.device_get(state.average)), ([0.0], jax.device_get(reference_state.average)))
+
+
+def test_bfloat16_moments_are_split_as_the_parameters_and_train_as_one_device():
+  """optimizer.mu_dtype / nu_dtype='bfloat16' on a 2x4 mesh with the hidden layers and the vocabulary
+  split: each moment has its parameter's sharding, and training (the second moment's stochastic rounding
+  included: its random bits do not depend on the mesh) is what one device's is."""
+  reference, states = [], []
+  reference_training = train_three_steps(small_revisited(tied=True), (1, 1), {'vocab': 'model'}, keep_state=reference,
+                                         moment_dtype='bfloat16')[:2]
+  training = train_three_steps(small_revisited(tied=True), (2, 4), HIDDEN_SPLIT, keep_state=states,
+                               moment_dtype='bfloat16')[:2]
+  assert_trains_as_one_device(training, reference_training)
+  adam = states[0].opt_state[0]
+  for moments in (adam.mu, adam.nu):
+    assert {a.dtype for a in jax.tree.leaves(moments)} == {jnp.dtype(jnp.bfloat16)}
+    jax.tree.map(assert_same_sharding, moments, states[0].params)
+  assert_trains_as_one_device(([0.0], jax.device_get(adam.nu)), ([0.0], jax.device_get(reference[0].opt_state[0].nu)))
 
 
 def assert_same_sharding(a, b):

@@ -135,6 +135,8 @@ CASES = [
     ('unknown_optimizer', lambda w: main_args(w, '--config.optimizer.name=lion'), "optimizer.name='lion'"),
     ('cosine_decay_with_paper_sgd', lambda w: main_args(w, '--config.optimizer.cosine_decay_steps=100'),
      'cosine_decay_steps=100 is for adamw'),
+    ('second_moment_dtype_with_paper_sgd', lambda w: main_args(w, '--config.optimizer.nu_dtype=bfloat16'),
+     "optimizer.nu_dtype='bfloat16' is a dtype for AdamW's moments"),
     ('cosine_decay_within_warmup', lambda w: main_args(w, '--config.optimizer.name=adamw',
                                                        '--config.optimizer.warmup_steps=50',
                                                        '--config.optimizer.cosine_decay_steps=50'), 'must exceed'),

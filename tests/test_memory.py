@@ -12,12 +12,15 @@ from nplm_jax.training import optim
 from nplm_jax.errors import UserError
 
 
-@pytest.mark.parametrize('direct,h,optimizer,mu_dtype,ema_decay', [
-    (True, 16, 'adamw', 'float32', 0.0), (False, 8, 'paper_sgd', 'float32', 0.0), (True, 0, 'adamw', 'float32', 0.0),
-    (True, 16, 'adamw', 'bfloat16', 0.0), (True, 16, 'adamw', 'float32', 0.999), (False, 8, 'paper_sgd', 'float32', 0.9)])
-def test_parameters_and_optimizer_state_are_counted_exactly(tiny_config, direct, h, optimizer, mu_dtype, ema_decay):
+@pytest.mark.parametrize('direct,h,optimizer,moment_dtypes,ema_decay', [
+    (True, 16, 'adamw', ('float32',) * 2, 0.0), (False, 8, 'paper_sgd', ('float32',) * 2, 0.0),
+    (True, 0, 'adamw', ('float32',) * 2, 0.0), (True, 16, 'adamw', ('bfloat16', 'float32'), 0.0),
+    (True, 16, 'adamw', ('bfloat16',) * 2, 0.0), (True, 16, 'adamw', ('float32',) * 2, 0.999),
+    (False, 8, 'paper_sgd', ('float32',) * 2, 0.9)])
+def test_parameters_and_optimizer_state_are_counted_exactly(tiny_config, direct, h, optimizer, moment_dtypes, ema_decay):
   tiny_config.model.update(direct=direct, h=h)
-  tiny_config.optimizer.update(name=optimizer, mu_dtype=mu_dtype, ema_decay=ema_decay)
+  mu_dtype, nu_dtype = moment_dtypes
+  tiny_config.optimizer.update(name=optimizer, mu_dtype=mu_dtype, nu_dtype=nu_dtype, ema_decay=ema_decay)
   vocab_size = 61
   model = model_lib.from_config(tiny_config.model, vocab_size)
   params = output_layer.init_params(model)

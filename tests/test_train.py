@@ -57,13 +57,15 @@ def test_sampled_training_learns_and_evaluates_exactly(tiny_files, tiny_config, 
 
 
 
-@pytest.mark.parametrize('anneal,dropout,average', [(False, False, False), (True, False, False), (False, True, False),
-                                                     (True, False, True)],
-                         ids=['plain', 'anneal', 'dropout', 'anneal_average'])
-def test_resume_equals_uninterrupted(tiny_config, tmp_path, anneal, dropout, average):
+@pytest.mark.parametrize('anneal,dropout,average,moments', [
+    (False, False, False, None), (True, False, False, None), (False, True, False, None), (True, False, True, None),
+    (False, False, False, 'bfloat16')], ids=['plain', 'anneal', 'dropout', 'anneal_average', 'adamw_bfloat16_moments'])
+def test_resume_equals_uninterrupted(tiny_config, tmp_path, anneal, dropout, average, moments):
   for c in (tiny_config,):
     c.optimizer.name = 'paper_sgd'
     c.optimizer.learning_rate = 3e-3
+    if moments:  # AdamW's moments in bfloat16: the second's rounding draws its bits from (seed, step)
+      c.optimizer.update(name='adamw', mu_dtype=moments, nu_dtype=moments)
     c.train.update(max_steps=40, eval_every=15)
     if anneal:  # every evaluation after the first anneals: the resumed run must keep the lowered rate
       c.train.update(anneal_factor=0.5, anneal_threshold=1.0, max_anneals=3, patience=0)
@@ -111,10 +113,14 @@ def test_data_on_the_devices_gives_the_host_loops_run_bit_for_bit(tiny_config, t
     np.testing.assert_array_equal(a[k], b[k])
 
 
-def test_several_steps_a_dispatch_resume_exactly(tiny_config, tmp_path):
+@pytest.mark.parametrize('moments', [None, 'bfloat16'], ids=['paper_sgd', 'adamw_bfloat16_moments'])
+def test_several_steps_a_dispatch_resume_exactly(tiny_config, tmp_path, moments):
   """Interrupted between dispatches and resumed, several steps a dispatch (4: full ones and single
-  steps before each boundary), the run ends bit-equal to the uninterrupted one."""
+  steps before each boundary), the run ends bit-equal to the uninterrupted one; so does AdamW with its
+  moments in bfloat16, carried through the loop (the second's rounding bits drawn from seed and step)."""
   tiny_config.train.update(max_steps=60, eval_every=25, log_every=10, steps_per_dispatch=4, device_data='on')
+  if moments:
+    tiny_config.optimizer.update(name='adamw', learning_rate=3e-3, mu_dtype=moments, nu_dtype=moments)
   whole = train.train_and_evaluate(tiny_config, str(tmp_path / 'whole'))
   interrupted = tiny_config.copy_and_resolve_references()
   interrupted.train.max_steps = 37
@@ -595,23 +601,27 @@ def test_the_mosaic_gpu_kernel_trains_as_xla_does_in_bfloat16(tiny_config, tmp_p
       assert results[name][key] == pytest.approx(results['xla'][key], rel=1e-3)
 
 
-def test_adamw_with_a_bfloat16_first_moment_trains_as_float32_does(tiny_config, tmp_path):
-  """optimizer.mu_dtype='bfloat16': the first moment is stored in bfloat16 (optax's mu_dtype), the
-  second in float32, and a short AdamW training follows the float32 one (logged losses within 1e-2)."""
+def test_adamw_with_bfloat16_moments_trains_as_float32_does(tiny_config, tmp_path):
+  """optimizer.mu_dtype / nu_dtype='bfloat16': the first moment stored in bfloat16 (optax's mu_dtype), then
+  the second too (stochastically rounded), and a short AdamW training follows the float32 one (logged
+  losses within 1e-2, the test perplexity within 0.5%: issue 28's allowance for a faster step)."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from nplm_jax.training import optim  # pylint: disable=g-import-not-at-top
   tiny_config.optimizer.update(name='adamw', learning_rate=3e-3, weight_decay=0.0)
   tiny_config.train.update(max_steps=30, eval_every=30, log_every=5)
-  losses = {}
-  for mu_dtype in ('float32', 'bfloat16'):
-    tiny_config.optimizer.mu_dtype = mu_dtype
+  losses, results = {}, {}
+  for name, (mu_dtype, nu_dtype) in {'float32': ('float32',) * 2, 'mu': ('bfloat16', 'float32'),
+                                     'both': ('bfloat16',) * 2}.items():
+    tiny_config.optimizer.update(mu_dtype=mu_dtype, nu_dtype=nu_dtype)
     adam_state = optim.make_optimizer(tiny_config.optimizer, 4).init({'w': jnp.zeros((2, 3), jnp.float32)})[0]
-    assert adam_state.mu['w'].dtype == jnp.dtype(mu_dtype) and adam_state.nu['w'].dtype == jnp.float32
-    train.train_and_evaluate(tiny_config, str(tmp_path / mu_dtype))
-    with open(tmp_path / mu_dtype / 'metrics.jsonl', encoding='utf-8') as f:
-      losses[mu_dtype] = [r['train_loss_mean'] for r in map(json.loads, f) if 'train_loss_mean' in r]
-  assert len(losses['float32']) == 6 and losses['bfloat16'][-1] < losses['bfloat16'][0]
-  np.testing.assert_allclose(losses['bfloat16'], losses['float32'], rtol=1e-2)
+    assert adam_state.mu['w'].dtype == jnp.dtype(mu_dtype) and adam_state.nu['w'].dtype == jnp.dtype(nu_dtype)
+    results[name] = train.train_and_evaluate(tiny_config, str(tmp_path / name))
+    losses[name] = _losses(tmp_path / name)
+  assert len(losses['float32']) == 6
+  for name in ('mu', 'both'):
+    assert losses[name][-1] < losses[name][0]
+    np.testing.assert_allclose(losses[name], losses['float32'], rtol=1e-2)
+    assert results[name]['test_ppl'] == pytest.approx(results['float32']['test_ppl'], rel=5e-3)
 
 
 def test_a_cosine_over_the_run_brings_the_logged_rate_to_zero_at_its_last_step(tiny_config, tmp_path):

@@ -152,7 +152,7 @@ class Experiment:
     self.train_counts = train_counts = self.corpus.unigram_counts('train')  # a pass unless stored (prepared)
     check_rare_share(config.data, self.corpus, train_counts)
     check_cosine_decay(config.optimizer, self.plan['total'])
-    self.optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size, self.plan['total'])
+    self.optimizer = optim.make_optimizer(config.optimizer, config.train.batch_size, self.plan['total'], config.seed)
     sampled = sampled_noise.make_sampled_loss(config.loss, train_counts, config.seed)
     bias_counts = train_counts if config.model.unigram_bias_init else None
     self.steps = steps_lib.compile_steps(self.model, self.optimizer, self.mesh, bias_counts, sampled,

@@ -15,7 +15,7 @@ import os
 
 GiB = 2**30
 FLOAT_BYTES = 4  # parameters, optimiser state and logits are float32
-FIRST_MOMENT_BYTES = {'float32': 4, 'bfloat16': 2}  # AdamW's, by optimizer.mu_dtype
+MOMENT_BYTES = {'float32': 4, 'bfloat16': 2}  # AdamW's, by optimizer.mu_dtype and nu_dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,11 +42,11 @@ def estimate(config, padded_vocab_size: int, vocab_size: int, mesh_shape: dict, 
   replicated, rows = parameter_shapes(config.model, vocab_size)
   shard = -(-padded_vocab_size // mesh_shape['model'])
   parameters = FLOAT_BYTES * (replicated + rows * shard)
-  # a gradient per parameter; AdamW adds two moments, the first in optimizer.mu_dtype; a moving average
+  # a gradient per parameter; AdamW adds two moments, in optimizer.mu_dtype and nu_dtype; a moving average
   # of the parameters (optimizer.ema_decay) one more copy of them
   moment_bytes = 0
   if config.optimizer.name == 'adamw':
-    moment_bytes = FLOAT_BYTES + FIRST_MOMENT_BYTES[config.optimizer.get('mu_dtype', 'float32')]
+    moment_bytes = sum(MOMENT_BYTES[config.optimizer.get(key, 'float32')] for key in ('mu_dtype', 'nu_dtype'))
   if config.optimizer.get('ema_decay', 0.0) > 0:
     moment_bytes += FLOAT_BYTES
   optimizer = (FLOAT_BYTES + moment_bytes) * (parameters // FLOAT_BYTES) if training else 0
