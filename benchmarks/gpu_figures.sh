@@ -115,6 +115,14 @@ if [ "$part" = loop ]; then
   # the same without deterministic reductions: what determinism costs beside the sorted gradient
   bench research_bf16_nondeterministic $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
     --config.train.deterministic=False
+  # AdamW's two moments in bfloat16 (optimizer.mu_dtype, nu_dtype: the second stochastically rounded), 4 of
+  # its 28 bytes a parameter each; then with the carried copy of the whole layer too: the README's floor for
+  # 250,000 tokens/s at batch 256 (2.56 GB a step). First after the default: the candidates all together
+  bench research_bf16_moments_bf16 $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
+    --config.optimizer.mu_dtype=bfloat16 --config.optimizer.nu_dtype=bfloat16
+  bench research_bf16_carried_moments_bf16 $RESEARCH --batch_sizes=256,1024 --loop \
+    --config.model.compute_dtype=bfloat16 --config.train.carry_cast_layer=whole --config.optimizer.mu_dtype=bfloat16 \
+    --config.optimizer.nu_dtype=bfloat16
   # the output layer's bfloat16 copy carried from each step's update to the next step (train.carry_cast_layer):
   # no cast of the layer's rows at each step's start (their 480 MB pass at batch 256 in the H200 profile); the
   # rows alone (the matmuls' operand) or the whole layer (the update's shape, f given a column of zeros)
@@ -142,6 +150,9 @@ if [ "$part" = loop ]; then
     --config.train.carry_cast_layer=rows
   profile profile_research_bf16_loop_whole_256 256 $RESEARCH --config.model.compute_dtype=bfloat16 \
     --dispatch_steps=10 --config.train.carry_cast_layer=whole
+  profile profile_research_bf16_loop_carried_moments_256 256 $RESEARCH --config.model.compute_dtype=bfloat16 \
+    --dispatch_steps=10 --config.train.carry_cast_layer=whole --config.optimizer.mu_dtype=bfloat16 \
+    --config.optimizer.nu_dtype=bfloat16
 elif [ "$part" = softmax ]; then
   bench research_f32_streamed $RESEARCH --batch_sizes=256 --config.train.vocab_block=4096
   for v in 100000 300000; do
