@@ -146,9 +146,9 @@ def scale_by_adam(opt_config, seed: int = 0) -> optax.GradientTransformation:
 
 def with_second_moment_in_bfloat16(adam: optax.GradientTransformation, seed: int) -> optax.GradientTransformation:
   """`adam` (optax.scale_by_adam) with its state's nu stored in bfloat16. Each update widens nu to float32,
-  lets `adam` update it and scale the step with the exact value, then stores it stochastically rounded
-  with bits from (seed, the state's step count, the parameter's place in the tree). The state keeps
-  optax's layout (a ScaleByAdamState), only nu's dtype differs."""
+  lets `adam` update it and scale the step with the exact value, then stores it stochastically rounded,
+  each parameter's bits salted from (seed, the state's step count, its place in the tree): a run repeats
+  and resumes bit for bit. The state keeps optax's layout (a ScaleByAdamState), only nu's dtype differs."""
   def init(params):
     state = adam.init(params)
     return state._replace(nu=optax.tree_utils.tree_cast(state.nu, jnp.bfloat16))
