@@ -14,7 +14,7 @@ import dataclasses
 import os
 
 GiB = 2**30
-FLOAT_BYTES = 4  # parameters, optimiser state and logits are float32
+FLOAT_BYTES = 4  # parameters, gradients and logits are float32 (AdamW's moments: MOMENT_BYTES)
 MOMENT_BYTES = {'float32': 4, 'bfloat16': 2}  # AdamW's, by optimizer.mu_dtype and nu_dtype
 
 
