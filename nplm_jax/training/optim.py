@@ -98,39 +98,6 @@ def first_moment_dtype(opt_config) -> jnp.dtype:
   return jnp.dtype(opt_config.get('mu_dtype', 'float32'))
 
 
-def cosine_decay_end(opt_config, run_steps: int | None) -> int:
-  """The step at which optimizer.cosine_decay_steps has the rate reach 0 (0: no decay; -1: the end of
-  the run, `run_steps`, which the caller must then give)."""
-  decay_steps = opt_config.get('cosine_decay_steps', 0)  # configs older than the key: constant
-  if decay_steps != -1:
-    return decay_steps
-  if not run_steps:
-    raise ValueError('optimizer.cosine_decay_steps=-1 decays over the run: make_optimizer needs run_steps')
-  return run_steps
-
-
-def adamw_schedule(opt_config, run_steps: int | None = None) -> optax.Schedule | float:
-  """AdamW's rate: a linear rise from 0 over optimizer.warmup_steps steps, then constant, or with
-  optimizer.cosine_decay_steps a cosine down to 0 at that step (counted from the start, warm-up
-  included; -1: at the end of the run, `run_steps`)."""
-  warmup = opt_config.get('warmup_steps', 0)
-  decay_steps = cosine_decay_end(opt_config, run_steps)
-  if decay_steps:
-    return optax.warmup_cosine_decay_schedule(0.0, opt_config.learning_rate, warmup, decay_steps, end_value=0.0)
-  if not warmup:
-    return opt_config.learning_rate
-  return optax.linear_schedule(0.0, opt_config.learning_rate, warmup)
-
-
-def learning_rate_at(opt_config, batch_size: int, step: int, run_steps: int | None = None) -> float:
-  if opt_config.name == 'paper_sgd':
-    return float(paper_schedule(opt_config.learning_rate, opt_config.decay_rate, batch_size)(step))
-  schedule = adamw_schedule(opt_config, run_steps)
-  return float(schedule(step) if callable(schedule) else schedule)
-
-
-
-
 def second_moment_dtype(opt_config) -> jnp.dtype:
   """AdamW's second moment's dtype (optimizer.nu_dtype; configs older than the key: float32)."""
   return jnp.dtype(opt_config.get('nu_dtype', 'float32'))
@@ -198,3 +165,34 @@ def _mix(h: jax.Array) -> jax.Array:
   h = (h ^ (h >> 16)) * jnp.uint32(0x7FEB352D)
   h = (h ^ (h >> 15)) * jnp.uint32(0x846CA68B)
   return h ^ (h >> 16)
+
+
+def cosine_decay_end(opt_config, run_steps: int | None) -> int:
+  """The step at which optimizer.cosine_decay_steps has the rate reach 0 (0: no decay; -1: the end of
+  the run, `run_steps`, which the caller must then give)."""
+  decay_steps = opt_config.get('cosine_decay_steps', 0)  # configs older than the key: constant
+  if decay_steps != -1:
+    return decay_steps
+  if not run_steps:
+    raise ValueError('optimizer.cosine_decay_steps=-1 decays over the run: make_optimizer needs run_steps')
+  return run_steps
+
+
+def adamw_schedule(opt_config, run_steps: int | None = None) -> optax.Schedule | float:
+  """AdamW's rate: a linear rise from 0 over optimizer.warmup_steps steps, then constant, or with
+  optimizer.cosine_decay_steps a cosine down to 0 at that step (counted from the start, warm-up
+  included; -1: at the end of the run, `run_steps`)."""
+  warmup = opt_config.get('warmup_steps', 0)
+  decay_steps = cosine_decay_end(opt_config, run_steps)
+  if decay_steps:
+    return optax.warmup_cosine_decay_schedule(0.0, opt_config.learning_rate, warmup, decay_steps, end_value=0.0)
+  if not warmup:
+    return opt_config.learning_rate
+  return optax.linear_schedule(0.0, opt_config.learning_rate, warmup)
+
+
+def learning_rate_at(opt_config, batch_size: int, step: int, run_steps: int | None = None) -> float:
+  if opt_config.name == 'paper_sgd':
+    return float(paper_schedule(opt_config.learning_rate, opt_config.decay_rate, batch_size)(step))
+  schedule = adamw_schedule(opt_config, run_steps)
+  return float(schedule(step) if callable(schedule) else schedule)
