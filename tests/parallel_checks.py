@@ -191,6 +191,28 @@ def test_a_carried_cast_layer_gives_the_loss_and_gradients_of_the_casts_on_meshe
     assert rel_err(a, b) <= 1e-6, rel_err(a, b)
 
 
+@pytest.mark.parametrize('shape,vocab_block', [((4, 2), 0), ((2, 4), 8)])
+def test_a_bfloat16_layer_gradient_on_meshes_is_the_float32_one_rounded(shape, vocab_block):
+  """token_nll(gradient_dtype='bfloat16') (train.output_layer_gradient_dtype) split over 'model' and summed
+  over 'data' in bfloat16: within a few bfloat16 roundings of the float32 gradient (each shard's part rounded,
+  then their sum), the loss and the features' gradient unchanged."""
+  model, mesh = small_model(vocab_size=64), mesh_of(shape)
+  params = random_params(model, seed=7)
+  contexts, targets = batch(13, size=64)
+  feats = model.apply({'params': params}, contexts, method=model_lib.NPLM.features)
+
+  def loss(f, o, gradient_dtype):
+    return jnp.sum(vocab_softmax.token_nll(f, o, targets, mesh=mesh, compute_dtype='bfloat16', vocab_block=vocab_block,
+                                           gradient_dtype=gradient_dtype))
+  with jax.set_mesh(mesh):
+    got, want = (jax.jit(jax.value_and_grad(functools.partial(loss, gradient_dtype=dtype), argnums=(0, 1)))(
+        feats, params[output_layer.OUTPUT]) for dtype in ('bfloat16', 'float32'))
+  (value, (df, d_layer)), (want_value, (want_df, want_layer)) = got, want
+  assert d_layer.dtype == jnp.float32 and float(value) == float(want_value)
+  assert rel_err(df, want_df) <= 1e-6, rel_err(df, want_df)
+  assert 1e-4 < rel_err(d_layer, want_layer) <= 8e-3, rel_err(d_layer, want_layer)
+
+
 def test_checksums_do_not_depend_on_the_mesh():
   """A checkpoint's checksums (nplm_jax.training.integrity) are the same whatever mesh holds the arrays."""
   from nplm_jax.training import integrity  # pylint: disable=g-import-not-at-top

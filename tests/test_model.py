@@ -1,5 +1,6 @@
 """The Flax model against a NumPy implementation of the paper's equation, and its parameter count."""
 
+import functools
 import re
 
 import jax
@@ -13,6 +14,7 @@ from nplm_jax.parallel import vocab_softmax
 from tests import jaxprs
 from tests import numpy_reference
 from nplm_jax import backend_defaults
+from nplm_jax.errors import UserError
 
 AUTO_VOCAB_BLOCK = backend_defaults.TABLE["train.vocab_block"].cpu[1]
 
@@ -222,6 +224,53 @@ def test_a_cast_layer_given_gives_the_same_nll_and_gradients_without_a_cast(kern
   for got, want in zip(grads, want_grads):
     assert got.shape == want.shape and got.dtype == want.dtype
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('kernel,vocab_block,recompute,form', [
+    ('xla', 0, False, None), ('xla', 0, True, None), ('xla', 24, False, None), ('xla', 0, False, 'whole'),
+    ('xla', 24, False, 'rows'), ('pallas_loop', 0, False, None), ('pallas', 0, False, None)])
+def test_a_bfloat16_layer_gradient_is_the_float32_one_rounded(kernel, vocab_block, recompute, form):
+  """token_nll(gradient_dtype='bfloat16') (train.output_layer_gradient_dtype): the output layer's gradient is
+  the float32 one rounded to bfloat16 (float32 sums, one rounding) on every path, with a carried cast layer
+  too; it reaches autodiff in the layer's float32; the loss and the features' gradient are unchanged. On
+  the all-at-once path the gradient matmul itself writes bfloat16 (the bytes the option saves); control:
+  the default's writes float32."""
+  f, out, targets, mesh = random_output_layer_problem(seed=2)
+  k, vocab = f.shape[-1], out.shape[-1]
+  cast = None if form is None else (out if form == 'whole' else out[:-1]).astype(jnp.bfloat16)
+
+  def loss(f, o, gradient_dtype):
+    return jnp.sum(vocab_softmax.token_nll(f, o, targets, mesh=mesh, compute_dtype='bfloat16', kernel=kernel,
+                                           vocab_block=vocab_block, recompute=recompute, cast_layer=cast,
+                                           gradient_dtype=gradient_dtype))
+  grad = lambda dtype: jax.jit(jax.value_and_grad(functools.partial(loss, gradient_dtype=dtype), argnums=(0, 1)))
+  with jax.set_mesh(mesh):
+    (value, (df, d_layer)), (want_value, (want_df, want_layer)) = grad('bfloat16')(f, out), grad('float32')(f, out)
+    lowered = {dtype: grad(dtype).lower(f, out).as_text() for dtype in ('bfloat16', 'float32')}
+  assert d_layer.dtype == jnp.float32 and d_layer.shape == out.shape
+  assert float(value) == float(want_value)
+  np.testing.assert_array_equal(np.asarray(df), np.asarray(want_df))
+  rounded = np.asarray(want_layer.astype(jnp.bfloat16).astype(jnp.float32))
+  np.testing.assert_allclose(np.asarray(d_layer), rounded, rtol=2.0**-8, atol=1e-30)
+  assert np.mean(np.asarray(d_layer) == rounded) > 0.95  # one rounding, not several
+  if kernel == 'xla' and not vocab_block:
+    written = lambda text, dtype: re.search(rf'dot_general.*-> tensor<{k + 1}x{vocab}x{dtype}>', text)
+    assert written(lowered['bfloat16'], 'bf16') and not written(lowered['bfloat16'], 'f32')
+    assert written(lowered['float32'], 'f32')
+
+
+def test_a_bfloat16_layer_gradient_is_refused_for_float32_matmuls():
+  """A float32 matmul's gradient rounded to bfloat16 would save nothing: token_nll refuses it, and so does
+  compile_steps, in one line naming the keys (train.output_layer_gradient_dtype, model.compute_dtype)."""
+  mesh = jax.make_mesh((1, 1), ('data', 'model'), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  with pytest.raises(ValueError, match='bfloat16 matmuls, not float32'):
+    vocab_softmax.token_nll(jnp.ones((4, 4)), jnp.ones((5, 8)), jnp.zeros((4,), jnp.int32), mesh=mesh,
+                            gradient_dtype='bfloat16')
+  from nplm_jax.training import steps  # pylint: disable=g-import-not-at-top
+  with pytest.raises(UserError, match='add --config.model.compute_dtype=bfloat16'):
+    steps.check_output_layer_gradient_dtype('bfloat16', 'float32')
+  steps.check_output_layer_gradient_dtype('bfloat16', 'bfloat16')
+  steps.check_output_layer_gradient_dtype('float32', 'float32')
 
 
 def test_a_cast_layer_is_refused_for_float32_matmuls():

@@ -60,36 +60,39 @@ def _dlogits(logits, first, log_z, targets, g):
   return g[:, None] * (jnp.exp(logits - log_z[:, None]) - (columns[None, :] == targets[:, None]))
 
 
-def _layer_gradient(f, b, dlogits, padded: bool = False):
+def _layer_gradient(f, b, dlogits, padded: bool = False, gradient_dtype=jnp.float32):
   """The output layer's gradient [dW; db] from a block's float32 dlogits, before the sum over 'data':
-  f^T dlogits with both in f's dtype and float32 accumulation. Where the bias b is apart (f has no
+  f^T dlogits with both in f's dtype and float32 accumulation, written in gradient_dtype (bfloat16: the
+  matmul writes half the bytes, and the update reads half: train.output_layer_gradient_dtype). Where the bias b is apart (f has no
   column of ones), f gets a column of zeros (padded: it has it already), so the matmul makes the layer's
   shape and db, the float32 sum of dlogits, is written over its last row in place: no copy of dW into a
   larger array (which a concatenation of dW and db costs: the size of the layer read and written again
   each step)."""
   rows = f if b is None or padded else jnp.pad(f, ((0, 0), (0, 1)))
-  d_layer = jnp.matmul(rows.T, dlogits.astype(f.dtype), preferred_element_type=jnp.float32)
+  d_layer = jnp.matmul(rows.T, dlogits.astype(f.dtype), preferred_element_type=gradient_dtype)
   if b is None:
     return d_layer
-  return lax.dynamic_update_slice_in_dim(d_layer, jnp.sum(dlogits, axis=0)[None, :], rows.shape[-1] - 1, axis=0)
+  db = jnp.sum(dlogits, axis=0).astype(gradient_dtype)
+  return lax.dynamic_update_slice_in_dim(d_layer, db[None, :], rows.shape[-1] - 1, axis=0)
 
 
-def _block_backward(f, w, b, z, log_z, targets, g, padded: bool = False):
+def _block_backward(f, w, b, z, log_z, targets, g, padded: bool = False, gradient_dtype=jnp.float32):
   """Gradients of sum(g * nll) from this shard's block: dlogits = g (softmax - onehot), in one pass,
   then df and the layer's gradient [dW; db] (_layer_gradient): float32 whatever the matmuls' dtype
-  (they accumulate in it); a separate bias gets its gradient summed from the float32 dlogits.
+  (they accumulate in it), or gradient_dtype; a separate bias gets its gradient summed from the float32
+  dlogits.
   padded: f ends with a column of zeros and w is the whole cast layer (_whole_cast_operands); df then has
   one column more, which _on_output_layer drops.
   """
   block = z.shape[-1]
   dlogits = _dlogits(z if b is None else z + b, lax.axis_index('model') * block, log_z, targets, g)
   df = lax.psum(jnp.matmul(dlogits.astype(f.dtype), w.T, preferred_element_type=jnp.float32), 'model')
-  return df, _sum_over_data(_layer_gradient(f, b, dlogits, padded))
+  return df, _sum_over_data(_layer_gradient(f, b, dlogits, padded, gradient_dtype))
 
 
-def _block_backward_recomputed(f, w, b, log_z, targets, g, padded: bool = False):
+def _block_backward_recomputed(f, w, b, log_z, targets, g, **options):
   """_block_backward with the logits block recomputed (f w) instead of saved."""
-  return _block_backward(f, w, b, jnp.matmul(f, w, preferred_element_type=jnp.float32), log_z, targets, g, padded)
+  return _block_backward(f, w, b, jnp.matmul(f, w, preferred_element_type=jnp.float32), log_z, targets, g, **options)
 
 
 def _sub_blocks(block: int, vocab_block: int) -> list[tuple[int, int]]:
@@ -147,10 +150,11 @@ def _combine_shards(shard_max, shard_sum, target_part):
   return log_z - lax.psum(target_part, 'model'), log_z
 
 
-def _streamed_backward(f, w, b, log_z, targets, g, *, vocab_block):
+def _streamed_backward(f, w, b, log_z, targets, g, *, vocab_block, gradient_dtype=jnp.float32):
   """_block_backward a sub-block at a time: each piece's logits recomputed, its dlogits made and
   used at once for its columns of the layer's gradient and its share of df. The layer's gradient is
-  made and summed over 'data' in float32 whatever the matmuls' dtype (as the all-at-once path does)."""
+  made and summed over 'data' in float32 whatever the matmuls' dtype, or in gradient_dtype (as the
+  all-at-once path does)."""
   block = w.shape[-1]
   first = lax.axis_index('model') * block
 
@@ -159,11 +163,12 @@ def _streamed_backward(f, w, b, log_z, targets, g, *, vocab_block):
     dlogits = _dlogits(_sub_block_logits(f, w, b, start, size), first + start, log_z, targets, g)
     df = df + jnp.matmul(dlogits.astype(f.dtype), lax.dynamic_slice_in_dim(w, start, size, axis=1).T,
                          preferred_element_type=jnp.float32)
-    d_layer = lax.dynamic_update_slice_in_dim(d_layer, _layer_gradient(f, b, dlogits), start, axis=1)
+    d_layer = lax.dynamic_update_slice_in_dim(d_layer, _layer_gradient(f, b, dlogits, gradient_dtype=gradient_dtype),
+                                              start, axis=1)
     return df, d_layer
 
   rows = f.shape[-1] + (b is not None)
-  init = (jnp.zeros(f.shape, jnp.float32), jnp.zeros((rows, block), jnp.float32))
+  init = (jnp.zeros(f.shape, jnp.float32), jnp.zeros((rows, block), gradient_dtype))
   df, d_layer = _for_each_sub_block(block, vocab_block, body, _varying(init))
   return lax.psum(df, 'model'), _sum_over_data(d_layer)
 
@@ -311,9 +316,11 @@ def _whole_cast_operands(f, output, dtype):
   return jnp.pad(f.astype(dtype), ((0, 0), (0, 1))), output.cast, output.layer[-1]
 
 
-def _on_output_layer(forward_body, backward_body, dtype, backward_casts_rows: bool = False, whole_cast: bool = False):
+def _on_output_layer(forward_body, backward_body, dtype, backward_casts_rows: bool = False, whole_cast: bool = False,
+                     gradient_dtype=jnp.float32):
   """A shard's passes written for (f, w, b) taking (f, output) instead: the backward body gives the
-  output layer's gradient as one float32 array (dW's rows, then db's), as the matmul accumulated it.
+  output layer's gradient as one array (dW's rows, then db's) in gradient_dtype: float32, as the matmul
+  accumulated it, or bfloat16 (as the XLA bodies given gradient_dtype write it; a kernel's is cast).
   Taking the layer whole (not its rows and bias row as two slices) spares autodiff a full-size
   zero-padded copy of each slice's gradient, and dW any rounding to the matmuls' dtype; making it in
   the layer's shape (_layer_gradient) spares a copy of dW into it (a concatenation).
@@ -331,12 +338,12 @@ def _on_output_layer(forward_body, backward_body, dtype, backward_casts_rows: bo
 
   def backward(f, output, *rest):
     df, d_output = backward_body(*operands(f, output, cast_rows=not backward_casts_rows), *rest)
-    return df[:, :f.shape[-1]].astype(f.dtype), d_output.astype(_layer_of(output).dtype)
+    return df[:, :f.shape[-1]].astype(f.dtype), d_output.astype(gradient_dtype)
   return forward, backward
 
 
 def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False, vocab_block=0, kernel='xla',
-                        kernel_tuning='', cast_layer=None):
+                        kernel_tuning='', cast_layer=None, gradient_dtype=jnp.float32):
   """-log P(target) for features f [B, K'] and the output layer [U; W; b] ([K + 1, |V|]): dtype None,
   f ends with a column of ones (K' = K + 1) and the bias is folded into the matmul; else the matmuls
   run in dtype (f and the weight rows cast, float32 accumulation) and the bias row stays float32.
@@ -358,10 +365,13 @@ def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False
   (train.softmax_kernel_tuning, softmax_kernel.tuning_fields' text; '' for the chosen ones).
   cast_layer: output (whole, or its weight rows) already in dtype (CastLayer), taken instead of a cast of
   the rows; it gets no gradient (the layer's gradient is output's).
+  gradient_dtype: the layer's gradient's dtype until the custom VJP hands it back (in the layer's dtype):
+  bfloat16 rounds it once, where the matmul writes it (XLA's paths; the kernels' float32 one is cast), and
+  sums it over 'data' in bfloat16.
   """
   if cast_layer is not None:
     output = CastLayer(output, cast_layer)
-  options = dict(mesh=mesh, dtype=dtype)
+  options = dict(mesh=mesh, dtype=dtype, gradient_dtype=gradient_dtype)
   if kernel in KERNEL_FORMS:
     form, backward = KERNEL_FORMS[kernel]
     kernel_options = {'form': form, 'backward': backward, 'tuning': kernel_tuning}
@@ -374,12 +384,14 @@ def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False
                                      f.shape[0] // mesh.shape['data'], mesh.devices.flat[0].platform)
   if vocab_block:
     return _tiled_nll(f, output, targets, forward_body=functools.partial(_streamed_forward, vocab_block=vocab_block),
-                      backward_body=functools.partial(_streamed_backward, vocab_block=vocab_block), **options)
+                      backward_body=functools.partial(_streamed_backward, vocab_block=vocab_block,
+                                                      gradient_dtype=gradient_dtype), **options)
   whole = _whole_cast(output)  # f with a column of zeros against the whole cast layer
-  block_forward, block_backward = _on_output_layer(_block_forward, functools.partial(_block_backward, padded=whole),
-                                                   dtype, whole_cast=whole)
-  _, recomputed_backward = _on_output_layer(None, functools.partial(_block_backward_recomputed, padded=whole), dtype,
-                                            whole_cast=whole)
+  backward_options = dict(padded=whole, gradient_dtype=gradient_dtype)
+  block_forward, block_backward = _on_output_layer(_block_forward, functools.partial(_block_backward, **backward_options),
+                                                   dtype, whole_cast=whole, gradient_dtype=gradient_dtype)
+  _, recomputed_backward = _on_output_layer(None, functools.partial(_block_backward_recomputed, **backward_options),
+                                            dtype, whole_cast=whole, gradient_dtype=gradient_dtype)
   layer = (P('data', None), P(None, 'model'))
   forward = jax.shard_map(block_forward, mesh=mesh, in_specs=(*layer, P('data')),
                           out_specs=(P('data'), P('data', 'model'), P('data')))
@@ -407,17 +419,20 @@ def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False
 
 
 def _cotangents(output, df, d_layer):
-  """The custom VJPs' cotangents of (f, output, targets) from df and the layer's gradient: none for the
+  """The custom VJPs' cotangents of (f, output, targets) from df and the layer's gradient (in the layer's
+  dtype: a bfloat16 one is widened, a cast XLA can fuse into the update that reads it): none for the
   targets, none for a CastLayer's copy (of the layer, whose gradient d_layer is)."""
+  d_layer = d_layer.astype(_layer_of(output).dtype)
   return df, CastLayer(d_layer, None) if isinstance(output, CastLayer) else d_layer, None
 
 
 def _tiled_nll(f, output, targets, *, mesh, dtype, forward_body, backward_body, check_vma=True,
-               backward_casts_rows=False):
+               backward_casts_rows=False, gradient_dtype=jnp.float32):
   """A custom-VJP NLL whose shard passes (forward_body, backward_body, written for (f, w, b))
   recompute the logits: only f, log Z and the targets are saved for the backward pass
-  (backward_casts_rows: _on_output_layer's)."""
-  forward_body, backward_body = _on_output_layer(forward_body, backward_body, dtype, backward_casts_rows)
+  (backward_casts_rows, gradient_dtype: _on_output_layer's)."""
+  forward_body, backward_body = _on_output_layer(forward_body, backward_body, dtype, backward_casts_rows,
+                                                 gradient_dtype=gradient_dtype)
   layer = (P('data', None), P(None, 'model'))
   forward = jax.shard_map(forward_body, mesh=mesh, in_specs=(*layer, P('data')), out_specs=(P('data'), P('data')),
                           check_vma=check_vma)
@@ -445,20 +460,24 @@ def with_bias_column(f):
 
 
 def token_nll(f, output, targets, *, mesh, compute_dtype='float32', recompute=False, vocab_block=0, kernel='xla',
-              kernel_tuning='', cast_layer=None):
+              kernel_tuning='', cast_layer=None, gradient_dtype='float32'):
   """-log P(target | context) per example, batch sharded on 'data', vocabulary on 'model'.
 
   f [B, K] are the features, output [K + 1, |V|] the output layer [U; W; b]. In float32 the bias
   is folded into the matmul, [f, 1] @ output: no pass of its own over the [B, |V|] logits (a
   separate add made the float32 step 10-17% slower on CPU) and no copy of the output layer. In
   bfloat16 the weight rows are cast (a pass that cast needs anyway) and the bias stays float32 in the
-  logits; the layer's gradient is float32 either way, one array made in its shape (_layer_gradient).
+  logits; the layer's gradient is float32 either way (unless gradient_dtype, below), one array made in its
+  shape (_layer_gradient).
   recompute: the backward pass recomputes the logits instead of keeping them (_vocab_parallel_nll).
   vocab_block: go over each shard's columns this many at a time (_vocab_parallel_nll); 0 = at once.
   kernel: 'xla', or a name of KERNEL_FORMS for the fused kernels (softmax_kernel), with kernel_tuning's
   settings (_vocab_parallel_nll); 'auto' (softmax_kernel_for's on one GPU): auto_kernel's for these shapes.
   cast_layer: output or output[:-1] already cast to compute_dtype (not float32), taken instead of casting
   its rows here (CastLayer).
+  gradient_dtype: 'bfloat16' (with bfloat16 matmuls) rounds the layer's gradient to bfloat16 where its
+  matmul writes it (_vocab_parallel_nll; train.output_layer_gradient_dtype); it reaches autodiff in the
+  layer's dtype.
   """
   if kernel == 'auto':  # on one GPU (softmax_kernel_for): by this call's shapes
     kernel = auto_kernel(mesh.devices.flat[0].platform, f.shape[0] // mesh.shape['data'],
@@ -467,10 +486,13 @@ def token_nll(f, output, targets, *, mesh, compute_dtype='float32', recompute=Fa
     if cast_layer is not None:
       raise ValueError('token_nll: a cast layer is for a compute dtype other than float32 (whose matmul takes the '
                        'layer as it is)')
+    if gradient_dtype != 'float32':
+      raise ValueError(f'token_nll: a {gradient_dtype} layer gradient is for bfloat16 matmuls, not float32 ones')
     return _vocab_parallel_nll(with_bias_column(f), output, targets, mesh=mesh, recompute=recompute,
                                vocab_block=vocab_block, kernel=kernel, kernel_tuning=kernel_tuning)
   return _vocab_parallel_nll(f, output, targets, mesh=mesh, dtype=jnp.dtype(compute_dtype), recompute=recompute,
-                             vocab_block=vocab_block, kernel=kernel, kernel_tuning=kernel_tuning, cast_layer=cast_layer)
+                             vocab_block=vocab_block, kernel=kernel, kernel_tuning=kernel_tuning, cast_layer=cast_layer,
+                             gradient_dtype=jnp.dtype(gradient_dtype))
 
 
 def dense_token_nll(logits, targets):

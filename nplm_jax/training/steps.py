@@ -27,6 +27,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh
 
+from nplm_jax.errors import UserError
 from nplm_jax.training import device_data
 from nplm_jax.training import sampled_noise
 from nplm_jax.models import output_layer
@@ -185,11 +186,12 @@ def cast_output_layer(model, params, form: str):
 
 def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mesh, optimizer, loss=None,
                chunk_size=0, seed=0, vocab_block=-1, softmax_kernel='xla', softmax_kernel_tuning='', ema_decay=0.0,
-               cast_layer=None):
+               cast_layer=None, output_layer_gradient_dtype='float32'):
   """One optimiser step on the mean loss of a batch: the exact softmax, or `loss` (sampled), and the
   moving average of the parameters when the state has one. Returns the new state and the batch's loss.
   cast_layer: cast_output_layer(model, state.params, form), made by the caller (the loop that carries it from
-  one step's update to the next), which the exact softmax takes instead of casting the layer's rows."""
+  one step's update to the next), which the exact softmax takes instead of casting the layer's rows.
+  output_layer_gradient_dtype: the exact softmax's vocab_softmax.token_nll gradient_dtype."""
   def loss_fn(params):
     key = dropout_key(seed, state.step) if model.has_dropout else None
     feats, out = features(model, params, contexts, key), model.output_layer(params)
@@ -197,7 +199,8 @@ def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mes
       per_example = lambda ft: vocab_softmax.token_nll(ft[0], out, ft[1], mesh=mesh, compute_dtype=model.compute_dtype,
                                                        recompute=bool(chunk_size), vocab_block=vocab_block,
                                                        kernel=softmax_kernel, kernel_tuning=softmax_kernel_tuning,
-                                                       cast_layer=cast_layer)
+                                                       cast_layer=cast_layer,
+                                                       gradient_dtype=output_layer_gradient_dtype)
     else:
       samples = sampled_noise.draw_noise(loss, state.step)  # shared by the whole batch
       per_example = lambda ft: vocab_softmax.sampled_token_loss(ft[0], out, ft[1], samples, loss.log_noise,
@@ -289,6 +292,16 @@ def with_matmul_precision(fn, precision: str, platform: str):
   return traced
 
 
+def check_output_layer_gradient_dtype(gradient_dtype: str, compute_dtype: str) -> None:
+  """One line of UserError for a bfloat16 output-layer gradient with float32 matmuls: the gradient is rounded
+  where the bfloat16 matmul writes it, and a float32 matmul's would only be rounded for nothing."""
+  if gradient_dtype != 'float32' and jnp.dtype(compute_dtype) == jnp.float32:
+    raise UserError(f'train.output_layer_gradient_dtype={gradient_dtype!r} is the dtype the output layer\'s bfloat16 '
+                    f'gradient matmul writes, but these matmuls run in float32 (model.compute_dtype resolved to '
+                    f'{compute_dtype}); add --config.model.compute_dtype=bfloat16 or set '
+                    '--config.train.output_layer_gradient_dtype=float32')
+
+
 @dataclasses.dataclass(frozen=True)
 class CompiledSteps:
   """The jitted steps of a model on a mesh. The training parts are None when built for evaluation."""
@@ -311,7 +324,8 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
                   seed: int = 0, vocab_block: int = -1, matmul_precision: str = 'highest',
                   steps_per_epoch: int = 0, batch_size: int = 0, axis_rules=None,
                   softmax_kernel: str = 'xla', softmax_kernel_tuning: str = '',
-                  ema_decay: float = 0.0, carry_cast_layer: str = 'off') -> CompiledSteps:
+                  ema_decay: float = 0.0, carry_cast_layer: str = 'off',
+                  output_layer_gradient_dtype: str = 'float32') -> CompiledSteps:
   """Jitted init/train/eval with explicit shardings; parameters are born sharded, drawn from `seed`.
 
   optimizer None: evaluation only. steps_per_epoch and batch_size shape the resident-data dispatch.
@@ -321,6 +335,8 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
   ema_decay > 0 (config.optimizer.ema_decay): the train state carries the parameters' moving average.
   carry_cast_layer (config.train.carry_cast_layer, 'rows' or 'whole'): the loop of steps carries the output
   layer's cast copy from step to step (train_resident_steps).
+  output_layer_gradient_dtype (config.train.output_layer_gradient_dtype): 'bfloat16' rounds the output layer's
+  gradient to bfloat16 where its matmul writes it (vocab_softmax.token_nll); it needs bfloat16 matmuls.
   """
   precise = functools.partial(with_matmul_precision, precision=matmul_precision,
                               platform=mesh.devices.flat[0].platform)
@@ -342,6 +358,7 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
                            eval_resident=evaluate_resident)
   if optimizer is None:
     return compiled
+  check_output_layer_gradient_dtype(output_layer_gradient_dtype, model.compute_dtype)
 
   def fresh_state(params):  # the average starts at the parameters themselves
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params),
@@ -356,7 +373,8 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
   abstract = jax.eval_shape(init_state)
   state_sh = sharding.named_shardings(mesh, nn.get_partition_spec(jax.eval_shape(boxed_state)), axis_rules)
   step_options = dict(optimizer=optimizer, loss=loss, chunk_size=chunk_size, seed=seed, vocab_block=vocab_block,
-                      softmax_kernel=softmax_kernel, softmax_kernel_tuning=softmax_kernel_tuning, ema_decay=ema_decay)
+                      softmax_kernel=softmax_kernel, softmax_kernel_tuning=softmax_kernel_tuning, ema_decay=ema_decay,
+                      output_layer_gradient_dtype=output_layer_gradient_dtype)
   jitted_train = jax.jit(
       precise(functools.partial(train_step_in_interval, model=model, mesh=mesh, **step_options)),
       in_shardings=(state_sh, ctx_sh, tgt_sh, replicated, replicated),
