@@ -3,7 +3,8 @@
 #   loop: the step alone against the training loop (benchmarks/throughput.py --loop) for Brown reg4_n7
 #          and a research-size config, float32 'highest' / TF32 / bfloat16, deterministic ops on/off,
 #          C's gradient as a scatter, a one-hot matmul or a sort, the output layer's bfloat16 copy carried
-#          from step to step, AdamW's first moment in float32 or bfloat16, XLA's command buffers off or
+#          from step to step, AdamW's moments and the output layer's gradient in float32 or bfloat16 (each,
+#          then all with the carried copy), XLA's command buffers off or
 #          capturing the step loop too; the research size's step profiled at batch 256 and 1024
 #          (profile_research_bf16_*), and its loop of 10 steps a dispatch with each carried copy;
 #   softmax: the vocab_block rule at |V| 33k-300k, the previous loop (BASELINE=folder of an older
@@ -101,6 +102,12 @@ if [ "$part" = loop ]; then
   bench research_f32 $RESEARCH --batch_sizes=256 --loop
   bench research_tf32 $RESEARCH --batch_sizes=256 --loop --config.model.matmul_precision=default
   bench research_bf16 $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16
+  # every candidate that cuts the output layer's bytes a step at once, right after the default: its copy
+  # carried whole, AdamW's moments in bfloat16 and its gradient written in bfloat16 by its matmul
+  # (train.output_layer_gradient_dtype): README's floor of 2.24 GB a step for 250,000 tokens/s at batch 256
+  bench research_bf16_carried_moments_gradient_bf16 $RESEARCH --batch_sizes=256,1024 --loop \
+    --config.model.compute_dtype=bfloat16 --config.train.carry_cast_layer=whole --config.optimizer.mu_dtype=bfloat16 \
+    --config.optimizer.nu_dtype=bfloat16 --config.train.output_layer_gradient_dtype=bfloat16
   if [ -n "${BASELINE:-}" ] && [ -d "$BASELINE" ]; then  # the same with an older checkout's code, in this call
     bench_in "$BASELINE" baseline_research_bf16 $RESEARCH --batch_sizes=256,1024 --loop \
       --config.model.compute_dtype=bfloat16
@@ -116,13 +123,15 @@ if [ "$part" = loop ]; then
   bench research_bf16_nondeterministic $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
     --config.train.deterministic=False
   # AdamW's two moments in bfloat16 (optimizer.mu_dtype, nu_dtype: the second stochastically rounded), 4 of
-  # its 28 bytes a parameter each; then with the carried copy of the whole layer too: the README's floor for
-  # 250,000 tokens/s at batch 256 (2.56 GB a step). First after the default: the candidates all together
+  # its 28 bytes a parameter each; then with the carried copy of the whole layer too (2.56 GB a step); then
+  # the output layer's gradient alone in bfloat16 (0.32 GB less than the default)
   bench research_bf16_moments_bf16 $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
     --config.optimizer.mu_dtype=bfloat16 --config.optimizer.nu_dtype=bfloat16
   bench research_bf16_carried_moments_bf16 $RESEARCH --batch_sizes=256,1024 --loop \
     --config.model.compute_dtype=bfloat16 --config.train.carry_cast_layer=whole --config.optimizer.mu_dtype=bfloat16 \
     --config.optimizer.nu_dtype=bfloat16
+  bench research_bf16_gradient_bf16 $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
+    --config.train.output_layer_gradient_dtype=bfloat16
   # the output layer's bfloat16 copy carried from each step's update to the next step (train.carry_cast_layer):
   # no cast of the layer's rows at each step's start (their 480 MB pass at batch 256 in the H200 profile); the
   # rows alone (the matmuls' operand) or the whole layer (the update's shape, f given a column of zeros)
@@ -144,8 +153,12 @@ if [ "$part" = loop ]; then
     profile profile_research_bf16_$batch $batch $RESEARCH --config.model.compute_dtype=bfloat16
   done
   # the loop as training runs it (10 steps a dispatch, batch 256) without and with each carried copy of the
-  # output layer: whether XLA writes the copy in the update's pass (the cast's own operation gone)
+  # output layer: whether XLA writes the copy in the update's pass (the cast's own operation gone); and with
+  # every candidate at once: whether the gradient matmul writes bfloat16 and the update reads it widened
   profile profile_research_bf16_loop_256 256 $RESEARCH --config.model.compute_dtype=bfloat16 --dispatch_steps=10
+  profile profile_research_bf16_loop_carried_moments_gradient_256 256 $RESEARCH --config.model.compute_dtype=bfloat16 \
+    --dispatch_steps=10 --config.train.carry_cast_layer=whole --config.optimizer.mu_dtype=bfloat16 \
+    --config.optimizer.nu_dtype=bfloat16 --config.train.output_layer_gradient_dtype=bfloat16
   profile profile_research_bf16_loop_rows_256 256 $RESEARCH --config.model.compute_dtype=bfloat16 --dispatch_steps=10 \
     --config.train.carry_cast_layer=rows
   profile profile_research_bf16_loop_whole_256 256 $RESEARCH --config.model.compute_dtype=bfloat16 \

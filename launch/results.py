@@ -65,6 +65,12 @@ _CHECKS = [('run', _label), ('parameters', _num('num_parameters', 0)), ('steps',
            ('valid ppl', _num('valid_ppl')), ('test ppl', _num('test_ppl')), ('device', _device_of)]
 
 
+def _paired_columns(header: str) -> list:
+  """A table of short runs that differ in one option: the row (under `header`), _CHECKS' figures but their
+  rates (the runs shared the machine with other work), the device."""
+  return [(header, _label)] + [c for c in _CHECKS[1:-1] if c[0] not in ('tokens/s', 'wall s')] + [('device', _device_of)]
+
+
 def _ladder_columns(*figures) -> list:
   """A ladder table's columns: the row, its size and cost, then `figures` (header, cell), seed, device."""
   return [('row', _label), ('parameters', _num('num_parameters', 0)), ('epochs', _num('epochs', 2)),
@@ -84,8 +90,10 @@ TABLES = {
         _MIX_KN5, ('device', _device_of)],
     # AdamW's moments in bfloat16 against float32 on one short training (issue 28: a faster step may move
     # the test perplexity by at most 0.5%).
-    'moment_dtypes': [('moments', _label)] + [c for c in _CHECKS[1:-1] if c[0] not in ('tokens/s', 'wall s')] + [
-        ('device', _device_of)],
+    'moment_dtypes': _paired_columns('moments'),
+    # The output layer's gradient in bfloat16 against float32, alone and with every other byte-saving option
+    # (issue 28's 0.5% again).
+    'layer_gradient_dtypes': _paired_columns('run'),
     # The revisited family's ladders trained to early stopping (issue 27): words, and characters in bits.
     'ladder': _ladder_columns(('valid ppl', _num('valid_ppl')), ('test ppl', _num('test_ppl')),
                               ('+ n-gram test ppl', _num('mix_test_ppl'))),

@@ -501,23 +501,26 @@ class Figures(NamedTuple):
 # Mosaic form takes two-byte operands, and the fused loop form, 0.35x XLA at 100k, kept the three-form line
 # past 95 s there), TF32 products first (model.matmul_precision=default, which the kernels now follow too),
 # then IEEE ones (matmul-bound: the dz form makes four matmuls of the layer's size to XLA's three), at most
-# 210 s; then the research size's candidates at batch 256 and 1024 in the loop (the default, the output
-# layer's bfloat16 copy, its rows or all of it, carried from step to step instead of its rows cast at each
-# step's start, AdamW's first moment in bfloat16, both moments (the second stochastically rounded), both
-# with the whole layer's copy carried, and XLA's command buffers capturing the step loop's while too: its
-# profile put 1.4-2.3 ms of the step between operations and 1.14 ms at the memory traffic's bound), then
-# the loop profiled with each carried copy (whether XLA writes the copy in the update's pass) and with both
-# bfloat16 moments beside the carried layer. The H200 of 2026-11-27 ran the research candidates on a
+# 210 s; then the research size's candidates at batch 256 and 1024 in the loop (the default; then every
+# candidate at once: the whole layer's bfloat16 copy carried, both moments and the layer's gradient in
+# bfloat16; then each: the output layer's bfloat16 copy, its rows or all of it, carried from step to step
+# instead of its rows cast at each step's start, AdamW's first moment in bfloat16, both moments (the second
+# stochastically rounded), both with the whole layer's copy carried, the layer's gradient written in
+# bfloat16, and XLA's command buffers capturing the step loop's while too: its profile put 1.4-2.3 ms of
+# the step between operations and 1.14 ms at the memory traffic's bound), then the loop profiled as it is,
+# with every candidate, with each carried copy (whether XLA writes the copy in the update's pass) and with
+# both bfloat16 moments beside the carried layer. The H200 of 2026-11-27 ran the research candidates on a
 # machine at half its matmul peak.
 _VOCAB_CHUNK_FIGURES = ('kernel_v300000_bfloat16', 'kernel_mosaic_vocab8_v300000_bfloat16',
                         'kernel_mosaic_vocab16_v300000_bfloat16', 'kernel_v17905_bfloat16',
                         'kernel_mosaic_vocab4_v17905_bfloat16', 'kernel_mosaic_vocab16_v100000_bfloat16')
 _FLOAT32_FIGURES = ('kernel_v300000_float32_tf32', 'kernel_v300000_float32')
-_RESEARCH_FIGURES = ('research_bf16', 'research_bf16_carried_rows', 'research_bf16_carried_layer',
-                     'research_bf16_mu_bf16', 'research_bf16_moments_bf16', 'research_bf16_carried_moments_bf16',
+_RESEARCH_FIGURES = ('research_bf16', 'research_bf16_carried_moments_gradient_bf16', 'research_bf16_carried_rows',
+                     'research_bf16_carried_layer', 'research_bf16_mu_bf16', 'research_bf16_moments_bf16',
+                     'research_bf16_carried_moments_bf16', 'research_bf16_gradient_bf16',
                      'research_bf16_while_command_buffers', 'profile_research_bf16_loop_256',
-                     'profile_research_bf16_loop_rows_256', 'profile_research_bf16_loop_whole_256',
-                     'profile_research_bf16_loop_carried_moments_256')
+                     'profile_research_bf16_loop_carried_moments_gradient_256', 'profile_research_bf16_loop_rows_256',
+                     'profile_research_bf16_loop_whole_256', 'profile_research_bf16_loop_carried_moments_256')
 FIGURES = (
     Figures('vocab_chunks', 'kernel', {'GPU_TESTS': 'auto_takes_the_mosaic or vocab', 'VOCAB_CHUNKS': '4 8 16',
                                        'KERNEL_VOCABS': '300000 17905 100000', 'ONLY': ','.join(_VOCAB_CHUNK_FIGURES)},

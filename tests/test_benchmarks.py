@@ -161,11 +161,12 @@ def test_profile_step_attributes_the_step_to_operations():
 
 
 def test_profile_step_attributes_a_dispatch_of_several_steps_to_a_steps_operations():
-  """--dispatch_steps: the resident loop as training runs it, its carried cast layer included; the figures a
-  step's (the loop's operations over its steps), the loop's own event not counted beside its body's."""
+  """--dispatch_steps: the resident loop as training runs it, its carried cast layer (and the layer's gradient in
+  bfloat16, as gpu_figures.sh profiles it) included; the figures a step's (the loop's operations over its steps),
+  the loop's own event not counted beside its body's."""
   rows = run('profile_step.py', '--batch_size=8', '--vocab=61', '--steps=2', '--config.model.m=4',
              '--config.model.h=6', '--dispatch_steps=3', '--config.model.compute_dtype=bfloat16',
-             '--config.train.carry_cast_layer=whole')
+             '--config.train.carry_cast_layer=whole', '--config.train.output_layer_gradient_dtype=bfloat16')
   [row] = rows
   assert row['dispatch_steps'] == 3 and row['step_ms'] > 0 and row['matmul_ms'] > 0
   assert abs(row['matmul_ms'] + row['collective_ms'] + row['other_ms'] - row['step_ms']) < 1e-2
@@ -241,7 +242,7 @@ def _script_overrides(path):
 
 @pytest.mark.parametrize('path,expected', [
     ('benchmarks/gpu_figures.sh', [('train.softmax_kernel', 'pallas_loop'), ('optimizer.mu_dtype', 'bfloat16'),
-                                   ('optimizer.nu_dtype', 'bfloat16')]),
+                                   ('optimizer.nu_dtype', 'bfloat16'), ('train.output_layer_gradient_dtype', 'bfloat16')]),
     ('launch/gpu_plan.sh', [('seed', '2'), ('train.eval_every', '2000')]),
     ('benchmarks/gpu_figures.sh', [('model.embedding_gradient', 'sorted'), ('model.tied', 'False')])])
 def test_every_config_override_the_gpu_scripts_pass_is_valid(path, expected):

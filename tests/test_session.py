@@ -204,10 +204,12 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
     assert figures[1][1:] == ('float32', ('kernel_v300000_float32_tf32,kernel_v300000_float32', 'none', '', '300000',
                                           '', 'xla,pallas_loop_dz'))
     assert [int(f[0][1]) for f in figures[:2]] == [180, 210]  # each part's most seconds; the research the rest
-    research = ('research_bf16,research_bf16_carried_rows,research_bf16_carried_layer,research_bf16_mu_bf16,'
-                'research_bf16_moments_bf16,research_bf16_carried_moments_bf16,research_bf16_while_command_buffers,'
-                'profile_research_bf16_loop_256,profile_research_bf16_loop_rows_256,'
-                'profile_research_bf16_loop_whole_256,profile_research_bf16_loop_carried_moments_256')
+    research = ('research_bf16,research_bf16_carried_moments_gradient_bf16,research_bf16_carried_rows,'
+                'research_bf16_carried_layer,research_bf16_mu_bf16,research_bf16_moments_bf16,'
+                'research_bf16_carried_moments_bf16,research_bf16_gradient_bf16,research_bf16_while_command_buffers,'
+                'profile_research_bf16_loop_256,profile_research_bf16_loop_carried_moments_gradient_256,'
+                'profile_research_bf16_loop_rows_256,profile_research_bf16_loop_whole_256,'
+                'profile_research_bf16_loop_carried_moments_256')
     assert figures[2][1:] == ('bfloat16', (research, '', '', '', '', ''))
     assert int(figures[2][0][1]) > 90  # all that is left (here the other parts took no time)
     row = next(c[0] for c in calls if c[0][0] != 'timeout')

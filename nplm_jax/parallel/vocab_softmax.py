@@ -63,11 +63,11 @@ def _dlogits(logits, first, log_z, targets, g):
 def _layer_gradient(f, b, dlogits, padded: bool = False, gradient_dtype=jnp.float32):
   """The output layer's gradient [dW; db] from a block's float32 dlogits, before the sum over 'data':
   f^T dlogits with both in f's dtype and float32 accumulation, written in gradient_dtype (bfloat16: the
-  matmul writes half the bytes, and the update reads half: train.output_layer_gradient_dtype). Where the bias b is apart (f has no
-  column of ones), f gets a column of zeros (padded: it has it already), so the matmul makes the layer's
-  shape and db, the float32 sum of dlogits, is written over its last row in place: no copy of dW into a
-  larger array (which a concatenation of dW and db costs: the size of the layer read and written again
-  each step)."""
+  matmul writes half the bytes and the update reads half; train.output_layer_gradient_dtype). Where the
+  bias b is apart (f has no column of ones), f gets a column of zeros (padded: it has it already), so the
+  matmul makes the layer's shape and db, the float32 sum of dlogits (then in gradient_dtype), is written
+  over its last row in place: no copy of dW into a larger array (which a concatenation of dW and db
+  costs: the size of the layer read and written again each step)."""
   rows = f if b is None or padded else jnp.pad(f, ((0, 0), (0, 1)))
   d_layer = jnp.matmul(rows.T, dlogits.astype(f.dtype), preferred_element_type=gradient_dtype)
   if b is None:
@@ -387,7 +387,7 @@ def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False
                       backward_body=functools.partial(_streamed_backward, vocab_block=vocab_block,
                                                       gradient_dtype=gradient_dtype), **options)
   whole = _whole_cast(output)  # f with a column of zeros against the whole cast layer
-  backward_options = dict(padded=whole, gradient_dtype=gradient_dtype)
+  backward_options = {'padded': whole, 'gradient_dtype': gradient_dtype}
   block_forward, block_backward = _on_output_layer(_block_forward, functools.partial(_block_backward, **backward_options),
                                                    dtype, whole_cast=whole, gradient_dtype=gradient_dtype)
   _, recomputed_backward = _on_output_layer(None, functools.partial(_block_backward_recomputed, **backward_options),
