@@ -62,6 +62,15 @@ bench_in() {  # DIR NAME ARGS...: bench with DIR's code (an older checkout: BASE
   grep -v '^[0-9][0-9]:' /tmp/$name.out | tail -3
 }
 
+bench_script() {  # NAME SCRIPT ARGS...: a benchmarks/ script's JSON lines tagged NAME, each reaching OUT as it is
+  # printed, so a call cut short keeps those already timed (ONLY=a,b: those names alone)
+  local name=$1 script=$2; shift 2
+  if [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]]; then return; fi
+  echo "== $name: $script $*"
+  timeout 240 python benchmarks/$script "$@" 2>&1 | tee -a "$out/log.txt" | grep --line-buffered '^{' \
+    | sed -u "s/^{/{\"name\": \"$name\", /" | tee -a "$out/bench.jsonl" | cut -c1-200
+}
+
 gpu_tests() {  # SECONDS: tests/test_gpu.py (GPU_TESTS=EXPR: those pytest -k EXPR selects; GPU_TESTS=none: none)
   [ "${GPU_TESTS:-}" = none ] && return
   timeout "$1" python -m pytest -q -rfs tests/test_gpu.py ${GPU_TESTS:+-k "$GPU_TESTS"} 2>&1 | tail -25 \
@@ -108,6 +117,10 @@ if [ "$part" = loop ]; then
   bench research_bf16_carried_moments_gradient_bf16 $RESEARCH --batch_sizes=256,1024 --loop \
     --config.model.compute_dtype=bfloat16 --config.train.carry_cast_layer=whole --config.optimizer.mu_dtype=bfloat16 \
     --config.optimizer.nu_dtype=bfloat16 --config.train.output_layer_gradient_dtype=bfloat16
+  # that gradient's matmul and the update that reads it alone (benchmarks/gradient_matmul.py, about 30 s): the
+  # step's form (K + 1 = 2,401 rows, its dlogits made inside) beside K and K + 8 rows and dlogits given, in
+  # float32 and bfloat16: why the H200 profile's matmul ran at 1.15 TB/s and 127 TFLOP/s
+  bench_script gradient_matmul_research gradient_matmul.py
   if [ -n "${BASELINE:-}" ] && [ -d "$BASELINE" ]; then  # the same with an older checkout's code, in this call
     bench_in "$BASELINE" baseline_research_bf16 $RESEARCH --batch_sizes=256,1024 --loop \
       --config.model.compute_dtype=bfloat16
@@ -225,12 +238,7 @@ elif [ "$part" = tiles ]; then
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv
   gpu_tests 240
   for run in ${TILES_RUNS:-100000:bfloat16 300000:bfloat16 17905:bfloat16 100000:float32}; do
-    v=${run%%:*} dtype=${run##*:} name=tiles_v${run%%:*}_${run##*:}
-    echo "== $name"
-    # each setting's line reaches OUT as it is printed: a call cut short keeps the settings already timed
-    timeout 240 python benchmarks/softmax_kernel_tiles.py --vocab=$v --dtype=$dtype 2>&1 | tee -a "$out/log.txt" \
-      | grep --line-buffered '^{' | sed -u "s/^{/{\"name\": \"$name\", /" | tee -a "$out/bench.jsonl" \
-      | cut -c1-200
+    bench_script tiles_v${run%%:*}_${run##*:} softmax_kernel_tiles.py --vocab=${run%%:*} --dtype=${run##*:}
   done
 elif [ "$part" = eval ]; then
   # train.eval_batch_size on this backend: eval_tokens_per_sec at 256, 1024 and 4096 (bfloat16, the default)

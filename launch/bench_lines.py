@@ -27,7 +27,10 @@ _ANNOUNCED = re.compile(r'^== (\S+?)(?:: (.*))?$', re.MULTILINE)
 
 def figure_command(name: str, arguments: str | None) -> str:
   """The command of gpu_figures.sh's benchmark NAME, from the arguments it printed (its bench, profile and
-  tiles lines each run one script)."""
+  bench_script lines each run one script; bench_script's arguments start with the script's name, and older
+  tiles lines printed none)."""
+  if arguments and not arguments.startswith('-') and arguments.split()[0].endswith('.py'):
+    return f'python benchmarks/{arguments}'
   if name.startswith('profile_'):
     return f'python benchmarks/profile_step.py --steps=5 --top=25 {arguments or ""}'.strip()
   tiles = re.fullmatch(r'tiles_v(\d+)_(\w+)', name)

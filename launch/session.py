@@ -503,7 +503,7 @@ class Figures(NamedTuple):
 # then IEEE ones (matmul-bound: the dz form makes four matmuls of the layer's size to XLA's three), at most
 # 210 s; then the research size's candidates at batch 256 and 1024 in the loop (the default; then every
 # candidate at once: the whole layer's bfloat16 copy carried, both moments and the layer's gradient in
-# bfloat16; then each: the output layer's bfloat16 copy, its rows or all of it, carried from step to step
+# bfloat16; that gradient's matmul alone in its forms, benchmarks/gradient_matmul.py; then each: the output layer's bfloat16 copy, its rows or all of it, carried from step to step
 # instead of its rows cast at each step's start, AdamW's first moment in bfloat16, both moments (the second
 # stochastically rounded), both with the whole layer's copy carried, the layer's gradient written in
 # bfloat16, and XLA's command buffers capturing the step loop's while too: its profile put 1.4-2.3 ms of
@@ -515,7 +515,8 @@ _VOCAB_CHUNK_FIGURES = ('kernel_v300000_bfloat16', 'kernel_mosaic_vocab8_v300000
                         'kernel_mosaic_vocab16_v300000_bfloat16', 'kernel_v17905_bfloat16',
                         'kernel_mosaic_vocab4_v17905_bfloat16', 'kernel_mosaic_vocab16_v100000_bfloat16')
 _FLOAT32_FIGURES = ('kernel_v300000_float32_tf32', 'kernel_v300000_float32')
-_RESEARCH_FIGURES = ('research_bf16', 'research_bf16_carried_moments_gradient_bf16', 'research_bf16_carried_rows',
+_RESEARCH_FIGURES = ('research_bf16', 'research_bf16_carried_moments_gradient_bf16', 'gradient_matmul_research',
+                     'research_bf16_carried_rows',
                      'research_bf16_carried_layer', 'research_bf16_mu_bf16', 'research_bf16_moments_bf16',
                      'research_bf16_carried_moments_bf16', 'research_bf16_gradient_bf16',
                      'research_bf16_while_command_buffers', 'profile_research_bf16_loop_256',

@@ -59,6 +59,11 @@ def test_each_figure_gets_the_command_that_made_it_and_its_call(tmp_path):
   assert by_name['profile_research_bf16_256']['step_ms'] == 1.36
   assert bench_lines.figure_command('tiles_v100000_float32', None) == (
       'python benchmarks/softmax_kernel_tiles.py --vocab=100000 --dtype=float32')
+  # gpu_figures.sh's bench_script lines print the script and its arguments
+  assert bench_lines.figure_command('gradient_matmul_research', 'gradient_matmul.py') == (
+      'python benchmarks/gradient_matmul.py')
+  assert bench_lines.figure_command('tiles_v17905_bfloat16', 'softmax_kernel_tiles.py --vocab=17905 --dtype=bfloat16') == (
+      'python benchmarks/softmax_kernel_tiles.py --vocab=17905 --dtype=bfloat16')
 
 
 def test_the_command_writes_one_file_a_session_and_refuses_bad_input_in_one_line(tmp_path, monkeypatch):

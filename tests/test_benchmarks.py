@@ -115,6 +115,22 @@ def test_the_kernel_settings_benchmark_compares_each_with_xla():
     assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr, proc.stderr
 
 
+def test_the_gradient_matmul_benchmark_times_each_form_against_the_steps_own():
+  """benchmarks/gradient_matmul.py on tiny shapes: the update alone, then every form (rows, dlogits, gradient
+  dtype) with its time, bytes and first update checked against the step's own form (float32 forms within
+  float32's rounding, bfloat16 ones within a bfloat16 rounding of the gradient); an unknown form is refused in
+  one line before anything runs."""
+  rows = run('gradient_matmul.py', '--batch=16', '--features=30', '--vocab=256', '--repeats=2')
+  assert rows[0]['form'] == 'update_only' and rows[0]['ms'] > 0
+  assert len(rows) == 13 and {r['rows'] for r in rows[1:]} == {30, 31, 32}
+  for r in rows[1:]:
+    assert r['ms'] > 0 and r['gbytes'] > 0 and r['tbps'] >= 0, r  # a tiny shape's TB/s rounds to 0
+    assert r['error_vs_step'] < (1e-5 if r['gradient_dtype'] == 'float32' else 2.0 ** -7), r
+  proc = subprocess.run([sys.executable, 'benchmarks/gradient_matmul.py', '--forms=odd/given/float32'], cwd=REPO,
+                        capture_output=True, text=True, timeout=120, check=False)
+  assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1 and 'is not a form' in proc.stderr
+
+
 def test_checkpoint_cost_times_saves_with_and_without_checksums():
   row, = run('checkpoint_cost.py', '--config=experiments/brown.py:mlp1', '--config.model.m=4', '--config.model.h=6',
              '--vocab=61', '--rounds=1')
@@ -324,7 +340,7 @@ def test_every_benchmark_the_gpu_plan_names_is_run_by_the_figures_script():
     plan = f.read()
   with open(os.path.join(REPO, 'benchmarks', 'gpu_figures.sh'), encoding='utf-8') as f:
     figures = f.read()
-  runs = set(re.findall(r'^\s*(?:bench|profile) (\S+)', figures, re.MULTILINE))
+  runs = set(re.findall(r'^\s*(?:bench|profile|bench_script) (\S+)', figures, re.MULTILINE))
   runs |= set(re.findall(r'^\s*bench_in \S+ (\S+)', figures, re.MULTILINE))
   runs = {name.replace('$batch', batch) for name in runs for batch in ('256', '1024')}
   named = [name for only in re.findall(r'ONLY=([\w,]+)', plan) for name in only.split(',')]

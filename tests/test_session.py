@@ -204,7 +204,8 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
     assert figures[1][1:] == ('float32', ('kernel_v300000_float32_tf32,kernel_v300000_float32', 'none', '', '300000',
                                           '', 'xla,pallas_loop_dz'))
     assert [int(f[0][1]) for f in figures[:2]] == [180, 210]  # each part's most seconds; the research the rest
-    research = ('research_bf16,research_bf16_carried_moments_gradient_bf16,research_bf16_carried_rows,'
+    research = ('research_bf16,research_bf16_carried_moments_gradient_bf16,gradient_matmul_research,'
+                'research_bf16_carried_rows,'
                 'research_bf16_carried_layer,research_bf16_mu_bf16,research_bf16_moments_bf16,'
                 'research_bf16_carried_moments_bf16,research_bf16_gradient_bf16,research_bf16_while_command_buffers,'
                 'profile_research_bf16_loop_256,profile_research_bf16_loop_carried_moments_gradient_256,'
@@ -463,7 +464,7 @@ def test_every_benchmark_the_figures_name_is_one_the_figures_script_runs_with_th
   import re  # pylint: disable=g-import-not-at-top
   with open(os.path.join(REPO, 'benchmarks', 'gpu_figures.sh'), encoding='utf-8') as f:
     script = f.read()
-  templates = set(re.findall(r'^\s*(?:\[ [^]]*\] && )?(?:bench|profile) (\S+)', script, re.MULTILINE))
+  templates = set(re.findall(r'^\s*(?:\[ [^]]*\] && )?(?:bench|profile|bench_script) (\S+)', script, re.MULTILINE))
   for figures in session_lib.FIGURES:
     settings = figures.settings
     runs = {t.replace('${v}', v).replace('$dtype', dtype).replace('${chunks}', chunks)
