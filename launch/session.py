@@ -496,17 +496,20 @@ class Figures(NamedTuple):
 # of it all, 183 MiB at 300k). First, at most 180 s: the GPU tests that 'auto' takes the Mosaic form and
 # that dz in chunks of the vocabulary gives XLA's numbers (the first failed there on a detail of the test,
 # now mended), then beside XLA and the default in one process, at 300k 8 and 16 chunks of the vocabulary
-# (the splits and the tenth), at Brown's 17,905 4 chunks (whether it could be the default), at 100k 16;
-# then float32 at 300k (the issue's 1.2x target; the loop form with its gradients from dz beside XLA: the
+# (the splits and the tenth), at Brown's 17,905 4 chunks (whether it could be the default), at 100k 16.
+# Then, at most 150 s, the research size's decisive line (issue 28's 250,000 tokens/s at batch 256, whose
+# candidates had waited three sessions behind the kernel's figures): the loop at batch 256 and 1024 as it is
+# and with every candidate at once (the whole layer's bfloat16 copy carried, both moments and the layer's
+# gradient in bfloat16), and that gradient's matmul alone in its forms (benchmarks/gradient_matmul.py).
+# Then float32 at 300k (the issue's 1.2x target; the loop form with its gradients from dz beside XLA: the
 # Mosaic form takes two-byte operands, and the fused loop form, 0.35x XLA at 100k, kept the three-form line
 # past 95 s there), TF32 products first (model.matmul_precision=default, which the kernels now follow too),
 # then IEEE ones (matmul-bound: the dz form makes four matmuls of the layer's size to XLA's three), at most
-# 210 s; then the research size's candidates at batch 256 and 1024 in the loop (the default; then every
-# candidate at once: the whole layer's bfloat16 copy carried, both moments and the layer's gradient in
-# bfloat16; that gradient's matmul alone in its forms, benchmarks/gradient_matmul.py; then each: the output layer's bfloat16 copy, its rows or all of it, carried from step to step
-# instead of its rows cast at each step's start, AdamW's first moment in bfloat16, both moments (the second
+# 210 s; then each research candidate alone, beside the default again (its own call may be on another
+# machine): the output layer's bfloat16 copy, its rows or all of it, carried from step to step instead of
+# its rows cast at each step's start, AdamW's first moment in bfloat16, both moments (the second
 # stochastically rounded), both with the whole layer's copy carried, the layer's gradient written in
-# bfloat16, and XLA's command buffers capturing the step loop's while too: its profile put 1.4-2.3 ms of
+# bfloat16, and XLA's command buffers capturing the step loop's while too (the profile put 1.4-2.3 ms of
 # the step between operations and 1.14 ms at the memory traffic's bound), then the loop profiled as it is,
 # with every candidate, with each carried copy (whether XLA writes the copy in the update's pass) and with
 # both bfloat16 moments beside the carried layer. The H200 of 2026-11-27 ran the research candidates on a
@@ -515,8 +518,8 @@ _VOCAB_CHUNK_FIGURES = ('kernel_v300000_bfloat16', 'kernel_mosaic_vocab8_v300000
                         'kernel_mosaic_vocab16_v300000_bfloat16', 'kernel_v17905_bfloat16',
                         'kernel_mosaic_vocab4_v17905_bfloat16', 'kernel_mosaic_vocab16_v100000_bfloat16')
 _FLOAT32_FIGURES = ('kernel_v300000_float32_tf32', 'kernel_v300000_float32')
-_RESEARCH_FIGURES = ('research_bf16', 'research_bf16_carried_moments_gradient_bf16', 'gradient_matmul_research',
-                     'research_bf16_carried_rows',
+_RESEARCH_CANDIDATES = ('research_bf16', 'research_bf16_carried_moments_gradient_bf16', 'gradient_matmul_research')
+_RESEARCH_FIGURES = ('research_bf16', 'research_bf16_carried_rows',
                      'research_bf16_carried_layer', 'research_bf16_mu_bf16', 'research_bf16_moments_bf16',
                      'research_bf16_carried_moments_bf16', 'research_bf16_gradient_bf16',
                      'research_bf16_while_command_buffers', 'profile_research_bf16_loop_256',
@@ -526,6 +529,7 @@ FIGURES = (
     Figures('vocab_chunks', 'kernel', {'GPU_TESTS': 'auto_takes_the_mosaic or vocab', 'VOCAB_CHUNKS': '4 8 16',
                                        'KERNEL_VOCABS': '300000 17905 100000', 'ONLY': ','.join(_VOCAB_CHUNK_FIGURES)},
             180),
+    Figures('research_candidates', 'loop', {'ONLY': ','.join(_RESEARCH_CANDIDATES)}, 150),
     Figures('float32', 'kernel', {'GPU_TESTS': 'none', 'DTYPES': 'float32', 'KERNEL_VOCABS': '300000',
                                   'FLOAT32_KERNELS': 'xla,pallas_loop_dz', 'ONLY': ','.join(_FLOAT32_FIGURES)}, 210),
     Figures('research', 'loop', {'ONLY': ','.join(_RESEARCH_FIGURES)}, None))
