@@ -30,6 +30,10 @@
 #   revisited: the PTB ladder's top row's step profiled (XLA's per-operation times), its loop, then its step
 #          with each suspect removed in turn (deterministic reductions, C's gradient as a sort or the distant
 #          block's as a matmul, the distant block, dropout, the blocks, tying);
+#   research_train: the research size trained briefly on PTB (1,500 steps, as RESULTS.md's CPU pairs),
+#          bfloat16 matmuls, as it is and with every candidate at once: issue 28's test perplexity within 0.5%
+#          on the GPU; each run's results.json, metrics.jsonl and log in OUT_DIR/research_train/NAME
+#          (python -m launch.results collect --workdir=THAT ... keeps them);
 #   train2: brown.py:reg4_n7 alone (end to end, the Brown words cached), then in bfloat16, then the
 #          research-size loop without deterministic reductions (their cost).
 # ONLY=NAME,NAME runs those benchmarks of a part alone (one GPU call is at most 10 minutes); GPU_TESTS=EXPR
@@ -44,8 +48,12 @@ mkdir -p "$out"
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
 # the research-size config of the issue: PTB's table network shape at a WikiText-2-sized vocabulary
-RESEARCH="--config=experiments/ptb.py --config.model.n=8 --config.model.m=200 --config.model.h=1000
-  --config.model.feature_dropout=0.3 --config.model.hidden_dropout=0.5 --config.optimizer.name=adamw --vocab=33278"
+RESEARCH_MODEL="--config=experiments/ptb.py --config.model.n=8 --config.model.m=200 --config.model.h=1000
+  --config.model.feature_dropout=0.3 --config.model.hidden_dropout=0.5 --config.optimizer.name=adamw"
+RESEARCH="$RESEARCH_MODEL --vocab=33278"
+# every research-size candidate at once: the layer's copy carried whole, AdamW's moments and its gradient in bfloat16
+CANDIDATES="--config.train.carry_cast_layer=whole --config.optimizer.mu_dtype=bfloat16
+  --config.optimizer.nu_dtype=bfloat16 --config.train.output_layer_gradient_dtype=bfloat16"
 REG4="--config=experiments/brown.py:reg4_n7 --vocab=17905"
 
 bench() {  # NAME ARGS...: one throughput.py run, its JSON lines tagged with NAME (ONLY=a,b: those names alone)
@@ -69,6 +77,21 @@ bench_script() {  # NAME SCRIPT ARGS...: a benchmarks/ script's JSON lines tagge
   echo "== $name: $script $*"
   timeout 240 python benchmarks/$script "$@" 2>&1 | tee -a "$out/log.txt" | grep --line-buffered '^{' \
     | sed -u "s/^{/{\"name\": \"$name\", /" | tee -a "$out/bench.jsonl" | cut -c1-200
+}
+
+train_short() {  # NAME ARGS...: the research size on PTB for TRAIN_STEPS (1,500) steps in bfloat16 with ARGS, its results.json,
+  # metrics.jsonl and log kept in OUT_DIR/research_train/NAME (ONLY=a,b: those names alone)
+  local name=$1; shift
+  if [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]]; then return; fi
+  local steps=${TRAIN_STEPS:-1500}
+  echo "== $name: python -m nplm_jax.main" $RESEARCH_MODEL "--config.model.compute_dtype=bfloat16" \
+    "--config.train.max_steps=$steps --config.train.eval_every=$steps $*"
+  mkdir -p "$out/research_train/$name"
+  timeout 200 python -m nplm_jax.main $RESEARCH_MODEL --config.model.compute_dtype=bfloat16 \
+    --config.train.max_steps=$steps --config.train.eval_every=$steps "$@" --workdir=/tmp/research_train/$name \
+    >"$out/research_train/$name/log.txt" 2>&1
+  cp /tmp/research_train/$name/results.json /tmp/research_train/$name/metrics.jsonl "$out/research_train/$name/" 2>/dev/null
+  grep -h 'done:' "$out/research_train/$name/log.txt" || tail -3 "$out/research_train/$name/log.txt"
 }
 
 gpu_tests() {  # SECONDS: tests/test_gpu.py (GPU_TESTS=EXPR: those pytest -k EXPR selects; GPU_TESTS=none: none)
@@ -115,8 +138,7 @@ if [ "$part" = loop ]; then
   # carried whole, AdamW's moments in bfloat16 and its gradient written in bfloat16 by its matmul
   # (train.output_layer_gradient_dtype): README's floor of 2.24 GB a step for 250,000 tokens/s at batch 256
   bench research_bf16_carried_moments_gradient_bf16 $RESEARCH --batch_sizes=256,1024 --loop \
-    --config.model.compute_dtype=bfloat16 --config.train.carry_cast_layer=whole --config.optimizer.mu_dtype=bfloat16 \
-    --config.optimizer.nu_dtype=bfloat16 --config.train.output_layer_gradient_dtype=bfloat16
+    --config.model.compute_dtype=bfloat16 $CANDIDATES
   # that gradient's matmul and the update that reads it alone (benchmarks/gradient_matmul.py, about 30 s): the
   # step's form (K + 1 = 2,401 rows, its dlogits made inside) beside K and K + 8 rows and dlogits given, in
   # float32 and bfloat16: why the H200 profile's matmul ran at 1.15 TB/s and 127 TFLOP/s
@@ -170,8 +192,7 @@ if [ "$part" = loop ]; then
   # every candidate at once: whether the gradient matmul writes bfloat16 and the update reads it widened
   profile profile_research_bf16_loop_256 256 $RESEARCH --config.model.compute_dtype=bfloat16 --dispatch_steps=10
   profile profile_research_bf16_loop_carried_moments_gradient_256 256 $RESEARCH --config.model.compute_dtype=bfloat16 \
-    --dispatch_steps=10 --config.train.carry_cast_layer=whole --config.optimizer.mu_dtype=bfloat16 \
-    --config.optimizer.nu_dtype=bfloat16 --config.train.output_layer_gradient_dtype=bfloat16
+    --dispatch_steps=10 $CANDIDATES
   profile profile_research_bf16_loop_rows_256 256 $RESEARCH --config.model.compute_dtype=bfloat16 --dispatch_steps=10 \
     --config.train.carry_cast_layer=rows
   profile profile_research_bf16_loop_whole_256 256 $RESEARCH --config.model.compute_dtype=bfloat16 \
@@ -306,6 +327,10 @@ for name, by_batch in sorted(rates.items(), key=lambda kv: -kv[1].get(256, 0)):
   print(name, ' '.join(f'batch {b}: {r:,.0f} tokens/s ({r / base[b]:.2f}x)' if b in base else f'batch {b}: {r:,.0f}'
                        for b, r in sorted(by_batch.items())))
 EOF
+elif [ "$part" = research_train ]; then
+  export XLA_PYTHON_CLIENT_PREALLOCATE=false
+  train_short research_train_default
+  train_short research_train_candidates $CANDIDATES
 elif [ "$part" = train2 ]; then
   export XLA_PYTHON_CLIENT_PREALLOCATE=false
   python -c "from nplm_jax import data; data.load_brown_words()"  # the words' cache, as after a first run

@@ -15,8 +15,8 @@
 #              not yet at early stopping: launch/session.py's ROWS), one at a time, each only if it fits
 #              in the call; its last 150 s go to issue 28's figures (launch/session.py's FIGURES: 'auto''s
 #              GPU test and dz in chunks of the vocabulary, then the research size with every candidate,
-#              float32 at |V| 300k in the training step, then each research candidate; speed where no row
-#              would fit a call), what they leave
+#              float32 at |V| 300k in the training step, the research size's short trainings, then each
+#              research candidate; speed where no row would fit a call), what they leave
 #              to the rows skipped before them; run it first when the budget is that short. Then copy the
 #              call's OUT/session.json here into .carry/session_earlier.json and call again at once with
 #              SESSION_EARLIER=.carry/session_earlier.json SESSION_SECONDS=(what is left, less a minute):

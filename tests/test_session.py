@@ -169,12 +169,13 @@ def test_the_plan_runs_the_session_step():
   assert proc.returncode == 0 and '--seconds' in proc.stdout
 
 
-@pytest.mark.parametrize('epochs,parts', [(1000.0, ['revisited']), (1.0, ['kernel', 'loop', 'kernel', 'loop'])])
+@pytest.mark.parametrize('epochs,parts', [(1000.0, ['revisited']),
+                                          (1.0, ['kernel', 'loop', 'kernel', 'research_train', 'loop'])])
 def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epochs, parts):
   """After the rows, the rest of the call (each part cut at its most seconds or the time left) is issue
   28's figures: 'auto''s GPU test and dz in chunks of the vocabulary beside XLA in the training step, the
   research size's loop as it is and with every candidate (and the gradient matmul's forms), float32 at 300k
-  in the training step, then each research candidate in the loop; where no row fitted (too long
+  in the training step, the research size's short trainings, then each research candidate in the loop; where no row fitted (too long
   at the measured rate), gpu_plan.sh's speed step, so the call still brings figures back. The rows leave
   FIGURES_RESERVE for them."""
   calls = []
@@ -198,7 +199,7 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
   if epochs == 1.0:
     # the GPU tests of 'auto' and of dz in chunks of the vocabulary; those chunks beside XLA at 300k (8, 16),
     # 17,905 (4) and 100k (16); the research size with every candidate; float32 at 300k (XLA and the loop form
-    # from dz); each research candidate
+    # from dz); the research size's short trainings; each research candidate
     vocab_chunks = ('kernel_v300000_bfloat16,kernel_mosaic_vocab8_v300000_bfloat16,kernel_mosaic_vocab16_v300000_bfloat16,'
                     'kernel_v17905_bfloat16,kernel_mosaic_vocab4_v17905_bfloat16,kernel_mosaic_vocab16_v100000_bfloat16')
     assert figures[0][1:] == ('bfloat16', (vocab_chunks, 'auto_takes_the_mosaic or vocab', '', '300000 17905 100000',
@@ -207,15 +208,16 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
     assert figures[1][1:] == ('bfloat16', (candidates, '', '', '', '', ''))
     assert figures[2][1:] == ('float32', ('kernel_v300000_float32_tf32,kernel_v300000_float32', 'none', '', '300000',
                                           '', 'xla,pallas_loop_dz'))
-    assert [int(f[0][1]) for f in figures[:3]] == [180, 150, 210]  # each part's most seconds; the research the rest
+    assert figures[3][1:] == ('bfloat16', ('research_train_default,research_train_candidates', '', '', '', '', ''))
+    assert [int(f[0][1]) for f in figures[:4]] == [180, 150, 210, 150]  # each part's most seconds; the research the rest
     research = ('research_bf16,research_bf16_carried_rows,'
                 'research_bf16_carried_layer,research_bf16_mu_bf16,research_bf16_moments_bf16,'
                 'research_bf16_carried_moments_bf16,research_bf16_gradient_bf16,research_bf16_while_command_buffers,'
                 'profile_research_bf16_loop_256,profile_research_bf16_loop_carried_moments_gradient_256,'
                 'profile_research_bf16_loop_rows_256,profile_research_bf16_loop_whole_256,'
                 'profile_research_bf16_loop_carried_moments_256')
-    assert figures[3][1:] == ('bfloat16', (research, '', '', '', '', ''))
-    assert int(figures[3][0][1]) > 90  # all that is left (here the other parts took no time)
+    assert figures[4][1:] == ('bfloat16', (research, '', '', '', '', ''))
+    assert int(figures[4][0][1]) > 90  # all that is left (here the other parts took no time)
     row = next(c[0] for c in calls if c[0][0] != 'timeout')
     budget = int(next(a for a in row if a.startswith('--set=train.max_seconds=')).rpartition('=')[2])
     reserves = session_lib.FIGURES_RESERVE + session_lib.PACK_RESERVE + session_lib.FINISH_RESERVE
@@ -223,8 +225,8 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
   with open(tmp_path / 'session.json', encoding='utf-8') as f:
     written = json.load(f)
   assert written['form'] == 'sorted' and all(part in written['rest'] for part in parts)
-  assert written['figures'] == (['vocab_chunks', 'research_candidates', 'float32', 'research'] if epochs == 1.0
-                                else ['speed'])
+  assert written['figures'] == (['vocab_chunks', 'research_candidates', 'float32', 'research_train', 'research']
+                                if epochs == 1.0 else ['speed'])
   assert written['rows'][0]['status'].startswith('done' if epochs == 1.0 else 'skipped: about')
 
 
@@ -436,13 +438,14 @@ def test_a_later_call_on_a_fresh_machine_goes_on_from_the_session_brought_back(t
   monkeypatch.setenv('SESSION_EARLIER', str(earlier / 'session.json'))
   assert session_lib.main([f'--out={tmp_path / "out"}', f'--root={tmp_path / "root"}', '--seconds=400']) == 0
   kinds = [args[4] if args[0] == 'timeout' else next(a for a in args if a.startswith('--only=')) for args in calls]
-  # the research size with every candidate, float32's kernel part, then each research candidate
-  assert kinds == ['--only=row1', '--only=row2', 'loop', 'kernel', 'loop']
+  # the research size with every candidate, float32's kernel part, the short trainings, each research candidate
+  assert kinds == ['--only=row1', '--only=row2', 'loop', 'kernel', 'research_train', 'loop']
   budget = int(next(a for a in calls[0] if a.startswith('--set=train.max_seconds=')).rpartition('=')[2])
   assert 355 <= budget <= 360  # 400 s less the pack's 15 and the finish's 25: the first part started already
   with open(tmp_path / 'out' / 'session.json', encoding='utf-8') as f:
     written = json.load(f)
-  assert written['calls'] == 2 and written['figures'] == ['vocab_chunks', 'research_candidates', 'float32', 'research']
+  assert written['calls'] == 2 and written['figures'] == ['vocab_chunks', 'research_candidates', 'float32',
+                                                          'research_train', 'research']
   assert written['rest'].startswith('150 s of benchmarks/gpu_figures.sh kernel; ')
   assert [(r['point'], r['status']) for r in written['rows']] == [('row0', 'done'), ('row1', 'done'), ('row2', 'done')]
 
@@ -469,7 +472,8 @@ def test_every_benchmark_the_figures_name_is_one_the_figures_script_runs_with_th
   import re  # pylint: disable=g-import-not-at-top
   with open(os.path.join(REPO, 'benchmarks', 'gpu_figures.sh'), encoding='utf-8') as f:
     script = f.read()
-  templates = set(re.findall(r'^\s*(?:\[ [^]]*\] && )?(?:bench|profile|bench_script) (\S+)', script, re.MULTILINE))
+  templates = set(re.findall(r'^\s*(?:\[ [^]]*\] && )?(?:bench|profile|bench_script|train_short) (\S+)', script,
+                             re.MULTILINE))
   for figures in session_lib.FIGURES:
     settings = figures.settings
     runs = {t.replace('${v}', v).replace('$dtype', dtype).replace('${chunks}', chunks)
