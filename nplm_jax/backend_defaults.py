@@ -25,7 +25,9 @@ TABLE = {
     'train.steps_per_dispatch': BackendDefault(
         1, 64,
         'H100, Brown reg4_n7 at batch 128: 1.3x the loop rate of one step a dispatch (up to 64 a dispatch, the '
-        'largest divisor of log_every when it is at least 16); CPU: the host is not the bound'),
+        'largest divisor of log_every when it is at least 16); CPU: 1 from before a measurement that contradicts '
+        'it (2-core CPU, float32: 10 a dispatch ran 1.63x-1.67x the loop of one for Brown reg4_n7, 1.26x-1.32x for '
+        'the research size; results/bench/cpu_steps_per_dispatch.jsonl), kept until an issue changes it'),
     'train.device_data': BackendDefault(
         256, 2048,
         'MiB of resident token ids a device at most: CPU host devices each hold a copy in RAM and the host path is '
