@@ -209,7 +209,7 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
     assert figures[2][1:] == ('float32', ('kernel_v300000_float32_tf32,kernel_v300000_float32', 'none', '', '300000',
                                           '', 'xla,pallas_loop_dz'))
     assert figures[3][1:] == ('bfloat16', ('research_train_default,research_train_candidates', '', '', '', '', ''))
-    assert [int(f[0][1]) for f in figures[:4]] == [180, 150, 210, 150]  # each part's most seconds; the research the rest
+    assert [int(f[0][1]) for f in figures[:4]] == [180, 240, 210, 150]  # each part's most seconds; the research the rest
     research = ('research_bf16,research_bf16_carried_rows,'
                 'research_bf16_carried_layer,research_bf16_mu_bf16,research_bf16_moments_bf16,'
                 'research_bf16_carried_moments_bf16,research_bf16_gradient_bf16,research_bf16_while_command_buffers,'
