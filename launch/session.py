@@ -499,8 +499,9 @@ class Figures(NamedTuple):
 # (the splits and the tenth), at Brown's 17,905 4 chunks (whether it could be the default), at 100k 16.
 # Then, at most 240 s (each loop line took 60-80 s on the H200), the research size's decisive line (issue
 # 28's 250,000 tokens/s at batch 256, whose candidates had waited three sessions behind the kernel's
-# figures): the loop at batch 256 and 1024 as it is and with every candidate at once (the whole layer's bfloat16 copy carried, both moments and the layer's
-# gradient in bfloat16), and that gradient's matmul alone in its forms (benchmarks/gradient_matmul.py).
+# figures): the loop at batch 256 and 1024 as it is and with every candidate at once (the whole layer's
+# bfloat16 copy carried, both moments and the layer's gradient in bfloat16), and that gradient's matmul
+# alone in its forms (benchmarks/gradient_matmul.py).
 # Then float32 at 300k (the issue's 1.2x target; the loop form with its gradients from dz beside XLA: the
 # Mosaic form takes two-byte operands, and the fused loop form, 0.35x XLA at 100k, kept the three-form line
 # past 95 s there), TF32 products first (model.matmul_precision=default, which the kernels now follow too),
