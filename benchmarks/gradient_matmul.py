@@ -9,7 +9,8 @@ from both of the GPU's bounds. Two suspects, timed here one at a time beside the
 - the rows: the step gives f a column of zeros, so that the matmul makes the layer's shape, bias row
   included (vocab_softmax._layer_gradient): K + 1 = 2,401 rows, an odd leading dimension for f's bfloat16
   operand, which tensor-core matmuls want in multiples of 8. `aligned` makes K rows (the bias row left
-  out: the matmul's bound), `padded` K + 8 (a multiple of 8) whose first K + 1 rows the update reads;
+  out: the matmul's bound), `padded` K + 1 rounded up to a multiple of 8 (K + 8 here) whose first K + 1 rows
+  the update reads;
 - the dlogits: `given` takes them made (bfloat16, as a separate pass would leave them), `from_logits`
   makes them from the float32 logits inside the same program (softmax - one-hot, as the step's backward
   does), which XLA may fuse into the matmul and then recompute for each tile of its rows.
