@@ -56,13 +56,17 @@ CANDIDATES="--config.train.carry_cast_layer=whole --config.optimizer.mu_dtype=bf
   --config.optimizer.nu_dtype=bfloat16 --config.train.output_layer_gradient_dtype=bfloat16"
 REG4="--config=experiments/brown.py:reg4_n7 --vocab=17905"
 
+wanted() {  # NAME: whether ONLY (a,b,...) names it, or is unset (then every benchmark runs)
+  [ -z "${ONLY:-}" ] || [[ ",$ONLY," == *",$1,"* ]]
+}
+
 bench() {  # NAME ARGS...: one throughput.py run, its JSON lines tagged with NAME (ONLY=a,b: those names alone)
   bench_in . "$@"
 }
 
 bench_in() {  # DIR NAME ARGS...: bench with DIR's code (an older checkout: BASELINE)
   local dir=$1 name=$2; shift 2
-  if [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]]; then return; fi
+  wanted "$name" || return 0
   echo "== $name: $*"
   (cd "$dir" && timeout 240 python benchmarks/throughput.py --steps=20 --repeats=5 "$@") >/tmp/$name.out 2>&1
   cat /tmp/$name.out >>"$out/log.txt"
@@ -73,7 +77,7 @@ bench_in() {  # DIR NAME ARGS...: bench with DIR's code (an older checkout: BASE
 bench_script() {  # NAME SCRIPT ARGS...: a benchmarks/ script's JSON lines tagged NAME, each reaching OUT as it is
   # printed, so a call cut short keeps those already timed (ONLY=a,b: those names alone)
   local name=$1 script=$2; shift 2
-  if [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]]; then return; fi
+  wanted "$name" || return 0
   echo "== $name: $script $*"
   timeout 240 python benchmarks/$script "$@" 2>&1 | tee -a "$out/log.txt" | grep --line-buffered '^{' \
     | sed -u "s/^{/{\"name\": \"$name\", /" | tee -a "$out/bench.jsonl" | cut -c1-200
@@ -82,7 +86,7 @@ bench_script() {  # NAME SCRIPT ARGS...: a benchmarks/ script's JSON lines tagge
 train_short() {  # NAME ARGS...: the research size on PTB for TRAIN_STEPS (1,500) steps in bfloat16 with ARGS, its results.json,
   # metrics.jsonl and log kept in OUT_DIR/research_train/NAME (ONLY=a,b: those names alone)
   local name=$1; shift
-  if [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]]; then return; fi
+  wanted "$name" || return 0
   local steps=${TRAIN_STEPS:-1500}
   echo "== $name: python -m nplm_jax.main" $RESEARCH_MODEL "--config.model.compute_dtype=bfloat16" \
     "--config.train.max_steps=$steps --config.train.eval_every=$steps $*"
@@ -103,7 +107,7 @@ gpu_tests() {  # SECONDS: tests/test_gpu.py (GPU_TESTS=EXPR: those pytest -k EXP
 profile() {  # NAME BATCH ARGS...: XLA's per-operation times of a step (benchmarks/profile_step.py) as text,
   # OUT_DIR/NAME.txt (ONLY=a,b: those names alone)
   local name=$1 batch=$2; shift 2
-  if [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]]; then return; fi
+  wanted "$name" || return 0
   echo "== $name: --batch_size=$batch $*"
   timeout 180 python benchmarks/profile_step.py --batch_size=$batch --steps=5 --top=25 "$@" 2>&1 \
     | grep -v '^[0-9][0-9]:\|^[IWE][0-9]' >"$out/$name.txt"

@@ -141,10 +141,10 @@ def main(argv):
   print(f'{device.platform}, {device.device_kind}: f [{batch}, {features}], dlogits [{batch}, {vocab}]', flush=True)
   lines = []
 
-  def state(rows):
-    shape = (updated_rows(rows, features), vocab)
-    return (jax.random.normal(keys[3], shape, jnp.float32), jnp.zeros(shape, jnp.float32),
-            jnp.ones(shape, jnp.float32))
+  def state(rows):  # the same parameters for every form: `aligned` updates the first K rows of the others'
+    shape, kept = (features + 1, vocab), updated_rows(rows, features)
+    return (jax.random.normal(keys[3], shape, jnp.float32)[:kept], jnp.zeros(shape, jnp.float32)[:kept],
+            jnp.ones(shape, jnp.float32)[:kept])
 
   grad = jax.random.normal(keys[3], (features + 1, vocab), jnp.float32)
   ms, _ = timed(lambda g, _, __, ___, p, mu, nu: adam_like(p, mu, nu, g),
