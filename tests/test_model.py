@@ -10,6 +10,7 @@ import pytest
 
 from nplm_jax.models import bengio2003 as model_lib
 from nplm_jax.models import output_layer
+from nplm_jax.parallel import softmax_kernel_mosaic
 from nplm_jax.parallel import vocab_softmax
 from tests import jaxprs
 from tests import numpy_reference
@@ -134,6 +135,9 @@ def test_streaming_the_vocabulary_gives_the_same_nll_and_gradients(compute_dtype
     np.testing.assert_allclose(np.asarray(grads[1][name]), np.asarray(grads[0][name]), rtol=1e-4, atol=1e-6)
 
 
+MOSAIC_BY_COLUMNS = 'dz_axis=vocab,dz_chunks=2'  # the Mosaic GPU form with dz in chunks of the vocabulary
+
+
 def random_output_layer_problem(seed: int, batch: int = 32, k: int = 24, vocab: int = 56):
   """(features f [batch, k], output layer [k + 1, vocab], targets, a 1 x 1 mesh), random from `seed`."""
   rng = np.random.default_rng(seed)
@@ -199,7 +203,7 @@ def whole_layer_casts(jaxpr, shape) -> int:
 @pytest.mark.parametrize('form', ['whole', 'rows'])
 @pytest.mark.parametrize('kernel,vocab_block,recompute,tuning', [
     ('xla', 0, False, ''), ('xla', 0, True, ''), ('xla', 24, False, ''), ('pallas_loop', 0, False, ''),
-    ('pallas_mosaic', 0, False, 'dz_axis=vocab,dz_chunks=2')])
+    ('pallas_mosaic', 0, False, MOSAIC_BY_COLUMNS)])
 def test_a_cast_layer_given_gives_the_same_nll_and_gradients_without_a_cast(kernel, vocab_block, recompute, tuning,
                                                                              form):
   """token_nll(cast_layer=the layer or its weight rows in bfloat16), as a training loop carries them from one
@@ -226,23 +230,26 @@ def test_a_cast_layer_given_gives_the_same_nll_and_gradients_without_a_cast(kern
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize('kernel,vocab_block,recompute,form', [
-    ('xla', 0, False, None), ('xla', 0, True, None), ('xla', 24, False, None), ('xla', 0, False, 'whole'),
-    ('xla', 24, False, 'rows'), ('pallas_loop', 0, False, None), ('pallas', 0, False, None)])
-def test_a_bfloat16_layer_gradient_is_the_float32_one_rounded(kernel, vocab_block, recompute, form):
+@pytest.mark.parametrize('kernel,vocab_block,recompute,form,tuning', [
+    ('xla', 0, False, None, ''), ('xla', 0, True, None, ''), ('xla', 24, False, None, ''),
+    ('xla', 0, False, 'whole', ''), ('xla', 24, False, 'rows', ''), ('pallas_loop', 0, False, None, ''),
+    ('pallas', 0, False, None, ''), ('pallas_mosaic', 0, False, None, MOSAIC_BY_COLUMNS),
+    ('pallas_mosaic', 0, False, 'rows', MOSAIC_BY_COLUMNS)])
+def test_a_bfloat16_layer_gradient_is_the_float32_one_rounded(kernel, vocab_block, recompute, form, tuning):
   """token_nll(gradient_dtype='bfloat16') (train.output_layer_gradient_dtype): the output layer's gradient is
   the float32 one rounded to bfloat16 (float32 sums, one rounding) on every path, with a carried cast layer
   too; it reaches autodiff in the layer's float32; the loss and the features' gradient are unchanged. On
-  the all-at-once path the gradient matmul itself writes bfloat16 (the bytes the option saves); control:
-  the default's writes float32."""
-  f, out, targets, mesh = random_output_layer_problem(seed=2)
+  the all-at-once path the gradient matmul itself writes bfloat16 (the bytes the option saves), and so does
+  the Mosaic form's with dz in chunks of the vocabulary (3 tiles in 2 chunks: the last one repeats a tile,
+  whose columns must keep the first chunk's values); control: the default's write float32."""
+  f, out, targets, mesh = random_output_layer_problem(seed=2, vocab=300 if tuning else 56)
   k, vocab = f.shape[-1], out.shape[-1]
   cast = None if form is None else (out if form == 'whole' else out[:-1]).astype(jnp.bfloat16)
 
   def loss(f, o, gradient_dtype):
     return jnp.sum(vocab_softmax.token_nll(f, o, targets, mesh=mesh, compute_dtype='bfloat16', kernel=kernel,
                                            vocab_block=vocab_block, recompute=recompute, cast_layer=cast,
-                                           gradient_dtype=gradient_dtype))
+                                           gradient_dtype=gradient_dtype, kernel_tuning=tuning))
   grad = lambda dtype: jax.jit(jax.value_and_grad(functools.partial(loss, gradient_dtype=dtype), argnums=(0, 1)))
   with jax.set_mesh(mesh):
     (value, (df, d_layer)), (want_value, (want_df, want_layer)) = grad('bfloat16')(f, out), grad('float32')(f, out)
@@ -257,6 +264,11 @@ def test_a_bfloat16_layer_gradient_is_the_float32_one_rounded(kernel, vocab_bloc
     written = lambda text, dtype: re.search(rf'dot_general.*-> tensor<{k + 1}x{vocab}x{dtype}>', text)
     assert written(lowered['bfloat16'], 'bf16') and not written(lowered['bfloat16'], 'f32')
     assert written(lowered['float32'], 'f32')
+  if tuning:  # each chunk's matmul f^T dz (K padded to the swizzle; a chunk's 2 tiles of 128 columns) as asked
+    padded_k = softmax_kernel_mosaic.mosaic_features(k, jnp.bfloat16)
+    written = lambda text, dtype: re.search(rf'dot_general.*-> tensor<{padded_k}x256x{dtype}>', text)
+    assert written(lowered['bfloat16'], 'bf16') and not written(lowered['bfloat16'], 'f32')
+    assert written(lowered['float32'], 'f32') and not written(lowered['float32'], 'bf16')
 
 
 def test_a_bfloat16_layer_gradient_is_refused_for_float32_matmuls():

@@ -173,14 +173,14 @@ def _pad_to(x, axis: int, multiple: int, value=0):
   return jnp.pad(x, widths, constant_values=value)
 
 
-def _dot(a, b):
-  """a @ b accumulated in float32; float32 operands at full precision, the project's float32 (model.
-  matmul_precision='highest'), unless the traced step asks for the backend's own (model.matmul_precision=
-  'default': steps.with_matmul_precision's 'default' context), as XLA's matmuls beside the kernels then do:
-  TF32 in Triton's dot on NVIDIA GPUs (on the H100 the max logit missed NumPy by 2.5e-4 relative), bfloat16
-  passes on TPUs. Bfloat16 operands are exact products either way."""
+def _dot(a, b, out_dtype=jnp.float32):
+  """a @ b accumulated in float32 (and written in out_dtype: bfloat16 rounds the sums once); float32 operands
+  at full precision, the project's float32 (model.matmul_precision='highest'), unless the traced step asks for
+  the backend's own (model.matmul_precision='default': steps.with_matmul_precision's 'default' context), as
+  XLA's matmuls beside the kernels then do: TF32 in Triton's dot on NVIDIA GPUs (on the H100 the max logit
+  missed NumPy by 2.5e-4 relative), bfloat16 passes on TPUs. Bfloat16 operands are exact products either way."""
   full = a.dtype == b.dtype == jnp.float32 and jax.config.jax_default_matmul_precision != 'default'
-  return jnp.dot(a, b, preferred_element_type=jnp.float32, precision=jax.lax.Precision.HIGHEST if full else None)
+  return jnp.dot(a, b, preferred_element_type=out_dtype, precision=jax.lax.Precision.HIGHEST if full else None)
 
 
 def _logits_of(f, w, b, column0, columns: int):
@@ -528,14 +528,19 @@ def shard_stats(f, w, b, local_targets, *, block_b: int | None = None, block_v: 
 
 
 def shard_grads(f, w, b, log_z, local_targets, g, *, block_b: int | None = None, block_v: int | None = None,
-                form: str = 'grid', tuning: LoopTuning | None = None, bias_row: bool = False):
+                form: str = 'grid', tuning: LoopTuning | None = None, bias_row: bool = False,
+                gradient_dtype=jnp.float32):
   """(df [B, K], dw [K, columns], db [columns] or None) of sum(g * -log P(target)) from this shard's
   columns, float32, given the global log Z per example (the logits recomputed tile by tile), in the
   'grid' (TPU), 'loop' or 'mosaic' (GPU) form, tiled as shard_stats. bias_row (with a bias): dw with db as
   its last row, [K + 1, columns], and db None, as the output layer [U; W; b] holds them: written in place
   where dz comes in chunks of the vocabulary (_dz_grads_by_columns), else one concatenation. w may be wider
   than f (the layer's float32 rows beside bfloat16 features): where dz comes in chunks of the vocabulary
-  over whole tiles it is cast a chunk at a time (no copy of the whole layer in f's dtype), else here."""
+  over whole tiles it is cast a chunk at a time (no copy of the whole layer in f's dtype), else here.
+  gradient_dtype: bfloat16 (train.output_layer_gradient_dtype) makes dz in chunks of the vocabulary write
+  dW (with bias_row, [dW; db]) in bfloat16, each chunk's float32 sums rounded once: no float32 array of the
+  layer's size (at |V| 300k and K 290, 348 MB of temporaries, half of it saved); the other forms accumulate
+  dW over passes or chunks in float32 and return it so (the caller casts it)."""
   tuning = tuning or LoopTuning()
   block_b, block_v = _tiles(block_b, block_v, f, jax.ShapeDtypeStruct(w.shape, f.dtype), form, tuning)
   from_dz = form == 'mosaic' or (form == 'loop' and tuning.backward == 'dz')  # Mosaic: always from dz
@@ -553,7 +558,7 @@ def shard_grads(f, w, b, log_z, local_targets, g, *, block_b: int | None = None,
     dz_pass_for = _mosaic_dz_pass if form == 'mosaic' else _loop_dz_pass
     if by_columns:
       return _dz_grads_by_columns(f, w, b, rows, block_b, block_v, columns, batch, features, has_bias,
-                                  has_bias and bias_row, tuning, dz_pass_for)
+                                  has_bias and bias_row, tuning, dz_pass_for, gradient_dtype)
     if from_dz:
       df, dw, db = _dz_grads_by_rows(f, w, b, rows, block_b, block_v, columns, batch, has_bias, tuning, dz_pass_for)
     else:
@@ -645,7 +650,7 @@ def vocab_chunk_tiles(num_v: int, num_b: int, tuning: LoopTuning, whole_splits: 
 
 
 def _dz_grads_by_columns(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: int, features: int,
-                         has_bias: bool, bias_row: bool, tuning: LoopTuning, dz_pass_for):
+                         has_bias: bool, bias_row: bool, tuning: LoopTuning, dz_pass_for, gradient_dtype=jnp.float32):
   """shard_grads from dz in chunks of the vocabulary (LoopTuning.dz_axis='vocab'): dz_chunks chunks at most,
   each of as many whole tiles (vocab_chunk_tiles), one after another in a loop, one chunk's dz alive at a
   time. Where the chunks pass the shard's tiles, the last starts early, over columns the one before took:
@@ -656,7 +661,9 @@ def _dz_grads_by_columns(f, w, b, rows, block_b: int, block_v: int, columns: int
   no float32 accumulator the size of the layer, and no copy of it to add db's row (one to trim the tiles'
   padded columns, where the shard has them, which also get a bias of -inf). Each chunk sees the targets
   shifted to its columns. w in a wider dtype than f (shard_grads' cast_chunks): each chunk's columns cast to
-  f's and padded to its feature width as the loop takes them."""
+  f's and padded to its feature width as the loop takes them. dW (or [dW; db]) is made in gradient_dtype: each
+  column is written by one chunk's matmul (the last chunk's repeated columns add dz's zeros), so a bfloat16
+  one is its float32 sums rounded once."""
   nv = w.shape[-1] // block_v
   per_chunk = vocab_chunk_tiles(nv, f.shape[0] // block_b, tuning, whole_splits=dz_pass_for is _mosaic_dz_pass)
   chunks, width = -(-nv // per_chunk), per_chunk * block_v
@@ -675,9 +682,9 @@ def _dz_grads_by_columns(f, w, b, rows, block_b: int, block_v: int, columns: int
     b_chunk = jnp.where(jnp.arange(width) < taken, -jnp.inf, jax.lax.dynamic_slice_in_dim(b, start, width))
     local = targets - start
     dz, db_parts = dz_pass(f, w_chunk, b_chunk, log_z, jnp.where(local < taken, -1, local), g)
-    piece, db_piece = _dot(f.T, dz)[:features], jnp.sum(db_parts, axis=0)
+    piece, db_piece = _dot(f.T, dz, gradient_dtype)[:features], jnp.sum(db_parts, axis=0)
     if bias_row:
-      piece = jnp.concatenate([piece, db_piece[None, :]], axis=0)
+      piece = jnp.concatenate([piece, db_piece.astype(gradient_dtype)[None, :]], axis=0)
     add_in_place = lambda whole, part, axis: jax.lax.dynamic_update_slice_in_dim(
         whole, jax.lax.dynamic_slice_in_dim(whole, start, width, axis=axis) + part, start, axis=axis)
     layer = add_in_place(layer, piece, 1)
@@ -685,7 +692,7 @@ def _dz_grads_by_columns(f, w, b, rows, block_b: int, block_v: int, columns: int
       db = add_in_place(db, db_piece, 0)
     return (layer, db, df + _dot(dz, w_chunk.T)), None
 
-  carry = (jnp.zeros((features + bias_row, w.shape[-1]), jnp.float32),
+  carry = (jnp.zeros((features + bias_row, w.shape[-1]), gradient_dtype),
            jnp.zeros(w.shape[-1], jnp.float32) if has_bias and not bias_row else None,
            jnp.zeros(f.shape, jnp.float32))
   (layer, db, df), _ = jax.lax.scan(chunk, carry, jnp.arange(chunks, dtype=jnp.int32))

@@ -269,12 +269,13 @@ def _kernel_forward(f, w, b, targets, form='grid', backward='fused', tuning=''):
   return _combine_shards(shard_max, shard_sum, target_part)
 
 
-def _kernel_backward(f, w, b, log_z, targets, g, form='grid', backward='fused', tuning=''):
+def _kernel_backward(f, w, b, log_z, targets, g, form='grid', backward='fused', tuning='', gradient_dtype=jnp.float32):
   """_streamed_backward with the shard's pass in the fused Pallas kernels (softmax_kernel.shard_grads)."""
   local = targets - lax.axis_index('model') * w.shape[-1]
-  # the layer's gradient [dW; db] as the output layer holds them (bias_row: made in that shape where the form can)
-  df, d_layer, _ = softmax_kernel.shard_grads(f, w, b, log_z, local, g, form=form,
-                                              tuning=_kernel_tuning(backward, tuning), bias_row=True)
+  # the layer's gradient [dW; db] as the output layer holds them (bias_row: made in that shape where the form can;
+  # in gradient_dtype where dz comes in chunks of the vocabulary, else float32, cast by _on_output_layer)
+  df, d_layer, _ = softmax_kernel.shard_grads(f, w, b, log_z, local, g, form=form, tuning=_kernel_tuning(backward, tuning),
+                                              bias_row=True, gradient_dtype=gradient_dtype)
   return lax.psum(df, 'model'), _sum_over_data(d_layer)
 
 
@@ -320,7 +321,8 @@ def _on_output_layer(forward_body, backward_body, dtype, backward_casts_rows: bo
                      gradient_dtype=jnp.float32):
   """A shard's passes written for (f, w, b) taking (f, output) instead: the backward body gives the
   output layer's gradient as one array (dW's rows, then db's) in gradient_dtype: float32, as the matmul
-  accumulated it, or bfloat16 (as the XLA bodies given gradient_dtype write it; a kernel's is cast).
+  accumulated it, or bfloat16 (as the XLA bodies and the kernels' dz in chunks of the vocabulary, given
+  gradient_dtype, write it; the other kernel forms' float32 one is cast).
   Taking the layer whole (not its rows and bias row as two slices) spares autodiff a full-size
   zero-padded copy of each slice's gradient, and dW any rounding to the matmuls' dtype; making it in
   the layer's shape (_layer_gradient) spares a copy of dW into it (a concatenation).
@@ -366,8 +368,8 @@ def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False
   cast_layer: output (whole, or its weight rows) already in dtype (CastLayer), taken instead of a cast of
   the rows; it gets no gradient (the layer's gradient is output's).
   gradient_dtype: the layer's gradient's dtype until the custom VJP hands it back (in the layer's dtype):
-  bfloat16 rounds it once, where the matmul writes it (XLA's paths; the kernels' float32 one is cast), and
-  sums it over 'data' in bfloat16.
+  bfloat16 rounds it once, where the matmul writes it (XLA's paths and the kernels' dz in chunks of the
+  vocabulary; the other kernel forms' float32 one is cast), and sums it over 'data' in bfloat16.
   """
   if cast_layer is not None:
     output = CastLayer(output, cast_layer)
@@ -378,7 +380,8 @@ def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False
     # dz in chunks of the vocabulary casts the layer's rows a chunk at a time: no copy of them all in dtype
     casts_rows = softmax_kernel.tuning_fields(kernel_tuning).get('dz_axis') == 'vocab'
     return _tiled_nll(f, output, targets, forward_body=functools.partial(_kernel_forward, **kernel_options),
-                      backward_body=functools.partial(_kernel_backward, **kernel_options),
+                      backward_body=functools.partial(_kernel_backward, **kernel_options,
+                                                      gradient_dtype=gradient_dtype),
                       check_vma=False, backward_casts_rows=casts_rows, **options)
   vocab_block = streamed_vocab_block(vocab_block, _layer_of(output).shape[-1] // mesh.shape['model'],
                                      f.shape[0] // mesh.shape['data'], mesh.devices.flat[0].platform)
