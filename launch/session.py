@@ -496,7 +496,10 @@ class Figures(NamedTuple):
 # of it all, 183 MiB at 300k). First, at most 180 s: the GPU tests that 'auto' takes the Mosaic form and
 # that dz in chunks of the vocabulary gives XLA's numbers (the first failed there on a detail of the test,
 # now mended), then beside XLA and the default in one process, at 300k 8 and 16 chunks of the vocabulary
-# (the splits and the tenth), at Brown's 17,905 4 chunks (whether it could be the default), at 100k 16.
+# (the splits and the tenth), then 8 with the layer's gradient written in bfloat16 by XLA and the kernel
+# side by side (no float32 array of the layer's size in the kernel's backward: 167 MiB fewer temporaries at
+# 300k, about what the tenth still lacks), at Brown's 17,905 4 chunks (whether it could be the default), at
+# 100k 16. At most 210 s (180 before that line).
 # Then, at most 240 s (each loop line took 60-80 s on the H200), the research size's decisive line (issue
 # 28's 250,000 tokens/s at batch 256, whose candidates had waited three sessions behind the kernel's
 # figures): the loop at batch 256 and 1024 as it is and with every candidate at once (the whole layer's
@@ -518,7 +521,8 @@ class Figures(NamedTuple):
 # both bfloat16 moments beside the carried layer. The H200 of 2026-11-27 ran the research candidates on a
 # machine at half its matmul peak.
 _VOCAB_CHUNK_FIGURES = ('kernel_v300000_bfloat16', 'kernel_mosaic_vocab8_v300000_bfloat16',
-                        'kernel_mosaic_vocab16_v300000_bfloat16', 'kernel_v17905_bfloat16',
+                        'kernel_mosaic_vocab16_v300000_bfloat16', 'kernel_mosaic_vocab8_gradient_bf16_v300000_bfloat16',
+                        'kernel_v17905_bfloat16',
                         'kernel_mosaic_vocab4_v17905_bfloat16', 'kernel_mosaic_vocab16_v100000_bfloat16')
 _FLOAT32_FIGURES = ('kernel_v300000_float32_tf32', 'kernel_v300000_float32')
 _RESEARCH_CANDIDATES = ('research_bf16', 'research_bf16_carried_moments_gradient_bf16', 'gradient_matmul_research')
@@ -531,7 +535,7 @@ _RESEARCH_FIGURES = ('research_bf16', 'research_bf16_carried_rows',
 FIGURES = (
     Figures('vocab_chunks', 'kernel', {'GPU_TESTS': 'auto_takes_the_mosaic or vocab', 'VOCAB_CHUNKS': '4 8 16',
                                        'KERNEL_VOCABS': '300000 17905 100000', 'ONLY': ','.join(_VOCAB_CHUNK_FIGURES)},
-            180),
+            210),
     Figures('research_candidates', 'loop', {'ONLY': ','.join(_RESEARCH_CANDIDATES)}, 240),
     Figures('float32', 'kernel', {'GPU_TESTS': 'none', 'DTYPES': 'float32', 'KERNEL_VOCABS': '300000',
                                   'FLOAT32_KERNELS': 'xla,pallas_loop_dz', 'ONLY': ','.join(_FLOAT32_FIGURES)}, 210),

@@ -178,7 +178,8 @@ def base_config() -> ml_collections.ConfigDict:
   # where its matmul writes it (f^T dlogits, still summed in float32), so that matmul writes half the bytes
   # and the update reads half (0.32 GB less a step at the research size), and sums it over 'data' in
   # bfloat16. Test perplexity within 0.01% on the CPU (RESULTS.md), which saves nothing (XLA there rounds
-  # after a float32 matmul); 'float32' until a GPU times it (vocab_softmax._layer_gradient).
+  # after a float32 matmul); 'float32' until a GPU times it (vocab_softmax._layer_gradient; the fused
+  # kernels' dz in chunks of the vocabulary write it so too: half the layer's size fewer temporaries).
   c.train.output_layer_gradient_dtype = 'float32'
   # Deterministic GPU reductions (XLA's --xla_gpu_deterministic_ops): the same run gives the same
   # bits, so a resumed run ends bit-equal to an uninterrupted one there too. No effect on CPU/TPU.

@@ -190,10 +190,12 @@ def test_auto_takes_the_mosaic_gpu_form_at_the_measured_sizes_and_gives_xlas_los
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=3e-2, atol=3e-4)
 
 
-def test_dz_in_chunks_of_the_vocabulary_gives_xlas_loss_and_gradients_from_the_float32_layer():
+@pytest.mark.parametrize('gradient_dtype', ['float32', 'bfloat16'])
+def test_dz_in_chunks_of_the_vocabulary_gives_xlas_loss_and_gradients_from_the_float32_layer(gradient_dtype):
   """The Mosaic GPU form with dz in 3 chunks of the vocabulary through token_nll, as training calls it: Brown's
   17,905 words padded to 17,920 (140 tiles: chunks of 50, the last starting over the second's last 10), K 290,
-  batch 4096, bfloat16, the layer's rows cast a chunk at a time in the backward; XLA's loss and gradients."""
+  batch 4096, bfloat16, the layer's rows cast a chunk at a time in the backward; XLA's loss and gradients,
+  the layer's gradient in float32 or (train.output_layer_gradient_dtype) written in bfloat16 by both."""
   from jax.sharding import Mesh  # pylint: disable=g-import-not-at-top
 
   from nplm_jax.parallel import vocab_softmax  # pylint: disable=g-import-not-at-top
@@ -208,7 +210,8 @@ def test_dz_in_chunks_of_the_vocabulary_gives_xlas_loss_and_gradients_from_the_f
 
   def loss_and_grads(kernel, tuning=''):
     loss = lambda f, output: jax.numpy.mean(vocab_softmax.token_nll(
-        f, output, targets, mesh=mesh, compute_dtype='bfloat16', kernel=kernel, kernel_tuning=tuning))
+        f, output, targets, mesh=mesh, compute_dtype='bfloat16', kernel=kernel, kernel_tuning=tuning,
+        gradient_dtype=gradient_dtype))
     return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(f, output)
   (loss, grads), (xla_loss, xla_grads) = loss_and_grads('pallas_mosaic', 'dz_axis=vocab,dz_chunks=3'), loss_and_grads('xla')
   np.testing.assert_allclose(float(loss), float(xla_loss), rtol=1e-4)
