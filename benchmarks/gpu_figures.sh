@@ -147,6 +147,10 @@ if [ "$part" = loop ]; then
   # step's form (K + 1 = 2,401 rows, its dlogits made inside) beside K and K + 8 rows and dlogits given, in
   # float32 and bfloat16: why the H200 profile's matmul ran at 1.15 TB/s and 127 TFLOP/s
   bench_script gradient_matmul_research gradient_matmul.py
+  # every candidate again, that matmul with its dlogits made apart and its rows padded to a multiple of 8
+  # (train.output_layer_gradient_form: the same numbers), at batch 256: the step's answer to the line above
+  bench research_bf16_carried_moments_gradient_bf16_apart_padded $RESEARCH --batch_sizes=256 --loop \
+    --config.model.compute_dtype=bfloat16 $CANDIDATES --config.train.output_layer_gradient_form=dlogits_apart_rows_padded
   if [ -n "${BASELINE:-}" ] && [ -d "$BASELINE" ]; then  # the same with an older checkout's code, in this call
     bench_in "$BASELINE" baseline_research_bf16 $RESEARCH --batch_sizes=256,1024 --loop \
       --config.model.compute_dtype=bfloat16
@@ -171,6 +175,11 @@ if [ "$part" = loop ]; then
     --config.optimizer.nu_dtype=bfloat16
   bench research_bf16_gradient_bf16 $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
     --config.train.output_layer_gradient_dtype=bfloat16
+  # the gradient matmul's forms one at a time (train.output_layer_gradient_form), batch 256
+  bench research_bf16_dlogits_apart $RESEARCH --batch_sizes=256 --loop --config.model.compute_dtype=bfloat16 \
+    --config.train.output_layer_gradient_form=dlogits_apart
+  bench research_bf16_rows_padded $RESEARCH --batch_sizes=256 --loop --config.model.compute_dtype=bfloat16 \
+    --config.train.output_layer_gradient_form=rows_padded
   # the output layer's bfloat16 copy carried from each step's update to the next step (train.carry_cast_layer):
   # no cast of the layer's rows at each step's start (their 480 MB pass at batch 256 in the H200 profile); the
   # rows alone (the matmuls' operand) or the whole layer (the update's shape, f given a column of zeros)

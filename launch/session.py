@@ -503,8 +503,9 @@ class Figures(NamedTuple):
 # Then, at most 240 s (each loop line took 60-80 s on the H200), the research size's decisive line (issue
 # 28's 250,000 tokens/s at batch 256, whose candidates had waited three sessions behind the kernel's
 # figures): the loop at batch 256 and 1024 as it is and with every candidate at once (the whole layer's
-# bfloat16 copy carried, both moments and the layer's gradient in bfloat16), and that gradient's matmul
-# alone in its forms (benchmarks/gradient_matmul.py).
+# bfloat16 copy carried, both moments and the layer's gradient in bfloat16), that gradient's matmul
+# alone in its forms (benchmarks/gradient_matmul.py), and every candidate with that matmul's dlogits made
+# apart and its rows padded (train.output_layer_gradient_form) at batch 256.
 # Then float32 at 300k (the issue's 1.2x target; the loop form with its gradients from dz beside XLA: the
 # Mosaic form takes two-byte operands, and the fused loop form, 0.35x XLA at 100k, kept the three-form line
 # past 95 s there), TF32 products first (model.matmul_precision=default, which the kernels now follow too),
@@ -525,10 +526,12 @@ _VOCAB_CHUNK_FIGURES = ('kernel_v300000_bfloat16', 'kernel_mosaic_vocab8_v300000
                         'kernel_v17905_bfloat16',
                         'kernel_mosaic_vocab4_v17905_bfloat16', 'kernel_mosaic_vocab16_v100000_bfloat16')
 _FLOAT32_FIGURES = ('kernel_v300000_float32_tf32', 'kernel_v300000_float32')
-_RESEARCH_CANDIDATES = ('research_bf16', 'research_bf16_carried_moments_gradient_bf16', 'gradient_matmul_research')
+_RESEARCH_CANDIDATES = ('research_bf16', 'research_bf16_carried_moments_gradient_bf16', 'gradient_matmul_research',
+                        'research_bf16_carried_moments_gradient_bf16_apart_padded')
 _RESEARCH_FIGURES = ('research_bf16', 'research_bf16_carried_rows',
                      'research_bf16_carried_layer', 'research_bf16_mu_bf16', 'research_bf16_moments_bf16',
                      'research_bf16_carried_moments_bf16', 'research_bf16_gradient_bf16',
+                     'research_bf16_dlogits_apart', 'research_bf16_rows_padded',
                      'research_bf16_while_command_buffers', 'profile_research_bf16_loop_256',
                      'profile_research_bf16_loop_carried_moments_gradient_256', 'profile_research_bf16_loop_rows_256',
                      'profile_research_bf16_loop_whole_256', 'profile_research_bf16_loop_carried_moments_256')

@@ -181,6 +181,12 @@ def base_config() -> ml_collections.ConfigDict:
   # after a float32 matmul); 'float32' until a GPU times it (vocab_softmax._layer_gradient; the fused
   # kernels' dz in chunks of the vocabulary write it so too: half the layer's size fewer temporaries).
   c.train.output_layer_gradient_dtype = 'float32'
+  # How XLA's paths make that gradient's matmul, every form the same numbers (vocab_softmax.GRADIENT_FORMS):
+  # 'as_traced' (dlogits made where both matmuls read them; f with one column of zeros: K + 1 rows),
+  # 'dlogits_apart' (made once behind a barrier), 'rows_padded' (K + 1 rounded up to a multiple of 8 rows),
+  # or both. The H200 ran the research size's at 1.15 TB/s, far from its bounds: 'as_traced' until a GPU
+  # times the others (benchmarks/gradient_matmul.py alone, gpu_figures.sh loop in the step).
+  c.train.output_layer_gradient_form = 'as_traced'
   # Deterministic GPU reductions (XLA's --xla_gpu_deterministic_ops): the same run gives the same
   # bits, so a resumed run ends bit-equal to an uninterrupted one there too. No effect on CPU/TPU.
   c.train.deterministic = True
@@ -411,6 +417,7 @@ _CHOICES = [
     ('train.device_data', ('auto', 'on', 'off')),
     ('train.carry_cast_layer', ('off', 'rows', 'whole')),
     ('train.output_layer_gradient_dtype', ('float32', 'bfloat16')),
+    ('train.output_layer_gradient_form', ('as_traced', 'dlogits_apart', 'rows_padded', 'dlogits_apart_rows_padded')),
     ('train.softmax_kernel', ('auto', 'xla', 'pallas', 'pallas_loop', 'pallas_loop_dz', 'pallas_mosaic')),
     ('optimizer.name', ('paper_sgd', 'adamw')),
     ('optimizer.mu_dtype', ('float32', 'bfloat16')),
@@ -519,11 +526,11 @@ def _validate_relations(config) -> None:
     if not _number_ok(value, 'float') or not 0.0 <= value < 1.0:
       raise UserError(f'optimizer.{name}={value!r} must be in [0, 1) (an exponential decay rate); e.g. '
                       f'--config.optimizer.{name}=0.9')
-  layer_gradient = train.get('output_layer_gradient_dtype', 'float32')
-  if config.loss.name != 'softmax' and layer_gradient != 'float32':
-    raise UserError(f'train.output_layer_gradient_dtype={layer_gradient!r} is for the exact softmax\'s gradient '
-                    f'matmul, not loss.name={config.loss.name!r}; set --config.loss.name=softmax or '
-                    '--config.train.output_layer_gradient_dtype=float32')
+  for name, default in (('output_layer_gradient_dtype', 'float32'), ('output_layer_gradient_form', 'as_traced')):
+    value = train.get(name, default)
+    if config.loss.name != 'softmax' and value != default:
+      raise UserError(f'train.{name}={value!r} is for the exact softmax\'s gradient matmul, not '
+                      f'loss.name={config.loss.name!r}; set --config.loss.name=softmax or --config.train.{name}={default}')
   if config.loss.name != 'softmax' and config.loss.num_samples < 1:
     raise UserError(f'loss.num_samples={config.loss.num_samples} is invalid; use at least 1 noise sample')
   if not 0.0 <= train.anneal_factor < 1.0:

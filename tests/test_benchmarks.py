@@ -258,7 +258,8 @@ def _script_overrides(path):
 
 @pytest.mark.parametrize('path,expected', [
     ('benchmarks/gpu_figures.sh', [('train.softmax_kernel', 'pallas_loop'), ('optimizer.mu_dtype', 'bfloat16'),
-                                   ('optimizer.nu_dtype', 'bfloat16'), ('train.output_layer_gradient_dtype', 'bfloat16')]),
+                                   ('optimizer.nu_dtype', 'bfloat16'), ('train.output_layer_gradient_dtype', 'bfloat16'),
+                                   ('train.output_layer_gradient_form', 'dlogits_apart_rows_padded')]),
     ('launch/gpu_plan.sh', [('seed', '2'), ('train.eval_every', '2000')]),
     ('benchmarks/gpu_figures.sh', [('model.embedding_gradient', 'sorted'), ('model.tied', 'False')])])
 def test_every_config_override_the_gpu_scripts_pass_is_valid(path, expected):

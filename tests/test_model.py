@@ -15,6 +15,7 @@ from nplm_jax.parallel import vocab_softmax
 from tests import jaxprs
 from tests import numpy_reference
 from nplm_jax import backend_defaults
+from nplm_jax import config as config_lib
 from nplm_jax.errors import UserError
 
 AUTO_VOCAB_BLOCK = backend_defaults.TABLE["train.vocab_block"].cpu[1]
@@ -230,15 +231,19 @@ def test_a_cast_layer_given_gives_the_same_nll_and_gradients_without_a_cast(kern
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize('kernel,vocab_block,recompute,form,tuning', [
-    ('xla', 0, False, None, ''), ('xla', 0, True, None, ''), ('xla', 24, False, None, ''),
-    ('xla', 0, False, 'whole', ''), ('xla', 24, False, 'rows', ''), ('pallas_loop', 0, False, None, ''),
-    ('pallas', 0, False, None, ''), ('pallas_mosaic', 0, False, None, MOSAIC_BY_COLUMNS),
-    ('pallas_mosaic', 0, False, 'rows', MOSAIC_BY_COLUMNS)])
-def test_a_bfloat16_layer_gradient_is_the_float32_one_rounded(kernel, vocab_block, recompute, form, tuning):
+@pytest.mark.parametrize('kernel,vocab_block,recompute,form,tuning,gradient_form', [
+    ('xla', 0, False, None, '', 'as_traced'), ('xla', 0, True, None, '', 'as_traced'),
+    ('xla', 24, False, None, '', 'as_traced'), ('xla', 0, False, 'whole', '', 'as_traced'),
+    ('xla', 24, False, 'rows', '', 'as_traced'), ('pallas_loop', 0, False, None, '', 'as_traced'),
+    ('pallas', 0, False, None, '', 'as_traced'), ('pallas_mosaic', 0, False, None, MOSAIC_BY_COLUMNS, 'as_traced'),
+    ('pallas_mosaic', 0, False, 'rows', MOSAIC_BY_COLUMNS, 'as_traced'),
+    ('xla', 0, False, 'whole', '', 'dlogits_apart_rows_padded'), ('xla', 24, False, None, '', 'rows_padded')])
+def test_a_bfloat16_layer_gradient_is_the_float32_one_rounded(kernel, vocab_block, recompute, form, tuning,
+                                                              gradient_form):
   """token_nll(gradient_dtype='bfloat16') (train.output_layer_gradient_dtype): the output layer's gradient is
   the float32 one rounded to bfloat16 (float32 sums, one rounding) on every path, with a carried cast layer
-  too; it reaches autodiff in the layer's float32; the loss and the features' gradient are unchanged. On
+  too, and in the gradient matmul's other forms (train.output_layer_gradient_form); it reaches autodiff in
+  the layer's float32; the loss and the features' gradient are unchanged. On
   the all-at-once path the gradient matmul itself writes bfloat16 (the bytes the option saves), and so does
   the Mosaic form's with dz in chunks of the vocabulary (3 tiles in 2 chunks: the last one repeats a tile,
   whose columns must keep the first chunk's values); control: the default's write float32."""
@@ -249,7 +254,8 @@ def test_a_bfloat16_layer_gradient_is_the_float32_one_rounded(kernel, vocab_bloc
   def loss(f, o, gradient_dtype):
     return jnp.sum(vocab_softmax.token_nll(f, o, targets, mesh=mesh, compute_dtype='bfloat16', kernel=kernel,
                                            vocab_block=vocab_block, recompute=recompute, cast_layer=cast,
-                                           gradient_dtype=gradient_dtype, kernel_tuning=tuning))
+                                           gradient_dtype=gradient_dtype, kernel_tuning=tuning,
+                                           gradient_form=gradient_form))
   grad = lambda dtype: jax.jit(jax.value_and_grad(functools.partial(loss, gradient_dtype=dtype), argnums=(0, 1)))
   with jax.set_mesh(mesh):
     (value, (df, d_layer)), (want_value, (want_df, want_layer)) = grad('bfloat16')(f, out), grad('float32')(f, out)
@@ -260,7 +266,7 @@ def test_a_bfloat16_layer_gradient_is_the_float32_one_rounded(kernel, vocab_bloc
   rounded = np.asarray(want_layer.astype(jnp.bfloat16).astype(jnp.float32))
   np.testing.assert_allclose(np.asarray(d_layer), rounded, rtol=2.0**-8, atol=1e-30)
   assert np.mean(np.asarray(d_layer) == rounded) > 0.95  # one rounding, not several
-  if kernel == 'xla' and not vocab_block:
+  if kernel == 'xla' and not vocab_block and gradient_form == 'as_traced':
     written = lambda text, dtype: re.search(rf'dot_general.*-> tensor<{k + 1}x{vocab}x{dtype}>', text)
     assert written(lowered['bfloat16'], 'bf16') and not written(lowered['bfloat16'], 'f32')
     assert written(lowered['float32'], 'f32')
@@ -269,6 +275,46 @@ def test_a_bfloat16_layer_gradient_is_the_float32_one_rounded(kernel, vocab_bloc
     written = lambda text, dtype: re.search(rf'dot_general.*-> tensor<{padded_k}x256x{dtype}>', text)
     assert written(lowered['bfloat16'], 'bf16') and not written(lowered['bfloat16'], 'f32')
     assert written(lowered['float32'], 'f32') and not written(lowered['float32'], 'bf16')
+
+
+@pytest.mark.parametrize('compute_dtype,vocab_block,recompute,form', [
+    ('bfloat16', 0, False, None), ('bfloat16', 0, True, None), ('bfloat16', 24, False, None),
+    ('bfloat16', 0, False, 'whole'), ('float32', 0, False, None), ('float32', 24, False, None)])
+def test_every_layer_gradient_form_gives_the_same_numbers(compute_dtype, vocab_block, recompute, form):
+  """token_nll(gradient_form=...) (train.output_layer_gradient_form) on XLA's paths (all at once, recomputed,
+  streamed, with a whole cast layer; bfloat16 and float32 matmuls, K + 1 = 21 rows): the loss and both
+  gradients bit-equal to 'as_traced''s; 'rows_padded' multiplies f with its rows padded to 24 (the product's
+  extra rows dropped), 'dlogits_apart' puts the dlogits behind an optimisation barrier; control: 'as_traced'
+  has neither."""
+  f, out, targets, mesh = random_output_layer_problem(seed=3, batch=40, k=20)  # no other product has 24 rows
+  cast = None if form is None else out.astype(jnp.bfloat16)
+
+  def loss(f, o, gradient_form):
+    return jnp.sum(vocab_softmax.token_nll(f, o, targets, mesh=mesh, compute_dtype=compute_dtype,
+                                           vocab_block=vocab_block, recompute=recompute, cast_layer=cast,
+                                           gradient_form=gradient_form))
+  grad = lambda gradient_form: jax.jit(jax.value_and_grad(functools.partial(loss, gradient_form=gradient_form),
+                                                          argnums=(0, 1)))
+  with jax.set_mesh(mesh):
+    want = grad('as_traced')(f, out)
+    lowered = {name: grad(name).lower(f, out).as_text() for name in vocab_softmax.GRADIENT_FORMS}
+    for name in vocab_softmax.GRADIENT_FORMS:
+      for got, expected in zip(jax.tree.leaves(grad(name)(f, out)), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(expected), err_msg=name)
+  padded_rows = lambda text: re.search(r'dot_general.*-> tensor<24x\d+x', text)
+  barrier = lambda text: 'optimization_barrier' in text
+  for name, text in lowered.items():
+    assert bool(padded_rows(text)) == name.endswith('rows_padded'), name
+    assert barrier(text) == name.startswith('dlogits_apart'), name
+
+
+def test_the_layer_gradient_forms_are_the_configs_choices():
+  """config's choices for train.output_layer_gradient_form (config imports no model code) are
+  vocab_softmax.GRADIENT_FORMS; an unknown form given to token_nll is refused."""
+  assert dict(config_lib._CHOICES)['train.output_layer_gradient_form'] == vocab_softmax.GRADIENT_FORMS
+  f, out, targets, mesh = random_output_layer_problem(seed=3)
+  with pytest.raises(ValueError, match='gradient_form'):
+    vocab_softmax.token_nll(f, out, targets, mesh=mesh, gradient_form='padded')
 
 
 def test_a_bfloat16_layer_gradient_is_refused_for_float32_matmuls():

@@ -205,7 +205,8 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
                     'kernel_v17905_bfloat16,kernel_mosaic_vocab4_v17905_bfloat16,kernel_mosaic_vocab16_v100000_bfloat16')
     assert figures[0][1:] == ('bfloat16', (vocab_chunks, 'auto_takes_the_mosaic or vocab', '', '300000 17905 100000',
                                            '4 8 16', ''))
-    candidates = 'research_bf16,research_bf16_carried_moments_gradient_bf16,gradient_matmul_research'
+    candidates = ('research_bf16,research_bf16_carried_moments_gradient_bf16,gradient_matmul_research,'
+                  'research_bf16_carried_moments_gradient_bf16_apart_padded')
     assert figures[1][1:] == ('bfloat16', (candidates, '', '', '', '', ''))
     assert figures[2][1:] == ('float32', ('kernel_v300000_float32_tf32,kernel_v300000_float32', 'none', '', '300000',
                                           '', 'xla,pallas_loop_dz'))
@@ -213,7 +214,8 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
     assert [int(f[0][1]) for f in figures[:4]] == [210, 240, 210, 150]  # each part's most seconds; the research the rest
     research = ('research_bf16,research_bf16_carried_rows,'
                 'research_bf16_carried_layer,research_bf16_mu_bf16,research_bf16_moments_bf16,'
-                'research_bf16_carried_moments_bf16,research_bf16_gradient_bf16,research_bf16_while_command_buffers,'
+                'research_bf16_carried_moments_bf16,research_bf16_gradient_bf16,research_bf16_dlogits_apart,'
+                'research_bf16_rows_padded,research_bf16_while_command_buffers,'
                 'profile_research_bf16_loop_256,profile_research_bf16_loop_carried_moments_gradient_256,'
                 'profile_research_bf16_loop_rows_256,profile_research_bf16_loop_whole_256,'
                 'profile_research_bf16_loop_carried_moments_256')

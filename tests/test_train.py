@@ -643,6 +643,25 @@ def test_a_bfloat16_output_layer_gradient_trains_as_float32s_does(tiny_config, t
   assert results['bfloat16']['test_ppl'] != results['float32']['test_ppl']  # the option took effect
 
 
+def test_the_output_layer_gradients_forms_train_bit_equal(tiny_config, tmp_path):
+  """train.output_layer_gradient_form='dlogits_apart_rows_padded' (the dlogits behind a barrier, f's rows
+  padded to a multiple of 8) in the loop with the layer's copy carried: the same losses and test perplexity
+  as 'as_traced', bit for bit on the CPU (the same sums; only the program's shape differs). With a bfloat16
+  gradient they differ in the 8th digit there: XLA on a CPU drops the rounding of a bfloat16 product widened
+  at once (excess precision), not one sliced first (test_model checks each form's bfloat16 gradient)."""
+  tiny_config.optimizer.update(name='adamw', learning_rate=3e-3, weight_decay=0.0)
+  tiny_config.model.compute_dtype = 'bfloat16'
+  tiny_config.train.update(max_steps=20, eval_every=20, log_every=5, device_data='on', steps_per_dispatch=5,
+                           carry_cast_layer='whole')
+  losses, results = {}, {}
+  for form in ('as_traced', 'dlogits_apart_rows_padded'):
+    tiny_config.train.output_layer_gradient_form = form
+    results[form] = train.train_and_evaluate(tiny_config, str(tmp_path / form))
+    losses[form] = _losses(tmp_path / form)
+  assert len(losses['as_traced']) == 4 and losses['as_traced'] == losses['dlogits_apart_rows_padded']
+  assert results['as_traced']['test_ppl'] == results['dlogits_apart_rows_padded']['test_ppl']
+
+
 def test_a_cosine_over_the_run_brings_the_logged_rate_to_zero_at_its_last_step(tiny_config, tmp_path):
   """optimizer.cosine_decay_steps=-1 decays over the run's planned steps (here train.max_steps): the rate
   the loop logs follows the cosine, from the full rate after the warm-up to 0 at the last step."""

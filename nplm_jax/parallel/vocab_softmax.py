@@ -60,34 +60,65 @@ def _dlogits(logits, first, log_z, targets, g):
   return g[:, None] * (jnp.exp(logits - log_z[:, None]) - (columns[None, :] == targets[:, None]))
 
 
-def _layer_gradient(f, b, dlogits, padded: bool = False, gradient_dtype=jnp.float32):
+# How XLA's paths make the output layer's gradient matmul (train.output_layer_gradient_form; every form gives
+# the same numbers): 'as_traced', the dlogits made in the program of both matmuls that read them (XLA may fuse
+# their making into each, and then remake them for each tile of the product), f given one column of zeros
+# (K + 1 rows: the layer's shape); 'dlogits_apart', the dlogits made once, in the matmuls' dtype, behind an
+# optimisation barrier, which both matmuls read; 'rows_padded', f given zero columns up to a multiple of
+# LAYER_GRADIENT_ROW_MULTIPLE (tensor cores take two-byte operands whose rows are multiples of 8), the product's
+# extra rows dropped by a slice; 'dlogits_apart_rows_padded', both. On an H200 the research size's gradient
+# matmul ran 1.15 TB/s and 127 TFLOP/s, far from both bounds (benchmarks/gradient_matmul.py times the forms
+# alone). The fused kernels make dz themselves: the form is XLA's paths' only.
+GRADIENT_FORMS = ('as_traced', 'dlogits_apart', 'rows_padded', 'dlogits_apart_rows_padded')
+LAYER_GRADIENT_ROW_MULTIPLE = 8
+
+
+def _layer_gradient(f, b, dlogits, padded: bool = False, gradient_dtype=jnp.float32, rows_padded: bool = False,
+                    cast_dlogits=None):
   """The output layer's gradient [dW; db] from a block's float32 dlogits, before the sum over 'data':
-  f^T dlogits with both in f's dtype and float32 accumulation, written in gradient_dtype (bfloat16: the
-  matmul writes half the bytes and the update reads half; train.output_layer_gradient_dtype). Where the
-  bias b is apart (f has no column of ones), f gets a column of zeros (padded: it has it already), so the
-  matmul makes the layer's shape and db, the float32 sum of dlogits (then in gradient_dtype), is written
-  over its last row in place: no copy of dW into a larger array (which a concatenation of dW and db
-  costs: the size of the layer read and written again each step)."""
+  f^T dlogits with both in f's dtype (cast_dlogits: dlogits already so) and float32 accumulation, written in
+  gradient_dtype (bfloat16: the matmul writes half the bytes and the update reads half;
+  train.output_layer_gradient_dtype). Where the bias b is apart (f has no column of ones), f gets a column
+  of zeros (padded: it has it already), so the matmul makes the layer's shape and db, the float32 sum of
+  dlogits (then in gradient_dtype), is written over its last row in place: no copy of dW into a larger
+  array (which a concatenation of dW and db costs: the size of the layer read and written again each
+  step). rows_padded: f's columns padded with zeros to a multiple of LAYER_GRADIENT_ROW_MULTIPLE, and the
+  product's extra rows (zeros) dropped (GRADIENT_FORMS)."""
   rows = f if b is None or padded else jnp.pad(f, ((0, 0), (0, 1)))
-  d_layer = jnp.matmul(rows.T, dlogits.astype(f.dtype), preferred_element_type=gradient_dtype)
-  if b is None:
-    return d_layer
-  db = jnp.sum(dlogits, axis=0).astype(gradient_dtype)
-  return lax.dynamic_update_slice_in_dim(d_layer, db[None, :], rows.shape[-1] - 1, axis=0)
+  kept = rows.shape[-1]
+  if rows_padded:
+    rows = jnp.pad(rows, ((0, 0), (0, -kept % LAYER_GRADIENT_ROW_MULTIPLE)))
+  operand = dlogits.astype(f.dtype) if cast_dlogits is None else cast_dlogits
+  d_layer = jnp.matmul(rows.T, operand, preferred_element_type=gradient_dtype)
+  if b is not None:
+    db = jnp.sum(dlogits, axis=0).astype(gradient_dtype)
+    d_layer = lax.dynamic_update_slice_in_dim(d_layer, db[None, :], kept - 1, axis=0)
+  return d_layer[:kept] if d_layer.shape[0] > kept else d_layer
 
 
-def _block_backward(f, w, b, z, log_z, targets, g, padded: bool = False, gradient_dtype=jnp.float32):
+def _gradients_of_dlogits(f, w, b, dlogits, padded: bool = False, gradient_dtype=jnp.float32, form='as_traced'):
+  """(this shard's share of df, before the sum over 'model'; the layer's gradient, _layer_gradient) from a
+  block's float32 dlogits and its columns w of the layer, made in `form` (GRADIENT_FORMS)."""
+  cast = dlogits.astype(f.dtype)
+  if form.startswith('dlogits_apart'):
+    cast = lax.optimization_barrier(cast)
+  df = jnp.matmul(cast, w.T, preferred_element_type=jnp.float32)
+  return df, _layer_gradient(f, b, dlogits, padded, gradient_dtype, form.endswith('rows_padded'), cast)
+
+
+def _block_backward(f, w, b, z, log_z, targets, g, padded: bool = False, gradient_dtype=jnp.float32,
+                    form='as_traced'):
   """Gradients of sum(g * nll) from this shard's block: dlogits = g (softmax - onehot), in one pass,
-  then df and the layer's gradient [dW; db] (_layer_gradient): float32 whatever the matmuls' dtype
-  (they accumulate in it), or gradient_dtype; a separate bias gets its gradient summed from the float32
-  dlogits.
+  then df and the layer's gradient [dW; db] (_layer_gradient, in `form`: _gradients_of_dlogits): float32
+  whatever the matmuls' dtype (they accumulate in it), or gradient_dtype; a separate bias gets its gradient
+  summed from the float32 dlogits.
   padded: f ends with a column of zeros and w is the whole cast layer (_whole_cast_operands); df then has
   one column more, which _on_output_layer drops.
   """
   block = z.shape[-1]
   dlogits = _dlogits(z if b is None else z + b, lax.axis_index('model') * block, log_z, targets, g)
-  df = lax.psum(jnp.matmul(dlogits.astype(f.dtype), w.T, preferred_element_type=jnp.float32), 'model')
-  return df, _sum_over_data(_layer_gradient(f, b, dlogits, padded, gradient_dtype))
+  df, d_layer = _gradients_of_dlogits(f, w, b, dlogits, padded, gradient_dtype, form)
+  return lax.psum(df, 'model'), _sum_over_data(d_layer)
 
 
 def _block_backward_recomputed(f, w, b, log_z, targets, g, **options):
@@ -150,22 +181,20 @@ def _combine_shards(shard_max, shard_sum, target_part):
   return log_z - lax.psum(target_part, 'model'), log_z
 
 
-def _streamed_backward(f, w, b, log_z, targets, g, *, vocab_block, gradient_dtype=jnp.float32):
+def _streamed_backward(f, w, b, log_z, targets, g, *, vocab_block, gradient_dtype=jnp.float32, form='as_traced'):
   """_block_backward a sub-block at a time: each piece's logits recomputed, its dlogits made and
-  used at once for its columns of the layer's gradient and its share of df. The layer's gradient is
-  made and summed over 'data' in float32 whatever the matmuls' dtype, or in gradient_dtype (as the
-  all-at-once path does)."""
+  used at once for its columns of the layer's gradient and its share of df (in `form`). The layer's
+  gradient is made and summed over 'data' in float32 whatever the matmuls' dtype, or in gradient_dtype
+  (as the all-at-once path does)."""
   block = w.shape[-1]
   first = lax.axis_index('model') * block
 
   def body(start, size, carry):
     df, d_layer = carry
     dlogits = _dlogits(_sub_block_logits(f, w, b, start, size), first + start, log_z, targets, g)
-    df = df + jnp.matmul(dlogits.astype(f.dtype), lax.dynamic_slice_in_dim(w, start, size, axis=1).T,
-                         preferred_element_type=jnp.float32)
-    d_layer = lax.dynamic_update_slice_in_dim(d_layer, _layer_gradient(f, b, dlogits, gradient_dtype=gradient_dtype),
-                                              start, axis=1)
-    return df, d_layer
+    df_part, layer_part = _gradients_of_dlogits(f, lax.dynamic_slice_in_dim(w, start, size, axis=1), b, dlogits,
+                                                gradient_dtype=gradient_dtype, form=form)
+    return df + df_part, lax.dynamic_update_slice_in_dim(d_layer, layer_part, start, axis=1)
 
   rows = f.shape[-1] + (b is not None)
   init = (jnp.zeros(f.shape, jnp.float32), jnp.zeros((rows, block), gradient_dtype))
@@ -345,7 +374,7 @@ def _on_output_layer(forward_body, backward_body, dtype, backward_casts_rows: bo
 
 
 def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False, vocab_block=0, kernel='xla',
-                        kernel_tuning='', cast_layer=None, gradient_dtype=jnp.float32):
+                        kernel_tuning='', cast_layer=None, gradient_dtype=jnp.float32, gradient_form='as_traced'):
   """-log P(target) for features f [B, K'] and the output layer [U; W; b] ([K + 1, |V|]): dtype None,
   f ends with a column of ones (K' = K + 1) and the bias is folded into the matmul; else the matmuls
   run in dtype (f and the weight rows cast, float32 accumulation) and the bias row stays float32.
@@ -370,6 +399,7 @@ def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False
   gradient_dtype: the layer's gradient's dtype until the custom VJP hands it back (in the layer's dtype):
   bfloat16 rounds it once, where the matmul writes it (XLA's paths and the kernels' dz in chunks of the
   vocabulary; the other kernel forms' float32 one is cast), and sums it over 'data' in bfloat16.
+  gradient_form: how XLA's paths make the layer's gradient matmul (GRADIENT_FORMS; the same numbers).
   """
   if cast_layer is not None:
     output = CastLayer(output, cast_layer)
@@ -388,9 +418,9 @@ def _vocab_parallel_nll(f, output, targets, *, mesh, dtype=None, recompute=False
   if vocab_block:
     return _tiled_nll(f, output, targets, forward_body=functools.partial(_streamed_forward, vocab_block=vocab_block),
                       backward_body=functools.partial(_streamed_backward, vocab_block=vocab_block,
-                                                      gradient_dtype=gradient_dtype), **options)
+                                                      gradient_dtype=gradient_dtype, form=gradient_form), **options)
   whole = _whole_cast(output)  # f with a column of zeros against the whole cast layer
-  backward_options = {'padded': whole, 'gradient_dtype': gradient_dtype}
+  backward_options = {'padded': whole, 'gradient_dtype': gradient_dtype, 'form': gradient_form}
   block_forward, block_backward = _on_output_layer(_block_forward, functools.partial(_block_backward, **backward_options),
                                                    dtype, whole_cast=whole, gradient_dtype=gradient_dtype)
   _, recomputed_backward = _on_output_layer(None, functools.partial(_block_backward_recomputed, **backward_options),
@@ -463,7 +493,7 @@ def with_bias_column(f):
 
 
 def token_nll(f, output, targets, *, mesh, compute_dtype='float32', recompute=False, vocab_block=0, kernel='xla',
-              kernel_tuning='', cast_layer=None, gradient_dtype='float32'):
+              kernel_tuning='', cast_layer=None, gradient_dtype='float32', gradient_form='as_traced'):
   """-log P(target | context) per example, batch sharded on 'data', vocabulary on 'model'.
 
   f [B, K] are the features, output [K + 1, |V|] the output layer [U; W; b]. In float32 the bias
@@ -481,7 +511,10 @@ def token_nll(f, output, targets, *, mesh, compute_dtype='float32', recompute=Fa
   gradient_dtype: 'bfloat16' (with bfloat16 matmuls) rounds the layer's gradient to bfloat16 where its
   matmul writes it (_vocab_parallel_nll; train.output_layer_gradient_dtype); it reaches autodiff in the
   layer's dtype.
+  gradient_form: how XLA's paths make that gradient's matmul (GRADIENT_FORMS; train.output_layer_gradient_form).
   """
+  if gradient_form not in GRADIENT_FORMS:
+    raise ValueError(f'token_nll: gradient_form {gradient_form!r} is not one of {", ".join(GRADIENT_FORMS)}')
   if kernel == 'auto':  # on one GPU (softmax_kernel_for): by this call's shapes
     kernel = auto_kernel(mesh.devices.flat[0].platform, f.shape[0] // mesh.shape['data'],
                          output.shape[-1] // mesh.shape['model'], f.shape[-1], compute_dtype, kernel_tuning)
@@ -492,10 +525,11 @@ def token_nll(f, output, targets, *, mesh, compute_dtype='float32', recompute=Fa
     if gradient_dtype != 'float32':
       raise ValueError(f'token_nll: a {gradient_dtype} layer gradient is for bfloat16 matmuls, not float32 ones')
     return _vocab_parallel_nll(with_bias_column(f), output, targets, mesh=mesh, recompute=recompute,
-                               vocab_block=vocab_block, kernel=kernel, kernel_tuning=kernel_tuning)
+                               vocab_block=vocab_block, kernel=kernel, kernel_tuning=kernel_tuning,
+                               gradient_form=gradient_form)
   return _vocab_parallel_nll(f, output, targets, mesh=mesh, dtype=jnp.dtype(compute_dtype), recompute=recompute,
                              vocab_block=vocab_block, kernel=kernel, kernel_tuning=kernel_tuning, cast_layer=cast_layer,
-                             gradient_dtype=jnp.dtype(gradient_dtype))
+                             gradient_dtype=jnp.dtype(gradient_dtype), gradient_form=gradient_form)
 
 
 def dense_token_nll(logits, targets):

@@ -160,8 +160,7 @@ class Experiment:
                                          batch_size=config.train.batch_size,
                                          ema_decay=config.optimizer.get('ema_decay', 0.0),
                                          carry_cast_layer=config.train.get('carry_cast_layer', 'off'),
-                                         output_layer_gradient_dtype=config.train.get('output_layer_gradient_dtype',
-                                                                                      'float32'), **common)
+                                         **steps_lib.output_layer_gradient_options(config.train), **common)
     self.device_data = device_data_lib.ResidentData(self.stream, self.mesh, config.seed) if resident else None
     feed = (f'data on the devices ({device_data_lib.resident_bytes(self.stream) / 2**20:.1f} MiB each), '
             f'{self.steps_per_dispatch} step(s) a dispatch') if resident else 'batches gathered on the host'

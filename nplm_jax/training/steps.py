@@ -186,12 +186,13 @@ def cast_output_layer(model, params, form: str):
 
 def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mesh, optimizer, loss=None,
                chunk_size=0, seed=0, vocab_block=-1, softmax_kernel='xla', softmax_kernel_tuning='', ema_decay=0.0,
-               cast_layer=None, output_layer_gradient_dtype='float32'):
+               cast_layer=None, output_layer_gradient_dtype='float32', output_layer_gradient_form='as_traced'):
   """One optimiser step on the mean loss of a batch: the exact softmax, or `loss` (sampled), and the
   moving average of the parameters when the state has one. Returns the new state and the batch's loss.
   cast_layer: cast_output_layer(model, state.params, form), made by the caller (the loop that carries it from
   one step's update to the next), which the exact softmax takes instead of casting the layer's rows.
-  output_layer_gradient_dtype: the exact softmax's vocab_softmax.token_nll gradient_dtype."""
+  output_layer_gradient_dtype, output_layer_gradient_form: the exact softmax's vocab_softmax.token_nll
+  gradient_dtype and gradient_form."""
   def loss_fn(params):
     key = dropout_key(seed, state.step) if model.has_dropout else None
     feats, out = features(model, params, contexts, key), model.output_layer(params)
@@ -200,7 +201,8 @@ def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mes
                                                        recompute=bool(chunk_size), vocab_block=vocab_block,
                                                        kernel=softmax_kernel, kernel_tuning=softmax_kernel_tuning,
                                                        cast_layer=cast_layer,
-                                                       gradient_dtype=output_layer_gradient_dtype)
+                                                       gradient_dtype=output_layer_gradient_dtype,
+                                                       gradient_form=output_layer_gradient_form)
     else:
       samples = sampled_noise.draw_noise(loss, state.step)  # shared by the whole batch
       per_example = lambda ft: vocab_softmax.sampled_token_loss(ft[0], out, ft[1], samples, loss.log_noise,
@@ -292,6 +294,12 @@ def with_matmul_precision(fn, precision: str, platform: str):
   return traced
 
 
+def output_layer_gradient_options(train_config) -> dict:
+  """compile_steps' options for the output layer's gradient from config.train (older configs lack them)."""
+  return {'output_layer_gradient_dtype': train_config.get('output_layer_gradient_dtype', 'float32'),
+          'output_layer_gradient_form': train_config.get('output_layer_gradient_form', 'as_traced')}
+
+
 def check_output_layer_gradient_dtype(gradient_dtype: str, compute_dtype: str) -> None:
   """One line of UserError for a bfloat16 output-layer gradient with float32 matmuls: the gradient is rounded
   where the bfloat16 matmul writes it, and a float32 matmul's would only be rounded for nothing."""
@@ -325,7 +333,8 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
                   steps_per_epoch: int = 0, batch_size: int = 0, axis_rules=None,
                   softmax_kernel: str = 'xla', softmax_kernel_tuning: str = '',
                   ema_decay: float = 0.0, carry_cast_layer: str = 'off',
-                  output_layer_gradient_dtype: str = 'float32') -> CompiledSteps:
+                  output_layer_gradient_dtype: str = 'float32',
+                  output_layer_gradient_form: str = 'as_traced') -> CompiledSteps:
   """Jitted init/train/eval with explicit shardings; parameters are born sharded, drawn from `seed`.
 
   optimizer None: evaluation only. steps_per_epoch and batch_size shape the resident-data dispatch.
@@ -337,6 +346,8 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
   layer's cast copy from step to step (train_resident_steps).
   output_layer_gradient_dtype (config.train.output_layer_gradient_dtype): 'bfloat16' rounds the output layer's
   gradient to bfloat16 where its matmul writes it (vocab_softmax.token_nll); it needs bfloat16 matmuls.
+  output_layer_gradient_form (config.train.output_layer_gradient_form): how XLA's paths make that gradient's
+  matmul (vocab_softmax.GRADIENT_FORMS; the same numbers). output_layer_gradient_options reads both.
   """
   precise = functools.partial(with_matmul_precision, precision=matmul_precision,
                               platform=mesh.devices.flat[0].platform)
@@ -374,7 +385,8 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
   state_sh = sharding.named_shardings(mesh, nn.get_partition_spec(jax.eval_shape(boxed_state)), axis_rules)
   step_options = dict(optimizer=optimizer, loss=loss, chunk_size=chunk_size, seed=seed, vocab_block=vocab_block,
                       softmax_kernel=softmax_kernel, softmax_kernel_tuning=softmax_kernel_tuning, ema_decay=ema_decay,
-                      output_layer_gradient_dtype=output_layer_gradient_dtype)
+                      output_layer_gradient_dtype=output_layer_gradient_dtype,
+                      output_layer_gradient_form=output_layer_gradient_form)
   jitted_train = jax.jit(
       precise(functools.partial(train_step_in_interval, model=model, mesh=mesh, **step_options)),
       in_shardings=(state_sh, ctx_sh, tgt_sh, replicated, replicated),
