@@ -14,6 +14,9 @@ from both of the GPU's bounds. Two suspects, timed here one at a time beside the
 - the dlogits: `given` takes them made (bfloat16, as a separate pass would leave them), `from_logits`
   makes them from the float32 logits inside the same program (softmax - one-hot, as the step's backward
   does), which XLA may fuse into the matmul and then recompute for each tile of its rows.
+The training step's own forms of them are train.output_layer_gradient_form's: 'as_traced' is zero_column/
+from_logits here, 'rows_padded' padded/from_logits, 'dlogits_apart' zero_column/given (its dlogits made once,
+behind a barrier), 'dlogits_apart_rows_padded' padded/given.
 Each in float32 and in bfloat16 (train.output_layer_gradient_dtype), followed by an AdamW-like update of
 float32 parameters and moments that reads the gradient (widened), as the step's: so a slice or a widening
 XLA fuses into the update costs nothing here either. Prints one JSON line for the update alone on a
