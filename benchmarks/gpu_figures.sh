@@ -137,11 +137,13 @@ if [ "$part" = loop ]; then
   bench reg4_f32_nondeterministic $REG4 --batch_sizes=128 --loop --loop_steps=6000 --config.train.deterministic=False
   bench research_f32 $RESEARCH --batch_sizes=256 --loop
   bench research_tf32 $RESEARCH --batch_sizes=256 --loop --config.model.matmul_precision=default
-  bench research_bf16 $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16
+  # RESEARCH_BATCHES: the batches of the default and every-candidate lines (launch/session.py's research_candidates
+  # part: 256 alone, so that its four lines fit the second call of a 15-minute session)
+  bench research_bf16 $RESEARCH --batch_sizes=${RESEARCH_BATCHES:-256,1024} --loop --config.model.compute_dtype=bfloat16
   # every candidate that cuts the output layer's bytes a step at once, right after the default: its copy
   # carried whole, AdamW's moments in bfloat16 and its gradient written in bfloat16 by its matmul
   # (train.output_layer_gradient_dtype): README's floor of 2.24 GB a step for 250,000 tokens/s at batch 256
-  bench research_bf16_carried_moments_gradient_bf16 $RESEARCH --batch_sizes=256,1024 --loop \
+  bench research_bf16_carried_moments_gradient_bf16 $RESEARCH --batch_sizes=${RESEARCH_BATCHES:-256,1024} --loop \
     --config.model.compute_dtype=bfloat16 $CANDIDATES
   # that gradient's matmul and the update that reads it alone (benchmarks/gradient_matmul.py, about 30 s): the
   # step's form (K + 1 = 2,401 rows, its dlogits made inside) beside K and K + 8 rows and dlogits given, in

@@ -500,9 +500,10 @@ class Figures(NamedTuple):
 # side by side (no float32 array of the layer's size in the kernel's backward: 167 MiB fewer temporaries at
 # 300k, about what the tenth still lacks), at Brown's 17,905 4 chunks (whether it could be the default), at
 # 100k 16. At most 210 s (180 before that line).
-# Then, at most 240 s (each loop line took 60-80 s on the H200), the research size's decisive line (issue
-# 28's 250,000 tokens/s at batch 256, whose candidates had waited three sessions behind the kernel's
-# figures): the loop at batch 256 and 1024 as it is and with every candidate at once (the whole layer's
+# Then, at most 240 s, the research size's decisive line (issue 28's 250,000 tokens/s at batch 256, whose
+# candidates had waited three sessions behind the kernel's figures), at batch 256 alone (each loop line at
+# 256 and 1024 took 60-80 s on the H200, and a 15-minute session's second call has about 150 s; the
+# research part has 1024): the loop as it is and with every candidate at once (the whole layer's
 # bfloat16 copy carried, both moments and the layer's gradient in bfloat16), that gradient's matmul
 # alone in its forms (benchmarks/gradient_matmul.py), and every candidate with that matmul's dlogits made
 # apart and its rows padded (train.output_layer_gradient_form) at batch 256.
@@ -539,7 +540,7 @@ FIGURES = (
     Figures('vocab_chunks', 'kernel', {'GPU_TESTS': 'auto_takes_the_mosaic or vocab', 'VOCAB_CHUNKS': '4 8 16',
                                        'KERNEL_VOCABS': '300000 17905 100000', 'ONLY': ','.join(_VOCAB_CHUNK_FIGURES)},
             210),
-    Figures('research_candidates', 'loop', {'ONLY': ','.join(_RESEARCH_CANDIDATES)}, 240),
+    Figures('research_candidates', 'loop', {'ONLY': ','.join(_RESEARCH_CANDIDATES), 'RESEARCH_BATCHES': '256'}, 240),
     Figures('float32', 'kernel', {'GPU_TESTS': 'none', 'DTYPES': 'float32', 'KERNEL_VOCABS': '300000',
                                   'FLOAT32_KERNELS': 'xla,pallas_loop_dz', 'ONLY': ','.join(_FLOAT32_FIGURES)}, 210),
     Figures('research_train', 'research_train', {'ONLY': 'research_train_default,research_train_candidates'}, 150),
@@ -571,7 +572,8 @@ def spend_the_rest(session: Session, out: str, left: int, clock=time.time, call_
     print(f'the rest of the call: {spent[-1]}', flush=True)
     subprocess.run(['timeout', str(seconds), 'bash', 'benchmarks/gpu_figures.sh', figures.part, out], check=False,
                    env={**os.environ, 'DTYPES': 'bfloat16', 'ONLY': '', 'GPU_TESTS': '', 'KERNEL_VOCABS': '',
-                        'TILES_RUNS': '', 'VOCAB_CHUNKS': '', 'FLOAT32_KERNELS': '', **figures.settings})
+                        'TILES_RUNS': '', 'VOCAB_CHUNKS': '', 'FLOAT32_KERNELS': '', 'RESEARCH_BATCHES': '',
+                        **figures.settings})
 
 
 def main(argv=None) -> int:
