@@ -624,19 +624,28 @@ def test_adamw_with_bfloat16_moments_trains_as_float32_does(tiny_config, tmp_pat
     assert results[name]['test_ppl'] == pytest.approx(results['float32']['test_ppl'], rel=5e-3)
 
 
+def _carried_loop_runs(tiny_config, tmp_path, key: str, values, max_steps: int):
+  """A short AdamW training in bfloat16 matmuls, in the loop of 5 steps a dispatch with the whole layer's copy
+  carried (as the research size's GPU figures run it), once for each value of train.KEY: (logged losses,
+  results), each by value."""
+  tiny_config.optimizer.update(name='adamw', learning_rate=3e-3, weight_decay=0.0)
+  tiny_config.model.compute_dtype = 'bfloat16'
+  tiny_config.train.update(max_steps=max_steps, eval_every=max_steps, log_every=5, device_data='on',
+                           steps_per_dispatch=5, carry_cast_layer='whole')
+  losses, results = {}, {}
+  for value in values:
+    tiny_config.train[key] = value
+    results[value] = train.train_and_evaluate(tiny_config, str(tmp_path / value))
+    losses[value] = _losses(tmp_path / value)
+  return losses, results
+
+
 def test_a_bfloat16_output_layer_gradient_trains_as_float32s_does(tiny_config, tmp_path):
   """train.output_layer_gradient_dtype='bfloat16' with bfloat16 matmuls, in the loop of several steps a dispatch
   with the layer's copy carried (as the research size's GPU figures run it): a short AdamW training follows
   the float32 gradient's (logged losses within 1e-2, the test perplexity within 0.5%: issue 28's allowance)."""
-  tiny_config.optimizer.update(name='adamw', learning_rate=3e-3, weight_decay=0.0)
-  tiny_config.model.compute_dtype = 'bfloat16'
-  tiny_config.train.update(max_steps=30, eval_every=30, log_every=5, device_data='on', steps_per_dispatch=5,
-                           carry_cast_layer='whole')
-  losses, results = {}, {}
-  for dtype in ('float32', 'bfloat16'):
-    tiny_config.train.output_layer_gradient_dtype = dtype
-    results[dtype] = train.train_and_evaluate(tiny_config, str(tmp_path / dtype))
-    losses[dtype] = _losses(tmp_path / dtype)
+  losses, results = _carried_loop_runs(tiny_config, tmp_path, 'output_layer_gradient_dtype', ('float32', 'bfloat16'),
+                                       max_steps=30)
   assert len(losses['float32']) == 6 and losses['bfloat16'][-1] < losses['bfloat16'][0]
   np.testing.assert_allclose(losses['bfloat16'], losses['float32'], rtol=1e-2)
   assert results['bfloat16']['test_ppl'] == pytest.approx(results['float32']['test_ppl'], rel=5e-3)
@@ -649,15 +658,8 @@ def test_the_output_layer_gradients_forms_train_bit_equal(tiny_config, tmp_path)
   as 'as_traced', bit for bit on the CPU (the same sums; only the program's shape differs). With a bfloat16
   gradient they differ in the 8th digit there: XLA on a CPU drops the rounding of a bfloat16 product widened
   at once (excess precision), not one sliced first (test_model checks each form's bfloat16 gradient)."""
-  tiny_config.optimizer.update(name='adamw', learning_rate=3e-3, weight_decay=0.0)
-  tiny_config.model.compute_dtype = 'bfloat16'
-  tiny_config.train.update(max_steps=20, eval_every=20, log_every=5, device_data='on', steps_per_dispatch=5,
-                           carry_cast_layer='whole')
-  losses, results = {}, {}
-  for form in ('as_traced', 'dlogits_apart_rows_padded'):
-    tiny_config.train.output_layer_gradient_form = form
-    results[form] = train.train_and_evaluate(tiny_config, str(tmp_path / form))
-    losses[form] = _losses(tmp_path / form)
+  losses, results = _carried_loop_runs(tiny_config, tmp_path, 'output_layer_gradient_form',
+                                       ('as_traced', 'dlogits_apart_rows_padded'), max_steps=20)
   assert len(losses['as_traced']) == 4 and losses['as_traced'] == losses['dlogits_apart_rows_padded']
   assert results['as_traced']['test_ppl'] == results['dlogits_apart_rows_padded']['test_ppl']
 

@@ -73,10 +73,10 @@ GRADIENT_FORMS = ('as_traced', 'dlogits_apart', 'rows_padded', 'dlogits_apart_ro
 LAYER_GRADIENT_ROW_MULTIPLE = 8
 
 
-def _layer_gradient(f, b, dlogits, padded: bool = False, gradient_dtype=jnp.float32, rows_padded: bool = False,
-                    cast_dlogits=None):
+def _layer_gradient(f, b, dlogits, cast_dlogits, padded: bool = False, gradient_dtype=jnp.float32,
+                    rows_padded: bool = False):
   """The output layer's gradient [dW; db] from a block's float32 dlogits, before the sum over 'data':
-  f^T dlogits with both in f's dtype (cast_dlogits: dlogits already so) and float32 accumulation, written in
+  f^T dlogits with both in f's dtype (cast_dlogits: dlogits so) and float32 accumulation, written in
   gradient_dtype (bfloat16: the matmul writes half the bytes and the update reads half;
   train.output_layer_gradient_dtype). Where the bias b is apart (f has no column of ones), f gets a column
   of zeros (padded: it has it already), so the matmul makes the layer's shape and db, the float32 sum of
@@ -88,8 +88,7 @@ def _layer_gradient(f, b, dlogits, padded: bool = False, gradient_dtype=jnp.floa
   kept = rows.shape[-1]
   if rows_padded:
     rows = jnp.pad(rows, ((0, 0), (0, -kept % LAYER_GRADIENT_ROW_MULTIPLE)))
-  operand = dlogits.astype(f.dtype) if cast_dlogits is None else cast_dlogits
-  d_layer = jnp.matmul(rows.T, operand, preferred_element_type=gradient_dtype)
+  d_layer = jnp.matmul(rows.T, cast_dlogits, preferred_element_type=gradient_dtype)
   if b is not None:
     db = jnp.sum(dlogits, axis=0).astype(gradient_dtype)
     d_layer = lax.dynamic_update_slice_in_dim(d_layer, db[None, :], kept - 1, axis=0)
@@ -103,7 +102,7 @@ def _gradients_of_dlogits(f, w, b, dlogits, padded: bool = False, gradient_dtype
   if form.startswith('dlogits_apart'):
     cast = lax.optimization_barrier(cast)
   df = jnp.matmul(cast, w.T, preferred_element_type=jnp.float32)
-  return df, _layer_gradient(f, b, dlogits, padded, gradient_dtype, form.endswith('rows_padded'), cast)
+  return df, _layer_gradient(f, b, dlogits, cast, padded, gradient_dtype, form.endswith('rows_padded'))
 
 
 def _block_backward(f, w, b, z, log_z, targets, g, padded: bool = False, gradient_dtype=jnp.float32,
