@@ -39,7 +39,8 @@
 # ONLY=NAME,NAME runs those benchmarks of a part alone (one GPU call is at most 10 minutes); GPU_TESTS=EXPR
 # runs only the tests/test_gpu.py tests that pytest -k EXPR selects (none: none), KERNEL_VOCABS='V V ...' the |V|s in
 # that order (the kernel part), VOCAB_CHUNKS='4 8 ...' its counts of dz's chunks of the vocabulary, and
-# FLOAT32_KERNELS='xla,pallas_loop_dz' its float32 line's paths (default: xla and both loop forms);
+# FLOAT32_TF32_KERNELS='xla,pallas_mosaic' its float32 line's paths in TF32 (default: xla, the Mosaic GPU form and
+# both loop forms), FLOAT32_KERNELS='xla,pallas_loop_dz' its IEEE float32 line's (default: xla and both loop forms);
 # BASELINE=DIR (an older checkout) adds its research-size loop to `loop` and its loop to `softmax`.
 # Needs NLTK_DATA and PTB_DIR for `train`. Each result is one JSON line in OUT_DIR/*.jsonl.
 set -u
@@ -241,11 +242,19 @@ elif [ "$part" = kernel ]; then
         --batch_sizes=4096 --steps=10 --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 \
         --softmax_kernels=xla,pallas_mosaic
       # float32 operands with the backend's own products first (model.matmul_precision=default: TF32 in XLA's
-      # matmuls and the kernels' alike), then IEEE products (the project's float32: matmul-bound, four
-      # matmuls of the layer's size in the dz form against XLA's three)
+      # matmuls and the kernels' alike; the Mosaic GPU form's TF32 WGMMA reads the layer transposed), then IEEE
+      # products (the project's float32: matmul-bound, four matmuls of the layer's size in the dz form against
+      # XLA's three; the Mosaic GPU form refuses them)
       [ "$dtype" = float32 ] && bench kernel_v${v}_float32_tf32 --config=experiments/brown.py:mlp1 --vocab=$v \
         --batch_sizes=4096 --steps=10 --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 \
-        --config.model.matmul_precision=default --softmax_kernels=${FLOAT32_KERNELS:-xla,pallas_loop,pallas_loop_dz}
+        --config.model.matmul_precision=default \
+        --softmax_kernels=${FLOAT32_TF32_KERNELS:-xla,pallas_mosaic,pallas_loop,pallas_loop_dz}
+      # the same with dz in chunks of the vocabulary: no float32 accumulator of dW (dz is float32 here, 1.2 GB a
+      # quarter of the batch at 300k)
+      [ "$dtype" = float32 ] && bench kernel_mosaic_vocab8_v${v}_float32_tf32 --config=experiments/brown.py:mlp1 \
+        --vocab=$v --batch_sizes=4096 --steps=10 --repeats=3 --config.model.compute_dtype=$dtype \
+        --config.train.vocab_block=0 --config.model.matmul_precision=default --softmax_kernels=pallas_mosaic \
+        --config.train.softmax_kernel_tuning=dz_axis=vocab,dz_chunks=8
       [ "$dtype" = float32 ] && bench kernel_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v \
         --batch_sizes=4096 --steps=10 --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 \
         --softmax_kernels=${FLOAT32_KERNELS:-xla,pallas_loop,pallas_loop_dz}

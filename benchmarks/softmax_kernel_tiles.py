@@ -11,10 +11,11 @@ python benchmarks/softmax_kernel_tiles.py --vocab=100000 --batch=4096 --features
 python benchmarks/softmax_kernel_tiles.py --settings='chosen;k_chunk=64;backward=dz,k_chunk=64'   # the loop form
 python benchmarks/softmax_kernel_tiles.py --settings='mosaic;mosaic,block_v=64'   # the Mosaic GPU form
 python benchmarks/softmax_kernel_tiles.py --settings='xla,vocab_block=8192'   # XLA streamed, other blocks
+python benchmarks/softmax_kernel_tiles.py --dtype=float32 --matmul_precision=default --settings='mosaic'   # TF32
 
 A setting is 'chosen' (the loop form, LoopTuning()), LoopTuning's fields ('k_chunk=64,num_warps=8'; with
 backward=dz the loop form's pallas_loop_dz), 'mosaic[,fields]' (the Mosaic GPU form, pallas_mosaic:
-bfloat16 only) or 'xla,vocab_block=N' (XLA streamed over N columns at a time). Prints one JSON line a
+bfloat16, or float32 in TF32 at --matmul_precision=default) or 'xla,vocab_block=N' (XLA streamed over N columns at a time). Prints one JSON line a
 setting (setting, tokens_per_sec, vs_xla: over all at once, vs_best_xla: over the faster of all at once
 and the streamed settings, temp_mib, error_vs_xla; or error: the first line of why it did not compile or
 run), XLA all at once first, then a table. On a CPU the kernels run interpreted: only to check the script
@@ -66,6 +67,9 @@ flags.DEFINE_integer('vocab', 100_000, 'Columns of the output layer (one vocabul
 flags.DEFINE_integer('batch', 4096, 'Examples a step.')
 flags.DEFINE_integer('features', 290, 'The output layer\'s input width K (brown.py:mlp1: h 50 + 4 x m 60).')
 flags.DEFINE_enum('dtype', 'bfloat16', ['bfloat16', 'float32'], 'The matmuls\' operand type.')
+flags.DEFINE_enum('matmul_precision', 'highest', ['highest', 'default'],
+                  'model.matmul_precision: float32 products exact, or the backend\'s own (TF32 on NVIDIA GPUs, '
+                  'XLA\'s and the kernels\' alike; the Mosaic GPU form takes float32 only so).')
 flags.DEFINE_string('settings', ';'.join(DEFAULT_SETTINGS),
                     "Settings separated by ';': 'chosen', LoopTuning's fields (k_chunk=64,backward=dz), "
                     "'mosaic[,fields]' or 'xla,vocab_block=N'.")
@@ -100,12 +104,13 @@ def parse_setting(text: str) -> Setting:
 
 def loss_and_grads(setting: Setting, mesh, dtype: str):
   """(loss, (df, d_output)) of a mean -log P(target) through token_nll as the training step runs it: f and
-  the output layer [W; b] float32, the matmuls in `dtype`, float32 products exact."""
+  the output layer [W; b] float32, the matmuls in `dtype`, float32 products at --matmul_precision."""
   def loss(f, output, targets):
     return jnp.mean(vocab_softmax.token_nll(f, output, targets, mesh=mesh, compute_dtype=dtype,
                                             vocab_block=setting.vocab_block, kernel=setting.kernel,
                                             kernel_tuning=setting.tuning))
-  return steps_lib.with_matmul_precision(jax.value_and_grad(loss, argnums=(0, 1)), 'highest', jax.default_backend())
+  return steps_lib.with_matmul_precision(jax.value_and_grad(loss, argnums=(0, 1)), FLAGS.matmul_precision,
+                                         jax.default_backend())
 
 
 def relative_error(got, want) -> float:
@@ -143,6 +148,7 @@ def main(argv):
   targets = jnp.asarray(rng.integers(0, FLAGS.vocab, size=FLAGS.batch), jnp.int32)
   args = (f, output, targets)
   shape = {'vocab': FLAGS.vocab, 'batch': FLAGS.batch, 'features': FLAGS.features, 'dtype': FLAGS.dtype,
+           'matmul_precision': FLAGS.matmul_precision,
            'platform': jax.default_backend(), 'device': jax.devices()[0].device_kind}
   xla, reference = measure(loss_and_grads(Setting('xla'), mesh, FLAGS.dtype), args, FLAGS.batch)
   common.emit({'setting': 'xla', **shape, **xla, 'vs_xla': 1.0})
@@ -151,8 +157,8 @@ def main(argv):
     try:
       got, outputs = measure(loss_and_grads(setting, mesh, FLAGS.dtype), args, FLAGS.batch)
     except Exception as e:  # pylint: disable=broad-except  # noqa: BLE001
-      # a setting Triton or Mosaic GPU cannot build (shared memory, registers; float32 in the Mosaic GPU
-      # form) is a finding, not the end of the run
+      # a setting Triton or Mosaic GPU cannot build (shared memory, registers; IEEE float32 in the Mosaic
+      # GPU form) is a finding, not the end of the run
       reason = common.error_line(e)
       common.emit({'setting': text, **shape, 'error': reason})
       rows.append((text, None, None, None, None, reason))
@@ -164,7 +170,8 @@ def main(argv):
     common.emit({'setting': text, **shape, **got, 'vs_xla': ratio,
                  'vs_best_xla': round(got['tokens_per_sec'] / best_xla, 3), 'error_vs_xla': float(f'{error:.3g}')})
     rows.append((text, got['tokens_per_sec'], ratio, got['temp_mib'], error, ''))
-  print(f"\n{shape['device']}, |V| {FLAGS.vocab:,}, batch {FLAGS.batch}, K {FLAGS.features}, {FLAGS.dtype}")
+  print(f"\n{shape['device']}, |V| {FLAGS.vocab:,}, batch {FLAGS.batch}, K {FLAGS.features}, {FLAGS.dtype} "
+        f"(matmul precision {FLAGS.matmul_precision})")
   print('setting | tokens/s | vs XLA all at once | temporaries MiB | error vs XLA | why it did not run')
   for text, rate, ratio, temp, error, reason in rows:
     cells = (rate, ratio, temp, None if error is None else f'{error:.2g}')

@@ -507,11 +507,13 @@ class Figures(NamedTuple):
 # bfloat16 copy carried, both moments and the layer's gradient in bfloat16), that gradient's matmul
 # alone in its forms (benchmarks/gradient_matmul.py), and every candidate with that matmul's dlogits made
 # apart and its rows padded (train.output_layer_gradient_form) at batch 256.
-# Then float32 at 300k (the issue's 1.2x target; the loop form with its gradients from dz beside XLA: the
-# Mosaic form takes two-byte operands, and the fused loop form, 0.35x XLA at 100k, kept the three-form line
-# past 95 s there), TF32 products first (model.matmul_precision=default, which the kernels now follow too),
-# then IEEE ones (matmul-bound: the dz form makes four matmuls of the layer's size to XLA's three), at most
-# 210 s; then, at most 150 s, the research size trained for 1,500 steps on PTB as it is and with every candidate
+# Then float32 at 300k (the issue's 1.2x target): the GPU test of the Mosaic form's float32 against XLA's TF32
+# (test_gpu.py, its two cases, new), then TF32 products first (model.matmul_precision=default, which
+# the kernels follow too): XLA beside the Mosaic GPU form, whose float32 operands are TF32 WGMMA products of the
+# layer read transposed (since 2026-11-27; a two-byte form before), then it with dz in 8 chunks of the
+# vocabulary; then IEEE products (matmul-bound: the dz form makes four matmuls of the layer's size to XLA's
+# three; the Mosaic form refuses them), XLA beside the loop form with its gradients from dz (the fused loop
+# form, 0.35x XLA at 100k, kept the three-form line past 95 s there), at most 210 s; then, at most 150 s, the research size trained for 1,500 steps on PTB as it is and with every candidate
 # (issue 28's test perplexity within 0.5%, on the GPU; +0.10% on the CPU); then each research candidate alone,
 # beside the default again (its own call may be on another
 # machine): the output layer's bfloat16 copy, its rows or all of it, carried from step to step instead of
@@ -526,7 +528,7 @@ _VOCAB_CHUNK_FIGURES = ('kernel_v300000_bfloat16', 'kernel_mosaic_vocab8_v300000
                         'kernel_mosaic_vocab16_v300000_bfloat16', 'kernel_mosaic_vocab8_gradient_bf16_v300000_bfloat16',
                         'kernel_v17905_bfloat16',
                         'kernel_mosaic_vocab4_v17905_bfloat16', 'kernel_mosaic_vocab16_v100000_bfloat16')
-_FLOAT32_FIGURES = ('kernel_v300000_float32_tf32', 'kernel_v300000_float32')
+_FLOAT32_FIGURES = ('kernel_v300000_float32_tf32', 'kernel_mosaic_vocab8_v300000_float32_tf32', 'kernel_v300000_float32')
 _RESEARCH_CANDIDATES = ('research_bf16', 'research_bf16_carried_moments_gradient_bf16', 'gradient_matmul_research',
                         'research_bf16_carried_moments_gradient_bf16_apart_padded')
 _RESEARCH_FIGURES = ('research_bf16', 'research_bf16_carried_rows',
@@ -541,8 +543,9 @@ FIGURES = (
                                        'KERNEL_VOCABS': '300000 17905 100000', 'ONLY': ','.join(_VOCAB_CHUNK_FIGURES)},
             210),
     Figures('research_candidates', 'loop', {'ONLY': ','.join(_RESEARCH_CANDIDATES), 'RESEARCH_BATCHES': '256'}, 240),
-    Figures('float32', 'kernel', {'GPU_TESTS': 'none', 'DTYPES': 'float32', 'KERNEL_VOCABS': '300000',
-                                  'FLOAT32_KERNELS': 'xla,pallas_loop_dz', 'ONLY': ','.join(_FLOAT32_FIGURES)}, 210),
+    Figures('float32', 'kernel', {'GPU_TESTS': 'float32_gives_xlas_tf32', 'DTYPES': 'float32', 'KERNEL_VOCABS': '300000',
+                                  'FLOAT32_TF32_KERNELS': 'xla,pallas_mosaic', 'FLOAT32_KERNELS': 'xla,pallas_loop_dz',
+                                  'ONLY': ','.join(_FLOAT32_FIGURES)}, 210),
     Figures('research_train', 'research_train', {'ONLY': 'research_train_default,research_train_candidates'}, 150),
     Figures('research', 'loop', {'ONLY': ','.join(_RESEARCH_FIGURES)}, None))
 # Where no row would fit even a whole call: where the revisited step's time goes.
@@ -572,7 +575,8 @@ def spend_the_rest(session: Session, out: str, left: int, clock=time.time, call_
     print(f'the rest of the call: {spent[-1]}', flush=True)
     subprocess.run(['timeout', str(seconds), 'bash', 'benchmarks/gpu_figures.sh', figures.part, out], check=False,
                    env={**os.environ, 'DTYPES': 'bfloat16', 'ONLY': '', 'GPU_TESTS': '', 'KERNEL_VOCABS': '',
-                        'TILES_RUNS': '', 'VOCAB_CHUNKS': '', 'FLOAT32_KERNELS': '', 'RESEARCH_BATCHES': '',
+                        'TILES_RUNS': '', 'VOCAB_CHUNKS': '', 'FLOAT32_TF32_KERNELS': '', 'FLOAT32_KERNELS': '',
+                        'RESEARCH_BATCHES': '',
                         **figures.settings})
 
 

@@ -149,8 +149,9 @@ def base_config() -> ml_collections.ConfigDict:
   # or 'pallas_loop' (fused Pallas kernels that never write a shard's logits to memory, in their grid form
   # for TPUs or their loop form for GPUs: nplm_jax/parallel/softmax_kernel.py; on CPU in interpret mode,
   # for tests only), 'pallas_loop_dz' (the loop form, its gradients from dz written by the kernel and
-  # XLA's matmuls), 'pallas_mosaic' (the kernels' Mosaic GPU form for Hopper GPUs, bfloat16 or float16
-  # operands, its gradients from dz: nplm_jax/parallel/softmax_kernel_mosaic.py), 'auto': the one
+  # XLA's matmuls), 'pallas_mosaic' (the kernels' Mosaic GPU form for Hopper GPUs, bfloat16 operands, or
+  # float32 ones in TF32 with model.matmul_precision='default', its gradients from dz:
+  # nplm_jax/parallel/softmax_kernel_mosaic.py), 'auto': the one
   # measured faster on the backend and size (backend_defaults.TABLE: on one Hopper GPU in bfloat16, the Mosaic
   # GPU form from 4096 examples and 17,905 columns a shard, each call's shapes; else XLA). Sampled losses are
   # unaffected.

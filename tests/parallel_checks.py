@@ -531,10 +531,11 @@ def test_a_hidden_width_that_does_not_split_is_a_one_line_error():
 # several CPU devices at once collide in its state); its cross-shard combine is the other forms'
 KERNEL_CASES = [(shape, kernel, dtype) for shape in ((1, 1), (2, 4), (1, 8))
                 for kernel in ('pallas', 'pallas_loop', 'pallas_loop_dz') for dtype in ('float32', 'bfloat16')]
-KERNEL_CASES += [((1, 1), 'pallas_mosaic', 'bfloat16')]
+KERNEL_CASES += [((1, 1), 'pallas_mosaic', 'bfloat16'), ((1, 1), 'pallas_mosaic', 'float32')]  # float32: TF32 on a GPU
 # dz in chunks of the vocabulary (LoopTuning.dz_axis, after ':'): each shard's chunks, targets of other shards
 KERNEL_CASES += [((2, 4), 'pallas_loop_dz:dz_axis=vocab,dz_chunks=3,block_b=16,block_v=16', 'float32'),
-                 ((1, 1), 'pallas_mosaic:dz_axis=vocab,dz_chunks=3,block_v=64', 'bfloat16')]
+                 ((1, 1), 'pallas_mosaic:dz_axis=vocab,dz_chunks=3,block_v=64', 'bfloat16'),
+                 ((1, 1), 'pallas_mosaic:dz_axis=vocab,dz_chunks=3,block_v=32', 'float32')]
 
 
 @pytest.mark.parametrize('shape,kernel,dtype', KERNEL_CASES,

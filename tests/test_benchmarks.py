@@ -75,14 +75,16 @@ def test_a_line_names_the_output_layers_path_auto_resolved_to(monkeypatch):
   assert asked == [('cpu', 8 // mesh.shape['data'], model.padded_vocab_size // mesh.shape['model'], k, 'bfloat16', '')]
 
 
-@pytest.mark.parametrize('cpu_devices, why', [(1, 'bfloat16 or float16 operands'), (2, 'mesh.cpu_devices=1')])
-def test_throughput_runs_the_other_output_layer_paths_when_one_fails(cpu_devices, why):
-  """--softmax_kernels side by side: a path that cannot run (here the Mosaic GPU form in float32, or on a CPU
-  mesh of several devices: its one-line error, as training gives it) gets an error line, the others their
-  figures (each line as it is measured), and the exit status says so."""
+@pytest.mark.parametrize('cpu_devices, tuning, why', [(1, 'block_b=32', '64 rows a program'),
+                                                     (2, '', 'mesh.cpu_devices=1')])
+def test_throughput_runs_the_other_output_layer_paths_when_one_fails(cpu_devices, tuning, why):
+  """--softmax_kernels side by side: a path that cannot run (here the Mosaic GPU form with tiles of 32 rows,
+  or on a CPU mesh of several devices: its one-line error, as training gives it) gets an error line, the
+  others their figures (each line as it is measured), and the exit status says so."""
   proc = subprocess.run([sys.executable, 'benchmarks/throughput.py', '--config=experiments/brown.py:mlp1',
                          '--config.model.m=4', '--config.model.h=6', *TINY, *SMALL_PEAK,
-                         f'--config.mesh.cpu_devices={cpu_devices}', '--softmax_kernels=pallas_mosaic,xla'],
+                         f'--config.mesh.cpu_devices={cpu_devices}', '--softmax_kernels=pallas_mosaic,xla',
+                         f'--config.train.softmax_kernel_tuning={tuning}'],
                         cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
                         # another test in this worker may have set XLA_FLAGS' device count, which would win
                         env={k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'})
@@ -108,6 +110,11 @@ def test_the_kernel_settings_benchmark_compares_each_with_xla():
   for r in rows[1:]:  # bfloat16 dz (the kernels) against XLA's bfloat16 dlogits: the same rounding
     assert r['vs_best_xla'] > 0 and r['error_vs_xla'] < 2e-2, r
   assert rows[1]['error_vs_xla'] < 1e-5  # XLA streamed: the same sums in another order
+  # float32 at the backend's own products (TF32 on a GPU; exact here): the Mosaic GPU form's float32 beside XLA's
+  rows = run('softmax_kernel_tiles.py', '--vocab=300', '--batch=40', '--features=12', '--steps=1', '--repeats=1',
+             '--dtype=float32', '--matmul_precision=default', '--settings=mosaic')
+  assert [r['setting'] for r in rows] == ['xla', 'mosaic'] and rows[1]['matmul_precision'] == 'default'
+  assert rows[1]['tokens_per_sec'] > 0 and rows[1]['error_vs_xla'] < 1e-5, rows[1]
   for settings, message in (('chosen;block_b=48', "block_b must be a power of two (Triton loads no other size), not 48"),
                             ('xla,block=8', "'xla,block=8' is not xla,vocab_block=N")):
     proc = subprocess.run([sys.executable, 'benchmarks/softmax_kernel_tiles.py', f'--settings={settings}'],

@@ -156,22 +156,27 @@ def test_the_mosaic_gpu_form_of_the_softmax_kernel_compiles_and_equals_numpy(tun
     np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tolerance, atol=tolerance, err_msg=name)
 
 
+def _brown_output_layer_on_a_hopper_gpu(seed: int):
+  """(f [4096, 290], the output layer [W; b] for Brown's 17,905 words padded to 17,920, targets, a 1 x 1 mesh)
+  on the GPU, float32; skips unless it is a Hopper GPU (compute capability 9), where the Mosaic GPU form runs."""
+  from jax.sharding import Mesh  # pylint: disable=g-import-not-at-top
+  capability = getattr(jax.devices('gpu')[0], 'compute_capability', '')
+  if not str(capability).startswith('9'):
+    pytest.skip(f'the Mosaic GPU form runs on Hopper GPUs (compute capability 9), not {capability}')
+  rng = np.random.default_rng(seed)
+  f = jax.numpy.asarray(rng.normal(size=(4096, 290)), jax.numpy.float32)
+  output = jax.numpy.asarray(rng.normal(size=(291, 17_920)) * 0.05, jax.numpy.float32)
+  targets = jax.numpy.asarray(rng.integers(0, 17_905, size=4096), jax.numpy.int32)
+  return f, output, targets, Mesh(np.array(jax.devices('gpu')[:1]).reshape(1, 1), ('data', 'model'))
+
+
 def test_auto_takes_the_mosaic_gpu_form_at_the_measured_sizes_and_gives_xlas_loss_and_gradients():
   """train.softmax_kernel='auto' on one Hopper GPU (vocab_softmax.auto_kernel): at a shard of 4096 examples and
   Brown's 17,905 words (padded to 17,920), K 290, bfloat16, the Mosaic GPU form (picked since the H200's figures
   of 2026-11-26); its mean loss and gradients as XLA's all at once."""
-  from jax.sharding import Mesh  # pylint: disable=g-import-not-at-top
-
   from nplm_jax.parallel import vocab_softmax  # pylint: disable=g-import-not-at-top
-  capability = getattr(jax.devices('gpu')[0], 'compute_capability', '')
-  if not str(capability).startswith('9'):
-    pytest.skip(f'the Mosaic GPU form is picked on Hopper GPUs (compute capability 9), not {capability}')
+  f, output, targets, mesh = _brown_output_layer_on_a_hopper_gpu(seed=5)
   assert vocab_softmax.auto_kernel('gpu', 4096, 17_920, 290, 'bfloat16') == 'pallas_mosaic'
-  rng = np.random.default_rng(5)
-  f = jax.numpy.asarray(rng.normal(size=(4096, 290)), jax.numpy.float32)
-  output = jax.numpy.asarray(rng.normal(size=(291, 17_920)) * 0.05, jax.numpy.float32)
-  targets = jax.numpy.asarray(rng.integers(0, 17_905, size=4096), jax.numpy.int32)
-  mesh = Mesh(np.array(jax.devices('gpu')[:1]).reshape(1, 1), ('data', 'model'))
 
   def step(kernel):
     loss = lambda f, output: jax.numpy.mean(vocab_softmax.token_nll(f, output, targets, mesh=mesh,
@@ -196,17 +201,8 @@ def test_dz_in_chunks_of_the_vocabulary_gives_xlas_loss_and_gradients_from_the_f
   17,905 words padded to 17,920 (140 tiles: chunks of 50, the last starting over the second's last 10), K 290,
   batch 4096, bfloat16, the layer's rows cast a chunk at a time in the backward; XLA's loss and gradients,
   the layer's gradient in float32 or (train.output_layer_gradient_dtype) written in bfloat16 by both."""
-  from jax.sharding import Mesh  # pylint: disable=g-import-not-at-top
-
   from nplm_jax.parallel import vocab_softmax  # pylint: disable=g-import-not-at-top
-  capability = getattr(jax.devices('gpu')[0], 'compute_capability', '')
-  if not str(capability).startswith('9'):
-    pytest.skip(f'the Mosaic GPU form runs on Hopper GPUs (compute capability 9), not {capability}')
-  rng = np.random.default_rng(7)
-  f = jax.numpy.asarray(rng.normal(size=(4096, 290)), jax.numpy.float32)
-  output = jax.numpy.asarray(rng.normal(size=(291, 17_920)) * 0.05, jax.numpy.float32)
-  targets = jax.numpy.asarray(rng.integers(0, 17_905, size=4096), jax.numpy.int32)
-  mesh = Mesh(np.array(jax.devices('gpu')[:1]).reshape(1, 1), ('data', 'model'))
+  f, output, targets, mesh = _brown_output_layer_on_a_hopper_gpu(seed=7)
 
   def loss_and_grads(kernel, tuning=''):
     loss = lambda f, output: jax.numpy.mean(vocab_softmax.token_nll(
@@ -215,5 +211,25 @@ def test_dz_in_chunks_of_the_vocabulary_gives_xlas_loss_and_gradients_from_the_f
     return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(f, output)
   (loss, grads), (xla_loss, xla_grads) = loss_and_grads('pallas_mosaic', 'dz_axis=vocab,dz_chunks=3'), loss_and_grads('xla')
   np.testing.assert_allclose(float(loss), float(xla_loss), rtol=1e-4)
+  for got, want in zip(grads, xla_grads):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=3e-2, atol=3e-4)
+
+
+@pytest.mark.parametrize('tuning', ['', 'dz_axis=vocab,dz_chunks=3'])
+def test_the_mosaic_form_in_float32_gives_xlas_tf32_loss_and_gradients(tuning):
+  """The Mosaic GPU form with float32 operands (TF32 on the tensor cores, the layer read transposed), only at
+  model.matmul_precision='default', through token_nll as training calls it: Brown's 17,905 words padded to
+  17,920, K 290 (padded to 320, tiles of 32 columns), batch 4096, dz in chunks of the batch or of the
+  vocabulary; XLA's loss and gradients in TF32 too, within TF32's rounding (about 5e-4 a product)."""
+  from nplm_jax.parallel import vocab_softmax  # pylint: disable=g-import-not-at-top
+  f, output, targets, mesh = _brown_output_layer_on_a_hopper_gpu(seed=11)
+
+  def loss_and_grads(kernel):
+    loss = lambda f, output: jax.numpy.mean(vocab_softmax.token_nll(
+        f, output, targets, mesh=mesh, compute_dtype='float32', kernel=kernel, kernel_tuning=tuning))
+    with jax.default_matmul_precision('default'):
+      return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(f, output)
+  (loss, grads), (xla_loss, xla_grads) = loss_and_grads('pallas_mosaic'), loss_and_grads('xla')
+  np.testing.assert_allclose(float(loss), float(xla_loss), rtol=1e-3)
   for got, want in zip(grads, xla_grads):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=3e-2, atol=3e-4)

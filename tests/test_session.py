@@ -187,7 +187,8 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
     env = kwargs.get('env', {})
     calls.append((args, env.get('DTYPES'), (env.get('ONLY'), env.get('GPU_TESTS'), env.get('TILES_RUNS'),
                                             env.get('KERNEL_VOCABS'), env.get('VOCAB_CHUNKS'),
-                                            env.get('FLOAT32_KERNELS'), env.get('RESEARCH_BATCHES'))))
+                                            env.get('FLOAT32_KERNELS'), env.get('RESEARCH_BATCHES'),
+                                            env.get('FLOAT32_TF32_KERNELS'))))
     return types.SimpleNamespace(returncode=0)
   monkeypatch.setattr(session_lib.subprocess, 'run', run)
   assert session_lib.main([f'--out={tmp_path}', f'--root={tmp_path / "root"}', '--seconds=400']) == 0
@@ -199,18 +200,20 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
   if epochs == 1.0:
     # the GPU tests of 'auto' and of dz in chunks of the vocabulary; those chunks beside XLA at 300k (8, 16; 8
     # with the layer's gradient in bfloat16), 17,905 (4) and 100k (16); the research size with every candidate;
-    # float32 at 300k (XLA and the loop form from dz); the research size's short trainings; each research candidate
+    # float32 at 300k (its GPU test; TF32: XLA and the Mosaic form, that form with dz in chunks of the
+    # vocabulary; IEEE: XLA and the loop form from dz); the research size's short trainings; each research candidate
     vocab_chunks = ('kernel_v300000_bfloat16,kernel_mosaic_vocab8_v300000_bfloat16,kernel_mosaic_vocab16_v300000_bfloat16,'
                     'kernel_mosaic_vocab8_gradient_bf16_v300000_bfloat16,'
                     'kernel_v17905_bfloat16,kernel_mosaic_vocab4_v17905_bfloat16,kernel_mosaic_vocab16_v100000_bfloat16')
     assert figures[0][1:] == ('bfloat16', (vocab_chunks, 'auto_takes_the_mosaic or vocab', '', '300000 17905 100000',
-                                           '4 8 16', '', ''))
+                                           '4 8 16', '', '', ''))
     candidates = ('research_bf16,research_bf16_carried_moments_gradient_bf16,gradient_matmul_research,'
                   'research_bf16_carried_moments_gradient_bf16_apart_padded')
-    assert figures[1][1:] == ('bfloat16', (candidates, '', '', '', '', '', '256'))  # batch 256 alone
-    assert figures[2][1:] == ('float32', ('kernel_v300000_float32_tf32,kernel_v300000_float32', 'none', '', '300000',
-                                          '', 'xla,pallas_loop_dz', ''))
-    assert figures[3][1:] == ('bfloat16', ('research_train_default,research_train_candidates', '', '', '', '', '', ''))
+    assert figures[1][1:] == ('bfloat16', (candidates, '', '', '', '', '', '256', ''))  # batch 256 alone
+    float32 = 'kernel_v300000_float32_tf32,kernel_mosaic_vocab8_v300000_float32_tf32,kernel_v300000_float32'
+    assert figures[2][1:] == ('float32', (float32, 'float32_gives_xlas_tf32', '', '300000', '', 'xla,pallas_loop_dz',
+                                          '', 'xla,pallas_mosaic'))
+    assert figures[3][1:] == ('bfloat16', ('research_train_default,research_train_candidates', '', '', '', '', '', '', ''))
     assert [int(f[0][1]) for f in figures[:4]] == [210, 240, 210, 150]  # each part's most seconds; the research the rest
     research = ('research_bf16,research_bf16_carried_rows,'
                 'research_bf16_carried_layer,research_bf16_mu_bf16,research_bf16_moments_bf16,'
@@ -219,7 +222,7 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
                 'profile_research_bf16_loop_256,profile_research_bf16_loop_carried_moments_gradient_256,'
                 'profile_research_bf16_loop_rows_256,profile_research_bf16_loop_whole_256,'
                 'profile_research_bf16_loop_carried_moments_256')
-    assert figures[4][1:] == ('bfloat16', (research, '', '', '', '', '', ''))  # both batches
+    assert figures[4][1:] == ('bfloat16', (research, '', '', '', '', '', '', ''))  # both batches
     assert int(figures[4][0][1]) > 90  # all that is left (here the other parts took no time)
     row = next(c[0] for c in calls if c[0][0] != 'timeout')
     budget = int(next(a for a in row if a.startswith('--set=train.max_seconds=')).rpartition('=')[2])

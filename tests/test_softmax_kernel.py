@@ -377,28 +377,39 @@ def _rounded_problem(batch, k, columns, seed, bias=None):
   return f, w, b, targets, rng.uniform(0.5, 1.5, size=batch).astype(np.float32)
 
 
-@pytest.mark.parametrize('batch,k,columns,block_v,splits,warpgroups', [
-    (70, 9, 300, 64, 2, 0),  # a short row tile (70 = 64 + 6), 5 column tiles in 1 split (5 is prime), the last short
-    (130, 70, 200, 64, 4, 0),  # K = 70 padded to 128, 4 tiles in 4 splits, 3 row tiles
-    (5, 3, 7, None, None, 0),  # one short tile each way, the tile and splits chosen
-    (70, 9, 300, 64, 2, 1),  # warp-specialised: one compute warpgroup beside the one that copies
-    (200, 70, 200, 64, 4, 1),  # the same with 4 row tiles, the last short, and 4 splits
+@pytest.mark.parametrize('batch,k,columns,block_v,splits,warpgroups,dtype,dz_axis', [
+    (70, 9, 300, 64, 2, 0, 'bfloat16', 'batch'),  # a short row tile (70 = 64 + 6), 5 column tiles in 1 split (5 is prime), the last short
+    (130, 70, 200, 64, 4, 0, 'bfloat16', 'batch'),  # K = 70 padded to 128, 4 tiles in 4 splits, 3 row tiles
+    (5, 3, 7, None, None, 0, 'bfloat16', 'batch'),  # one short tile each way, the tile and splits chosen
+    (70, 9, 300, 64, 2, 1, 'bfloat16', 'batch'),  # warp-specialised: one compute warpgroup beside the one that copies
+    (200, 70, 200, 64, 4, 1, 'bfloat16', 'batch'),  # the same with 4 row tiles, the last short, and 4 splits
+    # float32 operands (TF32 on a GPU; the layer read transposed): tiles of 32 columns, 10 in 2 splits, the last
+    # short; K = 70 padded to 96 (swizzled rows of 32), the tile chosen (32 for float32 in 2 stages), warp-specialised,
+    # dz in chunks of the vocabulary; one short tile each way
+    (70, 9, 300, 32, 2, 0, 'float32', 'batch'),
+    (130, 70, 200, None, None, 1, 'float32', 'vocab'),
+    (5, 3, 7, None, None, 0, 'float32', 'batch'),
 ])
-def test_the_mosaic_form_equals_numpy(batch, k, columns, block_v, splits, warpgroups):
+def test_the_mosaic_form_equals_numpy(batch, k, columns, block_v, splits, warpgroups, dtype, dz_axis):
   """Both Mosaic GPU kernels in its interpret mode (threads, shared memory, barriers and TMA copies
   simulated): the statistics, and the gradients from dz (written in bfloat16, so df and dW within 2e-2 as
-  the other forms' bfloat16 gradients), padded rows, padded columns and targets outside the shard
-  included, with one warpgroup a program or warp-specialised."""
+  the other forms' bfloat16 gradients; in float32, within 1e-5: the interpreter's products are IEEE, where a
+  GPU's are TF32), padded rows, padded columns and targets outside the shard included, with one warpgroup a
+  program or warp-specialised. Float32 runs under the backend's own products (model.matmul_precision=
+  'default'), the only float32 the form takes."""
   f, w, b, targets, g = _rounded_problem(batch, k, columns, seed=columns)
-  tuning = softmax_kernel.LoopTuning(block_v=block_v, splits=splits, warpgroups=warpgroups, dz_chunks=2)
-  bf16 = lambda x: jnp.asarray(x, jnp.bfloat16)
-  stats = softmax_kernel.shard_stats(bf16(f), bf16(w), b, targets, form='mosaic', tuning=tuning)
-  log_z = np.log(np.asarray(stats[1], np.float64)) + np.asarray(stats[0]) + 0.25
-  grads = softmax_kernel.shard_grads(bf16(f), bf16(w), b, log_z.astype(np.float32), targets, g, form='mosaic',
-                                     tuning=tuning)
+  tuning = softmax_kernel.LoopTuning(block_v=block_v, splits=splits, warpgroups=warpgroups, dz_chunks=2,
+                                     dz_axis=dz_axis)
+  operand = lambda x: jnp.asarray(x, dtype)
+  with jax.default_matmul_precision('default'):
+    stats = softmax_kernel.shard_stats(operand(f), operand(w), b, targets, form='mosaic', tuning=tuning)
+    log_z = np.log(np.asarray(stats[1], np.float64)) + np.asarray(stats[0]) + 0.25
+    grads = softmax_kernel.shard_grads(operand(f), operand(w), b, log_z.astype(np.float32), targets, g,
+                                       form='mosaic', tuning=tuning)
   expected = reference(f, w, b, targets, log_z, g)
+  gradient_tolerance = 2e-2 if dtype == 'bfloat16' else 1e-5
   for name, got, want, tolerance in zip(('max', 'sum', 'picked', 'df', 'dw', 'db'), (*stats, *grads), expected,
-                                        (1e-5,) * 3 + (2e-2, 2e-2, 1e-5)):
+                                        (1e-5,) * 3 + (gradient_tolerance, gradient_tolerance, 1e-5)):
     np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tolerance, atol=tolerance, err_msg=name)
   assert all(x.dtype == jnp.float32 for x in (*stats, *grads))
 
@@ -417,9 +428,15 @@ def test_the_mosaic_forms_padded_rows_stay_finite_under_a_large_bias():
     np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=2e-2, atol=2e-2)
 
 
-def test_the_mosaic_form_takes_two_byte_operands_and_its_own_rows_in_one_line():
+def test_the_mosaic_form_takes_its_dtypes_and_its_own_rows_in_one_line(monkeypatch):
+  """Float32 operands only where the step takes TF32 products (the tensor cores have none in IEEE float32;
+  on a GPU, as here: on a CPU the interpreter's products are IEEE, so it takes them), no mixed or integer
+  operands, and its own rows a program: each a one-line error."""
+  monkeypatch.setattr(softmax_kernel, '_platform', lambda: 'gpu')
   f, w = np.ones((8, 3), np.float32), np.ones((3, 10), np.float32)
-  for args, tuning, message in (((f, w), None, 'bfloat16 or float16 operands, not float32 x float32'),
+  for args, tuning, message in (((f, w), None, 'float32 operands in TF32.*matmul_precision=default'),
+                                ((f, jnp.asarray(w, jnp.bfloat16)), None,
+                                 'bfloat16, float16 or float32 \\(TF32\\) operands, not float32 x bfloat16'),
                                 ((jnp.asarray(f, jnp.bfloat16), jnp.asarray(w, jnp.bfloat16)),
                                  softmax_kernel.LoopTuning(block_b=32), '64 rows a program'),
                                 ((jnp.asarray(f, jnp.bfloat16), jnp.asarray(w, jnp.bfloat16)),
@@ -427,6 +444,9 @@ def test_the_mosaic_form_takes_two_byte_operands_and_its_own_rows_in_one_line():
     with pytest.raises(UserError, match=message) as e:
       softmax_kernel.shard_stats(*args, None, np.zeros(8, np.int32), form='mosaic', tuning=tuning)
     assert '\n' not in str(e.value)
+  with jax.default_matmul_precision('default'):  # the step's model.matmul_precision='default'
+    assert softmax_kernel._backend_products()  # pylint: disable=protected-access
+    softmax_kernel._tiles(None, None, f, w, 'mosaic', softmax_kernel.LoopTuning())  # pylint: disable=protected-access
   for platform, devices, message in (('tpu', 1, 'pallas_mosaic'), ('cpu', 2, 'mesh.cpu_devices=1')):
     with pytest.raises(UserError, match=message) as e:
       vocab_softmax.softmax_kernel_for('pallas_mosaic', platform, devices)
@@ -437,11 +457,15 @@ def test_the_mosaic_form_takes_two_byte_operands_and_its_own_rows_in_one_line():
 
 def test_the_mosaic_forms_tiles_fit_the_gpus_shared_memory_and_its_splits_divide_the_tiles():
   """On an H100 (227 KiB): 128 columns a tile at K = 256 (f, two w tiles and a dz tile: 180 KiB) and at
-  K = 320 (mlp1's 290, padded: 220 KiB, which compiled and ran there), 64 at K = 320 in 3 stages; the
+  K = 320 (mlp1's 290, padded: 220 KiB, which compiled and ran there), 64 at K = 320 in 3 stages, float32's
+  32 at K = 320 (64 in one stage); the
   splits always divide the vocabulary tiles, so every program's pipeline has the same static length."""
   from nplm_jax.parallel import softmax_kernel_mosaic as mosaic  # pylint: disable=g-import-not-at-top
   h100 = 227 * 1024
   assert mosaic.mosaic_features(290, jnp.bfloat16) == 320 and mosaic.mosaic_features(64, jnp.bfloat16) == 64
+  # float32 (TF32): swizzled rows of 32 elements; its tiles twice the bytes, 32 columns at K = 320 in 2 stages
+  assert mosaic.mosaic_features(290, jnp.float32) == 320 and mosaic.mosaic_features(70, jnp.float32) == 96
+  assert mosaic.mosaic_block_v(320, 4, h100) == 32 and mosaic.mosaic_block_v(320, 4, h100, stages=1) == 64
   assert mosaic.mosaic_block_v(256, 2, h100) == 128 and mosaic.mosaic_block_v(320, 2, h100) == 128
   assert mosaic.mosaic_block_v(320, 2, h100, stages=3) == 64 and mosaic.mosaic_block_v(512, 2, h100) == 64
   assert mosaic.program_rows(0) == mosaic.program_rows(1) == 64
@@ -457,27 +481,30 @@ def test_the_mosaic_forms_tiles_fit_the_gpus_shared_memory_and_its_splits_divide
       assert num_v % mosaic.dividing_splits(num_v, wanted) == 0
 
 
-@pytest.mark.parametrize('warpgroups', [0, 1])
-def test_the_mosaic_form_lowers_for_cuda(monkeypatch, warpgroups):
+@pytest.mark.parametrize('warpgroups,dtype', [(0, 'bfloat16'), (1, 'bfloat16'), (0, 'float32'), (1, 'float32')])
+def test_the_mosaic_form_lowers_for_cuda(monkeypatch, warpgroups, dtype):
   """Both passes built for CUDA on this CPU machine (Mosaic GPU's lowering runs in Python: register
   layouts, TMA boxes and shared memory are checked here), with K = 290 padded to 320, short tiles and
   splits, tiled for an H100, with one warpgroup a program or warp-specialised (a compute warpgroup
-  beside one that copies); no Triton. Compiling to PTX and running need a GPU with WGMMA (compute
-  capability 9)."""
+  beside one that copies); no Triton. Float32 (under the backend's own products) multiplies TF32 operands
+  from the transposed layer: WGMMA takes no transposed TF32 operand, which Mosaic GPU refuses as it
+  lowers. Compiling to PTX and running need a GPU with WGMMA (compute capability 9)."""
   import jax  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(softmax_kernel, '_platform', lambda: 'gpu')
   monkeypatch.setattr(softmax_kernel, '_shared_memory_bytes', lambda: 227 * 1024)
   monkeypatch.setattr(softmax_kernel, '_core_count', lambda: 132)
   batch, columns, k = 300, 1000, 290
-  f, w = jax.ShapeDtypeStruct((batch, k), jnp.bfloat16), jax.ShapeDtypeStruct((k, columns), jnp.bfloat16)
+  f, w = jax.ShapeDtypeStruct((batch, k), dtype), jax.ShapeDtypeStruct((k, columns), dtype)
   b, rows = jax.ShapeDtypeStruct((columns,), jnp.float32), jax.ShapeDtypeStruct((batch,), jnp.float32)
   targets = jax.ShapeDtypeStruct((batch,), jnp.int32)
   tuning = softmax_kernel.LoopTuning(splits=3, warpgroups=warpgroups)
   stats = lambda f, w, b, t: softmax_kernel.shard_stats(f, w, b, t, form='mosaic', tuning=tuning)
   grads = lambda f, w, b, z, t, g: softmax_kernel.shard_grads(f, w, b, z, t, g, form='mosaic', tuning=tuning)
+  product = 'm64n32k8.f32.tf32.tf32' if dtype == 'float32' else 'm64n128k16.f32.bf16.bf16'
   for function, args in ((stats, (f, w, b, targets)), (grads, (f, w, b, rows, targets, rows))):
-    lowered = jax.jit(function).trace(*args).lower(lowering_platforms=('cuda',)).as_text()
-    assert 'mosaic_gpu' in lowered and 'triton' not in lowered
+    with jax.default_matmul_precision('default'):
+      lowered = jax.jit(function).trace(*args).lower(lowering_platforms=('cuda',)).as_text()
+    assert 'mosaic_gpu' in lowered and 'triton' not in lowered and product in lowered
 
 
 def _whole_layer_casts(jaxpr, columns: int, dtype) -> int:

@@ -43,7 +43,8 @@ Three forms of the same passes (`form`):
 - 'mosaic': the statistics and dz passes for Hopper's tensor cores through Mosaic GPU, the lowering
   JAX keeps for Pallas on GPUs (softmax_kernel_mosaic: one warpgroup of 64 rows a program, w's tiles
   streamed through a pipeline of TMA copies, WGMMA products), its gradients from dz as the loop form's
-  backward='dz'; bfloat16 or float16 operands only. Checked on CPUs (its interpret mode, its CUDA
+  backward='dz'; bfloat16 or float16 operands, or float32 ones in TF32 (model.matmul_precision='default'
+  only: read transposed, softmax_kernel_mosaic.k_major). Checked on CPUs (its interpret mode, its CUDA
   lowering); on an H100 (2026-11-26) it compiled and matched NumPy (tests/test_gpu.py); in the training
   step on an H200 it ran 1.31x-2.09x XLA all at once at |V| 17,905-300k in bfloat16 (batch 4096), and
   train.softmax_kernel='auto' takes it there (vocab_softmax.auto_kernel).
@@ -173,13 +174,19 @@ def _pad_to(x, axis: int, multiple: int, value=0):
   return jnp.pad(x, widths, constant_values=value)
 
 
+def _backend_products() -> bool:
+  """Whether the traced step asks for the backend's own float32 products (model.matmul_precision='default':
+  TF32 on NVIDIA GPUs) rather than IEEE ones."""
+  return jax.config.jax_default_matmul_precision == 'default'
+
+
 def _dot(a, b, out_dtype=jnp.float32):
   """a @ b accumulated in float32 (and written in out_dtype: bfloat16 rounds the sums once); float32 operands
   at full precision, the project's float32 (model.matmul_precision='highest'), unless the traced step asks for
   the backend's own (model.matmul_precision='default': steps.with_matmul_precision's 'default' context), as
   XLA's matmuls beside the kernels then do: TF32 in Triton's dot on NVIDIA GPUs (on the H100 the max logit
   missed NumPy by 2.5e-4 relative), bfloat16 passes on TPUs. Bfloat16 operands are exact products either way."""
-  full = a.dtype == b.dtype == jnp.float32 and jax.config.jax_default_matmul_precision != 'default'
+  full = a.dtype == b.dtype == jnp.float32 and not _backend_products()
   return jnp.dot(a, b, preferred_element_type=out_dtype, precision=jax.lax.Precision.HIGHEST if full else None)
 
 
@@ -407,7 +414,8 @@ def _tiles(block_b, block_v, f, w, form: str, tuning: LoopTuning) -> tuple[int, 
   loop_tile's (loop form) or MOSAIC_BLOCK_B x mosaic_block_v's (Mosaic GPU form)."""
   block_b, block_v = block_b or tuning.block_b, block_v or tuning.block_v
   if form == 'mosaic':
-    mosaic.check_dtype(f, w)
+    # float32 in TF32 where the step takes the backend's products; on a CPU the interpreter's are IEEE
+    mosaic.check_dtype(f, w, tf32_allowed=_backend_products() or _interpret())
     mosaic.check_capability(_compute_capability())
     rows = mosaic.program_rows(tuning.warpgroups)
     if block_b not in (None, rows):

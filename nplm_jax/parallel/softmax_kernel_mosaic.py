@@ -19,11 +19,16 @@ but LoopTuning refuses 2: softmax_kernel.WRONG_DB). Per tile, a warpgroup's logi
   column sums (db's share of the row tile, float32), for XLA's matmuls to make dW = f^T dz and df = dz w^T
   (softmax_kernel._dz_grads: what the loop form's backward='dz' does with Triton).
 
-bfloat16 or float16 operands only (WGMMA has no IEEE float32 product: float32 is the loop form's).
+bfloat16 or float16 operands, or float32 ones multiplied in TF32 where the step asks for the backend's own
+products (model.matmul_precision='default', as XLA's matmuls beside it; WGMMA has no IEEE float32 product:
+that float32 is the loop form's). WGMMA takes a TF32 operand only with its contraction axis fastest (no
+transposed layout), so in float32 the kernels read the shard's layer transposed, w^T [V, K] (a copy XLA
+makes for each pass: 0.8 GB read and written at |V| 300k and K 320), and its tiles [block_v, K].
 On a CPU both kernels run in Mosaic GPU's interpret mode (threads and shared memory simulated), where the
 tests check them against NumPy; JAX 0.10's interpreter has no layout casts, so there the register layouts
-are left out (they place values in registers and change no number). Lowering for CUDA is checked on the
-CPU too (tests/test_softmax_kernel.py); compiling and running need a GPU with WGMMA (compute capability 9).
+are left out (they place values in registers and change no number), and a float32 tile's product is a dot of
+the same shared-memory tiles (its WGMMA reads no transposed view; IEEE products, where a GPU's are TF32).
+Lowering for CUDA is checked on the CPU too (tests/test_softmax_kernel.py: the TF32 WGMMA included); compiling and running need a GPU with WGMMA (compute capability 9).
 """
 
 import jax
@@ -35,18 +40,31 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from nplm_jax.errors import UserError
 
 MOSAIC_BLOCK_B = 64  # rows a program: one warpgroup's WGMMA tile
-MOSAIC_DTYPES = ('bfloat16', 'float16')
+MOSAIC_DTYPES = ('bfloat16', 'float16', 'float32')  # float32: TF32 products only
 MOSAIC_STAGES = 2  # w tiles in flight (emit_pipeline's buffers)
 SWIZZLE_BYTES = 128  # shared-memory swizzle of the operand tiles: 64 two-byte elements a row
 _WGMMA = plgpu.Layout.WGMMA
 
 
-def check_dtype(f, w) -> None:
-  """One line of UserError unless f and w share a dtype the tensor cores take."""
-  if f.dtype != w.dtype or jnp.dtype(f.dtype).name not in MOSAIC_DTYPES:
-    raise UserError(f"the fused softmax kernel's Mosaic GPU form multiplies bfloat16 or float16 operands, not "
-                    f"{jnp.dtype(f.dtype).name} x {jnp.dtype(w.dtype).name}; use --config.model.compute_dtype="
-                    "bfloat16, or --config.train.softmax_kernel=pallas_loop (float32 through Triton) or xla")
+def check_dtype(f, w, tf32_allowed: bool) -> None:
+  """One line of UserError unless f and w share a dtype the tensor cores take: float32 only where TF32
+  products are allowed (tf32_allowed: the step asks for the backend's own, model.matmul_precision='default')."""
+  name = jnp.dtype(f.dtype).name
+  if f.dtype != w.dtype or name not in MOSAIC_DTYPES:
+    raise UserError(f"the fused softmax kernel's Mosaic GPU form multiplies bfloat16, float16 or float32 (TF32) "
+                    f"operands, not {name} x {jnp.dtype(w.dtype).name}; use --config.model.compute_dtype="
+                    "bfloat16, or --config.train.softmax_kernel=pallas_loop or xla")
+  if name == 'float32' and not tf32_allowed:
+    raise UserError("the fused softmax kernel's Mosaic GPU form multiplies float32 operands in TF32 (the tensor "
+                    "cores have no IEEE float32 product), and this step asks for IEEE float32; add "
+                    "--config.model.matmul_precision=default (TF32 in XLA's matmuls too), or use "
+                    "--config.train.softmax_kernel=pallas_loop or xla")
+
+
+def k_major(dtype) -> bool:
+  """Whether the kernels take the layer transposed, w^T [V, K]: WGMMA's TF32 operands (float32) have their
+  contraction axis fastest; two-byte ones are read as the layer lies, [K, V]."""
+  return jnp.dtype(dtype).itemsize == 4
 
 
 def check_capability(capability: tuple[int, int] | None) -> None:
@@ -77,12 +95,13 @@ def shared_bytes_needed(features: int, block_v: int, itemsize: int, stages: int 
 
 def mosaic_block_v(features: int, itemsize: int, shared_bytes: int, stages: int = MOSAIC_STAGES,
                    warpgroups: int = 0) -> int:
-  """The wider vocabulary tile of 128 and 64 whose program fits in shared memory by shared_bytes_needed's
-  count (256 holds a [64, 256] float32 tile in a warpgroup's registers: a tuning to time, not a default);
-  UserError where neither does. No margin beyond the count's own 4 KiB: on the H100 (2026-11-26) tiles of
+  """The widest vocabulary tile of 128, 64 and 32 whose program fits in shared memory by shared_bytes_needed's
+  count (256 holds a [64, 256] float32 tile in a warpgroup's registers: a tuning to time, not a default;
+  32 is for float32 operands, whose tiles are twice the bytes: 32 at K = 320 in 2 stages, 172 KiB);
+  UserError where none does. No margin beyond the count's own 4 KiB: on the H100 (2026-11-26) tiles of
   128 at K = 320 in bfloat16, 2 stages (225 of its 227 KiB by this count), compiled and ran the output
   layer 1.6x as fast as tiles of 64, which a 10% margin had chosen."""
-  for block_v in (128, 64):
+  for block_v in (128, 64, 32):
     if shared_bytes_needed(features, block_v, itemsize, stages, warpgroups) <= shared_bytes:
       return block_v
   raise UserError(f"the fused softmax kernel's Mosaic GPU form cannot tile a feature width of {features} in this "
@@ -103,15 +122,19 @@ def _registers(interpret: bool):
 
 def _tile_logits(f_smem, w_smem, b_smem, column0, columns: int, interpret: bool):
   """A tile's logits [rows, block_v] in float32 (f w on the tensor cores, plus the bias), columns past the
-  shard's at -inf, and the tile's column ids."""
+  shard's at -inf, and the tile's column ids. w_smem: a [K, block_v] tile, or [block_v, K] (k_major)."""
   cast, column_iota = _registers(interpret)
+  transposed = k_major(w_smem.dtype)
+  rows, block_v = f_smem.shape[0], w_smem.shape[0 if transposed else 1]
 
   def product(acc_ref):
-    plgpu.wgmma(acc_ref, f_smem, w_smem)
+    plgpu.wgmma(acc_ref, f_smem, plgpu.transpose_ref(w_smem, (1, 0)) if transposed else w_smem)
     return acc_ref[...]
 
-  rows, block_v = f_smem.shape[0], w_smem.shape[1]
-  z = pl.run_scoped(product, plgpu.ACC((rows, block_v), jnp.float32))
+  if transposed and interpret:  # the interpreter's WGMMA reads no transposed view: the same product here
+    z = jnp.dot(f_smem[...], w_smem[...].T, preferred_element_type=jnp.float32)
+  else:
+    z = pl.run_scoped(product, plgpu.ACC((rows, block_v), jnp.float32))
   z = z + lax.broadcast_in_dim(cast(b_smem[...], _WGMMA.reduce(0)), z.shape, [1])
   ids = column0 + column_iota(z.shape)
   return jnp.where(ids < columns, z, -jnp.inf), ids
@@ -182,14 +205,26 @@ def _kernel(body, out_type, grid, scratch, warpgroups: int, interpret: bool):
 
 
 def _w_specs(features: int, block_v: int, dtype):
-  return [plgpu.BlockSpec((features, block_v), lambda j: (0, j), transforms=_transforms(dtype)),
-          plgpu.BlockSpec((block_v,), lambda j: (j,))]
+  tile = (plgpu.BlockSpec((block_v, features), lambda j: (j, 0), transforms=_transforms(dtype)) if k_major(dtype)
+          else plgpu.BlockSpec((features, block_v), lambda j: (0, j), transforms=_transforms(dtype)))
+  return [tile, plgpu.BlockSpec((block_v,), lambda j: (j,))]
+
+
+def _operand(w):
+  """The layer as the kernels read it: [K, V], or transposed where k_major."""
+  return w.T if k_major(w.dtype) else w
+
+
+def _split_views(w_gmem, b_gmem, columns_of_split, dtype):
+  """The split's w (either layout) and bias, as _pipelined streams them."""
+  return (w_gmem.at[columns_of_split, :] if k_major(dtype) else w_gmem.at[:, columns_of_split]), b_gmem.at[columns_of_split]
 
 
 def stats(f, w, b, t, *, block_v: int, splits: int, columns: int, stages: int = MOSAIC_STAGES,
           warpgroups: int = 0, interpret: bool = False):
   """(max, sum of exp(z - max), the target's z or 0) of each split's vocabulary tiles, float32 [splits, B]
-  each, for padded f [B, K], w [K, V], b [V] (float32), t [B] (int32 column ids, any outside the shard's).
+  each, for padded f [B, K], w [K, V] (transposed for the kernel where k_major), b [V] (float32), t [B] (int32
+  column ids, any outside the shard's).
   warpgroups: _pipelined's (B a multiple of program_rows)."""
   batch, features = f.shape
   per_split, slots = w.shape[1] // block_v // splits, max(warpgroups, 1)
@@ -227,14 +262,14 @@ def stats(f, w, b, t, *, block_v: int, splits: int, columns: int, stages: int = 
     columns_of_split = _split_columns(split, per_split, block_v)
     _pipelined(tile, specs=_w_specs(features, block_v, w.dtype), steps=per_split, stages=stages,
                warpgroups=warpgroups, begin=begin, end=end,
-               views=(w_gmem.at[:, columns_of_split], b_gmem.at[columns_of_split]))
+               views=_split_views(w_gmem, b_gmem, columns_of_split, w.dtype))
 
   rows_smem = lambda dtype: plgpu.SMEM((slots, MOSAIC_BLOCK_B), dtype)
   scratch = [plgpu.SMEM((slots, MOSAIC_BLOCK_B, features), f.dtype, transforms=_transforms(f.dtype)),
              rows_smem(jnp.int32), [rows_smem(jnp.float32)] * 3, [plgpu.Barrier(num_barriers=slots)] * 2]
   return _kernel(body, [jax.ShapeDtypeStruct((splits, batch), jnp.float32)] * 3,
                  (batch // program_rows(warpgroups), splits), scratch, warpgroups,
-                 interpret)(f, w, b, _owned(t, columns))
+                 interpret)(f, _operand(w), b, _owned(t, columns))
 
 
 def dz_tiles(f, w, b, log_z, t, g, *, block_v: int, splits: int, columns: int, stages: int = MOSAIC_STAGES,
@@ -281,7 +316,7 @@ def dz_tiles(f, w, b, log_z, t, g, *, block_v: int, splits: int, columns: int, s
     columns_of_split = _split_columns(split, per_split, block_v)
     _pipelined(tile, specs=_w_specs(features, block_v, w.dtype), steps=per_split, stages=stages,
                warpgroups=warpgroups, begin=begin, end=lambda wg, carry: plgpu.wait_smem_to_gmem(0),
-               views=(w_gmem.at[:, columns_of_split], b_gmem.at[columns_of_split]))
+               views=_split_views(w_gmem, b_gmem, columns_of_split, w.dtype))
 
   rows_smem = lambda dtype: plgpu.SMEM((slots, MOSAIC_BLOCK_B), dtype)
   scratch = [plgpu.SMEM((slots, MOSAIC_BLOCK_B, features), f.dtype, transforms=_transforms(f.dtype)),
@@ -291,7 +326,7 @@ def dz_tiles(f, w, b, log_z, t, g, *, block_v: int, splits: int, columns: int, s
   out_type = [jax.ShapeDtypeStruct((batch, w.shape[1]), f.dtype),
               jax.ShapeDtypeStruct((batch // MOSAIC_BLOCK_B, w.shape[1]), jnp.float32)]
   return _kernel(body, out_type, (batch // program_rows(warpgroups), splits), scratch, warpgroups,
-                 interpret)(f, w, b, log_z, _owned(t, columns), g)
+                 interpret)(f, _operand(w), b, log_z, _owned(t, columns), g)
 
 
 def dividing_splits(num_v: int, wanted: int) -> int:
