@@ -79,7 +79,11 @@ bench_script() {  # NAME SCRIPT ARGS...: a benchmarks/ script's JSON lines tagge
   # printed, so a call cut short keeps those already timed (ONLY=a,b: those names alone)
   local name=$1 script=$2; shift 2
   wanted "$name" || return 0
-  echo "== $name: $script $*"
+  local shown="" arg
+  for arg in "$@"; do  # an argument with a shell's special characters (a settings list's ';') in single quotes
+    if [[ "$arg" =~ ^[A-Za-z0-9_./:=,+-]*$ ]]; then shown+=" $arg"; else shown+=" '$arg'"; fi
+  done
+  echo "== $name: $script$shown"
   timeout 240 python benchmarks/$script "$@" 2>&1 | tee -a "$out/log.txt" | grep --line-buffered '^{' \
     | sed -u "s/^{/{\"name\": \"$name\", /" | tee -a "$out/bench.jsonl" | cut -c1-200
 }
@@ -258,6 +262,11 @@ elif [ "$part" = kernel ]; then
       [ "$dtype" = float32 ] && bench kernel_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v \
         --batch_sizes=4096 --steps=10 --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 \
         --softmax_kernels=${FLOAT32_KERNELS:-xla,pallas_loop,pallas_loop_dz}
+      # the Mosaic GPU form's float32 tiles, the output layer alone in TF32 beside XLA's: the chosen 32 columns
+      # in 2 stages, 64 in 1, warp-specialised, dz in chunks of the vocabulary
+      [ "$dtype" = float32 ] && bench_script tiles_mosaic_v${v}_float32_tf32 softmax_kernel_tiles.py --vocab=$v \
+        --dtype=float32 --matmul_precision=default \
+        --settings='mosaic;mosaic,block_v=64,num_stages=1;mosaic,warpgroups=1;mosaic,dz_axis=vocab'
       [ "$dtype" = bfloat16 ] && bench kernel_loop_v${v}_$dtype --config=experiments/brown.py:mlp1 --vocab=$v \
         --batch_sizes=4096 --steps=10 --repeats=3 --config.model.compute_dtype=$dtype --config.train.vocab_block=0 \
         --softmax_kernels=pallas_loop,pallas_loop_dz

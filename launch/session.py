@@ -513,7 +513,8 @@ class Figures(NamedTuple):
 # layer read transposed (since 2026-11-27; a two-byte form before), then it with dz in 8 chunks of the
 # vocabulary; then IEEE products (matmul-bound: the dz form makes four matmuls of the layer's size to XLA's
 # three; the Mosaic form refuses them), XLA beside the loop form with its gradients from dz (the fused loop
-# form, 0.35x XLA at 100k, kept the three-form line past 95 s there), at most 210 s; then, at most 150 s, the research size trained for 1,500 steps on PTB as it is and with every candidate
+# form, 0.35x XLA at 100k, kept the three-form line past 95 s there), then the Mosaic form's float32 tiles
+# on the output layer alone (benchmarks/softmax_kernel_tiles.py), at most 210 s; then, at most 150 s, the research size trained for 1,500 steps on PTB as it is and with every candidate
 # (issue 28's test perplexity within 0.5%, on the GPU; +0.10% on the CPU); then each research candidate alone,
 # beside the default again (its own call may be on another
 # machine): the output layer's bfloat16 copy, its rows or all of it, carried from step to step instead of
@@ -528,7 +529,8 @@ _VOCAB_CHUNK_FIGURES = ('kernel_v300000_bfloat16', 'kernel_mosaic_vocab8_v300000
                         'kernel_mosaic_vocab16_v300000_bfloat16', 'kernel_mosaic_vocab8_gradient_bf16_v300000_bfloat16',
                         'kernel_v17905_bfloat16',
                         'kernel_mosaic_vocab4_v17905_bfloat16', 'kernel_mosaic_vocab16_v100000_bfloat16')
-_FLOAT32_FIGURES = ('kernel_v300000_float32_tf32', 'kernel_mosaic_vocab8_v300000_float32_tf32', 'kernel_v300000_float32')
+_FLOAT32_FIGURES = ('kernel_v300000_float32_tf32', 'kernel_mosaic_vocab8_v300000_float32_tf32', 'kernel_v300000_float32',
+                    'tiles_mosaic_v300000_float32_tf32')
 _RESEARCH_CANDIDATES = ('research_bf16', 'research_bf16_carried_moments_gradient_bf16', 'gradient_matmul_research',
                         'research_bf16_carried_moments_gradient_bf16_apart_padded')
 _RESEARCH_FIGURES = ('research_bf16', 'research_bf16_carried_rows',

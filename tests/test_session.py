@@ -210,7 +210,8 @@ def test_the_time_after_the_rows_goes_to_benchmarks(tmp_path, monkeypatch, epoch
     candidates = ('research_bf16,research_bf16_carried_moments_gradient_bf16,gradient_matmul_research,'
                   'research_bf16_carried_moments_gradient_bf16_apart_padded')
     assert figures[1][1:] == ('bfloat16', (candidates, '', '', '', '', '', '256', ''))  # batch 256 alone
-    float32 = 'kernel_v300000_float32_tf32,kernel_mosaic_vocab8_v300000_float32_tf32,kernel_v300000_float32'
+    float32 = ('kernel_v300000_float32_tf32,kernel_mosaic_vocab8_v300000_float32_tf32,kernel_v300000_float32,'
+               'tiles_mosaic_v300000_float32_tf32')
     assert figures[2][1:] == ('float32', (float32, 'float32_gives_xlas_tf32', '', '300000', '', 'xla,pallas_loop_dz',
                                           '', 'xla,pallas_mosaic'))
     assert figures[3][1:] == ('bfloat16', ('research_train_default,research_train_candidates', '', '', '', '', '', '', ''))
