@@ -378,7 +378,8 @@ def _rounded_problem(batch, k, columns, seed, bias=None):
 
 
 @pytest.mark.parametrize('batch,k,columns,block_v,splits,warpgroups,dtype,dz_axis', [
-    (70, 9, 300, 64, 2, 0, 'bfloat16', 'batch'),  # a short row tile (70 = 64 + 6), 5 column tiles in 1 split (5 is prime), the last short
+    # a short row tile (70 = 64 + 6), 5 column tiles in 1 split (5 is prime), the last short
+    (70, 9, 300, 64, 2, 0, 'bfloat16', 'batch'),
     (130, 70, 200, 64, 4, 0, 'bfloat16', 'batch'),  # K = 70 padded to 128, 4 tiles in 4 splits, 3 row tiles
     (5, 3, 7, None, None, 0, 'bfloat16', 'batch'),  # one short tile each way, the tile and splits chosen
     (70, 9, 300, 64, 2, 1, 'bfloat16', 'batch'),  # warp-specialised: one compute warpgroup beside the one that copies

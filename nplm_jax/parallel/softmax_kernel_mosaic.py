@@ -28,7 +28,8 @@ On a CPU both kernels run in Mosaic GPU's interpret mode (threads and shared mem
 tests check them against NumPy; JAX 0.10's interpreter has no layout casts, so there the register layouts
 are left out (they place values in registers and change no number), and a float32 tile's product is a dot of
 the same shared-memory tiles (its WGMMA reads no transposed view; IEEE products, where a GPU's are TF32).
-Lowering for CUDA is checked on the CPU too (tests/test_softmax_kernel.py: the TF32 WGMMA included); compiling and running need a GPU with WGMMA (compute capability 9).
+Lowering for CUDA is checked on the CPU too (tests/test_softmax_kernel.py: the TF32 WGMMA included); compiling
+and running need a GPU with WGMMA (compute capability 9).
 """
 
 import jax
@@ -42,7 +43,7 @@ from nplm_jax.errors import UserError
 MOSAIC_BLOCK_B = 64  # rows a program: one warpgroup's WGMMA tile
 MOSAIC_DTYPES = ('bfloat16', 'float16', 'float32')  # float32: TF32 products only
 MOSAIC_STAGES = 2  # w tiles in flight (emit_pipeline's buffers)
-SWIZZLE_BYTES = 128  # shared-memory swizzle of the operand tiles: 64 two-byte elements a row
+SWIZZLE_BYTES = 128  # shared-memory swizzle of the operand tiles: 64 two-byte or 32 four-byte elements a row
 _WGMMA = plgpu.Layout.WGMMA
 
 
@@ -217,7 +218,8 @@ def _operand(w):
 
 def _split_views(w_gmem, b_gmem, columns_of_split, dtype):
   """The split's w (either layout) and bias, as _pipelined streams them."""
-  return (w_gmem.at[columns_of_split, :] if k_major(dtype) else w_gmem.at[:, columns_of_split]), b_gmem.at[columns_of_split]
+  w_split = w_gmem.at[columns_of_split, :] if k_major(dtype) else w_gmem.at[:, columns_of_split]
+  return w_split, b_gmem.at[columns_of_split]
 
 
 def stats(f, w, b, t, *, block_v: int, splits: int, columns: int, stages: int = MOSAIC_STAGES,
