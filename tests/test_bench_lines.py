@@ -64,6 +64,9 @@ def test_each_figure_gets_the_command_that_made_it_and_its_call(tmp_path):
       'python benchmarks/gradient_matmul.py')
   assert bench_lines.figure_command('tiles_v17905_bfloat16', 'softmax_kernel_tiles.py --vocab=17905 --dtype=bfloat16') == (
       'python benchmarks/softmax_kernel_tiles.py --vocab=17905 --dtype=bfloat16')
+  # an argument with a shell's special characters comes in single quotes (bench_script), a command as it ran
+  shown = "softmax_kernel_tiles.py --vocab=300000 --dtype=float32 '--settings=mosaic;mosaic,block_v=64'"
+  assert bench_lines.figure_command('tiles_mosaic_v300000_float32_tf32', shown) == f'python benchmarks/{shown}'
 
 
 def test_the_command_writes_one_file_a_session_and_refuses_bad_input_in_one_line(tmp_path, monkeypatch):
