@@ -132,7 +132,8 @@ def _ladder_row(corpus: str, point: str, relative_rate: float, epochs: float = 6
 # one-hot step's rate: it fits a first call's rows now the word forms are not timed); then char_tune0's
 # seeds 1 and 2 (the issue's three seeds of the best row; a second call fits one); the ladder's last row
 # without dropout (tied) to its planned 10 epochs (rows 2 and 3 ran theirs: 1.563, 1.555); the parameters'
-# moving average and a stronger weight decay; 16 epochs at four times the batch. Done: the 81-character
+# moving average and a stronger weight decay; 16 epochs at four times the batch; whole context characters
+# dropped (model.word_dropout 0.1: char_tune0 trains 0.17 bits below validation). Done: the 81-character
 # window (1.557: worse than 41), Brown tune11's seeds and PTB's 15-word window.
 # Relative rates: each row's loop tokens/s over PTB's top row's on the H200 (results/*_h200*.json: ladder4
 # 1.0, characters 1.41); a character row's estimate is CHAR_PROBE's step rate times its rate over CHAR_PROBE's
@@ -165,6 +166,9 @@ ROWS = (
     # its step at batch 2048 ran 463,161 characters/s on the H200 (timed there, 2026-11-27): 1.39x CHAR_PROBE's
     _char_tune_row('char_tune5_dropout0.1_cosine16_batch2048_lr2e-3', 16.0, 1.41 * 1.39,
                    'the best character point at 16 epochs, four times the batch, twice the rate', eval_every=500),
+    _char_tune_row('char_tune8_dropout0.1_cosine8_token0.1', 8.0, 1.41,
+                   'the best character point with whole context characters dropped (0.1): it trains 0.17 bits '
+                   'below validation'),
 )
 
 # A row's estimated seconds: its tokens at its share of the probe's step rate times SLOWDOWN (the loop's
