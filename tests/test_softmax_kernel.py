@@ -415,6 +415,30 @@ def test_the_mosaic_form_equals_numpy(batch, k, columns, block_v, splits, warpgr
   assert all(x.dtype == jnp.float32 for x in (*stats, *grads))
 
 
+def test_the_mosaic_forms_float32_layer_is_transposed_once_outside_the_loop_over_the_batch():
+  """In float32 the Mosaic GPU form's kernels read the layer transposed (TF32 WGMMA operands are K-major): with
+  dz in chunks of the batch the transpose is made once, before the loop over the chunks (in it, XLA on the
+  CPU kept it there: a copy of the layer a chunk); with dz in chunks of the vocabulary each chunk transposes
+  its own columns (no copy of the whole layer)."""
+  batch, k, columns = 256, 64, 512
+  f, w = jnp.ones((batch, k), jnp.float32), jnp.ones((k, columns), jnp.float32)
+  b, rows, t = jnp.zeros(columns, jnp.float32), jnp.zeros(batch, jnp.float32), jnp.zeros(batch, jnp.int32)
+
+  def transposes(jaxpr, shape):  # the layer's transposes in jaxpr (not its sub-jaxprs) read by other than a matmul
+    eqns = getattr(jaxpr, 'jaxpr', jaxpr).eqns  # (a matmul's w.T is its dimension numbers, no copy)
+    made = [eqn.outvars[0] for eqn in eqns if eqn.primitive.name == 'transpose' and eqn.outvars[0].aval.shape == shape]
+    return sum(any(var in eqn.invars for eqn in eqns if eqn.primitive.name != 'dot_general') for var in made)
+
+  for axis, outside, inside in (('batch', 1, 0), ('vocab', 0, 1)):
+    tuning = softmax_kernel.LoopTuning(dz_chunks=4, dz_axis=axis, splits=1)
+    grads = lambda *args, tuning=tuning: softmax_kernel.shard_grads(*args, form='mosaic', tuning=tuning)
+    jaxpr = jax.make_jaxpr(grads)(f, w, b, rows, t, rows)
+    scan = next(eqn for eqn in jaxprs.equations(jaxpr) if eqn.primitive.name == 'scan')
+    width = columns if axis == 'batch' else columns // 4
+    assert transposes(jaxpr, (columns, k)) == outside, axis
+    assert transposes(scan.params['jaxpr'], (width, k)) == inside, axis
+
+
 def test_the_mosaic_forms_padded_rows_stay_finite_under_a_large_bias():
   """20 rows in a program of 64 (44 padded rows) under a bias of 100 on every column: the padded rows'
   log Z is +inf, so their probabilities are 0 and every gradient finite."""

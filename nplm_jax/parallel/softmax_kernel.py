@@ -518,7 +518,7 @@ def shard_stats(f, w, b, local_targets, *, block_b: int | None = None, block_v: 
     return _combined_splits(part_max, part_sum, part_pick, batch)
   if form == 'mosaic':
     splits = _mosaic_splits(f.shape[0] // block_b, w.shape[-1] // block_v, tuning)
-    parts = mosaic.stats(f, w, b, t, block_v=block_v, splits=splits, columns=columns, stages=tuning.num_stages,
+    parts = mosaic.stats(f, mosaic.kernel_layout(w), b, t, block_v=block_v, splits=splits, columns=columns, stages=tuning.num_stages,
                          warpgroups=tuning.warpgroups, interpret=_interpret())
     return _combined_splits(*parts, batch)
   grid = (f.shape[0] // block_b, w.shape[-1] // block_v)
@@ -616,10 +616,16 @@ def _loop_dz_pass(f_shape, w, block_b: int, block_v: int, columns: int, tuning: 
 
 
 def _mosaic_dz_pass(f_shape, w, block_b: int, block_v: int, columns: int, tuning: LoopTuning):
-  """The Mosaic GPU form's dz kernel over a chunk of f_shape[0] rows, as _loop_dz_pass."""
+  """The Mosaic GPU form's dz kernel over a chunk of f_shape[0] rows, as _loop_dz_pass, but for the layer in
+  its kernel_layout (_pass_layer: transposed in float32)."""
   splits = _mosaic_splits(f_shape[0] // block_b, w.shape[-1] // block_v, tuning)  # block_b: mosaic.program_rows
   return functools.partial(mosaic.dz_tiles, block_v=block_v, splits=splits, columns=columns,
                            stages=tuning.num_stages, warpgroups=tuning.warpgroups, interpret=_interpret())
+
+
+def _pass_layer(dz_pass_for, w):
+  """The layer [K, V] as dz_pass_for's kernel takes it (the Mosaic GPU form's kernel_layout)."""
+  return mosaic.kernel_layout(w) if dz_pass_for is _mosaic_dz_pass else w
 
 
 def _dz_grads_by_rows(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: int, has_bias: bool,
@@ -631,11 +637,12 @@ def _dz_grads_by_rows(f, w, b, rows, block_b: int, block_v: int, columns: int, b
   nb = f.shape[0] // block_b
   chunks = max(c for c in range(1, min(tuning.dz_chunks, nb) + 1) if nb % c == 0)
   dz_pass = dz_pass_for((f.shape[0] // chunks, f.shape[1]), w, block_b, block_v, columns, tuning)
+  w_pass = _pass_layer(dz_pass_for, w)  # made once, outside the loop (the Mosaic form's float32: a transpose)
 
   def chunk(carry, inputs):
     dw, db = carry
     f_chunk, *rows_chunk = inputs
-    dz, db_parts = dz_pass(f_chunk, w, b, *rows_chunk)
+    dz, db_parts = dz_pass(f_chunk, w_pass, b, *rows_chunk)
     return (dw + _dot(f_chunk.T, dz), db + jnp.sum(db_parts, axis=0)), _dot(dz, w.T)
 
   by_chunk = lambda x: x.reshape(chunks, x.shape[0] // chunks, *x.shape[1:])
@@ -689,7 +696,8 @@ def _dz_grads_by_columns(f, w, b, rows, block_b: int, block_v: int, columns: int
       w_chunk = _pad_to(w_chunk.astype(f.dtype), 0, f.shape[1])
     b_chunk = jnp.where(jnp.arange(width) < taken, -jnp.inf, jax.lax.dynamic_slice_in_dim(b, start, width))
     local = targets - start
-    dz, db_parts = dz_pass(f, w_chunk, b_chunk, log_z, jnp.where(local < taken, -1, local), g)
+    targets_here = jnp.where(local < taken, -1, local)
+    dz, db_parts = dz_pass(f, _pass_layer(dz_pass_for, w_chunk), b_chunk, log_z, targets_here, g)
     piece, db_piece = _dot(f.T, dz, gradient_dtype)[:features], jnp.sum(db_parts, axis=0)
     if bias_row:
       piece = jnp.concatenate([piece, db_piece.astype(gradient_dtype)[None, :]], axis=0)

@@ -211,9 +211,15 @@ def _w_specs(features: int, block_v: int, dtype):
   return [tile, plgpu.BlockSpec((block_v,), lambda j: (j,))]
 
 
-def _operand(w):
-  """The layer as the kernels read it: [K, V], or transposed where k_major."""
+def kernel_layout(w):
+  """The layer [K, V] as the kernels take it: as it is, or transposed, [V, K], where k_major (a copy: callers
+  looping over chunks of the batch make it once, outside the loop; on the CPU XLA left it inside)."""
   return w.T if k_major(w.dtype) else w
+
+
+def _columns(w) -> int:
+  """The columns (V) of a layer in kernel_layout."""
+  return w.shape[0] if k_major(w.dtype) else w.shape[1]
 
 
 def _split_views(w_gmem, b_gmem, columns_of_split, dtype):
@@ -225,11 +231,11 @@ def _split_views(w_gmem, b_gmem, columns_of_split, dtype):
 def stats(f, w, b, t, *, block_v: int, splits: int, columns: int, stages: int = MOSAIC_STAGES,
           warpgroups: int = 0, interpret: bool = False):
   """(max, sum of exp(z - max), the target's z or 0) of each split's vocabulary tiles, float32 [splits, B]
-  each, for padded f [B, K], w [K, V] (transposed for the kernel where k_major), b [V] (float32), t [B] (int32
-  column ids, any outside the shard's).
+  each, for padded f [B, K], w [K, V] in kernel_layout (transposed where k_major), b [V] (float32), t [B]
+  (int32 column ids, any outside the shard's).
   warpgroups: _pipelined's (B a multiple of program_rows)."""
   batch, features = f.shape
-  per_split, slots = w.shape[1] // block_v // splits, max(warpgroups, 1)
+  per_split, slots = _columns(w) // block_v // splits, max(warpgroups, 1)
   row_layout = _WGMMA.reduce(1)
   cast, _ = _registers(interpret)
 
@@ -271,16 +277,16 @@ def stats(f, w, b, t, *, block_v: int, splits: int, columns: int, stages: int = 
              rows_smem(jnp.int32), [rows_smem(jnp.float32)] * 3, [plgpu.Barrier(num_barriers=slots)] * 2]
   return _kernel(body, [jax.ShapeDtypeStruct((splits, batch), jnp.float32)] * 3,
                  (batch // program_rows(warpgroups), splits), scratch, warpgroups,
-                 interpret)(f, _operand(w), b, _owned(t, columns))
+                 interpret)(f, w, b, _owned(t, columns))
 
 
 def dz_tiles(f, w, b, log_z, t, g, *, block_v: int, splits: int, columns: int, stages: int = MOSAIC_STAGES,
              warpgroups: int = 0, interpret: bool = False):
   """(dz [B, V] in f's dtype, db's share of each 64-row tile [B / MOSAIC_BLOCK_B, V] float32) for padded
-  f, w, b (float32) and per-row log Z, t (int32) and g: dz = g (exp(z - log Z) - onehot(t)), 0 in padded
-  columns and in padded rows (log Z = +inf, g = 0). warpgroups: _pipelined's."""
+  f, w in kernel_layout, b (float32) and per-row log Z, t (int32) and g: dz = g (exp(z - log Z) - onehot(t)),
+  0 in padded columns and in padded rows (log Z = +inf, g = 0). warpgroups: _pipelined's."""
   batch, features = f.shape
-  per_split, slots = w.shape[1] // block_v // splits, max(warpgroups, 1)
+  per_split, slots = _columns(w) // block_v // splits, max(warpgroups, 1)
   row_layout = _WGMMA.reduce(1)
   cast, _ = _registers(interpret)
 
@@ -325,10 +331,10 @@ def dz_tiles(f, w, b, log_z, t, g, *, block_v: int, splits: int, columns: int, s
              [rows_smem(jnp.float32), rows_smem(jnp.int32), rows_smem(jnp.float32)],
              plgpu.SMEM((slots, MOSAIC_BLOCK_B, block_v), f.dtype, transforms=_transforms(f.dtype)),
              plgpu.SMEM((slots, block_v), jnp.float32), [plgpu.Barrier(num_barriers=slots)] * 4]
-  out_type = [jax.ShapeDtypeStruct((batch, w.shape[1]), f.dtype),
-              jax.ShapeDtypeStruct((batch // MOSAIC_BLOCK_B, w.shape[1]), jnp.float32)]
+  out_type = [jax.ShapeDtypeStruct((batch, _columns(w)), f.dtype),
+              jax.ShapeDtypeStruct((batch // MOSAIC_BLOCK_B, _columns(w)), jnp.float32)]
   return _kernel(body, out_type, (batch // program_rows(warpgroups), splits), scratch, warpgroups,
-                 interpret)(f, _operand(w), b, log_z, _owned(t, columns), g)
+                 interpret)(f, w, b, log_z, _owned(t, columns), g)
 
 
 def dividing_splits(num_v: int, wanted: int) -> int:
