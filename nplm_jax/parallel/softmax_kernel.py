@@ -518,8 +518,8 @@ def shard_stats(f, w, b, local_targets, *, block_b: int | None = None, block_v: 
     return _combined_splits(part_max, part_sum, part_pick, batch)
   if form == 'mosaic':
     splits = _mosaic_splits(f.shape[0] // block_b, w.shape[-1] // block_v, tuning)
-    parts = mosaic.stats(f, mosaic.kernel_layout(w), b, t, block_v=block_v, splits=splits, columns=columns, stages=tuning.num_stages,
-                         warpgroups=tuning.warpgroups, interpret=_interpret())
+    parts = mosaic.stats(f, mosaic.kernel_layout(w), b, t, block_v=block_v, splits=splits, columns=columns,
+                         stages=tuning.num_stages, warpgroups=tuning.warpgroups, interpret=_interpret())
     return _combined_splits(*parts, batch)
   grid = (f.shape[0] // block_b, w.shape[-1] // block_v)
   row = pl.BlockSpec((block_b,), lambda i, j: (i,))
