@@ -166,6 +166,27 @@ CHAR_TUNE = [
     ('char_tune8_dropout0.1_cosine8_token0.1', {**_CHAR_DROPOUT_01, **_COSINE_8_EPOCHS, 'model.word_dropout': 0.1}),
 ]
 
+# Where the character row's parameters sit, at a quarter of its widths on the CPU (one epoch, a cosine over
+# it): char_tune0 keeps 85% of its 13.9 M parameters in the first layer, a weight per window position
+# ([44 x 128] -> 2,048), and passes the context on in a residual stream as narrow as C (m = 128). The
+# 81-character window, more first-layer weights per position, did worse (1.557 against 1.509); so a
+# wider stream, m = 512 with the first layer's inner width cut to 512 (its weights unchanged: 11.8 M) and
+# the blocks four times wider (8.4 M), is the candidate, and these points ask at a quarter of the width
+# whether the blocks' share, not the count, is what helps: char_tune0 (shape0), the candidate (shape1) and
+# the candidate at shape0's count (shape2, the blocks' inner width cut to 128); shape0 at shape1's time (shape3).
+_CHAR_QUARTER = {**_CHAR_DROPOUT_01, **COSINE_4_EPOCHS, 'train.num_epochs': 1, 'train.eval_every': 2450,
+                 'mix.enabled': False}
+CHAR_SHAPE = [
+    ('shape0_quarter_m32_h512', {**_CHAR_QUARTER, 'model.m': 32, 'model.h': 512}),
+    ('shape1_quarter_m128_first128_h512', {**_CHAR_QUARTER, 'model.m': 128, 'model.first_hidden': 128,
+                                           'model.h': 512}),
+    ('shape2_quarter_m128_first128_h128', {**_CHAR_QUARTER, 'model.m': 128, 'model.first_hidden': 128,
+                                           'model.h': 128}),
+    # shape0 over two epochs, about shape1's time on the CPU (445 s an epoch against 809)
+    ('shape3_quarter_m32_h512_epochs2', {**_CHAR_QUARTER, 'model.m': 32, 'model.h': 512, 'train.num_epochs': 2}),
+]
+
+
 def ladder_config(row: str):
   char = row in CHAR_LADDER_NAMES
   config = get_config('char' if char else '')
@@ -191,9 +212,9 @@ def get_sweep(name: str):
   if name in ('reference_options', 'tune'):
     return [dict(name=point, kind='train', config='experiments/ptb.py:ladder5_dropout', overrides=o)
             for point, o in (REFERENCE_OPTIONS if name == 'reference_options' else TUNE)]
-  if name == 'char_tune':
+  if name in ('char_tune', 'char_shape'):
     return [dict(name=point, kind='train', config='experiments/ptb.py:char_ladder5_dropout', overrides=o)
-            for point, o in CHAR_TUNE]
+            for point, o in (CHAR_TUNE if name == 'char_tune' else CHAR_SHAPE)]
   if name == 'regularised':
     # Wider, with dropout; context length, feature dropout and weight decay measured (RESULTS.md).
     return [dict(name=f'n{n}_feature_dropout{fd}_weight_decay{wd}', kind='train', config='experiments/ptb.py',
@@ -206,4 +227,4 @@ def get_sweep(name: str):
     return [dict(name=name, kind='train', config='experiments/ptb.py', overrides={**REGULARISED, **ANNEALED, **o})
             for name, o in ANNEALED_POINTS]
   raise ValueError(f"unknown PTB sweep {name!r}; use 'ngrams', 'table', 'regularised', 'annealed', 'ladder', "
-                   "'char_ladder', 'reference_options', 'tune' or 'char_tune'")
+                   "'char_ladder', 'reference_options', 'tune', 'char_tune' or 'char_shape'")

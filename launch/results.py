@@ -97,6 +97,11 @@ TABLES = {
     # The revisited family's ladders trained to early stopping (issue 27): words, and characters in bits.
     'ladder': _ladder_columns(('valid ppl', _num('valid_ppl')), ('test ppl', _num('test_ppl')),
                               ('+ n-gram test ppl', _num('mix_test_ppl'))),
+    # Character rows of different shapes at the same schedule on the CPU (issue 27): where the parameters sit.
+    # Their wall time is shown (the question is partly cost); they ran one at a time, beside light work.
+    'char_shape': [('point', _label), *(c for c in _CHECKS if c[0] in ('parameters', 'steps', 'epochs', 'wall s')),
+                   ('valid bits/char', _num('valid_bpc', 3)), ('test bits/char', _num('test_bpc', 3)),
+                   ('device', _device_of)],
     'char_ladder': _ladder_columns(('valid bits/char', _num('valid_bpc', 3)), ('test bits/char', _num('test_bpc', 3)),
                                    ('+ n-gram test bits/char', _Figure('mix_test_ppl', 3, of=math.log2))),
 }
