@@ -128,9 +128,11 @@ def _ladder_row(corpus: str, point: str, relative_rate: float, epochs: float = 6
 # left, the most useful first. The character target (1.40 alone) is 0.11 bits from the best row, char_tune0
 # (1.509: dropout 0.1, a cosine over 8 epochs), and every step toward it so far came from training more,
 # not regularising more (less dropout was better; the ladder's rows without dropout were flat from epoch 7
-# at AdamW's constant rate): first char_tune0 over twice the schedule (16 epochs, about 316 s at the
-# one-hot step's rate: it fits a first call's rows now the word forms are not timed); then char_tune0's
-# seeds 1 and 2 (the issue's three seeds of the best row; a second call fits one); the ladder's last row
+# at AdamW's constant rate). First a wider residual stream (char_tune9: m 512 where C and the stream were
+# 128, the first layer at its weights; CHAR_SHAPE's quarter-width points on the CPU favoured it, RESULTS.md
+# "Where the character row's parameters sit"); then char_tune0 over twice the schedule (16 epochs, about
+# 316 s at the one-hot step's rate); then char_tune0's seeds 1 and 2 (the issue's three seeds of the best
+# row; a second call fits one); the ladder's last row
 # without dropout (tied) to its planned 10 epochs (rows 2 and 3 ran theirs: 1.563, 1.555); the parameters'
 # moving average and a stronger weight decay; 16 epochs at four times the batch; whole context characters
 # dropped (model.word_dropout 0.1: char_tune0 trains 0.17 bits below validation). Done: the 81-character
@@ -154,6 +156,11 @@ def _char_tune_row(point: str, epochs: float, relative_rate: float, why: str, ro
 CHAR_PROBE = _char_tune_row(_CHAR_TUNE0, 8.0, 1.41, "the character rows' forms", probe_vocab=PTB_CHAR_VOCAB)
 
 ROWS = (
+    # its step taken as 1.8x char_tune0's: its multiply-adds a character are 1.45x (20.2 M weights against
+    # 13.9 M), and on the CPU the quarter-width pair's steps took 1.8x (the wider gathers and C's scatter too)
+    _char_tune_row('char_tune9_dropout0.1_cosine8_m512_first512', 8.0, 1.41 / 1.8,
+                   'the best character point with a residual stream four times wider (m 512), the first layer '
+                   'at its weights: at a quarter of the width, 0.21 bits lower after one epoch on the CPU'),
     _char_tune_row('char_tune4_dropout0.1_cosine16', 16.0, 1.41,
                    'the best character point over twice the schedule (16 epochs): it underfits'),
     *(_char_tune_row(_CHAR_TUNE0, 8.0, 1.41, f'the best character point (1.509 at seed 0), seed {seed}: over three '
