@@ -132,11 +132,11 @@ def _ladder_row(corpus: str, point: str, relative_rate: float, epochs: float = 6
 # 128, the first layer at its weights; CHAR_SHAPE's quarter-width points on the CPU favoured it, RESULTS.md
 # "Where the character row's parameters sit"); then char_tune0 over twice the schedule (16 epochs, about
 # 316 s at the one-hot step's rate); then char_tune0's seeds 1 and 2 (the issue's three seeds of the best
-# row; a second call fits one); the ladder's last row
-# without dropout (tied) to its planned 10 epochs (rows 2 and 3 ran theirs: 1.563, 1.555); the parameters'
-# moving average and a stronger weight decay; 16 epochs at four times the batch; whole context characters
-# dropped (model.word_dropout 0.1: char_tune0 trains 0.17 bits below validation). Done: the 81-character
-# window (1.557: worse than 41), Brown tune11's seeds and PTB's 15-word window.
+# row; a second call fits one); the ladder's last row without dropout (tied) to its planned 10 epochs (rows
+# 2 and 3 ran theirs: 1.563, 1.555); the parameters' moving average and a stronger weight decay; 16 epochs
+# at four times the batch; whole context characters dropped (model.word_dropout 0.1: char_tune0 trains
+# 0.17 bits below validation). Done: the 81-character window (1.557: worse than 41), Brown tune11's seeds
+# and PTB's 15-word window.
 # Relative rates: each row's loop tokens/s over PTB's top row's on the H200 (results/*_h200*.json: ladder4
 # 1.0, characters 1.41); a character row's estimate is CHAR_PROBE's step rate times its rate over CHAR_PROBE's
 # (1.41 / 1.41: on the H200 ladder rows 2 and 3 trained 377,960 and 337,781 characters/s in the loop, the
