@@ -178,7 +178,8 @@ CHAR_TUNE = [
 # wider stream, m = 512 with the first layer's inner width cut to 512 (its weights unchanged: 11.8 M) and
 # the blocks four times wider (8.4 M), is the candidate, and these points ask at a quarter of the width
 # whether the blocks' share, not the count, is what helps: char_tune0 (shape0), the candidate (shape1) and
-# the candidate at shape0's count (shape2, the blocks' inner width cut to 128); shape0 at shape1's time (shape3).
+# the candidate at shape0's count (shape2, the blocks' inner width cut to 128); shape0 at shape1's time (shape3);
+# shape1 over shape3's two epochs (shape4).
 # The GPU row: char_tune9.
 _CHAR_QUARTER = {**_CHAR_DROPOUT_01, **COSINE_4_EPOCHS, 'train.num_epochs': 1, 'train.eval_every': 2450,
                  'mix.enabled': False}
@@ -190,6 +191,9 @@ CHAR_SHAPE = [
                                            'model.h': 128}),
     # shape0 over two epochs, about shape1's time on the CPU (445 s an epoch against 809)
     ('shape3_quarter_m32_h512_epochs2', {**_CHAR_QUARTER, 'model.m': 32, 'model.h': 512, 'train.num_epochs': 2}),
+    # shape1 over two epochs beside shape3: whether the lead at equal steps holds as training goes on
+    ('shape4_quarter_m128_first128_h512_epochs2', {**_CHAR_QUARTER, 'model.m': 128, 'model.first_hidden': 128,
+                                                  'model.h': 512, 'train.num_epochs': 2}),
 ]
 
 
