@@ -179,7 +179,7 @@ CHAR_TUNE = [
 # the blocks four times wider (8.4 M), is the candidate, and these points ask at a quarter of the width
 # whether the blocks' share, not the count, is what helps: char_tune0 (shape0), the candidate (shape1) and
 # the candidate at shape0's count (shape2, the blocks' inner width cut to 128); shape0 at shape1's time (shape3);
-# shape1 over shape3's two epochs (shape4).
+# shape1 over shape3's two epochs (shape4); a stream wider again (shape5).
 # The GPU row: char_tune9.
 _CHAR_QUARTER = {**_CHAR_DROPOUT_01, **COSINE_4_EPOCHS, 'train.num_epochs': 1, 'train.eval_every': 2450,
                  'mix.enabled': False}
@@ -194,6 +194,9 @@ CHAR_SHAPE = [
     # shape1 over two epochs beside shape3: whether the lead at equal steps holds as training goes on
     ('shape4_quarter_m128_first128_h512_epochs2', {**_CHAR_QUARTER, 'model.m': 128, 'model.first_hidden': 128,
                                                   'model.h': 512, 'train.num_epochs': 2}),
+    # further along the same line: the stream at 256, the first layer's inner width cut to 64 (its weights
+    # unchanged again), the blocks' inner width 512 (twice shape1's 0.5 M)
+    ('shape5_quarter_m256_first64_h512', {**_CHAR_QUARTER, 'model.m': 256, 'model.first_hidden': 64, 'model.h': 512}),
 ]
 
 
