@@ -183,20 +183,20 @@ CHAR_TUNE = [
 # The GPU row: char_tune9.
 _CHAR_QUARTER = {**_CHAR_DROPOUT_01, **COSINE_4_EPOCHS, 'train.num_epochs': 1, 'train.eval_every': 2450,
                  'mix.enabled': False}
+_QUARTER_TUNE0 = {**_CHAR_QUARTER, 'model.m': 32, 'model.h': 512}
+_QUARTER_WIDE = {**_CHAR_QUARTER, 'model.m': 128, 'model.first_hidden': 128, 'model.h': 512}
+_TWO_EPOCHS = {'train.num_epochs': 2}
 CHAR_SHAPE = [
-    ('shape0_quarter_m32_h512', {**_CHAR_QUARTER, 'model.m': 32, 'model.h': 512}),
-    ('shape1_quarter_m128_first128_h512', {**_CHAR_QUARTER, 'model.m': 128, 'model.first_hidden': 128,
-                                           'model.h': 512}),
-    ('shape2_quarter_m128_first128_h128', {**_CHAR_QUARTER, 'model.m': 128, 'model.first_hidden': 128,
-                                           'model.h': 128}),
+    ('shape0_quarter_m32_h512', _QUARTER_TUNE0),
+    ('shape1_quarter_m128_first128_h512', _QUARTER_WIDE),
+    ('shape2_quarter_m128_first128_h128', {**_QUARTER_WIDE, 'model.h': 128}),
     # shape0 over two epochs, about shape1's time on the CPU (445 s an epoch against 809)
-    ('shape3_quarter_m32_h512_epochs2', {**_CHAR_QUARTER, 'model.m': 32, 'model.h': 512, 'train.num_epochs': 2}),
+    ('shape3_quarter_m32_h512_epochs2', {**_QUARTER_TUNE0, **_TWO_EPOCHS}),
     # shape1 over two epochs beside shape3: whether the lead at equal steps holds as training goes on
-    ('shape4_quarter_m128_first128_h512_epochs2', {**_CHAR_QUARTER, 'model.m': 128, 'model.first_hidden': 128,
-                                                  'model.h': 512, 'train.num_epochs': 2}),
+    ('shape4_quarter_m128_first128_h512_epochs2', {**_QUARTER_WIDE, **_TWO_EPOCHS}),
     # further along the same line: the stream at 256, the first layer's inner width cut to 64 (its weights
     # unchanged again), the blocks' inner width 512 (twice shape1's 0.5 M)
-    ('shape5_quarter_m256_first64_h512', {**_CHAR_QUARTER, 'model.m': 256, 'model.first_hidden': 64, 'model.h': 512}),
+    ('shape5_quarter_m256_first64_h512', {**_QUARTER_WIDE, 'model.m': 256, 'model.first_hidden': 64}),
 ]
 
 
