@@ -81,6 +81,29 @@ class _OrbaxErrorLogs(logging_lib.Filter):
 logging_lib.getLogger('absl').addFilter(_OrbaxErrorLogs())
 
 
+def _raised_in_orbax(error: BaseException | None) -> bool:
+  traceback = error.__traceback__ if error is not None else None
+  while traceback is not None:
+    if f'{os.sep}orbax{os.sep}' in traceback.tb_frame.f_code.co_filename:
+      return True
+    traceback = traceback.tb_next
+  return False
+
+
+class _UnretrievedOrbaxWrites(logging_lib.Filter):
+  """Drops asyncio's 'Task exception was never retrieved' logs for Orbax's own writes. A save writes
+  its arrays' fragments as concurrent tasks; on a full disk several fail, Orbax raises the first, and
+  the others are logged with a traceback when they are collected (seen in CI: six lines around the one
+  SaveFailed line that already names the step, the folder and the cause). Other tasks still log."""
+
+  def filter(self, record) -> bool:
+    unretrieved = 'exception was never retrieved' in str(record.msg)
+    return not (unretrieved and record.exc_info and _raised_in_orbax(record.exc_info[1]))
+
+
+logging_lib.getLogger('asyncio').addFilter(_UnretrievedOrbaxWrites())
+
+
 # Fault injection for tests/test_reliability.py: NPLM_CRASH_AT=POINT:STEP kills the process with
 # SIGKILL at that point of the saves of STEP (inside a save, between the two), where a timed kill
 # would rarely land.
