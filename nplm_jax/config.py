@@ -38,6 +38,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.test_file = ''
   c.data.train_tokens = 800_000  # brown: the paper's split
   c.data.valid_tokens = 200_000
+  # 0: the whole training split; N: only its first N tokens (learning curves, overfitting at a small scale).
+  # Any corpus; the vocabulary, validation and test stay the whole corpus's, so figures compare across limits
+  c.data.train_limit = 0
   c.data.max_rare_count = 3  # words seen this often or less share the rare-word symbol
   c.data.vocab_scope = 'corpus'  # count frequencies over the 'corpus' (paper) or 'train' only
   c.data.unit = 'word'  # text and ptb: 'word' or 'char' (characters; '_' for a space, <eos> per line)
@@ -371,6 +374,7 @@ _RANGES = [
     ('seed', 'int', 0, 2**32 - 1, 'the random seed, an unsigned 32-bit integer'),
     ('data.train_tokens', 'int', 1, None, 'the training split needs tokens'),
     ('data.valid_tokens', 'int', 1, None, 'the validation split needs tokens'),
+    ('data.train_limit', 'int', 0, None, 'use 0 for the whole training split'),
     ('data.max_rare_count', 'int', 0, None, 'use 0 to keep every word'),
     ('model.n', 'int', 2, None, 'n counts the predicted word and at least one context word'),
     ('model.m', 'int', 1, None, 'each word needs at least one feature'),

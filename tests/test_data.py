@@ -56,6 +56,20 @@ def test_text_corpus_adds_eos_and_maps_unseen_words(tmp_path):
   assert words('test') == ['<eos>', 'c', '<eos>']  # a blank line is one <eos> (data.blank_lines)
 
 
+def test_train_limit_keeps_the_first_tokens_and_everything_else(ptb_dir):
+  """data.train_limit: the training split's first N tokens; the vocabulary and the other splits as they were."""
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  whole = data.ptb_corpus(ptb_dir, unit='char')
+  config = ml_collections.ConfigDict({'corpus': 'ptb', 'path': ptb_dir, 'unit': 'char', 'blank_lines': 'eos',
+                                      'train_limit': 100_000})
+  limited = data.load_corpus(config)
+  np.testing.assert_array_equal(limited.splits['train'], whole.splits['train'][:100_000])
+  assert limited.vocab == whole.vocab and all(np.array_equal(limited.splits[s], whole.splits[s]) for s in ('valid', 'test'))
+  assert limited.unigram_counts().sum() == 100_000 and limited.fingerprint() != whole.fingerprint()
+  with pytest.raises(data.DataError, match=r"^data.train_limit=6,000,000 is not below the training split's 5,017,482 "):
+    data.limit_train(whole, 6_000_000)
+
+
 def test_stream_context_crosses_split_boundaries():
   corpus = data.Corpus(vocab=tuple('abcdefgh'), boundary_id=7, splits={
       'train': np.array([0, 1, 2, 3], np.int32), 'valid': np.array([4, 5], np.int32),

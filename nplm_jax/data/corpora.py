@@ -349,7 +349,25 @@ def split_files(data_config) -> dict[str, str]:
 
 
 def load_corpus(data_config) -> Corpus:
-  """The corpus a config's `data` section names."""
+  """The corpus a config's `data` section names (its training split cut to data.train_limit tokens)."""
+  return limit_train(_whole_corpus(data_config), data_config.get('train_limit', 0))
+
+
+def limit_train(corpus: Corpus, limit: int) -> Corpus:
+  """The corpus with only the first `limit` tokens of its training split (0: unchanged). The vocabulary
+  and the other splits are kept, so that figures compare across limits; a prepared corpus's stored
+  train counts and fingerprint describe the whole split, so they are computed again."""
+  if not limit:
+    return corpus
+  whole = corpus.num_tokens('train')
+  if limit >= whole:
+    raise DataError(f'data.train_limit={limit:,} is not below the training split\'s {whole:,} tokens; use 0 for the '
+                    'whole split or a smaller limit')
+  return dataclasses.replace(corpus, splits={**corpus.splits, 'train': corpus.splits['train'][:limit]},
+                             stored_train_counts=None, stored_fingerprint=None)
+
+
+def _whole_corpus(data_config) -> Corpus:
   name = data_config.corpus
   if name == 'brown':
     return brown_corpus(data_config.train_tokens, data_config.valid_tokens,
