@@ -102,6 +102,12 @@ TABLES = {
     'char_shape': [('point', _label), *(c for c in _CHECKS if c[0] in ('parameters', 'steps', 'epochs', 'wall s')),
                    ('valid bits/char', _num('valid_bpc', 3)), ('test bits/char', _num('test_bpc', 3)),
                    ('device', _device_of)],
+    # The same at a sixteenth of the characters (issue 27), where they fit their data as the GPU rows do: the
+    # best step against the steps trained says when validation stopped improving (no rates: the points
+    # shared the CPU with other work).
+    'char_overfit': [('point', _label), ('parameters', _num('num_parameters', 0)), ('best step', _num('step', 0)),
+                     ('steps trained', _num('steps_trained', 0)), ('valid bits/char', _num('valid_bpc', 3)), ('test bits/char', _num('test_bpc', 3)),
+                     ('device', _device_of)],
     'char_ladder': _ladder_columns(('valid bits/char', _num('valid_bpc', 3)), ('test bits/char', _num('test_bpc', 3)),
                                    ('+ n-gram test bits/char', _Figure('mix_test_ppl', 3, of=math.log2))),
 }
