@@ -219,6 +219,12 @@ CHAR_OVERFIT = [
     ('over5_char_tune6_ema', {**_QUARTER_TUNE0, **_CHAR_OVERFIT, **_OVER_EMA}),
     ('over6_char_tune7_ema_weight_decay0.1', {**_QUARTER_TUNE0, **_CHAR_OVERFIT, **_OVER_EMA,
                                               'optimizer.weight_decay': 0.1}),
+    # the wider stream fits its data further (its validation best at epoch 14 of 16, over0's at 16): whether
+    # it then wants more dropout, as char_tune9 at full width might
+    ('over7_char_tune9_wide_dropout0.2', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.feature_dropout': 0.2,
+                                          'model.hidden_dropout': 0.2}),
+    ('over8_char_tune9_wide_dropout0.3', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.feature_dropout': 0.3,
+                                          'model.hidden_dropout': 0.3}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}
