@@ -140,7 +140,8 @@ TUNE = [
 # less dropout and the schedule of Brown's best points (a cosine to 0, here over 8 epochs), a longer window
 # under them, the schedule alone; then, longer than a session's call fits (about 10 minutes each on an
 # H200: run them with launch.sweep --only on a longer call), twice the width and twice the schedule.
-_CHAR_DROPOUT_01 = {'model.feature_dropout': 0.1, 'model.hidden_dropout': 0.1}
+_char_dropout = lambda rate: {'model.feature_dropout': rate, 'model.hidden_dropout': rate}
+_CHAR_DROPOUT_01 = _char_dropout(0.1)
 _COSINE_8_EPOCHS = {**COSINE_4_EPOCHS, 'train.num_epochs': 8}
 CHAR_TUNE = [
     ('char_tune0_dropout0.1_cosine8', {**_CHAR_DROPOUT_01, **_COSINE_8_EPOCHS}),
@@ -212,8 +213,7 @@ _OVER_EMA = {'optimizer.ema_decay': 0.992}  # char_tune6's 0.999 over 78,000 ste
 CHAR_OVERFIT = [
     ('over0_char_tune0', {**_QUARTER_TUNE0, **_CHAR_OVERFIT}),
     ('over1_char_tune9_wide', {**_QUARTER_WIDE, **_CHAR_OVERFIT}),
-    ('over2_char_tune2_dropout0.2', {**_QUARTER_TUNE0, **_CHAR_OVERFIT, 'model.feature_dropout': 0.2,
-                                     'model.hidden_dropout': 0.2}),
+    ('over2_char_tune2_dropout0.2', {**_QUARTER_TUNE0, **_CHAR_OVERFIT, **_char_dropout(0.2)}),
     ('over3_char_tune1_window81', {**_QUARTER_TUNE0, **_CHAR_OVERFIT, 'model.n': 81}),
     ('over4_char_tune8_token0.1', {**_QUARTER_TUNE0, **_CHAR_OVERFIT, 'model.word_dropout': 0.1}),
     ('over5_char_tune6_ema', {**_QUARTER_TUNE0, **_CHAR_OVERFIT, **_OVER_EMA}),
@@ -221,10 +221,8 @@ CHAR_OVERFIT = [
                                               'optimizer.weight_decay': 0.1}),
     # the wider stream fits its data further (its validation best at epoch 14 of 16, over0's at 16): whether
     # it then wants more dropout, as char_tune9 at full width might
-    ('over7_char_tune9_wide_dropout0.2', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.feature_dropout': 0.2,
-                                          'model.hidden_dropout': 0.2}),
-    ('over8_char_tune9_wide_dropout0.3', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.feature_dropout': 0.3,
-                                          'model.hidden_dropout': 0.3}),
+    ('over7_char_tune9_wide_dropout0.2', {**_QUARTER_WIDE, **_CHAR_OVERFIT, **_char_dropout(0.2)}),
+    ('over8_char_tune9_wide_dropout0.3', {**_QUARTER_WIDE, **_CHAR_OVERFIT, **_char_dropout(0.3)}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}

@@ -80,6 +80,8 @@ def _ladder_columns(*figures) -> list:
           ('device', _device_of)]
 
 
+_BITS_PER_CHAR = (('valid bits/char', _num('valid_bpc', 3)), ('test bits/char', _num('test_bpc', 3)))
+
 TABLES = {
     'own_text': [('recipe', _label)] + [c for c in _CHECKS[1:-1] if c[0] != 'steps'] + [_MIX_KN5, ('device', _device_of)],
     # The short runs README and the issues quote to show a change kept the numbers (smoke, quick, PTB).
@@ -100,15 +102,13 @@ TABLES = {
     # Character rows of different shapes at the same schedule on the CPU (issue 27): where the parameters sit.
     # Their wall time is shown (the question is partly cost); they ran one at a time, beside light work.
     'char_shape': [('point', _label), *(c for c in _CHECKS if c[0] in ('parameters', 'steps', 'epochs', 'wall s')),
-                   ('valid bits/char', _num('valid_bpc', 3)), ('test bits/char', _num('test_bpc', 3)),
-                   ('device', _device_of)],
+                   *_BITS_PER_CHAR, ('device', _device_of)],
     # The same at a sixteenth of the characters (issue 27), where they fit their data as the GPU rows do: the
     # best step against the steps trained says when validation stopped improving (no rates: the points
     # shared the CPU with other work).
     'char_overfit': [('point', _label), ('parameters', _num('num_parameters', 0)), ('best step', _num('step', 0)),
-                     ('steps trained', _num('steps_trained', 0)), ('valid bits/char', _num('valid_bpc', 3)), ('test bits/char', _num('test_bpc', 3)),
-                     ('device', _device_of)],
-    'char_ladder': _ladder_columns(('valid bits/char', _num('valid_bpc', 3)), ('test bits/char', _num('test_bpc', 3)),
+                     ('steps trained', _num('steps_trained', 0)), *_BITS_PER_CHAR, ('device', _device_of)],
+    'char_ladder': _ladder_columns(*_BITS_PER_CHAR,
                                    ('+ n-gram test bits/char', _Figure('mix_test_ppl', 3, of=math.log2))),
 }
 

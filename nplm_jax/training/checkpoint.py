@@ -70,12 +70,15 @@ def _write_failure(error: Exception) -> str:
   return (lines[0][:200] if lines else type(error).__name__)
 
 
+_in_orbax = lambda path: f'{os.sep}orbax{os.sep}' in path  # a source file of Orbax's
+
+
 class _OrbaxErrorLogs(logging_lib.Filter):
   """Drops Orbax's own error logs (each with a traceback) of a failed save: every such failure is
   raised again by the next check, save or wait, which Checkpoints reports as one SaveFailed line."""
 
   def filter(self, record) -> bool:
-    return not (f'{os.sep}orbax{os.sep}' in record.pathname and record.levelno >= logging_lib.ERROR)
+    return not (_in_orbax(record.pathname) and record.levelno >= logging_lib.ERROR)
 
 
 logging_lib.getLogger('absl').addFilter(_OrbaxErrorLogs())
@@ -84,7 +87,7 @@ logging_lib.getLogger('absl').addFilter(_OrbaxErrorLogs())
 def _raised_in_orbax(error: BaseException | None) -> bool:
   traceback = error.__traceback__ if error is not None else None
   while traceback is not None:
-    if f'{os.sep}orbax{os.sep}' in traceback.tb_frame.f_code.co_filename:
+    if _in_orbax(traceback.tb_frame.f_code.co_filename):
       return True
     traceback = traceback.tb_next
   return False
