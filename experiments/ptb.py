@@ -223,6 +223,13 @@ CHAR_OVERFIT = [
     # it then wants more dropout, as char_tune9 at full width might
     ('over7_char_tune9_wide_dropout0.2', {**_QUARTER_WIDE, **_CHAR_OVERFIT, **_char_dropout(0.2)}),
     ('over8_char_tune9_wide_dropout0.3', {**_QUARTER_WIDE, **_CHAR_OVERFIT, **_char_dropout(0.3)}),
+    # what else, on top of the wider stream, where the networks fit their data: the stream wider again
+    # (char_shape's shape5, whose 0.05 bits over one epoch would make m 1,024 a GPU row), twice the blocks,
+    # twice the rate, the blocks' inner width doubled
+    ('over9_wider_m256_first64', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.m': 256, 'model.first_hidden': 64}),
+    ('over10_wide_depth8', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 8}),
+    ('over11_wide_lr2e-3', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'optimizer.learning_rate': 2e-3}),
+    ('over12_wide_h1024', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.h': 1024}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}
