@@ -183,9 +183,14 @@ def record(workdir: str, name: str, table: str, label: str, command: str, commit
           'device': device or _device(results), 'seed': config.get('seed'), 'figures': figures, 'config': config}
 
 
+def _natural_order(name: str) -> list:
+  """A sort key that orders the numbers in a name by value: over9 before over10."""
+  return [int(part) if part.isdigit() else part for part in re.split(r'(\d+)', name)]
+
+
 def load_records() -> list[dict]:
   records = []
-  for name in sorted(os.listdir(RESULTS_DIR)) if os.path.isdir(RESULTS_DIR) else []:
+  for name in sorted(os.listdir(RESULTS_DIR), key=_natural_order) if os.path.isdir(RESULTS_DIR) else []:
     if name.endswith('.json'):
       with open(os.path.join(RESULTS_DIR, name), encoding='utf-8') as f:
         records.append(json.load(f))

@@ -98,6 +98,16 @@ def test_a_sweep_root_is_collected_point_by_point(tmp_path, monkeypatch):
   assert kept['label'] == 'PTB ladder5_dropout' and kept['seed'] == 1 and kept['command'].endswith('# point ladder5_dropout')
 
 
+def test_a_tables_rows_take_the_numbers_in_their_names_by_value(tmp_path, monkeypatch):
+  """over9 comes before over10 in a rendered table (a plain sort of the file names put over10 after over0)."""
+  monkeypatch.setattr(results, 'RESULTS_DIR', str(tmp_path))
+  for point in ('over10', 'over9', 'over0'):
+    (tmp_path / f'ptb_{point}_seed0.json').write_text(json.dumps(
+        {'name': f'ptb_{point}_seed0', 'table': 'char_overfit', 'label': f'PTB characters {point}',
+         'figures': {'valid_bpc': 2.0, 'test_bpc': 2.0}}))
+  assert [r['label'] for r in results.load_records()] == [f'PTB characters {p}' for p in ('over0', 'over9', 'over10')]
+
+
 def test_a_gpu_plan_pack_is_collected_with_each_sweeps_names_and_labels(tmp_path, monkeypatch, capsys):
   """collect_pack: a gpu_plan.sh call's results.tgz, each root named as GPU_PLAN_SWEEPS says; a seeds
   root's point takes its sweep's name and label (one summary row a row), a tune point the tune sweep's;
