@@ -170,6 +170,12 @@ CHAR_TUNE = [
     # quarter-width points on the CPU chose it)
     ('char_tune9_dropout0.1_cosine8_m512_first512', {**_CHAR_DROPOUT_01, **_COSINE_8_EPOCHS, 'model.m': 512,
                                                      'model.first_hidden': 512}),
+    # char_tune9 with twice the blocks (8: 28.6 M parameters). At a quarter of the width where the networks fit
+    # their data (CHAR_OVERFIT) the next 0.5 M parameters gave the same test figure as a depth of 8 or as the
+    # stream wider again (2.064 and 2.069 bits against the wider stream's 2.117); the blocks are dense matmuls
+    # a GPU runs near its rate, where a wider stream widens the gathers and C's scatter too
+    ('char_tune10_dropout0.1_cosine8_m512_first512_depth8', {**_CHAR_DROPOUT_01, **_COSINE_8_EPOCHS, 'model.m': 512,
+                                                             'model.first_hidden': 512, 'model.depth': 8}),
 ]
 
 # Where the character row's parameters sit, at a quarter of its widths on the CPU (one epoch, a cosine over

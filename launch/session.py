@@ -130,7 +130,8 @@ def _ladder_row(corpus: str, point: str, relative_rate: float, epochs: float = 6
 # not regularising more (less dropout was better; the ladder's rows without dropout were flat from epoch 7
 # at AdamW's constant rate). First a wider residual stream (char_tune9: m 512 where C and the stream were
 # 128, the first layer at its weights; CHAR_SHAPE's quarter-width points on the CPU favoured it, RESULTS.md
-# "Where the character row's parameters sit"); then char_tune0 over twice the schedule (16 epochs, about
+# "Where the character row's parameters sit"), and where a call has the room, the same with twice the blocks
+# (char_tune10; ptb.py char_overfit); then char_tune0 over twice the schedule (16 epochs, about
 # 316 s at the one-hot step's rate); then char_tune0's seeds 1 and 2 (the issue's three seeds of the best
 # row; a second call fits one); the ladder's last row without dropout (tied) to its planned 10 epochs (rows
 # 2 and 3 ran theirs: 1.563, 1.555); the parameters' moving average and a stronger weight decay; 16 epochs
@@ -162,6 +163,12 @@ ROWS = (
                    'the best character point with a residual stream four times wider (m 512), the first layer '
                    'at its weights: at a quarter of the width on the CPU, 0.21 bits lower after one epoch, 0.18 '
                    'where the networks fit a sixteenth of the data'),
+    # its step taken as char_tune9's times their multiply-adds' ratio (28.6 M weights against 20.2 M): about
+    # 390 s on an H200, more than the first call's rows leave beside the probes and figures, so it runs where a
+    # call has the room (skipped otherwise, said so) and the rows below take the time it leaves
+    _char_tune_row('char_tune10_dropout0.1_cosine8_m512_first512_depth8', 8.0, 1.41 / 1.8 / 1.42,
+                   'the wider stream with twice the blocks (8): at a quarter of the width where the networks fit a '
+                   'sixteenth of the data, 0.05 bits below the wider stream (as the stream wider again)'),
     _char_tune_row('char_tune4_dropout0.1_cosine16', 16.0, 1.41,
                    'the best character point over twice the schedule (16 epochs): it underfits'),
     *(_char_tune_row(_CHAR_TUNE0, 8.0, 1.41, f'the best character point (1.509 at seed 0), seed {seed}: over three '
