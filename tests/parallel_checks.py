@@ -385,9 +385,14 @@ def hidden_split_model(family: str):
 
 
 @functools.cache
+def one_device_reference(model):
+  """train_three_steps of a model on one device: the reference every mesh shape is checked against (made
+  once per model: a module is a hashable dataclass, and each compile on these meshes takes seconds)."""
+  return train_three_steps(model, (1, 1), {'vocab': 'model'})[:2]
+
+
 def one_device_training(family: str):
-  """train_three_steps of a family on one device: the reference every mesh shape is checked against."""
-  return train_three_steps(hidden_split_model(family), (1, 1), {'vocab': 'model'})[:2]
+  return one_device_reference(hidden_split_model(family))
 
 
 def assert_trains_as_one_device(training, reference_training):
@@ -416,7 +421,7 @@ def test_hidden_layers_split_on_model_match_one_device(family, shape):
 def test_the_sorted_embedding_gradient_trains_on_meshes_as_the_scatter(shape):
   """model.embedding_gradient='sorted' (a sort of the batch's words, sums along runs) on a data- and
   model-split mesh trains as the scatter does on one device: the sort sees the whole batch's words."""
-  reference = train_three_steps(small_revisited(tied=True), (1, 1), {'vocab': 'model'})[:2]
+  reference = one_device_reference(small_revisited(tied=True))
   training = train_three_steps(small_revisited(tied=True, embedding_gradient='sorted'), shape, HIDDEN_SPLIT)[:2]
   assert_trains_as_one_device(training, reference)
 
@@ -464,7 +469,7 @@ def test_the_distant_gradient_by_counts_trains_on_meshes_as_the_rows(shape, form
   weights per word) and 'one_hot' (those weights from a one-hot block, the sums as their matmul with C) on
   a data-split mesh, and with the distant block split over 'model', train as the rows' scatter does on one
   device."""
-  reference = train_three_steps(small_revisited(tied=True, distant_tokens=8), (1, 1), {'vocab': 'model'})[:2]
+  reference = one_device_reference(small_revisited(tied=True, distant_tokens=8))
   training = train_three_steps(small_revisited(tied=True, distant_tokens=8, distant_gradient=form), shape,
                                DISTANT_SPLIT)[:2]
   assert_trains_as_one_device(training, reference)
@@ -493,7 +498,7 @@ def test_distant_block_split_on_model_matches_one_device(shape, tied):
   and XLA sums the partial summaries. Training gives what one device gives."""
   model = small_revisited(distant_tokens=16, tied=tied)
   losses, params, param_sh = train_three_steps(model, shape, DISTANT_SPLIT)
-  assert_trains_as_one_device((losses, params), train_three_steps(model, (1, 1), {'vocab': 'model'})[:2])
+  assert_trains_as_one_device((losses, params), one_device_reference(model))
   assert param_sh['distant_kernels'].spec == jax.sharding.PartitionSpec(None, 'model')
   gathers = {name: rows_gathered(train_step_hlo(model, mesh_of(shape), rules))
              for name, rules in (('split', DISTANT_SPLIT), ('whole', HIDDEN_SPLIT))}
