@@ -134,6 +134,12 @@ def measure(function, args, batch: int) -> tuple[dict, object]:
   return {'tokens_per_sec': round(batch / seconds, 1), 'temp_mib': common.memory_mib(compiled).get('temp_mib')}, outputs
 
 
+def three_figures(x: float) -> float:
+  """x to three significant figures, not three decimals: an interpreted kernel on a CPU runs at under a
+  thousandth of XLA's rate, which three decimals would print as 0.0."""
+  return float(f'{x:.3g}')
+
+
 def main(argv):
   del argv
   settings = [s for s in FLAGS.settings.split(';') if s.strip()]
@@ -166,11 +172,9 @@ def main(argv):
     if setting.kernel == 'xla':
       best_xla = max(best_xla, got['tokens_per_sec'])
     error = relative_error(outputs, reference)
-    # three significant figures, not three decimals: an interpreted kernel on a CPU runs at under a
-    # thousandth of XLA's rate, which three decimals would print as 0.0
-    ratio = float(f"{got['tokens_per_sec'] / xla['tokens_per_sec']:.3g}")
+    ratio = three_figures(got['tokens_per_sec'] / xla['tokens_per_sec'])
     common.emit({'setting': text, **shape, **got, 'vs_xla': ratio,
-                 'vs_best_xla': float(f"{got['tokens_per_sec'] / best_xla:.3g}"), 'error_vs_xla': float(f'{error:.3g}')})
+                 'vs_best_xla': three_figures(got['tokens_per_sec'] / best_xla), 'error_vs_xla': three_figures(error)})
     rows.append((text, got['tokens_per_sec'], ratio, got['temp_mib'], error, ''))
   print(f"\n{shape['device']}, |V| {FLAGS.vocab:,}, batch {FLAGS.batch}, K {FLAGS.features}, {FLAGS.dtype} "
         f"(matmul precision {FLAGS.matmul_precision})")

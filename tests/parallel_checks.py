@@ -391,10 +391,6 @@ def one_device_reference(model):
   return train_three_steps(model, (1, 1), {'vocab': 'model'})[:2]
 
 
-def one_device_training(family: str):
-  return one_device_reference(hidden_split_model(family))
-
-
 def assert_trains_as_one_device(training, reference_training):
   """The (losses, params) of train_three_steps equal the one-device run's (float rounding)."""
   (losses, params), (reference_losses, reference) = training, reference_training
@@ -411,7 +407,7 @@ def test_hidden_layers_split_on_model_match_one_device(family, shape):
   device holds 1/model of every hidden kernel), and training gives what one device gives."""
   model = hidden_split_model(family)
   losses, params, param_sh = train_three_steps(model, shape, HIDDEN_SPLIT)
-  assert_trains_as_one_device((losses, params), one_device_training(family))
+  assert_trains_as_one_device((losses, params), one_device_reference(model))
   hidden_kernel = param_sh['block_0']['in_kernel'] if family != 'bengio2003' else param_sh['H']
   assert hidden_kernel.spec == jax.sharding.PartitionSpec(None, 'model')
   assert hidden_kernel.shard_shape((40, 16)) == (40, 16 // shape[1])
