@@ -335,14 +335,13 @@ def test_the_matrix_is_large():
 
 
 @pytest.mark.parametrize('case', CASES, ids=[c[0] for c in CASES])
-def test_bad_input_is_one_line_and_touches_nothing(world, case):
+def test_bad_input_is_one_line_and_touches_nothing(world, case, warm_python):
   name, build, expected = case[:3]
   extra = {k: v.format(base=world['base']) for k, v in (case[3] if len(case) > 3 else {}).items()}
   env = dict(os.environ, JAX_PLATFORMS='cpu', **extra)
   args = build(world)
   before = checksums(world['base'])
-  proc = subprocess.run([sys.executable, '-m', *map(str, args)], cwd=REPO, env=env, capture_output=True, text=True,
-                        timeout=300)
+  proc = warm_python.run(args, env=env, cwd=REPO, timeout=300)  # `python -m`, its imports done once (warm_python.py)
   lines = proc.stderr.strip().splitlines()
   assert proc.returncode != 0, f'{name}: exit 0\n{proc.stdout}\n{proc.stderr}'
   assert 'Traceback' not in proc.stderr + proc.stdout, proc.stderr
