@@ -68,9 +68,7 @@ def ptb_dir():
 def warm_python():
   """Runs `python -m MODULE ARGS` commands with JAX and the other libraries imported once (warm_python.py)."""
   from tests import warm_python as warm  # pylint: disable=g-import-not-at-top
-  server = warm.WarmPython()
-  yield server
-  server.close()
+  return warm.shared()
 
 
 @pytest.fixture(scope='session')

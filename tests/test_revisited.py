@@ -29,6 +29,7 @@ from nplm_jax.tools import trained as trained_lib
 from nplm_jax.errors import UserError
 from tests import jaxprs
 from tests import numpy_reference
+from tests import warm_python
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB = 37
@@ -227,8 +228,7 @@ def workdir(tmp_path_factory):
 
 
 def tool(module, *args, check=True):
-  proc = subprocess.run([sys.executable, '-m', module, *map(str, args)], cwd=REPO,
-                        env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=300)
+  proc = warm_python.shared().run([module, *args], env=dict(os.environ, JAX_PLATFORMS='cpu'))
   if check:
     assert proc.returncode == 0, proc.stderr
   return proc

@@ -17,6 +17,7 @@ from nplm_jax.training import evaluation
 from nplm_jax.tools import sample as sample_lib
 from nplm_jax.tools import score as score_lib
 from nplm_jax.tools import trained as trained_lib
+from tests import warm_python
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,8 +46,7 @@ def model(workdir):
 
 
 def tool(module, *args, stdin=None):
-  proc = subprocess.run([sys.executable, '-m', module, *map(str, args)], cwd=REPO, input=stdin,
-                        env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=300)
+  proc = warm_python.shared().run([module, *args], env=dict(os.environ, JAX_PLATFORMS='cpu'), input=stdin)
   assert proc.returncode == 0, proc.stderr
   return proc.stdout
 

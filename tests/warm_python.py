@@ -1,8 +1,8 @@
 """A warm Python for the tests' many short commands: `python -m MODULE ARGS` without the imports' cost.
 
 One server process imports JAX, Flax, Optax, Orbax and ml_collections once, then forks a child for
-each command. The child takes the command's argv, environment, working folder, stdin (/dev/null),
-stdout and stderr, and runs the module as `python -m` would. Its exit code, or the signal that
+each command. The child takes the command's argv, environment, working folder, stdin (the text
+given, else /dev/null), stdout and stderr, and runs the module as `python -m` would. Its exit code, or the signal that
 ended it, comes back as subprocess reports them. On 2 cores those imports are about 2.5 s of the
 3 s that a command refused at its flags takes.
 
@@ -13,9 +13,13 @@ What stays as in a fresh process:
 - No JAX backend exists before the fork (a fork after one is unsafe, and JAX warns of it). The
   child makes its own.
 - An uncaught exception ends the child as it ends `python -m`: a traceback on stderr and exit 1.
-Commands that time signals or kill processes keep real subprocesses (tests/test_reliability.py).
+Commands that time signals or kill processes keep real subprocesses (tests/test_reliability.py), and
+so do those whose PYTHONPATH matters (sys.path is the server's, the command's folder first).
 """
 
+import atexit
+import functools
+import io
 import json
 import os
 import runpy
@@ -40,11 +44,13 @@ class WarmPython:
     ready = self._reply(deadline=time.monotonic() + 120)
     assert ready == {'ready': True}, ready
 
-  def run(self, args, *, env, cwd=REPO, timeout=300) -> subprocess.CompletedProcess:
+  def run(self, args, *, env, cwd=REPO, timeout=300, input=None) -> subprocess.CompletedProcess:  # pylint: disable=redefined-builtin
     args = [str(a) for a in args]
     with tempfile.TemporaryDirectory(prefix='warm_python_') as folder:
-      out, err = os.path.join(folder, 'stdout'), os.path.join(folder, 'stderr')
-      request = dict(module=args[0], argv=args[1:], env=dict(env), cwd=str(cwd), stdout=out, stderr=err)
+      out, err, stdin = (os.path.join(folder, name) for name in ('stdout', 'stderr', 'stdin'))
+      with open(stdin, 'w', encoding='utf-8') as f:
+        f.write(input or '')
+      request = dict(module=args[0], argv=args[1:], env=dict(env), cwd=str(cwd), stdin=stdin, stdout=out, stderr=err)
       self._server.stdin.write((json.dumps(request) + '\n').encode())
       pid = self._reply(deadline=time.monotonic() + 60)['pid']
       try:
@@ -77,6 +83,14 @@ class WarmPython:
     return json.loads(line)
 
 
+@functools.cache
+def shared() -> WarmPython:
+  """This process's server, started at the first command and closed when the process ends."""
+  server = WarmPython()
+  atexit.register(server.close)
+  return server
+
+
 def _serve() -> dict:
   """Answers requests until stdin closes; returns only in a forked child, with that child's request."""
   for module in PRELOADED:
@@ -105,9 +119,12 @@ def _become(request: dict):
   os.environ.update(request['env'])
   sys.path[0] = os.getcwd()  # what `python -m` puts first
   sys.argv = [request['module'], *request['argv']]
-  stdin = os.open(os.devnull, os.O_RDONLY)
+  stdin = os.open(request['stdin'], os.O_RDONLY)
   os.dup2(stdin, 0)
   os.close(stdin)
+  # a new reader on fd 0: the server's read requests through the old one, which may hold what it read ahead
+  sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, 'r', closefd=False)), encoding=sys.stdin.encoding,
+                               errors=sys.stdin.errors)
   for fd, path in ((1, request['stdout']), (2, request['stderr'])):
     stream = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(stream, fd)
