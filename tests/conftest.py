@@ -65,13 +65,6 @@ def ptb_dir():
 
 
 @pytest.fixture(scope='session')
-def warm_python():
-  """Runs `python -m MODULE ARGS` commands with JAX and the other libraries imported once (warm_python.py)."""
-  from tests import warm_python as warm  # pylint: disable=g-import-not-at-top
-  return warm.shared()
-
-
-@pytest.fixture(scope='session')
 def tiny_files(tmp_path_factory):
   """train/valid/test files of a small corpus with learnable structure."""
   return corpora.write_markov_corpus(str(tmp_path_factory.mktemp('tiny_corpus')))

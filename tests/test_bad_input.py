@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tests import corpora
+from tests import warm_python
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -335,13 +336,13 @@ def test_the_matrix_is_large():
 
 
 @pytest.mark.parametrize('case', CASES, ids=[c[0] for c in CASES])
-def test_bad_input_is_one_line_and_touches_nothing(world, case, warm_python):
+def test_bad_input_is_one_line_and_touches_nothing(world, case):
   name, build, expected = case[:3]
   extra = {k: v.format(base=world['base']) for k, v in (case[3] if len(case) > 3 else {}).items()}
   env = dict(os.environ, JAX_PLATFORMS='cpu', **extra)
   args = build(world)
   before = checksums(world['base'])
-  proc = warm_python.run(args, env=env, cwd=REPO, timeout=300)  # `python -m`, its imports done once (warm_python.py)
+  proc = warm_python.shared().run(args, env=env)  # `python -m` in REPO, its imports done once
   lines = proc.stderr.strip().splitlines()
   assert proc.returncode != 0, f'{name}: exit 0\n{proc.stdout}\n{proc.stderr}'
   assert 'Traceback' not in proc.stderr + proc.stdout, proc.stderr

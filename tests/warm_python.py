@@ -1,10 +1,10 @@
 """A warm Python for the tests' many short commands: `python -m MODULE ARGS` without the imports' cost.
 
 One server process imports JAX, Flax, Optax, Orbax and ml_collections once, then forks a child for
-each command. The child takes the command's argv, environment, working folder, stdin (the text
-given, else /dev/null), stdout and stderr, and runs the module as `python -m` would. Its exit code, or the signal that
-ended it, comes back as subprocess reports them. On 2 cores those imports are about 2.5 s of the
-3 s that a command refused at its flags takes.
+each command. The child takes the command's argv, environment, working folder, stdin (the text given,
+else empty), stdout and stderr, and runs the module as `python -m` would. Its exit code, or the signal
+that ended it, comes back as subprocess reports them. On 2 cores those imports are about 2.5 s of
+the 3 s that a command refused at its flags takes. Tests call `shared().run(...)`.
 
 What stays as in a fresh process:
 - Only third-party modules are preloaded. The project's own are imported in each child after its
@@ -24,14 +24,14 @@ import json
 import os
 import runpy
 import select
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PRELOADED = ('jax', 'jax.numpy', 'flax.linen', 'optax', 'orbax.checkpoint', 'ml_collections', 'absl.app',
-             'absl.flags', 'numpy')
+PRELOADED = ('jax.numpy', 'flax.linen', 'optax', 'orbax.checkpoint', 'ml_collections', 'absl.app')
 
 
 class WarmPython:
@@ -46,6 +46,7 @@ class WarmPython:
 
   def run(self, args, *, env, cwd=REPO, timeout=300, input=None) -> subprocess.CompletedProcess:  # pylint: disable=redefined-builtin
     args = [str(a) for a in args]
+    command = [sys.executable, '-m', *args]
     with tempfile.TemporaryDirectory(prefix='warm_python_') as folder:
       out, err, stdin = (os.path.join(folder, name) for name in ('stdout', 'stderr', 'stdin'))
       with open(stdin, 'w', encoding='utf-8') as f:
@@ -56,11 +57,11 @@ class WarmPython:
       try:
         returncode = self._reply(deadline=time.monotonic() + timeout)['returncode']
       except TimeoutError:
-        os.kill(pid, 9)
+        os.kill(pid, signal.SIGKILL)
         self._reply(deadline=time.monotonic() + 60)
-        raise subprocess.TimeoutExpired(['python', '-m', *args], timeout) from None
+        raise subprocess.TimeoutExpired(command, timeout) from None
       with open(out, encoding='utf-8', errors='replace') as o, open(err, encoding='utf-8', errors='replace') as e:
-        return subprocess.CompletedProcess([sys.executable, '-m', *args], returncode, o.read(), e.read())
+        return subprocess.CompletedProcess(command, returncode, o.read(), e.read())
 
   def close(self):
     self._server.stdin.close()
