@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from nplm_jax.parallel import softmax_kernel
+from nplm_jax.parallel import softmax_kernel_mosaic
 from nplm_jax.parallel import vocab_softmax
 from nplm_jax.errors import UserError
 from tests import jaxprs
@@ -255,7 +256,7 @@ def test_the_mosaic_forms_chunks_of_the_vocabulary_run_every_split_they_want():
     assert tiles == want, (num_v, chunks, tiles)
     assert -(-num_v // tiles) == chunks  # as many chunks as asked, the last shorter
     wanted = softmax_kernel.loop_splits(64, tiles)
-    assert softmax_kernel.mosaic.dividing_splits(tiles, wanted) == wanted == 5
+    assert softmax_kernel_mosaic.dividing_splits(tiles, wanted) == wanted == 5
   assert softmax_kernel.vocab_chunk_tiles(2344, 64, tuning(8), whole_splits=False) == 293
   assert softmax_kernel.vocab_chunk_tiles(2344, 64, tuning(8, splits=2), whole_splits=True) == 294
   assert softmax_kernel.vocab_chunk_tiles(7, 64, tuning(1), whole_splits=True) == 7  # never past the tiles (8)

@@ -71,11 +71,11 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import tpu as pl_tpu
-from jax.experimental.pallas import triton as pl_triton
 
 from nplm_jax.errors import UserError
-from nplm_jax.parallel import softmax_kernel_mosaic as mosaic
+
+# Pallas's backend modules (Mosaic GPU's, TPU's, Triton's) are imported where a kernel of theirs is built:
+# together they took about 0.7 s of every command's 2.9 s start on 2 cores, and most runs build none.
 
 BLOCK_B = 128  # examples a tile
 BLOCK_V = 128  # vocabulary columns a tile
@@ -350,7 +350,7 @@ def _prepared(f, w, b, rows, block_b: int, block_v: int, row_pads=None, form: st
   b = jnp.zeros(w.shape[-1], jnp.float32) if b is None else b.astype(jnp.float32)
   row_pads = row_pads or [0] * len(rows)
   if form in ('loop', 'mosaic'):
-    features = _loop_features(f.shape[1], k_chunk) if form == 'loop' else mosaic.mosaic_features(f.shape[1], f.dtype)
+    features = _loop_features(f.shape[1], k_chunk) if form == 'loop' else _mosaic().mosaic_features(f.shape[1], f.dtype)
     f, w = _pad_to(f, 1, features), (_pad_to(w, 0, features) if pad_w else w)
   return (_pad_to(f, 0, block_b), _pad_to(w, 1, block_v) if pad_w else w, _pad_to(b, 0, block_v),
           [_pad_to(r, 0, block_b, pad) for r, pad in zip(rows, row_pads)])
@@ -388,6 +388,7 @@ def mosaic_fits(features: int, dtype, tuning: LoopTuning) -> bool:
   capability = _compute_capability()
   if capability is None or capability[0] != 9:
     return False
+  mosaic = _mosaic()
   try:
     mosaic.mosaic_block_v(mosaic.mosaic_features(features, dtype), jnp.dtype(dtype).itemsize, _shared_memory_bytes(),
                           tuning.num_stages, tuning.warpgroups)
@@ -414,6 +415,7 @@ def _tiles(block_b, block_v, f, w, form: str, tuning: LoopTuning) -> tuple[int, 
   loop_tile's (loop form) or MOSAIC_BLOCK_B x mosaic_block_v's (Mosaic GPU form)."""
   block_b, block_v = block_b or tuning.block_b, block_v or tuning.block_v
   if form == 'mosaic':
+    mosaic = _mosaic()
     # float32 in TF32 where the step takes the backend's products; on a CPU the interpreter's are IEEE
     mosaic.check_dtype(f, w, tf32_allowed=_backend_products() or _interpret())
     mosaic.check_capability(_compute_capability())
@@ -436,6 +438,7 @@ def _loop_compiler_params(tuning: LoopTuning):
   take Mosaic GPU otherwise, whose async copies and shared memory these whole-array blocks exceed)."""
   if _platform() != 'gpu':
     return None
+  from jax.experimental.pallas import triton as pl_triton  # pylint: disable=g-import-not-at-top
   return pl_triton.CompilerParams(num_warps=tuning.num_warps, num_stages=tuning.num_stages)
 
 
@@ -458,7 +461,7 @@ def _loop_split(num_b: int, num_v: int, tuning: LoopTuning) -> tuple[int, int]:
 
 def _mosaic_splits(num_b: int, num_v: int, tuning: LoopTuning) -> int:
   """Vocabulary splits for the Mosaic GPU form: _wanted_splits', made a divisor of the tiles."""
-  return mosaic.dividing_splits(num_v, _wanted_splits(num_b, num_v, tuning))
+  return _mosaic().dividing_splits(num_v, _wanted_splits(num_b, num_v, tuning))
 
 
 def _wanted_splits(num_b: int, num_v: int, tuning: LoopTuning) -> int:
@@ -477,7 +480,17 @@ def loop_splits(num_b: int, num_v: int, cores: int | None = None) -> int:
 def _grid_compiler_params():
   """The grid form's lowering on a TPU (Mosaic): the first grid axis independent (a chip with two
   TensorCores may split it between them), the last in order (each kernel accumulates over it)."""
-  return pl_tpu.CompilerParams(dimension_semantics=('parallel', 'arbitrary')) if _platform() == 'tpu' else None
+  if _platform() != 'tpu':
+    return None
+  from jax.experimental.pallas import tpu as pl_tpu  # pylint: disable=g-import-not-at-top
+  return pl_tpu.CompilerParams(dimension_semantics=('parallel', 'arbitrary'))
+
+
+def _mosaic():
+  """softmax_kernel_mosaic (the Mosaic GPU form), imported at its first use: Mosaic GPU's Pallas module
+  takes about 0.4 s to import."""
+  from nplm_jax.parallel import softmax_kernel_mosaic  # pylint: disable=g-import-not-at-top
+  return softmax_kernel_mosaic
 
 
 def _combined_splits(part_max, part_sum, part_pick, batch: int):
@@ -517,6 +530,7 @@ def shard_stats(f, w, b, local_targets, *, block_b: int | None = None, block_v: 
         interpret=_interpret(), compiler_params=_loop_compiler_params(tuning))(f, w, b, t)
     return _combined_splits(part_max, part_sum, part_pick, batch)
   if form == 'mosaic':
+    mosaic = _mosaic()
     splits = _mosaic_splits(f.shape[0] // block_b, w.shape[-1] // block_v, tuning)
     parts = mosaic.stats(f, mosaic.kernel_layout(w), b, t, block_v=block_v, splits=splits, columns=columns,
                          stages=tuning.num_stages, warpgroups=tuning.warpgroups, interpret=_interpret())
@@ -618,14 +632,14 @@ def _loop_dz_pass(f_shape, w, block_b: int, block_v: int, columns: int, tuning: 
 def _mosaic_dz_pass(f_shape, w, block_b: int, block_v: int, columns: int, tuning: LoopTuning):
   """The Mosaic GPU form's dz kernel over a chunk of f_shape[0] rows, as _loop_dz_pass, but for the layer in
   its kernel_layout (_pass_layer: transposed in float32)."""
-  splits = _mosaic_splits(f_shape[0] // block_b, w.shape[-1] // block_v, tuning)  # block_b: mosaic.program_rows
-  return functools.partial(mosaic.dz_tiles, block_v=block_v, splits=splits, columns=columns,
+  splits = _mosaic_splits(f_shape[0] // block_b, w.shape[-1] // block_v, tuning)  # block_b: program_rows
+  return functools.partial(_mosaic().dz_tiles, block_v=block_v, splits=splits, columns=columns,
                            stages=tuning.num_stages, warpgroups=tuning.warpgroups, interpret=_interpret())
 
 
 def _pass_layer(dz_pass_for, w):
   """The layer [K, V] as dz_pass_for's kernel takes it (the Mosaic GPU form's kernel_layout)."""
-  return mosaic.kernel_layout(w) if dz_pass_for is _mosaic_dz_pass else w
+  return _mosaic().kernel_layout(w) if dz_pass_for is _mosaic_dz_pass else w
 
 
 def _dz_grads_by_rows(f, w, b, rows, block_b: int, block_v: int, columns: int, batch: int, has_bias: bool,
