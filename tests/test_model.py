@@ -222,7 +222,7 @@ def test_a_cast_layer_given_gives_the_same_nll_and_gradients_without_a_cast(kern
   grad = jax.value_and_grad(loss, argnums=(0, 1))
   cast = (out if form == 'whole' else out[:-1]).astype(jnp.bfloat16)
   with jax.set_mesh(mesh):
-    (value, grads), (want_value, want_grads) = grad(f, out, cast), grad(f, out, None)
+    (value, grads), (want_value, want_grads) = jax.jit(grad)(f, out, cast), jax.jit(grad)(f, out, None)
     assert whole_layer_casts(jax.make_jaxpr(grad)(f, out, cast).jaxpr, (k, vocab)) == 0
     assert whole_layer_casts(jax.make_jaxpr(grad)(f, out, None).jaxpr, (k, vocab)) >= 1
   np.testing.assert_allclose(float(value), float(want_value), rtol=1e-6)
@@ -628,7 +628,8 @@ def test_chunked_or_streamed_training_holds_a_block_of_logits():
 def test_the_one_hot_and_sorted_embedding_gradients_equal_the_scatter(kind, compute_dtype):
   """model.embedding_gradient='one_hot' (C's gradient as a matmul) and 'sorted' (sums along runs of sorted
   ids) give every gradient the scatter gives, contexts with a word repeated and words absent included,
-  in both families."""
+  in both families, inside jit with the contexts a NumPy constant (the sorted form's backward indexed them
+  with a tracer)."""
   from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
   from nplm_jax.models import family  # pylint: disable=g-import-not-at-top
   config = config_lib.base_config()
@@ -647,7 +648,7 @@ def test_the_one_hot_and_sorted_embedding_gradients_equal_the_scatter(kind, comp
     keys = jax.random.split(jax.random.PRNGKey(1), len(leaves))
     params = jax.tree.unflatten(tree, [x + 0.3 * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)])
     loss = lambda p: -jnp.mean(jax.nn.log_softmax(model.apply({'params': p}, contexts))[jnp.arange(16), targets])
-    return jax.grad(loss)(params)
+    return jax.jit(jax.grad(loss))(params)  # compiled: the NumPy contexts are constants inside a trace
 
   scatter = gradients('scatter')
   assert np.abs(np.asarray(scatter['C'])).sum() > 0
@@ -666,7 +667,7 @@ def test_the_sorted_embedding_gradient_sums_every_run_of_a_word():
   ids = jnp.asarray(np.concatenate([rng.integers(0, 40, size=(64, 38)), np.zeros((64, 1)), np.full((64, 1), vocab - 1)],
                                    axis=1), jnp.int32)  # words 40..48 never seen
   upstream = jnp.asarray(rng.normal(size=(64, 40, m)), jnp.float32)
-  grad = lambda form: jax.grad(lambda t: jnp.sum(lookup.rows(t, ids, form) * upstream))(table)
+  grad = lambda form: jax.jit(jax.grad(lambda t: jnp.sum(lookup.rows(t, ids, form) * upstream)))(table)
   scatter, by_runs = np.asarray(grad('scatter')), np.asarray(grad('sorted'))
   np.testing.assert_allclose(by_runs, scatter, rtol=1e-5, atol=1e-5)
   assert not by_runs[40:vocab - 1].any() and by_runs[vocab - 1].any()
