@@ -76,8 +76,9 @@ def dense_reference():
   params = random_params(model)
   opt_state = opt.init(params)
   losses, grads_first = [], None
+  loss_and_grads = jax.jit(jax.value_and_grad(lambda p, contexts, targets: dense_loss(model, p, contexts, targets)))
   for step in range(3):
-    loss, grads = jax.value_and_grad(lambda p: dense_loss(model, p, *batch(step)))(params)
+    loss, grads = loss_and_grads(params, *batch(step))
     grads_first = grads if grads_first is None else grads_first
     updates, opt_state = opt.update(grads, opt_state, params)
     params = jax.tree.map(lambda p, u: p + u, params, updates)
@@ -143,7 +144,7 @@ def test_vocab_parallel_softmax_equals_dense(shape, vocab):
     nll = jax.jit(lambda f, o: vocab_softmax.token_nll(f, o, targets, mesh=mesh))(feats, out)
     g_sharded = jax.jit(jax.grad(sharded, argnums=(0, 1)))(feats, out)
   np.testing.assert_allclose(np.asarray(nll), np.asarray(vocab_softmax.dense_token_nll(logits, targets)), rtol=1e-5)
-  g_dense = jax.grad(dense, argnums=(0, 1))(feats, out)
+  g_dense = jax.jit(jax.grad(dense, argnums=(0, 1)))(feats, out)
   for a, b in zip(jax.tree.leaves(g_sharded), jax.tree.leaves(g_dense)):
     assert rel_err(a, b) <= 1e-5
   np.testing.assert_array_equal(np.asarray(g_sharded[1])[:, vocab:], 0)  # no gradient reaches a padded column
@@ -334,7 +335,7 @@ def test_sampled_losses_match_dense(shape, kind):
 
   with jax.set_mesh(mesh):
     value, grads = jax.jit(jax.value_and_grad(sharded, argnums=(0, 1)))(feats, out)
-  ref_value, ref_grads = jax.value_and_grad(dense, argnums=(0, 1))(feats, out)
+  ref_value, ref_grads = jax.jit(jax.value_and_grad(dense, argnums=(0, 1)))(feats, out)
   np.testing.assert_allclose(float(value), float(ref_value), rtol=1e-5)
   for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads)):
     assert rel_err(a, b) <= 1e-5
@@ -356,9 +357,10 @@ def adamw(moment_dtype='float32'):
 
 
 def train_three_steps(model, shape, axis_rules=None, softmax_kernel='xla', ema_decay=0.0, keep_state=None,
-                      moment_dtype='float32'):
+                      moment_dtype='float32', keep_hlo=None):
   """Per-step losses and the parameters after three AdamW steps (dropout on) on a mesh, its moments in
-  `moment_dtype`. keep_state: a list the final train state is appended to."""
+  `moment_dtype`. keep_state: a list the final train state is appended to; keep_hlo: one the step's
+  compiled program (per device, as text) is appended to, the one it trained with (no compile more)."""
   mesh = mesh_of(shape)
   compiled = steps_lib.compile_steps(model, adamw(moment_dtype), mesh, axis_rules=axis_rules,
                                      softmax_kernel=softmax_kernel, ema_decay=ema_decay)
@@ -371,6 +373,9 @@ def train_three_steps(model, shape, axis_rules=None, softmax_kernel='xla', ema_d
       targets = rng.integers(0, VOCAB, size=BATCH).astype(np.int32)
       state, metrics = compiled.train(state, sharding.put_batch(mesh, contexts), sharding.put_batch(mesh, targets))
       losses.append(float(metrics['loss']))
+    if keep_hlo is not None:
+      keep_hlo.append(compiled.lower_train(state, sharding.put_batch(mesh, contexts),
+                                           sharding.put_batch(mesh, targets)).compile().as_text())
   if keep_state is not None:
     keep_state.append(state)
   return losses, jax.device_get(state.params), compiled.param_shardings
@@ -472,7 +477,8 @@ def test_the_distant_gradient_by_counts_trains_on_meshes_as_the_rows(shape, form
 
 
 def train_step_hlo(model, mesh, axis_rules) -> str:
-  """The compiled AdamW training step of `model` on `mesh` (its per-device program, as text)."""
+  """The compiled AdamW training step of `model` on `mesh` (its per-device program, as text), compiled
+  without training (train_three_steps' keep_hlo gives a trained step's)."""
   compiled = steps_lib.compile_steps(model, adamw(), mesh, axis_rules=axis_rules)
   contexts = np.zeros((BATCH, model.context_size), np.int32)
   with jax.set_mesh(mesh):
@@ -486,18 +492,24 @@ def rows_gathered(hlo: str) -> set[int]:
   return {int(rows) for rows in re.findall(r'= f32\[(\d+),1,\d+\]\S* gather\(', hlo)}
 
 
+@functools.cache
+def whole_distant_block_gathers(shape) -> set[int]:
+  """rows_gathered of the step with the distant block whole on each device (mesh.axis_rules.distant unset):
+  the control of the split's check, once a mesh (tying does not change the block's gather)."""
+  return rows_gathered(train_step_hlo(small_revisited(distant_tokens=16), mesh_of(shape), HIDDEN_SPLIT))
+
+
 @pytest.mark.parametrize('tied', [False, True], ids=['untied', 'tied'])
 @pytest.mark.parametrize('shape', [(2, 4), (1, 8)], ids=lambda s: f'mesh{s[0]}x{s[1]}')
 def test_distant_block_split_on_model_matches_one_device(shape, tied):
   """With mesh.axis_rules.distant='model' the kernels are split by distant position over 'model': each
   device gathers and weighs its share of the distant block (its gather fetches 1/model of the rows)
   and XLA sums the partial summaries. Training gives what one device gives."""
-  model = small_revisited(distant_tokens=16, tied=tied)
-  losses, params, param_sh = train_three_steps(model, shape, DISTANT_SPLIT)
+  model, split_hlo = small_revisited(distant_tokens=16, tied=tied), []
+  losses, params, param_sh = train_three_steps(model, shape, DISTANT_SPLIT, keep_hlo=split_hlo)
   assert_trains_as_one_device((losses, params), one_device_reference(model))
   assert param_sh['distant_kernels'].spec == jax.sharding.PartitionSpec(None, 'model')
-  gathers = {name: rows_gathered(train_step_hlo(model, mesh_of(shape), rules))
-             for name, rules in (('split', DISTANT_SPLIT), ('whole', HIDDEN_SPLIT))}
+  gathers = {'split': rows_gathered(split_hlo[0]), 'whole': whole_distant_block_gathers(shape)}
   # whole: the 16 distant words of each of the device's examples; split: 16 / model of them
   examples = BATCH // shape[0]
   assert 16 * examples in gathers['whole'] and 16 // shape[1] * examples not in gathers['whole'], gathers
