@@ -78,10 +78,9 @@ def test_importing_the_package_leaves_pallas_backends_to_the_kernels_that_use_th
   everything = [d for d, _ in modules() if d != 'nplm_jax.parallel.softmax_kernel_mosaic']
   script = (f'import sys\nfor name in {everything!r}: __import__(name)\n'
             f'print(sorted(m for m in {PALLAS_BACKENDS!r} if m in sys.modules))\n'
-            'from nplm_jax.parallel import softmax_kernel\nsoftmax_kernel._mosaic()\n'
+            'import nplm_jax.parallel.softmax_kernel_mosaic\n'
             f'print(sorted(m for m in {PALLAS_BACKENDS!r} if m in sys.modules))\n')
   proc = subprocess.run([sys.executable, '-c', script], cwd=PACKAGE.parent, capture_output=True, text=True, timeout=300,
-                        check=False,
-                        env=dict(os.environ, JAX_PLATFORMS='cpu'))
+                        check=False, env=dict(os.environ, JAX_PLATFORMS='cpu'))
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout.splitlines() == ['[]', "['jax.experimental.pallas.mosaic_gpu']"], proc.stdout

@@ -1,10 +1,11 @@
 """A warm Python for the tests' many short commands: `python -m MODULE ARGS` without the imports' cost.
 
 One server process imports JAX (Pallas's backends included), Flax, Optax, Orbax and ml_collections
-once, then forks a child for each command. The child takes the command's argv, environment, working folder, stdin (the text given,
-else empty), stdout and stderr, and runs the module as `python -m` would. Its exit code, or the signal
-that ended it, comes back as subprocess reports them. On 2 cores those imports are about 2.5 s of
-the 3 s that a command refused at its flags takes. Tests call `shared().run(...)`.
+once, then forks a child for each command. The child takes the command's argv, environment, working
+folder, stdin (the text given, else empty), stdout and stderr, and runs the module as `python -m`
+would. Its exit code, or the signal that ended it, comes back as subprocess reports them. On 2 cores
+those imports are about 2.5 s of the 3 s that a command refused at its flags takes. Tests call
+`shared().run(...)`.
 
 What stays as in a fresh process:
 - Only third-party modules are preloaded. The project's own are imported in each child after its

@@ -59,7 +59,7 @@ def _backward_one_hot(vocab_size, residuals, g):
 
 def _backward_sorted(vocab_size, residuals, g):
   ids, like = residuals
-  flat_ids = jnp.asarray(ids).reshape(-1).astype(jnp.int32)  # ids given as a NumPy constant index with tracers too
+  flat_ids = jnp.asarray(ids).reshape(-1).astype(jnp.int32)  # NumPy ids too: they are indexed with a traced order
   flat_g = g.reshape(-1, g.shape[-1]).astype(jnp.float32)
   order = jnp.argsort(flat_ids, stable=True)
   sorted_ids, sorted_g = flat_ids[order], flat_g[order]

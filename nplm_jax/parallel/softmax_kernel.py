@@ -632,7 +632,7 @@ def _loop_dz_pass(f_shape, w, block_b: int, block_v: int, columns: int, tuning: 
 def _mosaic_dz_pass(f_shape, w, block_b: int, block_v: int, columns: int, tuning: LoopTuning):
   """The Mosaic GPU form's dz kernel over a chunk of f_shape[0] rows, as _loop_dz_pass, but for the layer in
   its kernel_layout (_pass_layer: transposed in float32)."""
-  splits = _mosaic_splits(f_shape[0] // block_b, w.shape[-1] // block_v, tuning)  # block_b: program_rows
+  splits = _mosaic_splits(f_shape[0] // block_b, w.shape[-1] // block_v, tuning)  # block_b: its program_rows
   return functools.partial(_mosaic().dz_tiles, block_v=block_v, splits=splits, columns=columns,
                            stages=tuning.num_stages, warpgroups=tuning.warpgroups, interpret=_interpret())
 
