@@ -57,6 +57,7 @@ def worker() -> None:
 
 def measure(layout: str, config_args: list[str]) -> dict:
   """Runs one layout in fresh processes and returns the leader's row."""
+  from nplm_jax.parallel import sharding  # pylint: disable=g-import-not-at-top
   processes, devices, mesh = parse_layout(layout)
   args = [*config_args, '--worker', f'--batch_size={FLAGS.batch_size}',
           f'--vocab={FLAGS.vocab}', f'--steps={FLAGS.steps}', f'--repeats={FLAGS.repeats}',
@@ -65,7 +66,7 @@ def measure(layout: str, config_args: list[str]) -> dict:
   if devices:  # host CPU devices; an accelerator row uses the GPUs as they are
     args.append(f'--config.mesh.cpu_devices={devices}')
     env.update(JAX_PLATFORMS='cpu')
-    env.pop('XLA_FLAGS', None)
+    env['XLA_FLAGS'] = sharding.without_host_device_count(env.get('XLA_FLAGS', ''))  # each process sets its own
   else:
     args.append('--platform=gpu')
   command = ([sys.executable, '-m', 'benchmarks.multiprocess_step', *args] if processes == 1 else
