@@ -674,14 +674,15 @@ def test_the_sorted_embedding_gradient_sums_every_run_of_a_word():
 
 
 def _record_word_dropout(monkeypatch) -> list:
-  """The outputs of every whole-vector dropout call (output_layer.word_dropout) while training."""
+  """The outputs of every whole-vector dropout call (output_layer.word_dropout) while training: tracers under
+  jit, for the traced function to return."""
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   outputs, original = [], nn.Dropout.__call__
 
   def recording(self, inputs, *args, **kwargs):
     out = original(self, inputs, *args, **kwargs)
     if tuple(self.broadcast_dims) == (-1,):
-      outputs.append(np.asarray(out))
+      outputs.append(out)
     return out
   monkeypatch.setattr(nn.Dropout, '__call__', recording)
   return outputs
@@ -707,9 +708,14 @@ def test_word_dropout_drops_whole_context_words(kind, monkeypatch):
     params = jax.tree.unflatten(tree, [x + 0.2 * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)])
   assert model.has_dropout
   contexts = np.random.default_rng(3).integers(0, vocab, size=(rows, model.context_size)).astype(np.int32)
-  outputs = _record_word_dropout(monkeypatch)
-  features = model.apply({'params': params}, contexts, False, method='features', rngs={'dropout': jax.random.PRNGKey(4)})
-  logits = np.asarray(output_layer.dense_logits(features, model.output_layer(params)))
+  recorded = _record_word_dropout(monkeypatch)
+
+  @jax.jit  # op by op, the revisited forward takes 20 s
+  def training_logits(params, contexts):
+    features = model.apply({'params': params}, contexts, False, method='features', rngs={'dropout': jax.random.PRNGKey(4)})
+    return output_layer.dense_logits(features, model.output_layer(params)), list(recorded)
+
+  logits, outputs = jax.device_get(training_logits(params, contexts))
   # the masks: the window's vectors [B, window, m], then (revisited) the distant block's [distant, B, m]
   dropped = np.concatenate([np.all(outputs[0] == 0, axis=-1)] + [np.all(o == 0, axis=-1).T for o in outputs[1:]], axis=1)
   assert dropped.shape == contexts.shape and 0.15 < dropped.mean() < 0.35
@@ -724,6 +730,6 @@ def test_word_dropout_drops_whole_context_words(kind, monkeypatch):
   else:
     expected = numpy_reference.revisited_logits(reference_params, replaced, model.window, model.layer_norm)
   np.testing.assert_allclose(logits[:, :vocab], expected[:, :vocab], rtol=2e-5, atol=2e-5)
-  evaluation = model.apply({'params': params}, contexts, True, method='features')
-  np.testing.assert_array_equal(np.asarray(evaluation), np.asarray(model.apply({'params': params}, contexts,
-                                                                                 method='features')))
+  evaluation = jax.jit(lambda p, c: model.apply({'params': p}, c, True, method='features'))(params, contexts)
+  default = jax.jit(lambda p, c: model.apply({'params': p}, c, method='features'))(params, contexts)
+  np.testing.assert_array_equal(np.asarray(evaluation), np.asarray(default))
