@@ -134,16 +134,16 @@ def test_a_dispatch_of_several_steps_reports_the_mean_of_their_losses():
 XLA_DEFAULT_OPTIMISATION = {'xla_backend_optimization_level': 3}
 
 
-def bfloat16_dispatch(family: str, carry_cast_layer: str):
+def bfloat16_dispatch(family: str, carry_cast_layer: str, default_level: bool = True):
   """A resident dispatch of 4 bfloat16 steps (6 an epoch) from moved parameters: its (state, interval), and
-  the avals its loop carries. Compiled at XLA's default level: there the forms agree within float32's
-  rounding; at -O0 LLVM's code for the plain form rounds otherwise (8e-6 in the loss), and the bfloat16
-  casts of 4 steps make that 1e-3 in some parameters."""
+  the avals its loop carries. Compiled at XLA's default level (else the suite's): there the forms agree
+  within float32's rounding; at -O0 LLVM's code for the plain form rounds otherwise (8e-6 in the loss),
+  and the bfloat16 casts of 4 steps make that 1e-3 in some parameters."""
   model, mesh, compiled = built(family, steps_per_epoch=6, compute_dtype='bfloat16', carry_cast_layer=carry_cast_layer)
   ids, order = resident_inputs(mesh, model, 6)
   args = (moved(compiled.init()), ids, order, np.float32(1.0), steps_lib.Interval.start(), np.int32(4))
   dispatch = compiled.resident_steps(5)
-  executable = dispatch.lower(*args).compile(compiler_options=XLA_DEFAULT_OPTIMISATION)
+  executable = dispatch.lower(*args).compile(compiler_options=XLA_DEFAULT_OPTIMISATION if default_level else None)
   return executable(*args), loop_carries(jax.make_jaxpr(dispatch)(*args).jaxpr)
 
 
@@ -172,8 +172,8 @@ def test_a_loop_that_carries_the_cast_layer_trains_as_one_that_casts_it(family, 
   assert len(bf16_carried(carried)) == 1 and not bf16_carried(plain)
   monkeypatch.setattr(steps_lib, 'cast_output_layer', lambda model, params, form: jnp.zeros_like(
       model.output_layer(params)[slice(None) if form == 'whole' else slice(-1)], jnp.bfloat16))
-  (_, stale), _ = bfloat16_dispatch(family, form)
-  assert abs(float(stale.loss_sum) - float(want_interval.loss_sum)) > 1e-3
+  (_, stale), _ = bfloat16_dispatch(family, form, default_level=False)  # the levels differ by 1e-4 here
+  assert abs(float(stale.loss_sum) - float(want_interval.loss_sum)) > 1e-3  # 0.6 to 1.0
 
 
 def test_a_carried_cast_layer_ends_where_shorter_dispatches_end():
