@@ -39,7 +39,7 @@ if _cpu_only() and 'xla_backend_optimization_level' not in os.environ.get('XLA_F
 from tests import corpora  # pylint: disable=g-import-not-at-top  # after the cache is named (it may import JAX)
 
 
-# The fast subset (`python -m pytest -q -m fast tests`, about 3 minutes on 2 cores): the layers, configs,
+# The fast subset (`python -m pytest -q -m fast tests`, about 5 minutes on 2 slow cores): the layers, configs,
 # both model families against NumPy, the steps, the softmax kernels, shardings, memory estimates, the
 # n-gram models, workdirs and results files; no training runs end to end, no subprocesses of commands.
 FAST_MODULES = frozenset({'test_layout', 'test_config', 'test_model', 'test_revisited', 'test_steps',
