@@ -25,7 +25,9 @@ def _cpu_only() -> bool:
   platforms = os.environ.get('JAX_PLATFORMS', '')
   if platforms:
     return platforms == 'cpu'
-  return not (importlib.metadata.entry_points(group='jax_plugins') or importlib.util.find_spec('libtpu'))
+  # JAX finds a GPU's plugin by its entry point or its jax_plugins namespace package, a TPU's as libtpu
+  return not (importlib.metadata.entry_points(group='jax_plugins') or importlib.util.find_spec('jax_plugins')
+              or importlib.util.find_spec('libtpu'))
 
 
 # On a CPU, XLA compiles the suite's programs without LLVM's optimisations (-O0): they are small and run for
