@@ -133,6 +133,7 @@ def forms(selected: str) -> list[tuple[str, str, str]]:
 
 def main(argv):
   del argv
+  selected = forms(FLAGS.forms)  # refused before anything is measured
   batch, features, vocab = FLAGS.batch, FLAGS.features, FLAGS.vocab
   keys = jax.random.split(jax.random.PRNGKey(0), 4)
   f = jax.random.normal(keys[0], (batch, features), jnp.bfloat16)
@@ -159,7 +160,7 @@ def main(argv):
   # the step's own form's first update: every form's is checked against it (error_vs_step)
   want = jax.device_get(jax.jit(gradient_step('zero_column', 'given', 'float32', features))(
       f, d, log_z, targets, *state('zero_column'))[0]) - start
-  for rows, dlogits, dtype in forms(FLAGS.forms):
+  for rows, dlogits, dtype in selected:
     step = gradient_step(rows, dlogits, dtype, features)
     ms, first = timed(step, (f, z if dlogits == 'from_logits' else d, log_z, targets, *state(rows)), FLAGS.repeats)
     kept = updated_rows(rows, features)
