@@ -109,6 +109,8 @@ def main(argv):
   if FLAGS.worker:
     worker()
     return
+  for layout in FLAGS.layouts:  # a bad entry is refused before any layout runs
+    parse_layout(layout)
   layouts = list(FLAGS.layouts) + (['gpu'] if gpu_available() else [])
   rows = [measure(layout, config_args) for layout in layouts]
   print(f'{" ".join(config_args)}, |V|={FLAGS.vocab}, global batch {FLAGS.batch_size}')

@@ -224,6 +224,10 @@ def test_multiprocess_step_compares_one_process_with_two():
   assert all(r['train_tokens_per_sec'] > 0 and r['temp_mib'] > 0 for r in rows)
   # the same mesh holds the same output-layer block per device, whatever the number of processes
   assert rows[0]['output_layer_mib_per_device'] == rows[1]['output_layer_mib_per_device']
+  for layout, message in (('1x4:1x4,2x2', 'is not PROCESSESxDEVICES:DATAxMODEL'), ('1x4:1x4,2x2:1x2', 'do not fill')):
+    proc = subprocess.run([sys.executable, 'benchmarks/multiprocess_step.py', f'--layouts={layout}'], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode != 0 and message in proc.stderr and not proc.stdout, proc.stderr  # before 1x4:1x4 ran
 
 
 def test_scale_prepares_starts_and_bounds_the_ngram(tmp_path):
