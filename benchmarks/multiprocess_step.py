@@ -66,7 +66,7 @@ def measure(layout: str, config_args: list[str]) -> dict:
   if devices:  # host CPU devices; an accelerator row uses the GPUs as they are
     args.append(f'--config.mesh.cpu_devices={devices}')
     env.update(JAX_PLATFORMS='cpu')
-    env['XLA_FLAGS'] = sharding.without_host_device_count(env.get('XLA_FLAGS', ''))  # each process sets its own
+    env['XLA_FLAGS'] = sharding.without_host_device_count(env)  # each process sets its own
   else:
     args.append('--platform=gpu')
   command = ([sys.executable, '-m', 'benchmarks.multiprocess_step', *args] if processes == 1 else

@@ -34,7 +34,7 @@ def job(processes: int, workdir, files, mesh, *extra, module=None, config='exper
              f'--config.mesh.cpu_devices={DEVICES // processes}', f'--config.mesh.data={mesh[0]}',
              f'--config.mesh.model={mesh[1]}', '--config.train.log_every=5']
   env = dict(os.environ, PYTHON=sys.executable, JAX_PLATFORMS='cpu', MODULE=module or 'nplm_jax.main')
-  env['XLA_FLAGS'] = sharding.without_host_device_count(env.get('XLA_FLAGS', ''))  # each process sets its own
+  env['XLA_FLAGS'] = sharding.without_host_device_count(env)  # each process sets its own
   command = ([sys.executable, '-m', env['MODULE'], *args] if processes == 1 else
              ['bash', os.path.join('launch', 'local.sh'), str(processes), *args])
   proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)

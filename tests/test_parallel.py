@@ -19,7 +19,7 @@ EXPECTED_CHECKS = 78  # 1 fewer: the moving average's check and the bfloat16 mom
 @pytest.fixture(scope='module')
 def check_results(tmp_path_factory):
   report = str(tmp_path_factory.mktemp('parallel') / 'report.xml')
-  flags = sharding.without_host_device_count(os.environ.get('XLA_FLAGS', ''))  # the suite's own flags kept
+  flags = sharding.without_host_device_count()  # the suite's own flags kept
   env = dict(os.environ, XLA_FLAGS=f'{flags} --xla_force_host_platform_device_count=8'.strip(), JAX_PLATFORMS='cpu')
   proc = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', f'--junitxml={report}',
                          os.path.join('tests', 'parallel_checks.py')],

@@ -41,8 +41,8 @@ def test_configure_host_devices_keeps_an_explicit_count():
 
 def test_a_child_process_gets_every_flag_but_the_host_device_count():
   flags = '--xla_backend_optimization_level=0 --xla_force_host_platform_device_count=8 --xla_dump_to=/tmp/x'
-  assert sharding.without_host_device_count(flags) == '--xla_backend_optimization_level=0 --xla_dump_to=/tmp/x'
-  assert sharding.without_host_device_count('') == ''
+  assert sharding.without_host_device_count({'XLA_FLAGS': flags}) == '--xla_backend_optimization_level=0 --xla_dump_to=/tmp/x'
+  assert sharding.without_host_device_count({}) == ''
 
 
 def test_backend_settings_are_made_before_the_backends_start(tmp_path):

@@ -48,10 +48,11 @@ def configure_host_devices(mesh_config, environ=os.environ) -> None:
     environ['XLA_FLAGS'] = f'{flags} --xla_force_host_platform_device_count={count}'.strip()
 
 
-def without_host_device_count(flags: str) -> str:
-  """XLA_FLAGS without --xla_force_host_platform_device_count (which configure_host_devices may have set in
-  this process): for a child process that chooses its own count, keeping every other flag."""
-  return ' '.join(flag for flag in flags.split() if not flag.startswith('--xla_force_host_platform_device_count'))
+def without_host_device_count(environ=os.environ) -> str:
+  """environ's XLA_FLAGS without --xla_force_host_platform_device_count (which configure_host_devices may have
+  set in this process): for a child process that chooses its own count, keeping every other flag."""
+  flags = environ.get('XLA_FLAGS', '').split()
+  return ' '.join(flag for flag in flags if not flag.startswith('--xla_force_host_platform_device_count'))
 
 
 def mesh_shape(data: int, model: int, num_devices: int, platform: str = 'cpu') -> tuple[int, int]:
