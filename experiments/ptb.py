@@ -236,6 +236,11 @@ CHAR_OVERFIT = [
     ('over10_wide_depth8', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 8}),
     ('over11_wide_lr2e-3', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'optimizer.learning_rate': 2e-3}),
     ('over12_wide_h1024', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.h': 1024}),
+    # the schedule: the wide points were best at epoch 14 of 16 and a little worse at 16, so whether a cosine
+    # over 12 epochs (the full-width rows' 6 of 8) gives what 16 give; if it does, the GPU rows char_tune9 and
+    # char_tune10 can run 6 epochs, and char_tune10 (about 390 s at 8) then fits a call's second part
+    ('over13_wide_epochs12', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'train.num_epochs': 12}),
+    ('over14_wide_depth8_epochs12', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 8, 'train.num_epochs': 12}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}
