@@ -176,6 +176,13 @@ CHAR_TUNE = [
     # a GPU runs near its rate, where a wider stream widens the gathers and C's scatter too
     ('char_tune10_dropout0.1_cosine8_m512_first512_depth8', {**_CHAR_DROPOUT_01, **_COSINE_8_EPOCHS, 'model.m': 512,
                                                              'model.first_hidden': 512, 'model.depth': 8}),
+    # char_tune10 over a cosine of 6 epochs: about 305 s on an H200 where 8 take 390, so it fits a session's
+    # first call. At a quarter of the width (CHAR_OVERFIT's over14 against over10 and over1) the depth-8 network
+    # over three quarters of the schedule lost 0.015 bits to its whole schedule (2.079 against 2.064) and
+    # still ended 0.038 below the wider stream at 4 blocks over the whole (2.117)
+    ('char_tune11_dropout0.1_cosine6_m512_first512_depth8', {**_CHAR_DROPOUT_01, **COSINE_4_EPOCHS,
+                                                             'train.num_epochs': 6, 'model.m': 512,
+                                                             'model.first_hidden': 512, 'model.depth': 8}),
 ]
 
 # Where the character row's parameters sit, at a quarter of its widths on the CPU (one epoch, a cosine over

@@ -128,10 +128,11 @@ def _ladder_row(corpus: str, point: str, relative_rate: float, epochs: float = 6
 # left, the most useful first. The character target (1.40 alone) is 0.11 bits from the best row, char_tune0
 # (1.509: dropout 0.1, a cosine over 8 epochs), and every step toward it so far came from training more,
 # not regularising more (less dropout was better; the ladder's rows without dropout were flat from epoch 7
-# at AdamW's constant rate). First a wider residual stream (char_tune9: m 512 where C and the stream were
-# 128, the first layer at its weights; CHAR_SHAPE's quarter-width points on the CPU favoured it, RESULTS.md
-# "Where the character row's parameters sit"), and where a call has the room, the same with twice the blocks
-# (char_tune10; ptb.py char_overfit); then char_tune0 over twice the schedule (16 epochs, about
+# at AdamW's constant rate). First a wider residual stream (m 512 where C and the stream were 128, the first
+# layer at its weights; CHAR_SHAPE's quarter-width points on the CPU favoured it, RESULTS.md "Where the
+# character row's parameters sit") with twice the blocks over 6 epochs (char_tune11, which a first call
+# fits; ptb.py char_overfit), then at 4 blocks over 8 (char_tune9), and where a call has the room, twice the
+# blocks over 8 (char_tune10); then char_tune0 over twice the schedule (16 epochs, about
 # 316 s at the one-hot step's rate); then char_tune0's seeds 1 and 2 (the issue's three seeds of the best
 # row; a second call fits one); the ladder's last row without dropout (tied) to its planned 10 epochs (rows
 # 2 and 3 ran theirs: 1.563, 1.555); the parameters' moving average and a stronger weight decay; 16 epochs
@@ -157,6 +158,13 @@ def _char_tune_row(point: str, epochs: float, relative_rate: float, why: str, ro
 CHAR_PROBE = _char_tune_row(_CHAR_TUNE0, 8.0, 1.41, "the character rows' forms", probe_vocab=PTB_CHAR_VOCAB)
 
 ROWS = (
+    # char_tune10 (below) over 6 epochs, not 8: about 305 s, which a first call's rows have (390 s do not). At a
+    # quarter of the width where the networks fit their data (ptb.py char_overfit, 2026-11-28) the depth-8
+    # network over three quarters of the schedule ended 0.038 bits below the wider stream at 4 blocks over the
+    # whole (2.079 against 2.117; 0.015 above its own whole schedule), so it comes before char_tune9
+    _char_tune_row('char_tune11_dropout0.1_cosine6_m512_first512_depth8', 6.0, 1.41 / 1.8 / 1.42,
+                   'the wider stream with twice the blocks (8) over 6 epochs: at a quarter of the width where the '
+                   'networks fit a sixteenth of the data, 0.038 bits below the wider stream over 8'),
     # its step taken as 1.8x char_tune0's: its multiply-adds a character are 1.45x (20.2 M weights against
     # 13.9 M), and on the CPU the quarter-width pair's steps took 1.8x (the wider gathers and C's scatter too)
     _char_tune_row('char_tune9_dropout0.1_cosine8_m512_first512', 8.0, 1.41 / 1.8,
