@@ -143,6 +143,8 @@ TUNE = [
 _char_dropout = lambda rate: {'model.feature_dropout': rate, 'model.hidden_dropout': rate}
 _CHAR_DROPOUT_01 = _char_dropout(0.1)
 _COSINE_8_EPOCHS = {**COSINE_4_EPOCHS, 'train.num_epochs': 8}
+# char_tune10's and char_tune11's network: char_tune9's wider stream with twice the blocks
+_WIDE_DEPTH8 = {**_CHAR_DROPOUT_01, 'model.m': 512, 'model.first_hidden': 512, 'model.depth': 8}
 CHAR_TUNE = [
     ('char_tune0_dropout0.1_cosine8', {**_CHAR_DROPOUT_01, **_COSINE_8_EPOCHS}),
     ('char_tune1_dropout0.1_cosine8_window81', {**_CHAR_DROPOUT_01, **_COSINE_8_EPOCHS, 'model.n': 81}),
@@ -174,15 +176,13 @@ CHAR_TUNE = [
     # their data (CHAR_OVERFIT) the next 0.5 M parameters gave the same test figure as a depth of 8 or as the
     # stream wider again (2.064 and 2.069 bits against the wider stream's 2.117); the blocks are dense matmuls
     # a GPU runs near its rate, where a wider stream widens the gathers and C's scatter too
-    ('char_tune10_dropout0.1_cosine8_m512_first512_depth8', {**_CHAR_DROPOUT_01, **_COSINE_8_EPOCHS, 'model.m': 512,
-                                                             'model.first_hidden': 512, 'model.depth': 8}),
+    ('char_tune10_dropout0.1_cosine8_m512_first512_depth8', {**_WIDE_DEPTH8, **_COSINE_8_EPOCHS}),
     # char_tune10 over a cosine of 6 epochs: about 305 s on an H200 where 8 take 390, so it fits a session's
     # first call. At a quarter of the width (CHAR_OVERFIT's over14 against over10 and over1) the depth-8 network
     # over three quarters of the schedule lost 0.015 bits to its whole schedule (2.079 against 2.064) and
     # still ended 0.038 below the wider stream at 4 blocks over the whole (2.117)
-    ('char_tune11_dropout0.1_cosine6_m512_first512_depth8', {**_CHAR_DROPOUT_01, **COSINE_4_EPOCHS,
-                                                             'train.num_epochs': 6, 'model.m': 512,
-                                                             'model.first_hidden': 512, 'model.depth': 8}),
+    ('char_tune11_dropout0.1_cosine6_m512_first512_depth8', {**_WIDE_DEPTH8, **COSINE_4_EPOCHS,
+                                                             'train.num_epochs': 6}),
 ]
 
 # Where the character row's parameters sit, at a quarter of its widths on the CPU (one epoch, a cosine over
@@ -244,8 +244,8 @@ CHAR_OVERFIT = [
     ('over11_wide_lr2e-3', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'optimizer.learning_rate': 2e-3}),
     ('over12_wide_h1024', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.h': 1024}),
     # the schedule: the wide points were best at epoch 14 of 16 and a little worse at 16, so whether a cosine
-    # over 12 epochs (the full-width rows' 6 of 8) gives what 16 give; if it does, the GPU rows char_tune9 and
-    # char_tune10 can run 6 epochs, and char_tune10 (about 390 s at 8) then fits a call's second part
+    # over 12 epochs (the full-width rows' 6 of 8) gives what 16 give: char_tune10 over 8 (about 390 s on an
+    # H200) fits no call's rows, over 6 (char_tune11, about 305 s) a first call's
     ('over13_wide_epochs12', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'train.num_epochs': 12}),
     ('over14_wide_depth8_epochs12', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 8, 'train.num_epochs': 12}),
 ]

@@ -164,7 +164,7 @@ ROWS = (
     # whole (2.079 against 2.117; 0.015 above its own whole schedule), so it comes before char_tune9
     _char_tune_row('char_tune11_dropout0.1_cosine6_m512_first512_depth8', 6.0, 1.41 / 1.8 / 1.42,
                    'the wider stream with twice the blocks (8) over 6 epochs: at a quarter of the width where the '
-                   'networks fit a sixteenth of the data, 0.038 bits below the wider stream over 8'),
+                   'networks fit a sixteenth of the data, 0.038 bits below the wider stream over its whole schedule'),
     # its step taken as 1.8x char_tune0's: its multiply-adds a character are 1.45x (20.2 M weights against
     # 13.9 M), and on the CPU the quarter-width pair's steps took 1.8x (the wider gathers and C's scatter too)
     _char_tune_row('char_tune9_dropout0.1_cosine8_m512_first512', 8.0, 1.41 / 1.8,
