@@ -5,6 +5,10 @@ one 'error:' line. It imports the command's module (JAX and all) only after taki
 SIGINT and SIGTERM, so Ctrl-C or a SIGTERM during the imports, the start-up, an evaluation or a
 tool's work stops the command with one 'error:' line and exit status 128 + the signal, never a
 traceback; once stopping, further signals are ignored (a second Ctrl-C prints nothing more).
+A library may catch the signal's exception with a broad `except` and go on (an optional C
+extension's import falls back to pure Python on its ImportError): each signal raised is also
+recorded, and a recorded one stops the command at the next check (raise_swallowed_signal: after
+the command's import, as training starts its loop, and when the command returns).
 Inside the training loop, train.Preemption takes the signals first and saves the step in
 progress. Files are written whole or not at all (workdir.write_text_atomically, Orbax's commits),
 so what a stopped command leaves is resumable: the same command again resumes or redoes it.
@@ -31,9 +35,22 @@ class Stopped(BaseException):
     self.signum = signum
 
 
+# Every signal raised as Stopped. Each one that reached run_command has ended the process, so one
+# found here at a check was swallowed on its way (a broad `except`, an import's fallback).
+_raised_signals: list[int] = []
+
+
 def _raise_stopped(signum, frame):
   del frame
+  _raised_signals.append(signum)
   raise Stopped(signum)
+
+
+def raise_swallowed_signal() -> None:
+  """Raises Stopped for a signal that arrived under run_command and that the code it interrupted
+  swallowed; does nothing otherwise (and outside run_command, which alone records signals)."""
+  if _raised_signals:
+    raise Stopped(_raised_signals[0])
 
 
 # Extension modules whose import a signal must not interrupt: Ctrl-C inside numpy's, jaxlib's or
@@ -76,7 +93,11 @@ def run_command(module: str, function: str = 'main', after_stop: str = AFTER_TOO
   from nplm_jax.errors import UserError  # pylint: disable=g-import-not-at-top  # a light module
   try:
     _import_shielded(shielded)
-    status = getattr(importlib.import_module(module), function)()
+    command = getattr(importlib.import_module(module), function)
+    raise_swallowed_signal()
+    status = command()
+    if not status:  # it finished (its results stand), but the stop was asked for
+      raise_swallowed_signal()
   except UserError as e:  # each command reports its own; this catches any that escaped it
     print(f'error: {e}', file=sys.stderr, flush=True)
     status = 1

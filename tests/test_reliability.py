@@ -564,16 +564,22 @@ def test_signals_outside_the_loop_are_one_line_and_resumable(tiny_files, tmp_pat
   assert_resumes_to(args, workdir, env, tmp_path / 'reference')
 
 
-# Both signals and both evaluations, each once (the two signals take the same path: CI time)
-@pytest.mark.parametrize('point,signame', [('inside_evaluation', 'SIGTERM'), ('inside_final_evaluation', 'SIGINT')])
+# Both signals and both evaluations, each once (the two signals take the same path: CI time), and the
+# loop's end
+@pytest.mark.parametrize('point,signame', [('inside_evaluation', 'SIGTERM'), ('inside_final_evaluation', 'SIGINT'),
+                                           ('after_the_loop', 'SIGINT')])
 def test_signals_during_an_evaluation_stop_it_and_resume(tiny_files, tmp_path, point, signame):
   """A signal after the first call of an evaluation (the loop's, or the final one) is answered before
-  the evaluation's next call: one line, exit 128 + the signal, and the same command then ends with the
-  uninterrupted run's results (a step saved before its evaluation is evaluated first on resume)."""
+  the evaluation's next call, and one after the loop's last check (during the last step's evaluation
+  or save) before the final evaluation: one line, exit 128 + the signal, and the same command then
+  ends with the uninterrupted run's results (a step saved before its evaluation is evaluated first on
+  resume)."""
   args, env, workdir, stopped = _stopped_by_a_signal(tiny_files, tmp_path, f'{point}:{signame}',
                                                      '--config.train.eval_batch_size=8')
   if point == 'inside_evaluation':  # stopped in the first evaluation (step 10), before training on
     assert 'eval step 10' not in stopped.stdout and 'step 20' not in stopped.stdout
+  if point == 'after_the_loop':  # the last step trained and saved; the final evaluation is the resume's
+    assert 'at step 30;' in stopped.stderr and 'done:' not in stopped.stdout
   assert_resumes_to(args, workdir, env, tmp_path / 'reference')
 
 
@@ -614,6 +620,70 @@ def test_a_signal_inside_an_extensions_initialisation_is_the_stop_line(tmp_path)
                         capture_output=True, text=True, timeout=120)
   assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
   assert proc.stderr.strip().splitlines() == [f'error: stopped by SIGTERM; {entry_lib.AFTER_TOOL_STOP}'], proc.stderr
+
+
+SWALLOWING_COMMAND = """
+import os, signal, time
+from nplm_jax import entry
+
+def _swallowed():  # as a library's broad except, or an optional extension's import fallback, would
+  try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)
+  except BaseException:
+    pass
+
+if os.environ['SWALLOW_AT'] == 'import':
+  _swallowed()
+
+def main():
+  if os.environ['SWALLOW_AT'] == 'work':
+    _swallowed()
+  print('the work went on')
+"""
+
+
+@pytest.mark.parametrize('swallow_at', ['import', 'work'])
+def test_a_signal_that_a_library_swallows_still_stops_the_command(tmp_path, swallow_at):
+  """A signal whose exception the interrupted code caught and dropped (a CI run trained to the end
+  through a Ctrl-C 1.5 s after its start): the stop line and exit 128 + the signal all the same, at
+  the next check: before the command runs when it came during the command's import, else when it
+  returns (training checks as its loop starts: test_a_signal_swallowed_in_the_start_up_...)."""
+  (tmp_path / 'swallowing.py').write_text(SWALLOWING_COMMAND)
+  proc = subprocess.run([sys.executable, '-c', "from nplm_jax import entry; entry.run_command('swallowing')"],
+                        cwd=tmp_path, env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=f'{REPO}:{tmp_path}',
+                                               SWALLOW_AT=swallow_at),
+                        capture_output=True, text=True, timeout=120, check=False)
+  assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
+  assert proc.stderr.strip().splitlines() == [f'error: stopped by SIGTERM; {entry_lib.AFTER_TOOL_STOP}'], proc.stderr
+  assert ('the work went on' in proc.stdout) == (swallow_at == 'work')
+
+
+def test_a_signal_swallowed_in_the_start_up_stops_training_before_its_loop(tiny_files, tmp_path):
+  """Ctrl-C during a training's start-up, swallowed there: the stop line before the first step,
+  not a whole training and exit 0."""
+  swallowing_start = (
+      'import os, signal, time\n'
+      'from nplm_jax import entry\n'
+      'from nplm_jax.training import experiment\n'
+      'built = experiment.Experiment.__init__\n'
+      'def swallowing(self, *args, **kwargs):\n'
+      '  try:\n'
+      '    os.kill(os.getpid(), signal.SIGINT)\n'
+      '    time.sleep(5)\n'
+      '  except BaseException:\n'
+      '    pass\n'
+      '  built(self, *args, **kwargs)\n'
+      'experiment.Experiment.__init__ = swallowing\n'
+      'entry.train()\n')
+  proc = subprocess.run([sys.executable, '-c', swallowing_start, '--config=' + os.path.join(REPO, 'experiments', 'text.py:tiny'),
+                         f'--workdir={tmp_path / "w"}',
+                         *(f'--config.data.{s}_file={tiny_files[s]}' for s in ('train', 'valid', 'test'))],
+                        cwd=tmp_path, env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO),
+                        capture_output=True, text=True, timeout=300, check=False)
+  assert proc.returncode == 128 + signal.SIGINT, proc.stderr
+  assert proc.stderr.strip().splitlines() == [f'error: stopped by SIGINT (Ctrl-C); {entry_lib.AFTER_TRAINING_STOP}']
+  assert 'step ' not in proc.stdout and not (tmp_path / 'w' / 'results.json').exists()
 
 
 def test_ctrl_c_during_a_tools_imports_is_one_line(tmp_path):

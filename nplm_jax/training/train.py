@@ -29,6 +29,7 @@ import numpy as np
 from nplm_jax.training import in_flight as in_flight_lib
 from nplm_jax.training import checkpoint as ckpt_lib
 from nplm_jax import config as config_lib
+from nplm_jax import entry
 from nplm_jax.data import corpora as data_lib
 from nplm_jax.parallel import distributed
 from nplm_jax.training import evaluation
@@ -320,9 +321,11 @@ def _reopen_if_asked(run: experiment_lib.Experiment, state, run_state: run_state
 class Preemption:
   """SIGTERM and SIGINT end training with a checkpoint of the step in progress.
 
-  Alone, a signal sets a flag the loop reads between dispatches. In a multi-process job JAX's
-  preemption service catches SIGTERM and has every process stop at the same step
+  Alone, a signal sets a flag the loop reads between dispatches, and once more after its last step
+  (one that came during the last evaluation or save). In a multi-process job JAX's preemption
+  service catches SIGTERM and has every process stop at the same step
   (multihost_utils.reached_preemption_sync_point); SIGINT is passed on to it as SIGTERM.
+  Entering it first stops the run for a signal of the start-up that a library swallowed.
   """
 
   def __init__(self):
@@ -331,6 +334,7 @@ class Preemption:
     self._dispatches = 0
 
   def __enter__(self) -> 'Preemption':
+    entry.raise_swallowed_signal()  # a stop asked for during the start-up, lost by a library on its way
     many = jax.process_count() > 1
     handlers = {signal.SIGINT: self._forward if many else self._note}
     if not many:
@@ -578,6 +582,9 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
       last_save = time.time()
     if preempted:
       raise Preempted(preemption.signum, step, run.workdir)
+  _signal_point('after_the_loop')
+  if jax.process_count() == 1 and preemption.signum is not None:  # came after the last step's check: saved
+    raise Preempted(preemption.signum, step, run.workdir)
   run_state.wall_seconds = wall()
   return state, best_valid
 
