@@ -248,6 +248,10 @@ CHAR_OVERFIT = [
     # H200) fits no call's rows, over 6 (char_tune11, about 305 s) a first call's
     ('over13_wide_epochs12', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'train.num_epochs': 12}),
     ('over14_wide_depth8_epochs12', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 8, 'train.num_epochs': 12}),
+    # whether the two that helped the wider stream stack: twice the rate (over11, 0.018 bits) on the depth-8
+    # network over 12 epochs (over14), char_tune11's schedule; if so, the GPU's depth-8 rows want it too
+    ('over15_wide_depth8_epochs12_lr2e-3', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 8,
+                                            'train.num_epochs': 12, 'optimizer.learning_rate': 2e-3}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}
