@@ -622,23 +622,27 @@ def test_a_signal_inside_an_extensions_initialisation_is_the_stop_line(tmp_path)
   assert proc.stderr.strip().splitlines() == [f'error: stopped by SIGTERM; {entry_lib.AFTER_TOOL_STOP}'], proc.stderr
 
 
-SWALLOWING_COMMAND = """
-import os, signal, time
-from nplm_jax import entry
+SWALLOWING = """
+import os, time
 
-def _swallowed():  # as a library's broad except, or an optional extension's import fallback, would
+def swallowed(signum):  # as a library's broad except, or an optional extension's import fallback, would
   try:
-    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), signum)
     time.sleep(5)
   except BaseException:
     pass
+"""
+
+SWALLOWING_COMMAND = """
+import os, signal
+from swallowing import swallowed
 
 if os.environ['SWALLOW_AT'] == 'import':
-  _swallowed()
+  swallowed(signal.SIGTERM)
 
 def main():
   if os.environ['SWALLOW_AT'] == 'work':
-    _swallowed()
+    swallowed(signal.SIGTERM)
   print('the work went on')
 """
 
@@ -649,8 +653,9 @@ def test_a_signal_that_a_library_swallows_still_stops_the_command(tmp_path, swal
   through a Ctrl-C 1.5 s after its start): the stop line and exit 128 + the signal all the same, at
   the next check: before the command runs when it came during the command's import, else when it
   returns (training checks as its loop starts: test_a_signal_swallowed_in_the_start_up_...)."""
-  (tmp_path / 'swallowing.py').write_text(SWALLOWING_COMMAND)
-  proc = subprocess.run([sys.executable, '-c', "from nplm_jax import entry; entry.run_command('swallowing')"],
+  (tmp_path / 'swallowing.py').write_text(SWALLOWING)
+  (tmp_path / 'swallowing_command.py').write_text(SWALLOWING_COMMAND)
+  proc = subprocess.run([sys.executable, '-c', "from nplm_jax import entry; entry.run_command('swallowing_command')"],
                         cwd=tmp_path, env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=f'{REPO}:{tmp_path}',
                                                SWALLOW_AT=swallow_at),
                         capture_output=True, text=True, timeout=120, check=False)
@@ -662,24 +667,22 @@ def test_a_signal_that_a_library_swallows_still_stops_the_command(tmp_path, swal
 def test_a_signal_swallowed_in_the_start_up_stops_training_before_its_loop(tiny_files, tmp_path):
   """Ctrl-C during a training's start-up, swallowed there: the stop line before the first step,
   not a whole training and exit 0."""
+  (tmp_path / 'swallowing.py').write_text(SWALLOWING)
   swallowing_start = (
-      'import os, signal, time\n'
+      'import signal\n'
+      'from swallowing import swallowed\n'
       'from nplm_jax import entry\n'
       'from nplm_jax.training import experiment\n'
       'built = experiment.Experiment.__init__\n'
       'def swallowing(self, *args, **kwargs):\n'
-      '  try:\n'
-      '    os.kill(os.getpid(), signal.SIGINT)\n'
-      '    time.sleep(5)\n'
-      '  except BaseException:\n'
-      '    pass\n'
+      '  swallowed(signal.SIGINT)\n'
       '  built(self, *args, **kwargs)\n'
       'experiment.Experiment.__init__ = swallowing\n'
       'entry.train()\n')
   proc = subprocess.run([sys.executable, '-c', swallowing_start, '--config=' + os.path.join(REPO, 'experiments', 'text.py:tiny'),
                          f'--workdir={tmp_path / "w"}',
                          *(f'--config.data.{s}_file={tiny_files[s]}' for s in ('train', 'valid', 'test'))],
-                        cwd=tmp_path, env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO),
+                        cwd=tmp_path, env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=f'{REPO}:{tmp_path}'),
                         capture_output=True, text=True, timeout=300, check=False)
   assert proc.returncode == 128 + signal.SIGINT, proc.stderr
   assert proc.stderr.strip().splitlines() == [f'error: stopped by SIGINT (Ctrl-C); {entry_lib.AFTER_TRAINING_STOP}']

@@ -583,7 +583,7 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
     if preempted:
       raise Preempted(preemption.signum, step, run.workdir)
   _signal_point('after_the_loop')
-  if jax.process_count() == 1 and preemption.signum is not None:  # came after the last step's check: saved
+  if stop_requested is not None and stop_requested():  # came after the last step's check: that step is saved
     raise Preempted(preemption.signum, step, run.workdir)
   run_state.wall_seconds = wall()
   return state, best_valid
