@@ -93,17 +93,26 @@ def test_two_processes_gather_the_host_loops_batches_on_the_devices(files, tmp_p
     np.testing.assert_array_equal(pa[k], pb[k], err_msg=k)
 
 
-@pytest.mark.parametrize('first,then', [(2, 1), (1, 2)], ids=['2then1', '1then2'])
-def test_a_checkpoint_moves_between_process_counts(files, tmp_path, first, then):
-  mesh, plan = (2, 2), ('--config.train.eval_every=10',)
-  whole = job(1, tmp_path / 'whole', files, mesh, '--config.train.max_steps=40', *plan)
+MOVE_MESH, MOVE_PLAN = (2, 2), ('--config.train.eval_every=10',)
+
+
+@pytest.fixture(scope='module')
+def uninterrupted(files, tmp_path_factory):
+  """The moves' reference, trained once for both: one process, 40 steps without a stop."""
+  workdir = tmp_path_factory.mktemp('uninterrupted') / 'whole'
+  whole = job(1, workdir, files, MOVE_MESH, '--config.train.max_steps=40', *MOVE_PLAN)
   assert whole.returncode == 0, whole.output
-  part = job(first, tmp_path / 'parts', files, mesh, '--config.train.max_steps=20', *plan)
+  return workdir
+
+
+@pytest.mark.parametrize('first,then', [(2, 1), (1, 2)], ids=['2then1', '1then2'])
+def test_a_checkpoint_moves_between_process_counts(files, uninterrupted, tmp_path, first, then):
+  part = job(first, tmp_path / 'parts', files, MOVE_MESH, '--config.train.max_steps=20', *MOVE_PLAN)
   assert part.returncode == 0, part.output
-  rest = job(then, tmp_path / 'parts', files, mesh, '--config.train.max_steps=40', *plan)
+  rest = job(then, tmp_path / 'parts', files, MOVE_MESH, '--config.train.max_steps=40', *MOVE_PLAN)
   assert rest.returncode == 0, rest.output
   assert 'resumed from step 20' in rest.stdout, rest.output
-  assert_same_run(tmp_path / 'parts', tmp_path / 'whole')
+  assert_same_run(tmp_path / 'parts', uninterrupted)
 
 
 def test_a_bad_setting_is_reported_once(files, tmp_path):
