@@ -256,7 +256,8 @@ CHAR_OVERFIT = [
                                             'train.num_epochs': 12, 'optimizer.learning_rate': 2e-3}),
     # over15 at four times the batch (2048; char_tune5's batch and rate), its warm-up and evaluations at the
     # same characters (250 and 307 steps): on the H200 a batch of 2048 ran the character step 1.39x 512's, so
-    # if it trains as well per character, char_tune10's 8 epochs (about 390 s at 512) fit a first call
+    # if it trains as well per character, char_tune10's 8 epochs (about 390 s at 512) fit a first call.
+    # It did not (2026-11-28): 2.114 bits on test against 2.072, so the GPU rows keep batch 512
     ('over16_wide_depth8_epochs12_batch2048_lr2e-3', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 8,
                                                       'train.num_epochs': 12, 'optimizer.learning_rate': 2e-3,
                                                       'train.batch_size': 2048, 'optimizer.warmup_steps': 250,

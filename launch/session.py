@@ -188,7 +188,9 @@ ROWS = (
                    "the best character point with the parameters' moving average (Brown's best points had it)"),
     _char_tune_row('char_tune7_dropout0.1_cosine8_ema0.999_weight_decay0.1', 8.0, 1.41,
                    'the same with weight decay 0.1 (1e-4 in the character rows)'),
-    # its step at batch 2048 ran 463,161 characters/s on the H200 (timed there, 2026-11-27): 1.39x CHAR_PROBE's
+    # its step at batch 2048 ran 463,161 characters/s on the H200 (timed there, 2026-11-27): 1.39x CHAR_PROBE's;
+    # at a quarter of the width where the networks fit their data four times the batch at twice the rate
+    # ended 0.042 bits worse at equal characters (ptb.py char_overfit's over16), so it stays near the end
     _char_tune_row('char_tune5_dropout0.1_cosine16_batch2048_lr2e-3', 16.0, 1.41 * 1.39,
                    'the best character point at 16 epochs, four times the batch, twice the rate', eval_every=500),
     _char_tune_row('char_tune8_dropout0.1_cosine8_token0.1', 8.0, 1.41,
