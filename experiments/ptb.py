@@ -262,6 +262,10 @@ CHAR_OVERFIT = [
                                                       'train.num_epochs': 12, 'optimizer.learning_rate': 2e-3,
                                                       'train.batch_size': 2048, 'optimizer.warmup_steps': 250,
                                                       'train.eval_every': 307}),
+    # whether more blocks keep helping: the wider stream at 12 blocks over 12 epochs against over14's 8 (0.038
+    # bits below the wider stream at 4); at full width a depth of 12 is 37 M parameters, about 1.3x char_tune11's
+    # step, so a later row at 12 blocks would want 4-5 epochs to fit a call
+    ('over17_wide_depth12_epochs12', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12, 'train.num_epochs': 12}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}
