@@ -134,7 +134,6 @@ def main(argv=None) -> int:
   return 0
 
 
-
 if __name__ == '__main__':
   from nplm_jax import entry  # pylint: disable=g-import-not-at-top
   entry.run_command('__main__')

@@ -406,7 +406,6 @@ def main(argv=None):
     workdir_lib.write_text_atomically(workdir_lib.as_path(cli.output), json.dumps(result, indent=2) + '\n')
 
 
-
 if __name__ == '__main__':
   from nplm_jax import entry  # pylint: disable=g-import-not-at-top
   entry.run_command('__main__')

@@ -121,7 +121,6 @@ def main(argv=None):
               f'--config=experiments/prepared.py --config.data.path={args.output}')
 
 
-
 if __name__ == '__main__':
   from nplm_jax import entry  # pylint: disable=g-import-not-at-top
   entry.run_command('__main__')

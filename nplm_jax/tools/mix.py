@@ -97,7 +97,6 @@ def main(argv=None):
   print(json.dumps(results), flush=True)
 
 
-
 if __name__ == '__main__':
   from nplm_jax import entry  # pylint: disable=g-import-not-at-top
   entry.run_command('__main__')
