@@ -268,7 +268,8 @@ CHAR_OVERFIT = [
     # on test against over14's 2.079
     ('over17_wide_depth12_epochs12', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12, 'train.num_epochs': 12}),
     # the 12-block row at char_tune11's time on a GPU: its step about 1.3x the 8-block one, so 4.5 epochs where
-    # char_tune11 has 6; here 9 epochs against over14's 12 at 8 blocks (2.079 bits on test)
+    # char_tune11 has 6; here 9 epochs against over14's 12 at 8 blocks (2.079 bits on test). It lost
+    # (2026-11-28): 2.106, so no 12-block row takes char_tune11's place
     ('over18_wide_depth12_epochs9', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12, 'train.num_epochs': 9}),
 ]
 
