@@ -271,6 +271,10 @@ CHAR_OVERFIT = [
     # char_tune11 has 6; here 9 epochs against over14's 12 at 8 blocks (2.079 bits on test). It lost
     # (2026-11-28): 2.106, so no 12-block row takes char_tune11's place
     ('over18_wide_depth12_epochs9', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12, 'train.num_epochs': 9}),
+    # whether the deeper network wants more dropout over the whole schedule (char_tune10's): over10 (depth 8,
+    # dropout 0.1) was best at epoch 14 of 16 and worse at 16, where the wider stream at 4 blocks with 0.2
+    # (over7) matched 0.1 (over1) and was still improving at its end
+    ('over19_wide_depth8_dropout0.2', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 8, **_char_dropout(0.2)}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}
