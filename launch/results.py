@@ -361,7 +361,8 @@ def main(argv=None) -> int:
   where.add_argument('--workdir', help='a finished run')
   where.add_argument('--sweep_root', help='a sweep: every point with a results.json, as results/NAME_POINT_seedS.json '
                                           'labelled "LABEL POINT" (seeds of a point share a label: a summary row)')
-  collect.add_argument('--name', required=True, help='the file name under results/ (letters, digits, _ and -)')
+  collect.add_argument('--name', required=True, help='the file name under results/ (letters, digits, _, - and ., '
+                                                        'not first: as the sweep points name theirs)')
   collect.add_argument('--table', required=True, choices=sorted(TABLES))
   collect.add_argument('--label', required=True, help="the row's label in its table")
   collect.add_argument('--command', required=True, help='the command that trained it, as run')
@@ -378,8 +379,8 @@ def main(argv=None) -> int:
   render.add_argument('--check', action='store_true')
   args = parser.parse_args(argv)
   if args.what == 'collect':
-    if not re.fullmatch(r'[\w-]+', args.name):
-      raise SystemExit(f'error: --name={args.name!r}: use letters, digits, _ and - only')
+    if not re.fullmatch(r'[\w-][\w.-]*', args.name):
+      raise SystemExit(f'error: --name={args.name!r}: use letters, digits, _, - and . only, not . first')
     if args.workdir:
       _write(record(args.workdir, args.name, args.table, args.label, args.command, args.commit, args.device))
       return 0

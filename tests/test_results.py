@@ -98,6 +98,22 @@ def test_a_sweep_root_is_collected_point_by_point(tmp_path, monkeypatch):
   assert kept['label'] == 'PTB ladder5_dropout' and kept['seed'] == 1 and kept['command'].endswith('# point ladder5_dropout')
 
 
+def test_a_workdir_is_collected_under_a_name_with_dots_and_a_path_is_refused(tmp_path, monkeypatch):
+  """collect --workdir --name: a point's name as its sweep gives it (dropout0.2) is a file name; a name that
+  would leave results/ or hide the file is refused in one line, nothing written."""
+  (tmp_path / 'run').mkdir()
+  (tmp_path / 'run' / 'results.json').write_text(json.dumps(
+      {'valid_ppl': 4.4, 'test_ppl': 4.2, 'wall_seconds': 900.0, 'platform': 'cpu', 'config': {'seed': 0}}))
+  monkeypatch.setattr(results, 'RESULTS_DIR', str(tmp_path / 'results'))
+  common = [f'--workdir={tmp_path / "run"}', '--table=char_overfit', '--label=L', '--command=c', '--commit=abc']
+  assert results.main(['collect', '--name=over19_dropout0.2_seed0', *common]) == 0
+  assert os.listdir(tmp_path / 'results') == ['over19_dropout0.2_seed0.json']
+  for bad in ('../elsewhere', '.hidden', 'a/b', 'a b'):
+    with pytest.raises(SystemExit, match='use letters, digits'):
+      results.main(['collect', f'--name={bad}', *common])
+  assert os.listdir(tmp_path / 'results') == ['over19_dropout0.2_seed0.json']
+
+
 def test_a_tables_rows_take_the_numbers_in_their_names_by_value(tmp_path, monkeypatch):
   """over9 comes before over10 in a rendered table (a plain sort of the file names put over10 after over0)."""
   monkeypatch.setattr(results, 'RESULTS_DIR', str(tmp_path))
