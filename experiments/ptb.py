@@ -276,6 +276,14 @@ CHAR_OVERFIT = [
     # (over7) matched 0.1 (over1) and was still improving at its end. It matched again (2026-11-28): 2.063 bits
     # on test against 2.064, so the GPU rows keep 0.1
     ('over19_wide_depth8_dropout0.2', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 8, **_char_dropout(0.2)}),
+    # the context beyond the window, untouched so far: 4 learned weightings (kernels) of the 400 characters
+    # before it, each one m-vector into the first layer. On over14's network and schedule (char_tune11's),
+    # twice the kernels over the same characters, then 8 over twice the characters (800, about 150 words)
+    ('over20_wide_depth8_epochs12_kernels8', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 8,
+                                              'train.num_epochs': 12, 'model.distant_kernels': 8}),
+    ('over21_wide_depth8_epochs12_distant800_kernels8', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 8,
+                                                         'train.num_epochs': 12, 'model.distant_tokens': 800,
+                                                         'model.distant_kernels': 8}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}
