@@ -284,6 +284,12 @@ CHAR_OVERFIT = [
     ('over21_wide_depth8_epochs12_distant800_kernels8', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 8,
                                                          'train.num_epochs': 12, 'model.distant_tokens': 800,
                                                          'model.distant_kernels': 8}),
+    # neither helped (2026-11-28: 2.089 and 2.101 bits on test against over14's 2.079), and on the H200 the
+    # distant block gained 0.008 bits over the ladder's row without it (char_ladder3 against char_ladder2):
+    # whether the deeper network needs it at all, whose 400 gathered vectors a character cost step time
+    ('over22_wide_depth8_epochs12_no_distant', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 8,
+                                                'train.num_epochs': 12, 'model.distant_tokens': 0,
+                                                'model.distant_kernels': 0}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}
