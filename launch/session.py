@@ -130,9 +130,9 @@ def _ladder_row(corpus: str, point: str, relative_rate: float, epochs: float = 6
 # not regularising more (less dropout was better; the ladder's rows without dropout were flat from epoch 7
 # at AdamW's constant rate). First a wider residual stream (m 512 where C and the stream were 128, the first
 # layer at its weights; CHAR_SHAPE's quarter-width points on the CPU favoured it, RESULTS.md "Where the
-# character row's parameters sit") with twice the blocks over 6 epochs (char_tune11, which a first call
-# fits; ptb.py char_overfit), with the same without the distant block first (char_tune12: on the CPU's proxy no
-# worse and faster), then at 4 blocks over 8 (char_tune9), and where a call has the room, twice the
+# character row's parameters sit") with twice the blocks over 6 epochs, first without the distant block
+# (char_tune12: on the CPU's proxy no worse and faster), then with it (char_tune11); a first call fits either
+# (ptb.py char_overfit). Then at 4 blocks over 8 (char_tune9), and where a call has the room, twice the
 # blocks over 8 (char_tune10); then char_tune0 over twice the schedule (16 epochs, about
 # 316 s at the one-hot step's rate); then char_tune0's seeds 1 and 2 (the issue's three seeds of the best
 # row; a second call fits one); the ladder's last row without dropout (tied) to its planned 10 epochs (rows
