@@ -184,8 +184,8 @@ CHAR_TUNE = [
     ('char_tune11_dropout0.1_cosine6_m512_first512_depth8', {**_WIDE_DEPTH8, **COSINE_4_EPOCHS,
                                                              'train.num_epochs': 6}),
     # char_tune11 without the distant block (the 400 characters before the window): at a quarter of the width
-    # where the networks fit their data (CHAR_OVERFIT's over22 against over14) 0.008 bits lower on test and
-    # its step about 1.3x faster on the CPU; on the H200 the ladder's row without it ran 1.12x the row with it
+    # where the networks fit their data (CHAR_OVERFIT's over22 against over14) 0.008 bits lower on test, its
+    # step 1.14-1.20x char_tune11's on the CPU (results/bench/cpu_distant_block.jsonl); on the H200 the ladder's row without it ran 1.12x the row with it
     # and ended 0.008 bits above it (char_ladder2 against char_ladder3). Beside char_tune11, which one the
     # deeper rows and their seeds keep
     ('char_tune12_dropout0.1_cosine6_m512_first512_depth8_no_distant', {**_WIDE_DEPTH8, **COSINE_4_EPOCHS,
