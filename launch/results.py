@@ -105,9 +105,10 @@ TABLES = {
                    *_BITS_PER_CHAR, ('device', _device_of)],
     # The same at a sixteenth of the characters (issue 27), where they fit their data as the GPU rows do: the
     # best step against the steps trained says when validation stopped improving (no rates: the points
-    # shared the CPU with other work).
+    # shared the CPU with other work); a point run with several seeds has a row each and one of their means.
     'char_overfit': [('point', _label), ('parameters', _num('num_parameters', 0)), ('best step', _num('step', 0)),
-                     ('steps trained', _num('steps_trained', 0)), *_BITS_PER_CHAR, ('device', _device_of)],
+                     ('steps trained', _num('steps_trained', 0)), *_BITS_PER_CHAR, ('seed', lambda r: str(r['seed'])),
+                     ('device', _device_of)],
     'char_ladder': _ladder_columns(*_BITS_PER_CHAR,
                                    ('+ n-gram test bits/char', _Figure('mix_test_ppl', 3, of=math.log2))),
 }
