@@ -160,13 +160,15 @@ CHAR_PROBE = _char_tune_row(_CHAR_TUNE0, 8.0, 1.41, "the character rows' forms",
 
 ROWS = (
     # char_tune11 without the distant block: where the networks fit their data (ptb.py char_overfit's over22)
-    # 0.008 bits lower at a quarter of the width, its step 1.14-1.20x char_tune11's on the CPU; its rate taken
-    # as char_tune11's times the H200's ratio between the ladder's rows without and with the block (377,960 /
-    # 337,781 characters/s): about 278 s, so first, before char_tune11 (305 s), which a 15-minute session's second call may not fit
+    # 0.011 bits lower at a quarter of the width over two seeds, its step 1.14-1.20x char_tune11's on the CPU;
+    # its rate taken as char_tune11's times the H200's ratio between the ladder's rows without and with the
+    # block (377,960 / 337,781 characters/s): about 278 s, so first, before char_tune11 (305 s), which a
+    # 15-minute session's second call may not fit
     _char_tune_row('char_tune12_dropout0.1_cosine6_m512_first512_depth8_no_distant', 6.0,
                    1.41 / 1.8 / 1.42 * 377_960 / 337_781,
                    'char_tune11 without the distant block: at a quarter of the width where the networks fit a '
-                   "sixteenth of the data, 0.008 bits lower; its step 1.14-1.20x char_tune11's on the CPU"),
+                   "sixteenth of the data, 0.011 bits lower over two seeds; its step 1.14-1.20x char_tune11's on "
+                   'the CPU'),
     # char_tune10 (below) over 6 epochs, not 8: about 305 s, which a first call's rows have (390 s do not). At a
     # quarter of the width where the networks fit their data (ptb.py char_overfit, 2026-11-28) the depth-8
     # network over three quarters of the schedule ended 0.038 bits below the wider stream at 4 blocks over the
