@@ -301,6 +301,11 @@ CHAR_OVERFIT = [
                                                 'model.distant_kernels': 0}),
     # It did (2026-11-28): 2.071 bits on test against 2.079 (with seed 1, 2.062 against 2.075), in 631 s where
     # over20 took 850 on the same machine, so char_tune12 (char_tune11 without it) runs beside char_tune11
+    # 12 blocks without it (over17 without the distant block): where its step is about char_tune11's 1.3x over
+    # its 1.14-1.20x, a full-width row over 6 epochs would take about 340 s on an H200, which a first call fits
+    ('over23_wide_depth12_epochs12_no_distant', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12,
+                                                 'train.num_epochs': 12, 'model.distant_tokens': 0,
+                                                 'model.distant_kernels': 0}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}
