@@ -133,8 +133,8 @@ def _ladder_row(corpus: str, point: str, relative_rate: float, epochs: float = 6
 # character row's parameters sit") with twice the blocks over 6 epochs, first without the distant block
 # (char_tune12: on the CPU's proxy no worse and faster), the same at 12 blocks (char_tune13: the proxy's
 # best), then with the block at 8 (char_tune11); a first call fits each (ptb.py char_overfit). Then at 4
-# blocks over 8 (char_tune9), and where a call has the room, twice the blocks over 8 (char_tune10); then char_tune0 over twice the schedule (16 epochs, about
-# 316 s at the one-hot step's rate); then char_tune0's seeds 1 and 2 (the issue's three seeds of the best
+# blocks over 8 (char_tune9), and where a call has the room, twice the blocks over 8 (char_tune10); then
+# char_tune0 over twice the schedule (16 epochs, about 316 s at the one-hot step's rate); then char_tune0's seeds 1 and 2 (the issue's three seeds of the best
 # row; a second call fits one); the ladder's last row without dropout (tied) to its planned 10 epochs (rows
 # 2 and 3 ran theirs: 1.563, 1.555); the parameters' moving average and a stronger weight decay; 16 epochs
 # at four times the batch; whole context characters dropped (model.word_dropout 0.1: char_tune0 trains
