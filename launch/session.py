@@ -124,22 +124,21 @@ def _ladder_row(corpus: str, point: str, relative_rate: float, epochs: float = 6
              relative_rate)
 
 
-# What the sessions of 2026-11-26 and -27 (RESULTS.md, "The third H200 session", "The fourth H200 session")
-# left, the most useful first. The character target (1.40 alone) is 0.11 bits from the best row, char_tune0
-# (1.509: dropout 0.1, a cosine over 8 epochs), and every step toward it so far came from training more,
-# not regularising more (less dropout was better; the ladder's rows without dropout were flat from epoch 7
-# at AdamW's constant rate). First a wider residual stream (m 512 where C and the stream were 128, the first
-# layer at its weights; CHAR_SHAPE's quarter-width points on the CPU favoured it, RESULTS.md "Where the
-# character row's parameters sit") with twice the blocks over 6 epochs, first without the distant block
-# (char_tune12: on the CPU's proxy no worse and faster), the same at 12 blocks (char_tune13: the proxy's
-# best), then with the block at 8 (char_tune11); a first call fits each (ptb.py char_overfit). Then at 4
-# blocks over 8 (char_tune9), and where a call has the room, twice the blocks over 8 (char_tune10); then
-# char_tune0 over twice the schedule (16 epochs, about 316 s at the one-hot step's rate); then char_tune0's seeds 1 and 2 (the issue's three seeds of the best
-# row; a second call fits one); the ladder's last row without dropout (tied) to its planned 10 epochs (rows
-# 2 and 3 ran theirs: 1.563, 1.555); the parameters' moving average and a stronger weight decay; 16 epochs
-# at four times the batch; whole context characters dropped (model.word_dropout 0.1: char_tune0 trains
-# 0.17 bits below validation). Done: the 81-character window (1.557: worse than 41), Brown tune11's seeds
-# and PTB's 15-word window.
+# What the sessions of 2026-11-26 and -27 (RESULTS.md, "The third H200 session", "The fourth H200 session") left, the
+# most useful first. The character target (1.40 alone) is 0.11 bits from the best row, char_tune0 (1.509: dropout 0.1,
+# a cosine over 8 epochs), and every step toward it so far came from training more, not regularising more (less
+# dropout was better; the ladder's rows without dropout were flat from epoch 7 at AdamW's constant rate). First a
+# wider residual stream (m 512 where C and the stream were 128, the first layer at its weights; CHAR_SHAPE's
+# quarter-width points on the CPU favoured it, RESULTS.md "Where the character row's parameters sit") with twice the
+# blocks over 6 epochs, first without the distant block (char_tune12: on the CPU's proxy no worse and faster), the
+# same at 12 blocks (char_tune13: the proxy's best), then with the block at 8 (char_tune11); a first call fits each
+# (ptb.py char_overfit). Then at 4 blocks over 8 (char_tune9), and where a call has the room, twice the blocks over 8
+# (char_tune10); then char_tune0 over twice the schedule (16 epochs, about 316 s at the one-hot step's rate); then
+# char_tune0's seeds 1 and 2 (the issue's three seeds of the best row; a second call fits one); the ladder's last row
+# without dropout (tied) to its planned 10 epochs (rows 2 and 3 ran theirs: 1.563, 1.555); the parameters' moving
+# average and a stronger weight decay; 16 epochs at four times the batch; whole context characters dropped
+# (model.word_dropout 0.1: char_tune0 trains 0.17 bits below validation). Done: the 81-character window (1.557: worse
+# than 41), Brown tune11's seeds and PTB's 15-word window.
 # Relative rates: each row's loop tokens/s over PTB's top row's on the H200 (results/*_h200*.json: ladder4
 # 1.0, characters 1.41); a character row's estimate is CHAR_PROBE's step rate times its rate over CHAR_PROBE's
 # (1.41 / 1.41: on the H200 ladder rows 2 and 3 trained 377,960 and 337,781 characters/s in the loop, the
