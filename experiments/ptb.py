@@ -145,6 +145,8 @@ _CHAR_DROPOUT_01 = _char_dropout(0.1)
 _COSINE_8_EPOCHS = {**COSINE_4_EPOCHS, 'train.num_epochs': 8}
 # char_tune10's and char_tune11's network: char_tune9's wider stream with twice the blocks
 _WIDE_DEPTH8 = {**_CHAR_DROPOUT_01, 'model.m': 512, 'model.first_hidden': 512, 'model.depth': 8}
+_CHAR_TUNE11 = {**_WIDE_DEPTH8, **COSINE_4_EPOCHS, 'train.num_epochs': 6}
+_NO_DISTANT = {'model.distant_tokens': 0, 'model.distant_kernels': 0}  # the window's characters alone
 CHAR_TUNE = [
     ('char_tune0_dropout0.1_cosine8', {**_CHAR_DROPOUT_01, **_COSINE_8_EPOCHS}),
     ('char_tune1_dropout0.1_cosine8_window81', {**_CHAR_DROPOUT_01, **_COSINE_8_EPOCHS, 'model.n': 81}),
@@ -181,23 +183,17 @@ CHAR_TUNE = [
     # first call. At a quarter of the width (CHAR_OVERFIT's over14 against over10 and over1) the depth-8 network
     # over three quarters of the schedule lost 0.015 bits to its whole schedule (2.079 against 2.064) and
     # still ended 0.038 below the wider stream at 4 blocks over the whole (2.117)
-    ('char_tune11_dropout0.1_cosine6_m512_first512_depth8', {**_WIDE_DEPTH8, **COSINE_4_EPOCHS,
-                                                             'train.num_epochs': 6}),
+    ('char_tune11_dropout0.1_cosine6_m512_first512_depth8', _CHAR_TUNE11),
     # char_tune11 without the distant block (the 400 characters before the window): at a quarter of the width
     # where the networks fit their data (CHAR_OVERFIT's over22 against over14) 0.011 bits lower on test over two
     # seeds, its step 1.14-1.20x char_tune11's on the CPU (results/bench/cpu_distant_block.jsonl); on the H200
     # the ladder's row without it ran 1.12x the row with it and ended 0.008 bits above it (char_ladder2 against
     # char_ladder3). Beside char_tune11, which one the deeper rows and their seeds keep
-    ('char_tune12_dropout0.1_cosine6_m512_first512_depth8_no_distant', {**_WIDE_DEPTH8, **COSINE_4_EPOCHS,
-                                                                        'train.num_epochs': 6,
-                                                                        'model.distant_tokens': 0,
-                                                                        'model.distant_kernels': 0}),
+    ('char_tune12_dropout0.1_cosine6_m512_first512_depth8_no_distant', {**_CHAR_TUNE11, **_NO_DISTANT}),
     # char_tune12 with 12 blocks (36 M parameters): where the networks fit their data (CHAR_OVERFIT's over23)
     # 0.032 bits below char_tune12's proxy (over22) and 0.018 below 12 blocks with the distant block (over17)
-    ('char_tune13_dropout0.1_cosine6_m512_first512_depth12_no_distant', {**_WIDE_DEPTH8, **COSINE_4_EPOCHS,
-                                                                         'train.num_epochs': 6, 'model.depth': 12,
-                                                                         'model.distant_tokens': 0,
-                                                                         'model.distant_kernels': 0}),
+    ('char_tune13_dropout0.1_cosine6_m512_first512_depth12_no_distant', {**_CHAR_TUNE11, **_NO_DISTANT,
+                                                                         'model.depth': 12}),
 ]
 
 # Where the character row's parameters sit, at a quarter of its widths on the CPU (one epoch, a cosine over
@@ -303,16 +299,14 @@ CHAR_OVERFIT = [
     # distant block gained 0.008 bits over the ladder's row without it (char_ladder3 against char_ladder2):
     # whether the deeper network needs it at all, whose 400 gathered vectors a character cost step time
     ('over22_wide_depth8_epochs12_no_distant', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 8,
-                                                'train.num_epochs': 12, 'model.distant_tokens': 0,
-                                                'model.distant_kernels': 0}),
+                                                'train.num_epochs': 12, **_NO_DISTANT}),
     # It did (2026-11-28): 2.071 bits on test against 2.079 (with seed 1, 2.062 against 2.075), in 631 s where
     # over20 took 850 on the same machine, so char_tune12 (char_tune11 without it) runs beside char_tune11
     # 12 blocks without it (over17 without the distant block): 12 blocks cost about 1.3x a step, the block's
     # absence gives back 1.14-1.20x, so at full width over 6 epochs about 345 s on an H200, which a first call
     # fits. It is the proxy's best (2026-11-29): 2.034 bits on test (over17 2.052, over22 2.071): char_tune13
     ('over23_wide_depth12_epochs12_no_distant', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12,
-                                                 'train.num_epochs': 12, 'model.distant_tokens': 0,
-                                                 'model.distant_kernels': 0}),
+                                                 'train.num_epochs': 12, **_NO_DISTANT}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}

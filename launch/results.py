@@ -71,12 +71,15 @@ def _paired_columns(header: str) -> list:
   return [(header, _label)] + [c for c in _CHECKS[1:-1] if c[0] not in ('tokens/s', 'wall s')] + [('device', _device_of)]
 
 
+_SEED = ('seed', lambda r: str(r['seed']))  # a table's seed column
+
+
 def _ladder_columns(*figures) -> list:
   """A ladder table's columns: the row, its size and cost, then `figures` (header, cell), seed, device."""
   return [('row', _label), ('parameters', _num('num_parameters', 0)), ('epochs', _num('epochs', 2)),
           ('stopped by', lambda r: r['figures'].get('stop_reason') or '-'),
           ('tokens/s', _num('tokens_per_sec', 0, per_device=True)),
-          ('wall s', _num('wall_seconds', 0, per_device=True)), *figures, ('seed', lambda r: str(r['seed'])),
+          ('wall s', _num('wall_seconds', 0, per_device=True)), *figures, _SEED,
           ('device', _device_of)]
 
 
@@ -107,8 +110,7 @@ TABLES = {
     # best step against the steps trained says when validation stopped improving (no rates: the points
     # shared the CPU with other work); a point run with several seeds has a row each and one of their means.
     'char_overfit': [('point', _label), ('parameters', _num('num_parameters', 0)), ('best step', _num('step', 0)),
-                     ('steps trained', _num('steps_trained', 0)), *_BITS_PER_CHAR, ('seed', lambda r: str(r['seed'])),
-                     ('device', _device_of)],
+                     ('steps trained', _num('steps_trained', 0)), *_BITS_PER_CHAR, _SEED, ('device', _device_of)],
     'char_ladder': _ladder_columns(*_BITS_PER_CHAR,
                                    ('+ n-gram test bits/char', _Figure('mix_test_ppl', 3, of=math.log2))),
 }

@@ -157,6 +157,12 @@ def _char_tune_row(point: str, epochs: float, relative_rate: float, why: str, ro
 # batch (512), on a random corpus of the characters' |V|.
 CHAR_PROBE = _char_tune_row(_CHAR_TUNE0, 8.0, 1.41, "the character rows' forms", probe_vocab=PTB_CHAR_VOCAB)
 
+# The wider stream at 8 blocks (char_tune10, 11): char_tune9's rate (1.8x char_tune0's step) over their
+# multiply-adds' ratio (28.6 M weights against 20.2 M); without the distant block, the H200's ratio between the
+# ladder's rows without and with it (377,960 / 337,781 characters/s).
+_WIDE_DEPTH8_RATE = 1.41 / 1.8 / 1.42
+_NO_DISTANT_SPEEDUP = 377_960 / 337_781
+
 ROWS = (
     # char_tune11 without the distant block: where the networks fit their data (ptb.py char_overfit's over22)
     # 0.011 bits lower at a quarter of the width over two seeds, its step 1.14-1.20x char_tune11's on the CPU;
@@ -164,7 +170,7 @@ ROWS = (
     # block (377,960 / 337,781 characters/s): about 278 s, so first, before char_tune11 (305 s), which a
     # 15-minute session's second call may not fit
     _char_tune_row('char_tune12_dropout0.1_cosine6_m512_first512_depth8_no_distant', 6.0,
-                   1.41 / 1.8 / 1.42 * 377_960 / 337_781,
+                   _WIDE_DEPTH8_RATE * _NO_DISTANT_SPEEDUP,
                    'char_tune11 without the distant block: at a quarter of the width where the networks fit a '
                    "sixteenth of the data, 0.011 bits lower over two seeds; its step 1.14-1.20x char_tune11's on "
                    'the CPU'),
@@ -172,14 +178,14 @@ ROWS = (
     # against over22's 2.071 and over17's 2.052, with the block); its step taken as 1.3x char_tune12's (the
     # blocks' share of the multiply-adds), about 345 s, which a first call fits
     _char_tune_row('char_tune13_dropout0.1_cosine6_m512_first512_depth12_no_distant', 6.0,
-                   1.41 / 1.8 / 1.42 * 377_960 / 337_781 / 1.3,
+                   _WIDE_DEPTH8_RATE * _NO_DISTANT_SPEEDUP / 1.3,
                    'char_tune12 with 12 blocks: at a quarter of the width where the networks fit a sixteenth of '
                    'the data, 0.032 bits below char_tune12 there (its two seeds\' mean) and the lowest of the proxy'),
     # char_tune10 (below) over 6 epochs, not 8: about 305 s, which a first call's rows have (390 s do not). At a
     # quarter of the width where the networks fit their data (ptb.py char_overfit, 2026-11-28) the depth-8
     # network over three quarters of the schedule ended 0.038 bits below the wider stream at 4 blocks over the
     # whole (2.079 against 2.117; 0.015 above its own whole schedule), so it comes before char_tune9
-    _char_tune_row('char_tune11_dropout0.1_cosine6_m512_first512_depth8', 6.0, 1.41 / 1.8 / 1.42,
+    _char_tune_row('char_tune11_dropout0.1_cosine6_m512_first512_depth8', 6.0, _WIDE_DEPTH8_RATE,
                    'the wider stream with twice the blocks (8) over 6 epochs: at a quarter of the width where the '
                    'networks fit a sixteenth of the data, 0.038 bits below the wider stream over its whole schedule'),
     # its step taken as 1.8x char_tune0's: its multiply-adds a character are 1.45x (20.2 M weights against
@@ -191,7 +197,7 @@ ROWS = (
     # its step taken as char_tune9's times their multiply-adds' ratio (28.6 M weights against 20.2 M): about
     # 390 s on an H200, more than the first call's rows leave beside the probes and figures, so it runs where a
     # call has the room (skipped otherwise, said so) and the rows below take the time it leaves
-    _char_tune_row('char_tune10_dropout0.1_cosine8_m512_first512_depth8', 8.0, 1.41 / 1.8 / 1.42,
+    _char_tune_row('char_tune10_dropout0.1_cosine8_m512_first512_depth8', 8.0, _WIDE_DEPTH8_RATE,
                    'the wider stream with twice the blocks (8): at a quarter of the width where the networks fit a '
                    'sixteenth of the data, 0.05 bits below the wider stream (as the stream wider again)'),
     _char_tune_row('char_tune4_dropout0.1_cosine16', 16.0, 1.41,
