@@ -307,6 +307,11 @@ CHAR_OVERFIT = [
     # fits. It is the proxy's best (2026-11-29): 2.034 bits on test (over17 2.052, over22 2.071): char_tune13
     ('over23_wide_depth12_epochs12_no_distant', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12,
                                                  'train.num_epochs': 12, **_NO_DISTANT}),
+    # whether depth keeps paying: 4 -> 8 blocks gained 0.053 bits (over1 -> over10), 8 -> 12 0.027 (over14 ->
+    # over17) and 0.032 without the block (over22 -> over23); 16 blocks without it, at about 1.3x over23's step.
+    # If it gains 0.015 or more, a 16-block row (about 44 M parameters at full width) follows char_tune13
+    ('over24_wide_depth16_epochs12_no_distant', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 16,
+                                                 'train.num_epochs': 12, **_NO_DISTANT}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}
