@@ -67,6 +67,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.initialiser = 'normal_0.02'  # C and kernels ~ N(0, 0.02); 'lecun': C ~ N(0, 1/m), kernels lecun-normal
   c.model.first_hidden = 0  # the first layer's own inner width; 0 = model.h
   c.model.feature_dropout_at = 'features'  # 'features': on x after the kernels; 'embeddings': on each input vector
+  # revisited: what the first layer's branch is added to: 'sum' of the context's vectors (Sun & Iyyer's),
+  # or 'last', the most recent one alone (models/revisited.py FIRST_RESIDUALS)
+  c.model.first_residual = 'sum'
   # C's gradient: 'scatter' (XLA's scatter-add; made in a fixed order under train.deterministic on GPUs),
   # 'one_hot' (a matmul with a [batch x context, |V|] one-hot: short windows only) or 'sorted' (a sort, then
   # sums along runs of one word: any window); the last two deterministic without a scatter (models/lookup.py).
@@ -414,6 +417,7 @@ _CHOICES = [
     ('data.blank_lines', ('eos', 'skip')),
     ('model.initialiser', ('lecun', 'normal_0.02')),
     ('model.feature_dropout_at', ('features', 'embeddings')),
+    ('model.first_residual', ('sum', 'last')),
     ('model.embedding_gradient', ('auto', 'scatter', 'one_hot', 'sorted')),
     ('model.distant_gradient', ('auto', 'rows', 'counts', 'one_hot')),
     ('model.kind', ('bengio2003', 'revisited')),

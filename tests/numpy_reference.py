@@ -36,10 +36,11 @@ def _residual(x: np.ndarray, inputs: np.ndarray, p: dict, layer_norm: bool) -> n
 
 
 def revisited_logits(params: dict, contexts: np.ndarray, window: int, layer_norm: bool = True,
-                     embed_scale: bool = False) -> np.ndarray:
+                     embed_scale: bool = False, first_residual: str = 'sum') -> np.ndarray:
   """The revisited family (Sun & Iyyer 2021) in float64: the window's vectors (times sqrt(m) with
-  embed_scale) and the distant block's kernel summaries, a residual first layer, residual blocks,
-  then b + s U (U = C' when tied, unscaled)."""
+  embed_scale) and the distant block's kernel summaries, a residual first layer (added to their sum, or
+  with first_residual='last' to the most recent vector), residual blocks, then b + s U (U = C' when
+  tied, unscaled)."""
   p = {k: _float64(v) for k, v in params.items()}
   C = p['C']
   inputs = C * np.sqrt(C.shape[1]) if embed_scale else C
@@ -48,7 +49,8 @@ def revisited_logits(params: dict, contexts: np.ndarray, window: int, layer_norm
     distant = inputs[contexts[:, window:]]  # [B, D, m]
     pieces += [np.einsum('d,bdm->bm', kernel, distant) for kernel in p['distant_kernels']]
   x = np.stack(pieces, axis=1)
-  s = _residual(x.sum(axis=1), x.reshape(len(x), -1), p['first'], layer_norm)
+  residual = x.sum(axis=1) if first_residual == 'sum' else inputs[contexts[:, 0]]  # contexts: most recent first
+  s = _residual(residual, x.reshape(len(x), -1), p['first'], layer_norm)
   for i in range(sum(k.startswith('block_') for k in p)):
     s = _residual(s, s, p[f'block_{i}'], layer_norm)
   output = p['output']

@@ -86,6 +86,30 @@ def test_reference_options_equal_the_numpy_forward(kw):
     assert params['first']['in_kernel'].shape[-1] == 20 and params['block_0']['in_kernel'].shape[-1] == model.hidden_dim
 
 
+@pytest.mark.parametrize('kw', [{}, {'tied': True, 'embed_scale': True}, {'distant_tokens': 0, 'distant_kernels': 0}],
+                         ids=['full', 'tied_scaled', 'no_distant'])
+def test_the_first_layer_added_to_the_last_vector_equals_the_numpy_forward(kw):
+  """first_residual='last': the first layer's branch added to the most recent input vector alone, not the
+  sum of the window's and the distant summaries'; the sum stays the default."""
+  model = make(first_residual='last', **kw)
+  params = perturbed(output_layer.init_params(model, np.arange(VOCAB) + 1.0))
+  if model.tied:
+    params[output_layer.OUTPUT] = params[output_layer.OUTPUT].at[:, VOCAB:].set(output_layer.PADDING_LOGIT)
+  contexts = contexts_for(model)
+  logits = np.asarray(model.apply({'params': params}, contexts))
+  reference = numpy_reference.revisited_logits(jax.device_get(params), contexts, model.window, model.layer_norm,
+                                               embed_scale=model.embed_scale, first_residual='last')
+  np.testing.assert_allclose(logits[:, :VOCAB], reference[:, :VOCAB], rtol=2e-5, atol=2e-5)
+  summed = numpy_reference.revisited_logits(jax.device_get(params), contexts, model.window, model.layer_norm,
+                                            embed_scale=model.embed_scale)
+  assert np.abs(summed[:, :VOCAB] - reference[:, :VOCAB]).max() > 1e-3
+  assert config_lib.base_config().model.first_residual == 'sum'
+  config = config_lib.base_config()
+  config.model.first_residual = 'first'
+  with pytest.raises(UserError, match='first_residual'):
+    config_lib.validate(config)
+
+
 def test_the_reference_initialisation_is_the_default_and_draws_from_n_0_002():
   for params in (output_layer.init_params(make(hidden_dim=64, embed_dim=32), None),
                  output_layer.init_params(make(initialiser='normal_0.02', hidden_dim=64, embed_dim=32), None)):

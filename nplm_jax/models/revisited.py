@@ -23,7 +23,8 @@ along a cosine to 0 over a fixed number of steps (optimizer.cosine_decay_steps, 
 this project keeps it constant after the warm-up and halves it from the best parameters at each stall
 (train.anneal_factor); plain Adam where the project uses AdamW's decoupled weight decay. An option
 of this project's own, off by default: word_dropout drops whole input words (window and distant block)
-in training.
+in training; first_residual='last' adds the first layer's branch to the most recent input vector alone
+instead of the sum of them all.
 
 C's gradient from the distant block can be made as a matmul instead of a scatter of its rows
 (distant_gradient='counts': lookup.weighted_sums), the same numbers, for deterministic GPU steps; for a
@@ -48,6 +49,16 @@ from nplm_jax.models import output_layer
 INITIALISERS = {
     'lecun': lambda m: (nn.initializers.normal(1.0 / math.sqrt(m)), nn.initializers.lecun_normal()),
     'normal_0.02': lambda m: (nn.initializers.normal(0.02), nn.initializers.normal(0.02)),
+}
+
+
+# model.first_residual: the first layer's residual from x [batch, window (+ kernels), m], most recent first.
+# 'sum' is Sun & Iyyer's (a bag of the context's vectors); 'last' the most recent vector alone: on characters
+# the bag of a 40-character window drowns the one that matters most (RESULTS.md, "The character rows where
+# they fit their data").
+FIRST_RESIDUALS = {
+    'sum': lambda x: x.sum(axis=1),
+    'last': lambda x: x[:, 0],
 }
 
 
@@ -106,6 +117,7 @@ class RevisitedNPLM(output_layer.OutputLayerModel, nn.Module):
   initialiser: str = 'normal_0.02'  # INITIALISERS
   first_hidden: int = 0  # the first layer's inner width; 0 = hidden_dim
   feature_dropout_at: str = 'features'  # 'features' (x) or 'embeddings' (each input vector, before the kernels)
+  first_residual: str = 'sum'  # FIRST_RESIDUALS: what the first layer's branch is added to
   embedding_gradient: str = 'scatter'  # how C's gradient is made (lookup.EMBEDDING_GRADIENTS)
   distant_gradient: str = 'rows'  # the distant block's share of it: as the rows', 'counts' (lookup.weighted_sums) or
   # 'one_hot' (lookup.weighted_sums_one_hot: small vocabularies)
@@ -151,7 +163,7 @@ class RevisitedNPLM(output_layer.OutputLayerModel, nn.Module):
       summaries = self._distant_summaries(contexts[:, self.window:].T, deterministic)
       local = jnp.concatenate([local, summaries.transpose(1, 0, 2)], axis=1)
     x = local if self.feature_dropout_at == 'embeddings' else self.drop_features(local, deterministic=deterministic)
-    s = self.first(x.sum(axis=1), x.reshape(x.shape[0], -1), deterministic)
+    s = self.first(FIRST_RESIDUALS[self.first_residual](x), x.reshape(x.shape[0], -1), deterministic)
     for block in self.blocks:
       s = block(s, s, deterministic)
     return s
@@ -210,4 +222,5 @@ def from_config(model_config, vocab_size: int, compute_dtype: str, embedding_gra
                        embed_scale=model_config.embed_scale,
                        initialiser=model_config.initialiser, first_hidden=model_config.first_hidden,
                        feature_dropout_at=model_config.feature_dropout_at,
+                       first_residual=model_config.get('first_residual', 'sum'),
                        embedding_gradient=embedding_gradient, distant_gradient=distant_gradient)
