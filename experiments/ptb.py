@@ -330,6 +330,12 @@ CHAR_OVERFIT = [
     # 11, 1.691, on the CPU). Where it turns: 5 characters
     ('over27_wide_depth12_epochs12_no_distant_window6', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12,
                                                          'train.num_epochs': 12, **_NO_DISTANT, 'model.n': 6}),
+    # Why the longer windows train worse: the first layer's branch is added to the sum of the window's vectors
+    # (Sun & Iyyer's residual), a bag of 40 characters where the last one matters most. over23 with the branch
+    # added to the most recent character's vector alone (model.first_residual='last')
+    ('over28_wide_depth12_epochs12_no_distant_last', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12,
+                                                      'train.num_epochs': 12, **_NO_DISTANT,
+                                                      'model.first_residual': 'last'}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}
