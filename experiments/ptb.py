@@ -242,6 +242,10 @@ CHAR_SHAPE = [
     # epoch 8: 2.024 on test against 2.035); on all the characters there is less to over-fit
     ('shape9_quarter_m128_first128_h512_depth12_no_distant_last', {**_QUARTER_DEPTH12,
                                                                    'model.first_residual': 'last'}),
+    # It led at every evaluation (2026-11-29: valid 2.14 and 1.90 bits at a quarter and a half epoch against
+    # shape6's 2.40 and 2.05): the 21-character window with it, beside shape7 without it
+    ('shape10_quarter_m128_first128_h512_depth12_no_distant_window21_last', {**_QUARTER_DEPTH12, 'model.n': 21,
+                                                                             'model.first_residual': 'last'}),
     # It trained far faster and then over-fitted (2026-11-29): valid 2.51 bits at epoch 2 against over23's
     # 2.87, best at epoch 8 (2.07), 2.024 on test against over23's 2.035; char_shape's shape9 asks on all
     # the characters
