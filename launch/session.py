@@ -124,24 +124,24 @@ def _ladder_row(corpus: str, point: str, relative_rate: float, epochs: float = 6
              relative_rate)
 
 
-# What the sessions of 2026-11-26 and -27 (RESULTS.md, "The third H200 session", "The fourth H200 session") left, the
-# most useful first. The character target (1.40 alone) is 0.11 bits from the best row, char_tune0 (1.509: dropout 0.1,
-# a cosine over 8 epochs), and every step toward it so far came from training more, not regularising more (less
-# dropout was better; the ladder's rows without dropout were flat from epoch 7 at AdamW's constant rate). First a
-# wider residual stream (m 512 where C and the stream were 128, the first layer at its weights; CHAR_SHAPE's
-# quarter-width points on the CPU favoured it, RESULTS.md "Where the character row's parameters sit") with twice the
-# blocks over 6 epochs. First three times the blocks (12) without the distant block and with the first layer's
-# branch added to the last character's vector (char_tune16; over one epoch of all the characters at a quarter of the
-# width, 0.108 bits below the sum of the window's vectors: ptb.py char_shape), then its 21-character window
-# (char_tune17); then the sum's rows: 21 and 11 characters (char_tune14, 15), 41 (char_tune13: the proxy's best
-# before them), 8 blocks (char_tune12) and with the distant block (char_tune11); a first call fits each (ptb.py
-# char_overfit). Then at 4 blocks over 8 (char_tune9), and where a call has the room, twice the blocks over 8
-# (char_tune10); then char_tune0 over twice the schedule (16 epochs, about 316 s at the one-hot step's rate); then
-# char_tune0's seeds 1 and 2 (the issue's three seeds of the best row; a second call fits one); the ladder's last row
-# without dropout (tied) to its planned 10 epochs (rows 2 and 3 ran theirs: 1.563, 1.555); the parameters' moving
-# average and a stronger weight decay; 16 epochs at four times the batch; whole context characters dropped
-# (model.word_dropout 0.1: char_tune0 trains 0.17 bits below validation). Done: the 81-character window (1.557: worse
-# than 41), Brown tune11's seeds and PTB's 15-word window.
+# What the sessions of 2026-11-26 and -27 (RESULTS.md, "The third H200 session", "The fourth H200 session") left,
+# the most useful first. The character target (1.40 alone) is 0.11 bits from the best row, char_tune0 (1.509:
+# dropout 0.1, a cosine over 8 epochs), and every step toward it so far came from training more, not regularising
+# more (less dropout was better; the ladder's rows without dropout were flat from epoch 7 at AdamW's constant rate).
+# First a residual stream four times wider (m 512 where C and the stream were 128, the first layer at its weights;
+# CHAR_SHAPE's quarter-width points on the CPU favoured it, RESULTS.md "Where the character row's parameters sit")
+# with three times the blocks (12) over 6 epochs, without the distant block, the first layer's branch added to the
+# last character's vector and a 21-character window (char_tune17; over one epoch of all the characters at a quarter
+# of the width, 0.134 bits below the sum of a 41-character window's vectors: ptb.py char_shape); then the same at 11
+# and 41 characters (char_tune18, 16); then the sum's rows: 21 and 11 characters (char_tune14, 15), 41 (char_tune13:
+# the proxy's best before them), 8 blocks (char_tune12) and with the distant block (char_tune11); a first call fits
+# each (ptb.py char_overfit). Then at 4 blocks over 8 (char_tune9), and where a call has the room, twice the blocks
+# over 8 (char_tune10); then char_tune0 over twice the schedule (16 epochs, about 316 s at the one-hot step's rate);
+# then char_tune0's seeds 1 and 2 (the issue's three seeds of the best row; a second call fits one); the ladder's
+# last row without dropout (tied) to its planned 10 epochs (rows 2 and 3 ran theirs: 1.563, 1.555); the parameters'
+# moving average and a stronger weight decay; 16 epochs at four times the batch; whole context characters dropped
+# (model.word_dropout 0.1: char_tune0 trains 0.17 bits below validation). Done: the 81-character window (1.557:
+# worse than 41), Brown tune11's seeds and PTB's 15-word window.
 # Relative rates: each row's loop tokens/s over PTB's top row's on the H200 (results/*_h200*.json: ladder4
 # 1.0, characters 1.41); a character row's estimate is CHAR_PROBE's step rate times its rate over CHAR_PROBE's
 # (1.41 / 1.41: on the H200 ladder rows 2 and 3 trained 377,960 and 337,781 characters/s in the loop, the
@@ -175,23 +175,34 @@ def _no_distant_rate(weights_m: float) -> float:
 
 
 ROWS = (
-    # char_tune13 (below) with the first layer's branch added to the last character's vector, not the sum of
-    # the window's 40 (model.first_residual='last'): over one epoch of all the characters at a quarter of the
-    # width 0.108 bits below the sum (ptb.py char_shape's shape9 against shape6: 1.696 against 1.804), ahead
-    # at every evaluation; the same multiply-adds as char_tune13, about 347 s, near the edge of a first call's
-    # rows on an H200 (about 375 s: 570 less one character probe, the figures' 150 and the pack's 15). Where
-    # the call's probe says it does not fit, the next row takes its place
+    # char_tune13 (below) at a 21-character window with the first layer's branch added to the last character's
+    # vector, not the sum of the window's (model.first_residual='last'): over one epoch of all the characters
+    # at a quarter of the width 1.670 bits on test against the sum's 1.804 at 41 characters (ptb.py
+    # char_shape's shape10 against shape6), ahead at every evaluation, the lowest of any CPU point; 30.7 M
+    # parameters, about 304 s on an H200, which a first call's rows fit (about 375 s: 570 less one character
+    # probe, the figures' 150 and the pack's 15)
+    _char_tune_row('char_tune17_dropout0.1_cosine6_m512_first512_depth12_no_distant_window21_last', 6.0,
+                   _no_distant_rate(30.7),
+                   "12 blocks, a 21-character window, the first layer added to the last character's vector: at a "
+                   'quarter of the width over one epoch of all the characters, 0.134 bits below the sum at 41'),
+    # the same at 11 characters (28.1 M parameters, about 282 s): over one epoch of all the characters 0.011
+    # bits below 21 (shape11: 1.659 against 1.670), within what one seed orders; the longer window stays first,
+    # as the full-width rows over 6 epochs fit more of their data than one epoch at a quarter does
+    _char_tune_row('char_tune18_dropout0.1_cosine6_m512_first512_depth12_no_distant_window11_last', 6.0,
+                   _no_distant_rate(28.1),
+                   "char_tune17 with an 11-character window: at a quarter of the width over one epoch of all the "
+                   'characters, 0.011 bits below it'),
+    # the same at 41 characters (char_tune13 with it: shape9, 1.696 bits, 0.108 below the sum), 36.0 M
+    # parameters, about 347 s: near the edge of a first call's rows; where the probe says it does not fit, a
+    # later row takes its place
     _char_tune_row('char_tune16_dropout0.1_cosine6_m512_first512_depth12_no_distant_last', 6.0,
                    _no_distant_rate(36.0),
                    "char_tune13 with the first layer added to the last character's vector: at a quarter of the "
                    'width over one epoch of all the characters, 0.108 bits below the sum of the window'),
-    # the same with a 21-character window (30.7 M parameters, about 304 s): SHAPE10_NOTE
-    _char_tune_row('char_tune17_dropout0.1_cosine6_m512_first512_depth12_no_distant_window21_last', 6.0,
-                   _no_distant_rate(30.7),
-                   "char_tune16 with a 21-character window: SHAPE10_WHY"),
     # char_tune13 (below) with a 21-character window: 30.7 M parameters, about 304 s on an H200. Where the
     # networks fit a sixteenth of the characters 0.093 bits below char_tune13 there (over25 against over23),
-    # a proxy that favours short contexts; on all of them, at one epoch, SHAPE_WINDOW_NOTE
+    # a proxy that favours short contexts (on all of them, with the first layer added to the last character,
+    # 21 beat 41 by 0.026 bits: shape10 against shape9)
     _char_tune_row('char_tune14_dropout0.1_cosine6_m512_first512_depth12_no_distant_window21', 6.0,
                    _no_distant_rate(30.7),
                    'char_tune13 with a 21-character window: at a quarter of the width where the networks fit a '

@@ -53,15 +53,21 @@ def contexts_for(model, rows=6, seed=1):
   return np.random.default_rng(seed).integers(0, VOCAB, size=(rows, model.context_size)).astype(np.int32)
 
 
+def perturbed_logits(model):
+  """Perturbed parameters (a tied model's padded bias columns kept at PADDING_LOGIT, -inf in the dense
+  logits), contexts and the model's logits for them."""
+  params = perturbed(output_layer.init_params(model, np.arange(VOCAB) + 1.0))
+  if model.tied:
+    params[output_layer.OUTPUT] = params[output_layer.OUTPUT].at[:, VOCAB:].set(output_layer.PADDING_LOGIT)
+  contexts = contexts_for(model)
+  return params, contexts, np.asarray(model.apply({'params': params}, contexts))
+
+
 @pytest.mark.parametrize('kw', [{}, {'tied': True}, {'distant_tokens': 0, 'distant_kernels': 0}, {'depth': 0},
                                 {'layer_norm': False}], ids=['full', 'tied', 'no_distant', 'depth0', 'no_layer_norm'])
 def test_logits_equal_a_numpy_forward(kw):
   model = make(**kw)
-  params = perturbed(output_layer.init_params(model, np.arange(VOCAB) + 1.0))
-  if model.tied:  # padded bias columns stay at PADDING_LOGIT (-inf in the dense logits)
-    params[output_layer.OUTPUT] = params[output_layer.OUTPUT].at[:, VOCAB:].set(output_layer.PADDING_LOGIT)
-  contexts = contexts_for(model)
-  logits = np.asarray(model.apply({'params': params}, contexts))
+  params, contexts, logits = perturbed_logits(model)
   reference = numpy_reference.revisited_logits(jax.device_get(params), contexts, model.window, model.layer_norm)
   np.testing.assert_allclose(logits[:, :VOCAB], reference[:, :VOCAB], rtol=2e-5, atol=2e-5)
   assert np.all(np.isneginf(logits[:, VOCAB:]))
@@ -74,11 +80,7 @@ def test_reference_options_equal_the_numpy_forward(kw):
   """The reference code's choices (embeddings x sqrt(m) on the input side only, N(0, 0.02) initialisation,
   the first layer's own inner width) against the NumPy forward."""
   model = make(**kw)
-  params = perturbed(output_layer.init_params(model, np.arange(VOCAB) + 1.0))
-  if model.tied:
-    params[output_layer.OUTPUT] = params[output_layer.OUTPUT].at[:, VOCAB:].set(output_layer.PADDING_LOGIT)
-  contexts = contexts_for(model)
-  logits = np.asarray(model.apply({'params': params}, contexts))
+  params, contexts, logits = perturbed_logits(model)
   reference = numpy_reference.revisited_logits(jax.device_get(params), contexts, model.window, model.layer_norm,
                                                embed_scale=model.embed_scale)
   np.testing.assert_allclose(logits[:, :VOCAB], reference[:, :VOCAB], rtol=2e-5, atol=2e-5)
@@ -92,11 +94,7 @@ def test_the_first_layer_added_to_the_last_vector_equals_the_numpy_forward(kw):
   """first_residual='last': the first layer's branch added to the most recent input vector alone, not the
   sum of the window's and the distant summaries'; the sum stays the default."""
   model = make(first_residual='last', **kw)
-  params = perturbed(output_layer.init_params(model, np.arange(VOCAB) + 1.0))
-  if model.tied:
-    params[output_layer.OUTPUT] = params[output_layer.OUTPUT].at[:, VOCAB:].set(output_layer.PADDING_LOGIT)
-  contexts = contexts_for(model)
-  logits = np.asarray(model.apply({'params': params}, contexts))
+  params, contexts, logits = perturbed_logits(model)
   reference = numpy_reference.revisited_logits(jax.device_get(params), contexts, model.window, model.layer_norm,
                                                embed_scale=model.embed_scale, first_residual='last')
   np.testing.assert_allclose(logits[:, :VOCAB], reference[:, :VOCAB], rtol=2e-5, atol=2e-5)
