@@ -260,9 +260,6 @@ CHAR_SHAPE = [
     # 11-character window with it
     ('shape11_quarter_m128_first128_h512_depth12_no_distant_window11_last', {**_QUARTER_DEPTH12, 'model.n': 11,
                                                                              'model.first_residual': 'last'}),
-    # It trained far faster and then over-fitted (2026-11-29): valid 2.51 bits at epoch 2 against over23's
-    # 2.87, best at epoch 8 (2.07), 2.024 on test against over23's 2.035; char_shape's shape9 asks on all
-    # the characters
 ]
 
 # The same quarter-width networks where the full-width rows are: over a sixteenth of the training
@@ -342,7 +339,7 @@ CHAR_OVERFIT = [
     ('over22_wide_depth8_epochs12_no_distant', {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 8,
                                                 'train.num_epochs': 12, **_NO_DISTANT}),
     # It did (2026-11-28): 2.071 bits on test against 2.079 (with seed 1, 2.062 against 2.075), in 631 s where
-    # over20 took 850 on the same machine, so char_tune12 (char_tune11 without it) runs beside char_tune11
+    # over20 took 850 on the same machine, so char_tune12 (char_tune11 without it) runs beside char_tune11.
     # 12 blocks without it (over17 without the distant block): 12 blocks cost about 1.3x a step, the block's
     # absence gives back 1.14-1.20x, so at full width over 6 epochs about 345 s on an H200, which a first call
     # fits. It is the proxy's best (2026-11-29): 2.034 bits on test (over17 2.052, over22 2.071): char_tune13
