@@ -260,6 +260,14 @@ CHAR_SHAPE = [
     # 11-character window with it
     ('shape11_quarter_m128_first128_h512_depth12_no_distant_window11_last', {**_QUARTER_DEPTH12, 'model.n': 11,
                                                                              'model.first_residual': 'last'}),
+    # 1.659 (2026-11-29), 0.011 below shape10 in 0.9x its time: a shorter window again (6 characters, where
+    # the sixteenth still gained), and the 11-character window with the distant block back (the 400
+    # characters before the window in 4 kernels, as char_tune0): the window short, the long context cheap
+    ('shape12_quarter_m128_first128_h512_depth12_no_distant_window6_last', {**_QUARTER_DEPTH12, 'model.n': 6,
+                                                                            'model.first_residual': 'last'}),
+    ('shape13_quarter_m128_first128_h512_depth12_window11_last', {
+        **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last',
+        **{k: CHAR_REVISITED[k] for k in ('model.distant_tokens', 'model.distant_kernels')}}),
 ]
 
 # The same quarter-width networks where the full-width rows are: over a sixteenth of the training
