@@ -203,7 +203,8 @@ CHAR_TUNE = [
     # char_tune13, char_tune14 and char_tune15 with the first layer's branch added to the last character's
     # vector instead of the sum of the window's (model.first_residual='last'): over one epoch of all the
     # characters at a quarter of the width (CHAR_SHAPE's shape9, shape10, shape11) 1.696, 1.670 and 1.659 bits
-    # on test at 41, 21 and 11 characters against the sum's 1.804 at 41 (shape6)
+    # on test at 41, 21 and 11 characters against the sum's 1.804 at 41 (shape6); over two seeds 1.669 at 21
+    # and 1.657 at 11, the sum at 11 1.683 (shape8), 6 characters with it 1.694 (shape12)
     ('char_tune16_dropout0.1_cosine6_m512_first512_depth12_no_distant_last', {**_CHAR_TUNE13,
                                                                               'model.first_residual': 'last'}),
     ('char_tune17_dropout0.1_cosine6_m512_first512_depth12_no_distant_window21_last', {
@@ -262,7 +263,9 @@ CHAR_SHAPE = [
                                                                              'model.first_residual': 'last'}),
     # 1.659 (2026-11-29), 0.011 below shape10 in 0.9x its time: a shorter window again (6 characters, where
     # the sixteenth still gained), and the 11-character window with the distant block back (the 400
-    # characters before the window in 4 kernels, as char_tune0): the window short, the long context cheap
+    # characters before the window in 4 kernels, as char_tune0): the window short, the long context cheap.
+    # They gave 1.694 (6 characters: 0.037 above 11, the window's optimum near 11) and 1.657 (the distant
+    # block: the same as shape11's two seeds' mean, 1.657, in 1.3x its CPU time)
     ('shape12_quarter_m128_first128_h512_depth12_no_distant_window6_last', {**_QUARTER_DEPTH12, 'model.n': 6,
                                                                             'model.first_residual': 'last'}),
     ('shape13_quarter_m128_first128_h512_depth12_window11_last', {
