@@ -271,6 +271,10 @@ CHAR_SHAPE = [
     ('shape13_quarter_m128_first128_h512_depth12_window11_last', {
         **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last',
         **{k: CHAR_REVISITED[k] for k in ('model.distant_tokens', 'model.distant_kernels')}}),
+    # The 11-character window's first layer holds a quarter of the 41's weights, so its step has room:
+    # shape11 with 16 blocks (on the sixteenth, at 41 characters and the sum, 16 gained 0.011 over 12: over24)
+    ('shape14_quarter_m128_first128_h512_depth16_no_distant_window11_last', {
+        **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', 'model.depth': 16}),
 ]
 
 # The same quarter-width networks where the full-width rows are: over a sixteenth of the training
