@@ -133,7 +133,8 @@ def _ladder_row(corpus: str, point: str, relative_rate: float, epochs: float = 6
 # with three times the blocks (12) over 6 epochs, without the distant block, the first layer's branch added to the
 # last character's vector and an 11-character window (char_tune18; over one epoch of all the characters at a
 # quarter of the width, 0.147 bits below the sum of a 41-character window's vectors over two seeds: ptb.py
-# char_shape); then the same at 21 characters (char_tune17), the sum at 11 (char_tune15), the last character at 41
+# char_shape); then the same with 16 blocks (char_tune19), at 21 characters (char_tune17), the sum at 11
+# (char_tune15), the last character at 41
 # (char_tune16), the sum at 21 (char_tune14) and 41 (char_tune13: the proxy's best before them), 8 blocks
 # (char_tune12) and with the distant block (char_tune11); a first call fits
 # each (ptb.py char_overfit). Then at 4 blocks over 8 (char_tune9), and where a call has the room, twice the blocks
@@ -188,6 +189,13 @@ ROWS = (
                    "12 blocks, an 11-character window, the first layer added to the last character's vector: at a "
                    'quarter of the width over one epoch of all the characters, 0.147 bits below the sum at 41 '
                    '(two seeds)'),
+    # the same with 16 blocks (36.5 M parameters, about 351 s: near the edge of a first call's rows, so after
+    # char_tune18, which fits one for sure): over one epoch of all the characters at a quarter of the width
+    # 1.644 bits on test, 0.013 below 12 blocks' two seeds, in 1.24x the CPU time (ptb.py char_shape's shape14)
+    _char_tune_row('char_tune19_dropout0.1_cosine6_m512_first512_depth16_no_distant_window11_last', 6.0,
+                   _no_distant_rate(36.5),
+                   'char_tune18 with 16 blocks: at a quarter of the width over one epoch of all the characters, '
+                   '0.013 bits below it'),
     # the same at 21 characters (30.7 M parameters, about 304 s): 0.012 bits above 11 there over two seeds each
     _char_tune_row('char_tune17_dropout0.1_cosine6_m512_first512_depth12_no_distant_window21_last', 6.0,
                    _no_distant_rate(30.7),
