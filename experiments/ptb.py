@@ -280,6 +280,10 @@ CHAR_SHAPE = [
     # It gave 1.644 (2026-11-29), 0.013 below shape11's two seeds in 1.24x the time: CHAR_TUNE's char_tune19
     ('shape14_quarter_m128_first128_h512_depth16_no_distant_window11_last', {
         **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', 'model.depth': 16}),
+    # The same room spent on the first layer instead: shape11 with its inner width doubled (256; at full
+    # width 1,024, about 2.9 M more weights, where 16 blocks add 8.4 M)
+    ('shape15_quarter_m128_first256_h512_depth12_no_distant_window11_last', {
+        **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 256}),
 ]
 
 # The same quarter-width networks where the full-width rows are: over a sixteenth of the training
