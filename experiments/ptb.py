@@ -212,7 +212,7 @@ CHAR_TUNE = [
     ('char_tune18_dropout0.1_cosine6_m512_first512_depth12_no_distant_window11_last', {
         **_CHAR_TUNE13, 'model.n': 11, 'model.first_residual': 'last'}),
     # char_tune18 with 16 blocks (36.5 M parameters): over one epoch of all the characters at a quarter of the
-    # width 1.644 bits on test against 12 blocks' 1.657 over two seeds, in 1.24x the CPU time (shape14)
+    # width 1.644 bits on test against 12 blocks' 1.657, two seeds each, in 1.24x the CPU time (shape14)
     ('char_tune19_dropout0.1_cosine6_m512_first512_depth16_no_distant_window11_last', {
         **_CHAR_TUNE13, 'model.n': 11, 'model.first_residual': 'last', 'model.depth': 16}),
 ]
@@ -277,7 +277,7 @@ CHAR_SHAPE = [
         **{k: CHAR_REVISITED[k] for k in ('model.distant_tokens', 'model.distant_kernels')}}),
     # The 11-character window's first layer holds a quarter of the 41's weights, so its step has room:
     # shape11 with 16 blocks (on the sixteenth, at 41 characters and the sum, 16 gained 0.011 over 12: over24).
-    # It gave 1.644 (2026-11-29), 0.013 below shape11's two seeds in 1.24x the time: CHAR_TUNE's char_tune19
+    # It gave 1.644 at two seeds (2026-11-29), 0.013 below shape11's in 1.24x the time: CHAR_TUNE's char_tune19
     ('shape14_quarter_m128_first128_h512_depth16_no_distant_window11_last', {
         **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', 'model.depth': 16}),
     # The same room spent on the first layer instead: shape11 with its inner width doubled (256; at full

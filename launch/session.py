@@ -191,11 +191,12 @@ ROWS = (
                    '(two seeds)'),
     # the same with 16 blocks (36.5 M parameters, about 351 s: near the edge of a first call's rows, so after
     # char_tune18, which fits one for sure): over one epoch of all the characters at a quarter of the width
-    # 1.644 bits on test, 0.013 below 12 blocks' two seeds, in 1.24x the CPU time (ptb.py char_shape's shape14)
+    # 1.644 bits on test at two seeds, 0.013 below 12 blocks' two seeds, in 1.24x the CPU time (ptb.py
+    # char_shape's shape14)
     _char_tune_row('char_tune19_dropout0.1_cosine6_m512_first512_depth16_no_distant_window11_last', 6.0,
                    _no_distant_rate(36.5),
                    'char_tune18 with 16 blocks: at a quarter of the width over one epoch of all the characters, '
-                   '0.013 bits below it'),
+                   '0.013 bits below it (two seeds each)'),
     # the same at 21 characters (30.7 M parameters, about 304 s): 0.012 bits above 11 there over two seeds each
     _char_tune_row('char_tune17_dropout0.1_cosine6_m512_first512_depth12_no_distant_window21_last', 6.0,
                    _no_distant_rate(30.7),
