@@ -216,7 +216,7 @@ CHAR_TUNE = [
     ('char_tune19_dropout0.1_cosine6_m512_first512_depth16_no_distant_window11_last', {
         **_CHAR_TUNE13, 'model.n': 11, 'model.first_residual': 'last', 'model.depth': 16}),
     # char_tune18 with the first layer's inner width doubled (1,024; 31.2 M parameters): at a quarter of the
-    # width 1.640 bits on test against 1.657, in the same CPU time (shape15)
+    # width 1.640 bits on test against 1.657, two seeds each, in the same CPU time (shape15)
     ('char_tune20_dropout0.1_cosine6_m512_first1024_depth12_no_distant_window11_last', {
         **_CHAR_TUNE13, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 1024}),
 ]
@@ -285,7 +285,7 @@ CHAR_SHAPE = [
     ('shape14_quarter_m128_first128_h512_depth16_no_distant_window11_last', {
         **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', 'model.depth': 16}),
     # The same room spent on the first layer instead: shape11 with its inner width doubled (256; at full
-    # width 1,024, about 3.1 M more weights, where 16 blocks add 8.4 M). It gave 1.640 (2026-11-29), 0.017
+    # width 1,024, about 3.1 M more weights, where 16 blocks add 8.4 M). It gave 1.640 at two seeds, 0.017
     # below shape11's two seeds and 0.004 below 16 blocks (shape14), in shape11's time: CHAR_TUNE's char_tune20
     ('shape15_quarter_m128_first256_h512_depth12_no_distant_window11_last', {
         **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 256}),
