@@ -215,7 +215,7 @@ CHAR_TUNE = [
     # width 1.644 bits on test against 12 blocks' 1.657, two seeds each, in 1.24x the CPU time (shape14)
     ('char_tune19_dropout0.1_cosine6_m512_first512_depth16_no_distant_window11_last', {
         **_CHAR_TUNE13, 'model.n': 11, 'model.first_residual': 'last', 'model.depth': 16}),
-    # char_tune18 with the first layer's inner width doubled (1,024; 31.2 M parameters): at a quarter of the
+    # char_tune18 with the first layer's inner width doubled (1,024; 31.0 M parameters): at a quarter of the
     # width 1.640 bits on test against 1.657, two seeds each, in the same CPU time (shape15)
     ('char_tune20_dropout0.1_cosine6_m512_first1024_depth12_no_distant_window11_last', {
         **_CHAR_TUNE13, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 1024}),

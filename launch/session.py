@@ -40,6 +40,7 @@ the H200 session of 2026-11-26 the logs beside the pack made 12, and the pack wa
 """
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -52,6 +53,7 @@ from typing import NamedTuple
 from launch import sweep as sweep_lib
 from nplm_jax import cli as cli_lib
 from nplm_jax import config as config_lib
+from nplm_jax.models import family
 
 # The forms of C's gradient timed first, all deterministic (model.embedding_gradient: C's window rows;
 # model.distant_gradient: the distant block's share), each named in full (their 'auto' resolves by backend):
@@ -168,12 +170,31 @@ CHAR_PROBE = _char_tune_row(_CHAR_TUNE0, 8.0, 1.41, "the character rows' forms",
 _WIDE_DEPTH8_RATE = 1.41 / 1.8 / 1.42
 _NO_DISTANT_SPEEDUP = 377_960 / 337_781
 _CHAR_TUNE12_RATE = _WIDE_DEPTH8_RATE * _NO_DISTANT_SPEEDUP
+_CHAR_TUNE12 = 'char_tune12_dropout0.1_cosine6_m512_first512_depth8_no_distant'
 
 
-def _no_distant_rate(weights_m: float) -> float:
+@functools.cache
+def _char_tune_points() -> dict:
+  return {p['name']: p for p in config_lib.load_experiment('experiments/ptb.py').get_sweep('char_tune')}
+
+
+@functools.cache
+def _char_tune_parameters(point: str) -> int:
+  """A char_tune point's parameter count, from its resolved config's shapes (nothing allocated)."""
+  found = _char_tune_points()[point]
+  config = cli_lib.config_from_flags(found['config'], sweep_lib.override_flags(found, {}))
+  return family.num_parameters(family.from_config(config.model, PTB_CHAR_VOCAB))
+
+
+def _no_distant_rate(point: str) -> float:
   """A wide row without the distant block: char_tune12's rate over their multiply-adds' ratio (about their
-  weights': `weights_m` M parameters against char_tune12's 27.6 M)."""
-  return _CHAR_TUNE12_RATE * 27.6 / weights_m
+  parameters' ratio: nearly all of them are the first layer's and the blocks' weights)."""
+  return _CHAR_TUNE12_RATE * _char_tune_parameters(_CHAR_TUNE12) / _char_tune_parameters(point)
+
+
+def _no_distant_row(point: str, why: str) -> Row:
+  """A wide char_tune row without the distant block over 6 epochs, at _no_distant_rate."""
+  return _char_tune_row(point, 6.0, _no_distant_rate(point), why)
 
 
 ROWS = (
@@ -181,12 +202,11 @@ ROWS = (
     # layer holds a quarter of the 41's weights, and spending the room there paid more than on depth: over one
     # epoch of all the characters at a quarter of the width 1.640 bits on test at two seeds, 0.017 below 12
     # blocks at the first layer's width and 0.004 below 16 blocks (char_tune19's proxy), two seeds each, in the 12
-    # blocks' CPU time (ptb.py char_shape's shape15 against shape11 and shape14). 31.2 M parameters, about 308 s
+    # blocks' CPU time (ptb.py char_shape's shape15 against shape11 and shape14). 31.0 M parameters, about 307 s
     # on an H200, which a first call's rows fit (about 375 s)
-    _char_tune_row('char_tune20_dropout0.1_cosine6_m512_first1024_depth12_no_distant_window11_last', 6.0,
-                   _no_distant_rate(31.2),
-                   "char_tune18 with the first layer's inner width doubled: at a quarter of the width over one epoch "
-                   'of all the characters, 0.017 bits below it in the same time (two seeds each)'),
+    _no_distant_row('char_tune20_dropout0.1_cosine6_m512_first1024_depth12_no_distant_window11_last',
+                    "char_tune18 with the first layer's inner width doubled: at a quarter of the width over one epoch "
+                    'of all the characters, 0.017 bits below it in the same time (two seeds each)'),
     # char_tune13 (below) at an 11-character window with the first layer's branch added to the last character's
     # vector, not the sum of the window's (model.first_residual='last'): over one epoch of all the characters at
     # a quarter of the width 1.657 bits on test over two seeds (1.659, 1.655) against 1.669 at 21 characters
@@ -195,61 +215,55 @@ ROWS = (
     # the CPU time (shape13). 28.1 M parameters, about 282 s on an H200, which a first call's rows fit (about
     # 375 s: 570 less one character probe, the figures' 150 and the pack's 15), and the first call's where
     # char_tune20's estimate does not fit
-    _char_tune_row('char_tune18_dropout0.1_cosine6_m512_first512_depth12_no_distant_window11_last', 6.0,
-                   _no_distant_rate(28.1),
-                   "12 blocks, an 11-character window, the first layer added to the last character's vector: at a "
-                   'quarter of the width over one epoch of all the characters, 0.147 bits below the sum at 41 '
-                   '(two seeds)'),
+    _no_distant_row('char_tune18_dropout0.1_cosine6_m512_first512_depth12_no_distant_window11_last',
+                    "12 blocks, an 11-character window, the first layer added to the last character's vector: at a "
+                    'quarter of the width over one epoch of all the characters, 0.147 bits below the sum at 41 '
+                    '(two seeds)'),
     # the same with 16 blocks (36.5 M parameters, about 351 s: near the edge of a first call's rows, so after
     # char_tune18, which fits one for sure): over one epoch of all the characters at a quarter of the width
     # 1.644 bits on test at two seeds, 0.013 below 12 blocks' two seeds, in 1.24x the CPU time (ptb.py
     # char_shape's shape14)
-    _char_tune_row('char_tune19_dropout0.1_cosine6_m512_first512_depth16_no_distant_window11_last', 6.0,
-                   _no_distant_rate(36.5),
-                   'char_tune18 with 16 blocks: at a quarter of the width over one epoch of all the characters, '
-                   '0.013 bits below it (two seeds each)'),
+    _no_distant_row('char_tune19_dropout0.1_cosine6_m512_first512_depth16_no_distant_window11_last',
+                    'char_tune18 with 16 blocks: at a quarter of the width over one epoch of all the characters, '
+                    '0.013 bits below it (two seeds each)'),
     # the same at 21 characters (30.7 M parameters, about 304 s): 0.012 bits above 11 there over two seeds each
-    _char_tune_row('char_tune17_dropout0.1_cosine6_m512_first512_depth12_no_distant_window21_last', 6.0,
-                   _no_distant_rate(30.7),
-                   "char_tune18 with a 21-character window: at a quarter of the width over one epoch of all the "
-                   'characters, 0.012 bits above it (two seeds each)'),
+    _no_distant_row('char_tune17_dropout0.1_cosine6_m512_first512_depth12_no_distant_window21_last',
+                    "char_tune18 with a 21-character window: at a quarter of the width over one epoch of all the "
+                    'characters, 0.012 bits above it (two seeds each)'),
     # char_tune13 (below) with an 11-character window at the sum (28.1 M parameters, about 282 s): over one
     # epoch of all the characters 1.683 bits (shape8), 0.026 above the last character's residual at 11 but
     # below it at 41 (1.696): the window counts for more than the residual, so this row before char_tune16. The
     # 2003 network's 11 characters also beat its 41 by 0.106 bits (char_ladder0 against char_ladder1, on the CPU)
-    _char_tune_row('char_tune15_dropout0.1_cosine6_m512_first512_depth12_no_distant_window11', 6.0,
-                   _no_distant_rate(28.1),
-                   'char_tune13 with an 11-character window: at a quarter of the width over one epoch of all the '
-                   'characters, 0.121 bits below char_tune13 there'),
+    _no_distant_row('char_tune15_dropout0.1_cosine6_m512_first512_depth12_no_distant_window11',
+                    'char_tune13 with an 11-character window: at a quarter of the width over one epoch of all the '
+                    'characters, 0.121 bits below char_tune13 there'),
     # the last character's residual at 41 characters (char_tune13 with it: shape9, 1.696 bits, 0.108 below the
     # sum), 36.0 M parameters, about 347 s: near the edge of a first call's rows; where the probe says it does
     # not fit, a later row takes its place
-    _char_tune_row('char_tune16_dropout0.1_cosine6_m512_first512_depth12_no_distant_last', 6.0,
-                   _no_distant_rate(36.0),
-                   "char_tune13 with the first layer added to the last character's vector: at a quarter of the "
-                   'width over one epoch of all the characters, 0.108 bits below the sum of the window'),
+    _no_distant_row('char_tune16_dropout0.1_cosine6_m512_first512_depth12_no_distant_last',
+                    "char_tune13 with the first layer added to the last character's vector: at a quarter of the "
+                    'width over one epoch of all the characters, 0.108 bits below the sum of the window'),
     # char_tune13 (below) with a 21-character window: 30.7 M parameters, about 304 s on an H200. Where the
     # networks fit a sixteenth of the characters 0.093 bits below char_tune13 there (over25 against over23),
     # a proxy that favours short contexts (not run on all of them at the sum: shape7)
-    _char_tune_row('char_tune14_dropout0.1_cosine6_m512_first512_depth12_no_distant_window21', 6.0,
-                   _no_distant_rate(30.7),
-                   'char_tune13 with a 21-character window: at a quarter of the width where the networks fit a '
-                   'sixteenth of the data, 0.093 bits below char_tune13 there'),
+    _no_distant_row('char_tune14_dropout0.1_cosine6_m512_first512_depth12_no_distant_window21',
+                    'char_tune13 with a 21-character window: at a quarter of the width where the networks fit a '
+                    'sixteenth of the data, 0.093 bits below char_tune13 there'),
     # 12 blocks without the distant block: where the networks fit their data the proxy's best at a
     # 41-character window over two seeds (over23: 2.035 bits on test against over22's 2.066 and over14's
     # 2.077); about 347 s
-    _char_tune_row('char_tune13_dropout0.1_cosine6_m512_first512_depth12_no_distant', 6.0, _no_distant_rate(36.0),
-                   'char_tune12 with 12 blocks: at a quarter of the width where the networks fit a sixteenth of '
-                   "the data, 0.031 bits below char_tune12 there (two seeds' means)"),
+    _no_distant_row('char_tune13_dropout0.1_cosine6_m512_first512_depth12_no_distant',
+                    'char_tune12 with 12 blocks: at a quarter of the width where the networks fit a sixteenth of '
+                    "the data, 0.031 bits below char_tune12 there (two seeds' means)"),
     # char_tune11 without the distant block: where the networks fit their data (ptb.py char_overfit's over22)
     # 0.011 bits lower at a quarter of the width over two seeds, its step 1.14-1.20x char_tune11's on the CPU;
     # its rate taken as char_tune11's times the H200's ratio between the ladder's rows without and with the
     # block (377,960 / 337,781 characters/s): about 278 s, so before char_tune11 (305 s), which a 15-minute
     # session's second call may not fit
-    _char_tune_row('char_tune12_dropout0.1_cosine6_m512_first512_depth8_no_distant', 6.0, _CHAR_TUNE12_RATE,
-                   'char_tune11 without the distant block: at a quarter of the width where the networks fit a '
-                   "sixteenth of the data, 0.011 bits lower over two seeds; its step 1.14-1.20x char_tune11's on "
-                   'the CPU'),
+    _no_distant_row(_CHAR_TUNE12,
+                    'char_tune11 without the distant block: at a quarter of the width where the networks fit a '
+                    "sixteenth of the data, 0.011 bits lower over two seeds; its step 1.14-1.20x char_tune11's on "
+                    'the CPU'),
     # char_tune10 (below) over 6 epochs, not 8: about 305 s, which a first call's rows have (390 s do not). At a
     # quarter of the width where the networks fit their data (ptb.py char_overfit, 2026-11-28) the depth-8
     # network over three quarters of the schedule ended 0.038 bits below the wider stream at 4 blocks over the
