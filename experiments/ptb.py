@@ -289,6 +289,14 @@ CHAR_SHAPE = [
     # below shape11's two seeds and 0.004 below 16 blocks (shape14), in shape11's time: CHAR_TUNE's char_tune20
     ('shape15_quarter_m128_first256_h512_depth12_no_distant_window11_last', {
         **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 256}),
+    # Further along both lines: the first layer's inner width doubled again (512; at full width 2,048, about
+    # 37.5 M parameters and 360 s on an H200, the edge of a first call), and shape15's first layer with 16
+    # blocks (about 39.6 M at full width: no call fits it, so this asks only whether the two gains add up)
+    ('shape16_quarter_m128_first512_h512_depth12_no_distant_window11_last', {
+        **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 512}),
+    ('shape17_quarter_m128_first256_h512_depth16_no_distant_window11_last', {
+        **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 256,
+        'model.depth': 16}),
 ]
 
 # The same quarter-width networks where the full-width rows are: over a sixteenth of the training
