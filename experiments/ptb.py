@@ -297,6 +297,13 @@ CHAR_SHAPE = [
     ('shape17_quarter_m128_first256_h512_depth16_no_distant_window11_last', {
         **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 256,
         'model.depth': 16}),
+    # Whether 'last' keeps its lead as training goes on (on PTB's words it fell behind the sum by 1.5 epochs,
+    # and on the sixteenth of the characters it trained faster and then over-fitted): the sum (shape8) and
+    # 'last' (shape11) at 11 characters over two epochs, a cosine over both, as shape3 and shape4 asked
+    ('shape18_quarter_m128_first128_h512_depth12_no_distant_window11_epochs2', {
+        **_QUARTER_DEPTH12, 'model.n': 11, **_TWO_EPOCHS}),
+    ('shape19_quarter_m128_first128_h512_depth12_no_distant_window11_last_epochs2', {
+        **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', **_TWO_EPOCHS}),
 ]
 
 # The same quarter-width networks where the full-width rows are: over a sixteenth of the training
