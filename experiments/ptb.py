@@ -294,6 +294,10 @@ CHAR_SHAPE = [
     # blocks (about 39.6 M at full width: no call fits it, so this asks only whether the two gains add up)
     ('shape16_quarter_m128_first512_h512_depth12_no_distant_window11_last', {
         **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 512}),
+    # shape16 gave 1.621 (2026-11-29), 0.019 below shape15 in its time: the first layer wider again (1,024 at a
+    # quarter; at full width 4,096, about 50 M parameters, which a call fits only over fewer epochs)
+    ('shape20_quarter_m128_first1024_h512_depth12_no_distant_window11_last', {
+        **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 1024}),
     ('shape17_quarter_m128_first256_h512_depth16_no_distant_window11_last', {
         **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 256,
         'model.depth': 16}),
