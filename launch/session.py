@@ -198,6 +198,13 @@ def _no_distant_row(point: str, why: str) -> Row:
 
 
 ROWS = (
+    # char_tune20 (below) with the first layer's inner width doubled again (2,048): over one epoch of all the
+    # characters at a quarter of the width 1.621 bits on test, 0.019 below char_tune20's proxy in its CPU time
+    # (ptb.py char_shape's shape16 against shape15). 36.8 M parameters, about 353 s on an H200: near the edge
+    # of a first call's rows (about 375 s); where the probe says it does not fit, char_tune20 takes its place
+    _no_distant_row('char_tune21_dropout0.1_cosine6_m512_first2048_depth12_no_distant_window11_last',
+                    "char_tune20 with the first layer's inner width doubled again: at a quarter of the width over "
+                    'one epoch of all the characters, 0.019 bits below it in the same time'),
     # char_tune18 (below) with the first layer's inner width doubled (1,024): the 11-character window's first
     # layer holds a quarter of the 41's weights, and spending the room there paid more than on depth: over one
     # epoch of all the characters at a quarter of the width 1.640 bits on test at two seeds, 0.017 below 12
