@@ -428,7 +428,17 @@ CHAR_OVERFIT = [
                                                       'model.first_residual': 'last'}),
     # It trained far faster and then over-fitted (2026-11-29): valid 2.51 bits at epoch 2 against over23's
     # 2.87, best at epoch 8 (2.07), 2.024 on test against over23's 2.035; char_shape's shape9 asks on all
-    # the characters
+    # the characters.
+    # On all of them over one epoch the first layer's inner width paid most at 11 characters with 'last'
+    # (shape11 -> shape15 -> shape16: 1.657, 1.640, 1.621 bits at 128, 256 and 512): whether the wider first
+    # layer also wins where the networks fit their data, as the 6-epoch GPU rows do, or over-fits sooner.
+    # 11 characters with 'last' (over26 with it), then with the first layer at 512 (char_tune21's proxy)
+    ('over29_wide_depth12_epochs12_no_distant_window11_last', {
+        **_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12, 'train.num_epochs': 12, **_NO_DISTANT, 'model.n': 11,
+        'model.first_residual': 'last'}),
+    ('over30_wide_depth12_epochs12_no_distant_window11_last_first512', {
+        **_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12, 'train.num_epochs': 12, **_NO_DISTANT, 'model.n': 11,
+        'model.first_residual': 'last', 'model.first_hidden': 512}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}
