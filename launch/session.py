@@ -133,10 +133,11 @@ def _ladder_row(corpus: str, point: str, relative_rate: float, epochs: float = 6
 # First a residual stream four times wider (m 512 where C and the stream were 128, the first layer at its weights;
 # CHAR_SHAPE's quarter-width points on the CPU favoured it, RESULTS.md "Where the character row's parameters sit")
 # with three times the blocks (12) over 6 epochs, without the distant block, the first layer's branch added to the
-# last character's vector, an 11-character window and the first layer's inner width doubled (char_tune20; over
-# one epoch of all the characters at a quarter of the width, 0.164 bits below the sum of a 41-character window's
-# vectors, two seeds: ptb.py char_shape); then the first layer at 512 (char_tune18, 0.147 below, two seeds), with
-# 16 blocks (char_tune19), at 21 characters (char_tune17), the sum at 11 (char_tune15), the last character at 41
+# last character's vector, an 11-character window and the first layer's inner width at 2,048 (char_tune21; over
+# one epoch of all the characters at a quarter of the width, 0.183 bits below the sum of a 41-character window's
+# vectors, two seeds: ptb.py char_shape), then at 1,024 (char_tune20, 0.164 below); at 512 with 16 blocks
+# (char_tune19, 0.160) and with 12 (char_tune18, 0.147), at 21 characters (char_tune17), the sum at 11
+# (char_tune15: over two epochs the last character's lead fell from 0.026 bits to 0.015), the last character at 41
 # (char_tune16), the sum at 21 (char_tune14) and 41 (char_tune13: the proxy's best before them), 8 blocks
 # (char_tune12) and with the distant block (char_tune11); a first call fits each (ptb.py char_overfit). Then at 4
 # blocks over 8 (char_tune9), and where a call has the room, twice the blocks over 8 (char_tune10); then char_tune0
@@ -199,9 +200,10 @@ def _no_distant_row(point: str, why: str) -> Row:
 
 ROWS = (
     # char_tune20 (below) with the first layer's inner width doubled again (2,048): over one epoch of all the
-    # characters at a quarter of the width 1.621 bits on test, 0.019 below char_tune20's proxy in its CPU time
-    # (ptb.py char_shape's shape16 against shape15). 36.8 M parameters, about 353 s on an H200: near the edge
-    # of a first call's rows (about 375 s); where the probe says it does not fit, char_tune20 takes its place
+    # characters at a quarter of the width 1.621 bits on test at two seeds, 0.019 below char_tune20's proxy in
+    # its CPU time (ptb.py char_shape's shape16 against shape15). 36.8 M parameters, about 353 s on an H200:
+    # near the edge of a first call's rows (about 375 s); where the probe says it does not fit, char_tune20
+    # takes its place
     _no_distant_row('char_tune21_dropout0.1_cosine6_m512_first2048_depth12_no_distant_window11_last',
                     "char_tune20 with the first layer's inner width doubled again: at a quarter of the width over "
                     'one epoch of all the characters, 0.019 bits below it in the same time'),
@@ -214,25 +216,26 @@ ROWS = (
     _no_distant_row('char_tune20_dropout0.1_cosine6_m512_first1024_depth12_no_distant_window11_last',
                     "char_tune18 with the first layer's inner width doubled: at a quarter of the width over one epoch "
                     'of all the characters, 0.017 bits below it in the same time (two seeds each)'),
+    # char_tune18 (below) with 16 blocks (36.5 M parameters, about 351 s: near the edge of a first call's rows):
+    # over one epoch of all the characters at a quarter of the width 1.644 bits on test at two seeds, 0.013
+    # below 12 blocks' two seeds, in 1.24x the CPU time (ptb.py char_shape's shape14); the first layer wider
+    # instead gained more in less time (char_tune20, char_tune21), and both together about the sum of the two
+    # (shape17: 1.628), a row no call fits
+    _no_distant_row('char_tune19_dropout0.1_cosine6_m512_first512_depth16_no_distant_window11_last',
+                    'char_tune18 with 16 blocks: at a quarter of the width over one epoch of all the characters, '
+                    '0.013 bits below it (two seeds each)'),
     # char_tune13 (below) at an 11-character window with the first layer's branch added to the last character's
     # vector, not the sum of the window's (model.first_residual='last'): over one epoch of all the characters at
     # a quarter of the width 1.657 bits on test over two seeds (1.659, 1.655) against 1.669 at 21 characters
     # (1.670, 1.669), 1.694 at 6 and the sum's 1.804 at 41 (ptb.py char_shape's shape11, shape10, shape12
-    # against shape6), the lowest of any CPU point; the distant block back beside it gave 1.657 again in 1.3x
-    # the CPU time (shape13). 28.1 M parameters, about 282 s on an H200, which a first call's rows fit (about
-    # 375 s: 570 less one character probe, the figures' 150 and the pack's 15), and the first call's where
-    # char_tune20's estimate does not fit
+    # against shape6), then the lowest of any CPU point; the distant block back beside it gave 1.657 again in
+    # 1.3x the CPU time (shape13). 28.1 M parameters, about 282 s on an H200, which a first call's rows fit
+    # (about 375 s: 570 less one character probe, the figures' 150 and the pack's 15): the control for the
+    # rows above, at the first layer's width (512) of the rows below
     _no_distant_row('char_tune18_dropout0.1_cosine6_m512_first512_depth12_no_distant_window11_last',
                     "12 blocks, an 11-character window, the first layer added to the last character's vector: at a "
                     'quarter of the width over one epoch of all the characters, 0.147 bits below the sum at 41 '
                     '(two seeds)'),
-    # the same with 16 blocks (36.5 M parameters, about 351 s: near the edge of a first call's rows, so after
-    # char_tune18, which fits one for sure): over one epoch of all the characters at a quarter of the width
-    # 1.644 bits on test at two seeds, 0.013 below 12 blocks' two seeds, in 1.24x the CPU time (ptb.py
-    # char_shape's shape14)
-    _no_distant_row('char_tune19_dropout0.1_cosine6_m512_first512_depth16_no_distant_window11_last',
-                    'char_tune18 with 16 blocks: at a quarter of the width over one epoch of all the characters, '
-                    '0.013 bits below it (two seeds each)'),
     # the same at 21 characters (30.7 M parameters, about 304 s): 0.012 bits above 11 there over two seeds each
     _no_distant_row('char_tune17_dropout0.1_cosine6_m512_first512_depth12_no_distant_window21_last',
                     "char_tune18 with a 21-character window: at a quarter of the width over one epoch of all the "
