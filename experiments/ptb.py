@@ -299,12 +299,14 @@ CHAR_SHAPE = [
     ('shape16_quarter_m128_first512_h512_depth12_no_distant_window11_last', {
         **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 512}),
     # shape16 gave 1.621 (2026-11-29), 0.019 below shape15 in its time: the first layer wider again (1,024 at a
-    # quarter; at full width 4,096, about 50 M parameters, which a call fits only over fewer epochs)
+    # quarter; at full width 4,096, about 48 M parameters, which a call fits only over fewer epochs). It gave
+    # 1.600 (2026-11-29), 0.021 below shape16 in 1.11x its time: each doubling has paid about 0.02 bits
     ('shape20_quarter_m128_first1024_h512_depth12_no_distant_window11_last', {
         **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 1024}),
     ('shape17_quarter_m128_first256_h512_depth16_no_distant_window11_last', {
         **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 256,
         'model.depth': 16}),
+    # shape17 gave 1.628 (2026-11-29): the two gains about add up, but shape16 is lower in less time
     # Whether 'last' keeps its lead as training goes on (on PTB's words it fell behind the sum by 1.5 epochs,
     # and on the sixteenth of the characters it trained faster and then over-fitted): the sum (shape8) and
     # 'last' (shape11) at 11 characters over two epochs, a cosine over both, as shape3 and shape4 asked
