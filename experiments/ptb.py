@@ -447,6 +447,11 @@ CHAR_OVERFIT = [
     ('over30_wide_depth12_epochs12_no_distant_window11_last_first512', {
         **_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12, 'train.num_epochs': 12, **_NO_DISTANT, 'model.n': 11,
         'model.first_residual': 'last', 'model.first_hidden': 512}),
+    # over30 over-fitted (2026-11-29: valid best at epoch 8, 1.95 bits, then rising, where over29 reached 1.90
+    # at its end): the first layer at 256 between them (char_tune20's proxy)
+    ('over31_wide_depth12_epochs12_no_distant_window11_last_first256', {
+        **_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12, 'train.num_epochs': 12, **_NO_DISTANT, 'model.n': 11,
+        'model.first_residual': 'last', 'model.first_hidden': 256}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}
