@@ -452,6 +452,10 @@ CHAR_OVERFIT = [
     ('over31_wide_depth12_epochs12_no_distant_window11_last_first256', {
         **_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12, 'train.num_epochs': 12, **_NO_DISTANT, 'model.n': 11,
         'model.first_residual': 'last', 'model.first_hidden': 256}),
+    # and whether more dropout lets the wider first layer keep what it gains over one epoch (over30 at 0.2)
+    ('over32_wide_depth12_epochs12_no_distant_window11_last_first512_dropout0.2', {
+        **_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12, 'train.num_epochs': 12, **_NO_DISTANT, 'model.n': 11,
+        'model.first_residual': 'last', 'model.first_hidden': 512, **_char_dropout(0.2)}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}
