@@ -317,7 +317,7 @@ CHAR_SHAPE = [
         **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', **_TWO_EPOCHS}),
     # 'last' led by 0.015 bits after two epochs (2026-11-29: 1.586 against 1.601), from 0.026 after one:
     # the lead shrinks as training goes on. Whether the first layer's width does too: shape16 over two epochs,
-    # beside shape19 (1.586)
+    # beside shape19 (1.586). It hardly did (2026-11-29: 1.554, 0.032 below, from 0.036 over one epoch)
     ('shape21_quarter_m128_first512_h512_depth12_no_distant_window11_last_epochs2', {
         **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 512,
         **_TWO_EPOCHS}),

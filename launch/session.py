@@ -135,9 +135,9 @@ def _ladder_row(corpus: str, point: str, relative_rate: float, epochs: float = 6
 # with four times the blocks (16) over 6 epochs, without the distant block, the first layer's branch added to the
 # last character's vector and an 11-character window (char_tune19; over one epoch of all the characters at a
 # quarter of the width, 0.160 bits below the sum of a 41-character window's vectors, two seeds: ptb.py
-# char_shape), then 12 blocks (char_tune18, 0.147 below; where the networks fit their data, ptb.py char_overfit,
-# the best point but one); the first layer's inner width at 1,024 and 2,048 (char_tune20, char_tune21: 0.164 and
-# 0.183 below over one epoch, but over-fitted where the networks fit their data, worse than char_tune18), at 21
+# char_shape); then 12 blocks with the first layer's inner width at 1,024 (char_tune20, 0.164 below over one
+# epoch, but over-fitted where the networks fit their data, ptb.py char_overfit), at 512 (char_tune18, 0.147
+# below; there the best point but one) and at 2,048 (char_tune21, 0.183 below; over-fitted more), at 21
 # characters (char_tune17), the sum at 11 (char_tune15: over two epochs the last character's lead fell from 0.026
 # bits to 0.015), the last character at 41 (char_tune16), the sum at 21 (char_tune14) and 41 (char_tune13: the
 # proxy's best before them), 8 blocks (char_tune12) and with the distant block (char_tune11); a first call fits
@@ -210,6 +210,17 @@ ROWS = (
                     'char_tune18 with 16 blocks: at a quarter of the width over one epoch of all the characters, '
                     '0.013 bits below it (two seeds each); where the networks fit their data, 16 blocks 0.011 '
                     'below 12 at 41 characters'),
+    # char_tune18 (below) with the first layer's inner width doubled (1,024; 31.0 M parameters, about 307 s on an
+    # H200). The two proxies disagree: over one epoch of all the characters at a quarter of the width 1.640 bits
+    # on test at two seeds, 0.017 below char_tune18's proxy in its CPU time (ptb.py char_shape's shape15 against
+    # shape11), and at 512 the lead held over two epochs (0.032 bits: shape21 against shape19); where the
+    # networks fit their data 1.865 against 1.849, over-fitted from epoch 10 (char_overfit's over31 against
+    # over29), a proxy that has ranked the GPU's settled changes rightly with about three times their gaps. So
+    # the middle width first, char_tune21 after char_tune18
+    _no_distant_row('char_tune20_dropout0.1_cosine6_m512_first1024_depth12_no_distant_window11_last',
+                    "char_tune18 with the first layer's inner width doubled: at a quarter of the width 0.017 bits "
+                    'below it over one epoch of all the characters, 0.016 above it where the networks fit their '
+                    'data'),
     # char_tune13 (below) at an 11-character window with the first layer's branch added to the last character's
     # vector, not the sum of the window's (model.first_residual='last'): over one epoch of all the characters at
     # a quarter of the width 1.657 bits on test over two seeds (1.659, 1.655) against 1.669 at 21 characters
@@ -223,19 +234,9 @@ ROWS = (
                     "12 blocks, an 11-character window, the first layer added to the last character's vector: at a "
                     'quarter of the width over one epoch of all the characters, 0.147 bits below the sum at 41 '
                     '(two seeds)'),
-    # char_tune18 (above) with the first layer's inner width doubled (1,024; 31.0 M parameters, about 307 s on an
-    # H200). The two proxies disagree: over one epoch of all the characters at a quarter of the width 1.640 bits
-    # on test at two seeds, 0.017 below char_tune18's proxy in its CPU time (ptb.py char_shape's shape15 against
-    # shape11); where the networks fit their data 1.865 against 1.849, over-fitted from epoch 10 (char_overfit's
-    # over31 against over29). That proxy has ranked the GPU's settled changes rightly with about three times
-    # their gaps, so after char_tune18, which both favour
-    _no_distant_row('char_tune20_dropout0.1_cosine6_m512_first1024_depth12_no_distant_window11_last',
-                    "char_tune18 with the first layer's inner width doubled: at a quarter of the width 0.017 bits "
-                    'below it over one epoch of all the characters, 0.016 above it where the networks fit their '
-                    'data'),
-    # and doubled again (2,048; 36.8 M parameters, about 353 s): over one epoch 1.621 bits at two seeds, 0.036
-    # below char_tune18's proxy (shape16); where the networks fit their data 1.909, best at epoch 8 of 12 and
-    # 0.060 above (over30; at dropout 0.2, 1.883: over32)
+    # char_tune20 doubled again (2,048; 36.8 M parameters, about 353 s): over one epoch 1.621 bits at two seeds,
+    # 0.036 below char_tune18's proxy (shape16), 0.032 over two epochs (shape21); where the networks fit their
+    # data 1.909, best at epoch 8 of 12 and 0.060 above (over30; at dropout 0.2, 1.883: over32)
     _no_distant_row('char_tune21_dropout0.1_cosine6_m512_first2048_depth12_no_distant_window11_last',
                     "char_tune18 at four times the first layer's inner width: at a quarter of the width 0.036 "
                     'bits below it over one epoch of all the characters, 0.060 above it where the networks fit '
