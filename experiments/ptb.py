@@ -460,6 +460,11 @@ CHAR_OVERFIT = [
     ('over32_wide_depth12_epochs12_no_distant_window11_last_first512_dropout0.2', {
         **_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12, 'train.num_epochs': 12, **_NO_DISTANT, 'model.n': 11,
         'model.first_residual': 'last', 'model.first_hidden': 512, **_char_dropout(0.2)}),
+    # char_tune19's own proxy here: over29 with 16 blocks (at 41 characters and the sum 16 gained 0.011 over 12:
+    # over24)
+    ('over33_wide_depth16_epochs12_no_distant_window11_last', {
+        **_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 16, 'train.num_epochs': 12, **_NO_DISTANT, 'model.n': 11,
+        'model.first_residual': 'last'}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}
