@@ -461,7 +461,7 @@ CHAR_OVERFIT = [
         **_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12, 'train.num_epochs': 12, **_NO_DISTANT, 'model.n': 11,
         'model.first_residual': 'last', 'model.first_hidden': 512, **_char_dropout(0.2)}),
     # char_tune19's own proxy here: over29 with 16 blocks (at 41 characters and the sum 16 gained 0.011 over 12:
-    # over24)
+    # over24). It gave 1.843 (2026-11-29), 0.006 below over29: within a seed's reach, no over-fitting
     ('over33_wide_depth16_epochs12_no_distant_window11_last', {
         **_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 16, 'train.num_epochs': 12, **_NO_DISTANT, 'model.n': 11,
         'model.first_residual': 'last'}),
