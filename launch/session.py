@@ -205,7 +205,8 @@ ROWS = (
     # where the probe says it does not fit, char_tune18 takes its place). Both proxies favour the depth: over one
     # epoch of all the characters at a quarter of the width 1.644 bits on test at two seeds, 0.013 below 12
     # blocks' two seeds, in 1.24x the CPU time (ptb.py char_shape's shape14), and where the networks fit their
-    # data (at 41 characters and the sum) 0.011 below 12 (char_overfit's over24 against over23's two seeds)
+    # data 0.011 below 12 at 41 characters and the sum (char_overfit's over24 against over23's two seeds) and
+    # 0.006 at 11 with 'last' (over33 against over29: within a seed's reach, but no over-fitting)
     _no_distant_row('char_tune19_dropout0.1_cosine6_m512_first512_depth16_no_distant_window11_last',
                     'char_tune18 with 16 blocks: at a quarter of the width over one epoch of all the characters, '
                     '0.013 bits below it (two seeds each); where the networks fit their data, 16 blocks 0.011 '
