@@ -242,6 +242,7 @@ _QUARTER_TUNE0 = {**_CHAR_QUARTER, 'model.m': 32, 'model.h': 512}
 _QUARTER_WIDE = {**_CHAR_QUARTER, 'model.m': 128, 'model.first_hidden': 128, 'model.h': 512}
 _TWO_EPOCHS = {'train.num_epochs': 2}
 _QUARTER_DEPTH12 = {**_QUARTER_WIDE, 'model.depth': 12, **_NO_DISTANT}
+_QUARTER_WINDOW11_LAST = {**_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last'}  # shape11's
 CHAR_SHAPE = [
     ('shape0_quarter_m32_h512', _QUARTER_TUNE0),
     ('shape1_quarter_m128_first128_h512', _QUARTER_WIDE),
@@ -288,39 +289,37 @@ CHAR_SHAPE = [
     # shape11 with 16 blocks (on the sixteenth, at 41 characters and the sum, 16 gained 0.011 over 12: over24).
     # It gave 1.644 at two seeds (2026-11-29), 0.013 below shape11's in 1.24x the time: CHAR_TUNE's char_tune19
     ('shape14_quarter_m128_first128_h512_depth16_no_distant_window11_last', {
-        **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', 'model.depth': 16}),
+        **_QUARTER_WINDOW11_LAST, 'model.depth': 16}),
     # The same room spent on the first layer instead: shape11 with its inner width doubled (256; at full
     # width 1,024, about 3.1 M more weights, where 16 blocks add 8.4 M). It gave 1.640 at two seeds, 0.017
     # below shape11's two seeds and 0.004 below 16 blocks (shape14), in shape11's time: CHAR_TUNE's char_tune20
     ('shape15_quarter_m128_first256_h512_depth12_no_distant_window11_last', {
-        **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 256}),
+        **_QUARTER_WINDOW11_LAST, 'model.first_hidden': 256}),
     # Further along both lines: the first layer's inner width doubled again (512; at full width 2,048, about
     # 37.5 M parameters and 360 s on an H200, the edge of a first call), and shape15's first layer with 16
-    # blocks (about 39.6 M at full width: no call fits it, so this asks only whether the two gains add up)
+    # blocks (about 39.6 M at full width: no call fits it, so this asks only whether the two gains add up).
+    # shape17 gave 1.628 (2026-11-29): the two gains about add up, but shape16 is lower in less time
     ('shape16_quarter_m128_first512_h512_depth12_no_distant_window11_last', {
-        **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 512}),
+        **_QUARTER_WINDOW11_LAST, 'model.first_hidden': 512}),
+    ('shape17_quarter_m128_first256_h512_depth16_no_distant_window11_last', {
+        **_QUARTER_WINDOW11_LAST, 'model.first_hidden': 256, 'model.depth': 16}),
     # shape16 gave 1.621 (2026-11-29), 0.019 below shape15 in its time: the first layer wider again (1,024 at a
     # quarter; at full width 4,096, about 48 M parameters, which a call fits only over fewer epochs). It gave
     # 1.600 (2026-11-29), 0.021 below shape16 in 1.11x its time: each doubling has paid about 0.02 bits
     ('shape20_quarter_m128_first1024_h512_depth12_no_distant_window11_last', {
-        **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 1024}),
-    ('shape17_quarter_m128_first256_h512_depth16_no_distant_window11_last', {
-        **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 256,
-        'model.depth': 16}),
-    # shape17 gave 1.628 (2026-11-29): the two gains about add up, but shape16 is lower in less time
+        **_QUARTER_WINDOW11_LAST, 'model.first_hidden': 1024}),
     # Whether 'last' keeps its lead as training goes on (on PTB's words it fell behind the sum by 1.5 epochs,
     # and on the sixteenth of the characters it trained faster and then over-fitted): the sum (shape8) and
     # 'last' (shape11) at 11 characters over two epochs, a cosine over both, as shape3 and shape4 asked
     ('shape18_quarter_m128_first128_h512_depth12_no_distant_window11_epochs2', {
         **_QUARTER_DEPTH12, 'model.n': 11, **_TWO_EPOCHS}),
     ('shape19_quarter_m128_first128_h512_depth12_no_distant_window11_last_epochs2', {
-        **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', **_TWO_EPOCHS}),
+        **_QUARTER_WINDOW11_LAST, **_TWO_EPOCHS}),
     # 'last' led by 0.015 bits after two epochs (2026-11-29: 1.586 against 1.601), from 0.026 after one:
     # the lead shrinks as training goes on. Whether the first layer's width does too: shape16 over two epochs,
     # beside shape19 (1.586). It hardly did (2026-11-29: 1.554, 0.032 below, from 0.036 over one epoch)
     ('shape21_quarter_m128_first512_h512_depth12_no_distant_window11_last_epochs2', {
-        **_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 512,
-        **_TWO_EPOCHS}),
+        **_QUARTER_WINDOW11_LAST, 'model.first_hidden': 512, **_TWO_EPOCHS}),
 ]
 
 # The same quarter-width networks where the full-width rows are: over a sixteenth of the training
@@ -332,6 +331,9 @@ CHAR_SHAPE = [
 # GPU: whole characters dropped (char_tune8), the moving average (char_tune6; its decay at the same share
 # of the steps, 8x fewer) and with it weight decay (char_tune7).
 _CHAR_OVERFIT = {'data.train_limit': 315_000, 'train.num_epochs': 16, 'train.eval_every': 1230}
+# over26's network with 'last' (over29), the base of over30-over33
+_OVER29 = {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12, 'train.num_epochs': 12, **_NO_DISTANT, 'model.n': 11,
+           'model.first_residual': 'last'}
 _OVER_EMA = {'optimizer.ema_decay': 0.992}  # char_tune6's 0.999 over 78,000 steps, here over 9,800
 CHAR_OVERFIT = [
     ('over0_char_tune0', {**_QUARTER_TUNE0, **_CHAR_OVERFIT}),
@@ -442,29 +444,20 @@ CHAR_OVERFIT = [
     # (shape11 -> shape15 -> shape16: 1.657, 1.640, 1.621 bits at 128, 256 and 512): whether the wider first
     # layer also wins where the networks fit their data, as the 6-epoch GPU rows do, or over-fits sooner.
     # 11 characters with 'last' (over26 with it), then with the first layer at 512 (char_tune21's proxy)
-    ('over29_wide_depth12_epochs12_no_distant_window11_last', {
-        **_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12, 'train.num_epochs': 12, **_NO_DISTANT, 'model.n': 11,
-        'model.first_residual': 'last'}),
-    ('over30_wide_depth12_epochs12_no_distant_window11_last_first512', {
-        **_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12, 'train.num_epochs': 12, **_NO_DISTANT, 'model.n': 11,
-        'model.first_residual': 'last', 'model.first_hidden': 512}),
+    ('over29_wide_depth12_epochs12_no_distant_window11_last', _OVER29),
+    ('over30_wide_depth12_epochs12_no_distant_window11_last_first512', {**_OVER29, 'model.first_hidden': 512}),
     # over29 gave 1.849 bits on test (2026-11-29), 0.024 below over26, best at its end; over30 over-fitted (valid
     # best at epoch 8, 1.95 bits, then rising; 1.909 on test): the first layer at 256 between them (char_tune20's
     # proxy). It gave 1.865, best at epoch 10
-    ('over31_wide_depth12_epochs12_no_distant_window11_last_first256', {
-        **_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12, 'train.num_epochs': 12, **_NO_DISTANT, 'model.n': 11,
-        'model.first_residual': 'last', 'model.first_hidden': 256}),
+    ('over31_wide_depth12_epochs12_no_distant_window11_last_first256', {**_OVER29, 'model.first_hidden': 256}),
     # and whether more dropout lets the wider first layer keep what it gains over one epoch (over30 at 0.2).
     # It gave back half (2026-11-29: 1.883, best at its end), still 0.034 above over29: ROWS puts the wider first
     # layers (char_tune20, char_tune21) after char_tune19 and char_tune18, which both proxies favour
     ('over32_wide_depth12_epochs12_no_distant_window11_last_first512_dropout0.2', {
-        **_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12, 'train.num_epochs': 12, **_NO_DISTANT, 'model.n': 11,
-        'model.first_residual': 'last', 'model.first_hidden': 512, **_char_dropout(0.2)}),
+        **_OVER29, 'model.first_hidden': 512, **_char_dropout(0.2)}),
     # char_tune19's own proxy here: over29 with 16 blocks (at 41 characters and the sum 16 gained 0.011 over 12:
     # over24). It gave 1.843 (2026-11-29), 0.006 below over29: within a seed's reach, no over-fitting
-    ('over33_wide_depth16_epochs12_no_distant_window11_last', {
-        **_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 16, 'train.num_epochs': 12, **_NO_DISTANT, 'model.n': 11,
-        'model.first_residual': 'last'}),
+    ('over33_wide_depth16_epochs12_no_distant_window11_last', {**_OVER29, 'model.depth': 16}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}
