@@ -458,6 +458,9 @@ CHAR_OVERFIT = [
     # char_tune19's own proxy here: over29 with 16 blocks (at 41 characters and the sum 16 gained 0.011 over 12:
     # over24). It gave 1.843 (2026-11-29), 0.006 below over29: within a seed's reach, no over-fitting
     ('over33_wide_depth16_epochs12_no_distant_window11_last', {**_OVER29, 'model.depth': 16}),
+    # over29 was still improving at its end (best at epoch 12, at both seeds): whether it wants less dropout
+    # than the 0.1 every character row has had since char_tune0 (0.2 lost there on the GPU and here: over2)
+    ('over34_wide_depth12_epochs12_no_distant_window11_last_dropout0.05', {**_OVER29, **_char_dropout(0.05)}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}
