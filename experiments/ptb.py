@@ -334,6 +334,7 @@ _CHAR_OVERFIT = {'data.train_limit': 315_000, 'train.num_epochs': 16, 'train.eva
 # over26's network with 'last' (over29), the base of over30-over33
 _OVER29 = {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12, 'train.num_epochs': 12, **_NO_DISTANT, 'model.n': 11,
            'model.first_residual': 'last'}
+_SIX_EPOCHS = {'train.num_epochs': 6, 'train.eval_every': 615}  # the GPU rows' epochs, evaluated at each one
 _OVER_EMA = {'optimizer.ema_decay': 0.992}  # char_tune6's 0.999 over 78,000 steps, here over 9,800
 CHAR_OVERFIT = [
     ('over0_char_tune0', {**_QUARTER_TUNE0, **_CHAR_OVERFIT}),
@@ -461,6 +462,13 @@ CHAR_OVERFIT = [
     # over29 was still improving at its end (best at epoch 12, at both seeds): whether it wants less dropout
     # than the 0.1 every character row has had since char_tune0 (0.2 lost there on the GPU and here: over2)
     ('over34_wide_depth12_epochs12_no_distant_window11_last_dropout0.05', {**_OVER29, **_char_dropout(0.05)}),
+    # The two proxies disagree on the first layer's width: this one has the GPU rows' parameters per character
+    # but twice their 6 epochs, the one-epoch proxy (char_shape) their steps' count but a sixteenth of their
+    # parameters per character. Both of the GPU rows' ratios at once: over29 and over30 over 6 epochs (3,690
+    # steps, a cosine over them)
+    ('over35_wide_depth12_epochs6_no_distant_window11_last', {**_OVER29, **_SIX_EPOCHS}),
+    ('over36_wide_depth12_epochs6_no_distant_window11_last_first512', {**_OVER29, **_SIX_EPOCHS,
+                                                                       'model.first_hidden': 512}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}
