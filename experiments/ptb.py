@@ -469,6 +469,8 @@ CHAR_OVERFIT = [
     ('over35_wide_depth12_epochs6_no_distant_window11_last', {**_OVER29, **_SIX_EPOCHS}),
     ('over36_wide_depth12_epochs6_no_distant_window11_last_first512', {**_OVER29, **_SIX_EPOCHS,
                                                                        'model.first_hidden': 512}),
+    # and the first GPU row's own question there: 16 blocks (over33) over the 6 epochs
+    ('over37_wide_depth16_epochs6_no_distant_window11_last', {**_OVER29, **_SIX_EPOCHS, 'model.depth': 16}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}
