@@ -212,16 +212,19 @@ CHAR_TUNE = [
     ('char_tune18_dropout0.1_cosine6_m512_first512_depth12_no_distant_window11_last', {
         **_CHAR_TUNE13, 'model.n': 11, 'model.first_residual': 'last'}),
     # char_tune18 with 16 blocks (36.5 M parameters): over one epoch of all the characters at a quarter of the
-    # width 1.644 bits on test against 12 blocks' 1.657, two seeds each, in 1.24x the CPU time (shape14)
+    # width 1.644 bits on test against 12 blocks' 1.657, two seeds each, in 1.24x the CPU time (shape14); on a
+    # sixteenth of them 1.903 against 1.919 over 6 epochs and 1.843 against 1.846 over 12 (over37, over33)
     ('char_tune19_dropout0.1_cosine6_m512_first512_depth16_no_distant_window11_last', {
         **_CHAR_TUNE13, 'model.n': 11, 'model.first_residual': 'last', 'model.depth': 16}),
     # char_tune18 with the first layer's inner width doubled (1,024; 31.0 M parameters): at a quarter of the
-    # width 1.640 bits on test against 1.657, two seeds each, in the same CPU time (shape15)
+    # width 1.640 bits on test against 1.657, two seeds each, in the same CPU time (shape15); on a sixteenth of
+    # them 1.905 against 1.919 over 6 epochs, 1.865 against 1.846 over 12 (over38, over31; two seeds each)
     ('char_tune20_dropout0.1_cosine6_m512_first1024_depth12_no_distant_window11_last', {
         **_CHAR_TUNE13, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 1024}),
     # and doubled again (2,048; 36.8 M parameters, about 353 s on an H200): at a quarter of the width 1.621 bits
     # on test against char_tune20's proxy's 1.640, in the same CPU time (shape16 against shape15); where the
-    # networks fit their data both over-fitted (char_overfit's over30, over31: 1.909 and 1.865 against 1.849)
+    # networks fit their data both over-fitted (char_overfit's over30, over31: 1.906 and 1.865 against 1.846
+    # over 12 epochs, two seeds each); over 6 epochs 1.906, char_tune20's proxy's 1.905 (over36, over38)
     ('char_tune21_dropout0.1_cosine6_m512_first2048_depth12_no_distant_window11_last', {
         **_CHAR_TUNE13, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 2048}),
 ]
@@ -452,15 +455,16 @@ CHAR_OVERFIT = [
     # proxy). It gave 1.865, best at epoch 10
     ('over31_wide_depth12_epochs12_no_distant_window11_last_first256', {**_OVER29, 'model.first_hidden': 256}),
     # and whether more dropout lets the wider first layer keep what it gains over one epoch (over30 at 0.2).
-    # It gave back half (2026-11-29: 1.883, best at its end), still 0.034 above over29: ROWS puts the wider first
-    # layers (char_tune20, char_tune21) after char_tune19 and char_tune18, which both proxies favour
+    # It gave back half (2026-11-29: 1.883, best at its end), still 0.034 above over29. At seed 1 too, over29,
+    # over31 and over30 gave 1.844, 1.866 and 1.904: here each doubling of the first layer costs more
     ('over32_wide_depth12_epochs12_no_distant_window11_last_first512_dropout0.2', {
         **_OVER29, 'model.first_hidden': 512, **_char_dropout(0.2)}),
     # char_tune19's own proxy here: over29 with 16 blocks (at 41 characters and the sum 16 gained 0.011 over 12:
-    # over24). It gave 1.843 (2026-11-29), 0.006 below over29: within a seed's reach, no over-fitting
+    # over24). It gave 1.843 at both seeds (2026-11-29), 0.003 below over29's two: a tie, no over-fitting
     ('over33_wide_depth16_epochs12_no_distant_window11_last', {**_OVER29, 'model.depth': 16}),
     # over29 was still improving at its end (best at epoch 12, at both seeds): whether it wants less dropout
-    # than the 0.1 every character row has had since char_tune0 (0.2 lost there on the GPU and here: over2)
+    # than the 0.1 every character row has had since char_tune0 (0.2 lost there on the GPU and here: over2).
+    # It did not (2026-11-29): 1.861, best at epoch 10, 0.014 above over29's two seeds
     ('over34_wide_depth12_epochs12_no_distant_window11_last_dropout0.05', {**_OVER29, **_char_dropout(0.05)}),
     # The two proxies disagree on the first layer's width: this one has the GPU rows' parameters per character
     # but twice their 6 epochs, the one-epoch proxy (char_shape) their steps' count but a sixteenth of their
@@ -471,10 +475,11 @@ CHAR_OVERFIT = [
                                                                        'model.first_hidden': 512}),
     # over36 gave 1.909 bits on test against over35's 1.921 (2026-11-29), both still improving at their end:
     # over the GPU rows' epochs the wider first layer wins, by less than over one epoch of all the characters.
-    # The middle width there (char_tune20's proxy)
+    # The middle width there (char_tune20's proxy). Over two seeds each: 128, 256, 512 at 1.919, 1.905, 1.906
     ('over38_wide_depth12_epochs6_no_distant_window11_last_first256', {**_OVER29, **_SIX_EPOCHS,
                                                                        'model.first_hidden': 256}),
-    # and the first GPU row's own question there: 16 blocks (over33) over the 6 epochs
+    # and the first GPU row's own question there: 16 blocks (over33) over the 6 epochs. 1.903 over two seeds
+    # (2026-11-29), the lowest here: depth never lost on any proxy, width lost where the networks over-fit
     ('over37_wide_depth16_epochs6_no_distant_window11_last', {**_OVER29, **_SIX_EPOCHS, 'model.depth': 16}),
 ]
 

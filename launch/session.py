@@ -206,29 +206,34 @@ ROWS = (
     # epoch of all the characters at a quarter of the width 1.644 bits on test at two seeds, 0.013 below 12
     # blocks' two seeds, in 1.24x the CPU time (ptb.py char_shape's shape14), and where the networks fit their
     # data 0.011 below 12 at 41 characters and the sum (char_overfit's over24 against over23's two seeds) and
-    # 0.006 at 11 with 'last' (over33 against over29: within a seed's reach, but no over-fitting)
+    # 0.003 at 11 with 'last' over 12 epochs (over33 against over29, two seeds each: a tie, no over-fitting).
+    # Over the GPU rows' own 6 epochs there (their parameters a character and their epochs at once) 1.903
+    # against 1.919, two seeds each, the lowest of that proxy's points (over37 against over35)
     _no_distant_row('char_tune19_dropout0.1_cosine6_m512_first512_depth16_no_distant_window11_last',
                     'char_tune18 with 16 blocks: at a quarter of the width over one epoch of all the characters, '
-                    '0.013 bits below it (two seeds each); where the networks fit their data, 16 blocks 0.011 '
-                    'below 12 at 41 characters'),
+                    '0.013 bits below it; where the networks fit their data, 0.016 below it over 6 epochs and '
+                    'level over 12 (two seeds each)'),
     # char_tune18 (below) with the first layer's inner width doubled (1,024; 31.0 M parameters, about 307 s on an
     # H200). The two proxies disagree: over one epoch of all the characters at a quarter of the width 1.640 bits
     # on test at two seeds, 0.017 below char_tune18's proxy in its CPU time (ptb.py char_shape's shape15 against
     # shape11), and at 512 the lead held over two epochs (0.032 bits: shape21 against shape19); where the
-    # networks fit their data 1.865 against 1.849, over-fitted from epoch 10 (char_overfit's over31 against
-    # over29), a proxy that has ranked the GPU's settled changes rightly with about three times their gaps. So
-    # the middle width first, char_tune21 after char_tune18
+    # networks fit their data over 12 epochs 1.865 against 1.846, over-fitted from epoch 10 (char_overfit's
+    # over31 against over29), a proxy that has ranked the GPU's settled changes rightly with about three times
+    # their gaps; over the GPU rows' 6 epochs there 1.905 against 1.919 (over38 against over35), two seeds
+    # each. So it goes before char_tune18, and before char_tune21, which gains no more over 6 epochs (1.906)
+    # and loses three times as much over 12 (1.906)
     _no_distant_row('char_tune20_dropout0.1_cosine6_m512_first1024_depth12_no_distant_window11_last',
                     "char_tune18 with the first layer's inner width doubled: at a quarter of the width 0.017 bits "
-                    'below it over one epoch of all the characters, 0.016 above it where the networks fit their '
-                    'data'),
+                    'below it over one epoch of all the characters; where the networks fit their data 0.014 '
+                    'below it over 6 epochs, 0.019 above it over 12 (two seeds each)'),
     # char_tune13 (below) at an 11-character window with the first layer's branch added to the last character's
     # vector, not the sum of the window's (model.first_residual='last'): over one epoch of all the characters at
     # a quarter of the width 1.657 bits on test over two seeds (1.659, 1.655) against 1.669 at 21 characters
     # (1.670, 1.669), 1.694 at 6 and the sum's 1.804 at 41 (ptb.py char_shape's shape11, shape10, shape12
     # against shape6), then the lowest of any CPU point; the distant block back beside it gave 1.657 again in
     # 1.3x the CPU time (shape13); where the networks fit their data, 1.849 bits on test against the sum's 1.873
-    # (char_overfit's over29 against over26), the best point there but one (6 characters at the sum: 1.847).
+    # (char_overfit's over29 against over26; 1.846 over two seeds), the best point there but one (6 characters
+    # at the sum: 1.847).
     # 28.1 M parameters, about 282 s on an H200, which a first call's rows fit (about 375 s: 570 less one
     # character probe, the figures' 150 and the pack's 15)
     _no_distant_row('char_tune18_dropout0.1_cosine6_m512_first512_depth12_no_distant_window11_last',
@@ -237,11 +242,12 @@ ROWS = (
                     '(two seeds)'),
     # char_tune20 doubled again (2,048; 36.8 M parameters, about 353 s): over one epoch 1.621 bits at two seeds,
     # 0.036 below char_tune18's proxy (shape16), 0.032 over two epochs (shape21); where the networks fit their
-    # data 1.909, best at epoch 8 of 12 and 0.060 above (over30; at dropout 0.2, 1.883: over32)
+    # data over 12 epochs 1.906, best at epoch 8 and 0.060 above (over30, two seeds; at dropout 0.2, 1.883:
+    # over32), over 6 epochs 1.906, 0.013 below (over36, two seeds) and level with char_tune20's proxy
     _no_distant_row('char_tune21_dropout0.1_cosine6_m512_first2048_depth12_no_distant_window11_last',
                     "char_tune18 at four times the first layer's inner width: at a quarter of the width 0.036 "
-                    'bits below it over one epoch of all the characters, 0.060 above it where the networks fit '
-                    'their data'),
+                    'bits below it over one epoch of all the characters; where the networks fit their data '
+                    '0.013 below it over 6 epochs, 0.060 above it over 12 (two seeds each)'),
     # char_tune18 at 21 characters (30.7 M parameters, about 304 s): over one epoch 0.012 bits above 11 at two
     # seeds each
     _no_distant_row('char_tune17_dropout0.1_cosine6_m512_first512_depth12_no_distant_window21_last',
