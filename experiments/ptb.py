@@ -479,7 +479,7 @@ CHAR_OVERFIT = [
     ('over38_wide_depth12_epochs6_no_distant_window11_last_first256', {**_OVER29, **_SIX_EPOCHS,
                                                                        'model.first_hidden': 256}),
     # and the first GPU row's own question there: 16 blocks (over33) over the 6 epochs. 1.903 over two seeds
-    # (2026-11-29), the lowest here: depth never lost on any proxy, width lost where the networks over-fit
+    # (2026-11-29), the lowest here: at equal epochs depth never lost on any proxy; width lost where they over-fit
     ('over37_wide_depth16_epochs6_no_distant_window11_last', {**_OVER29, **_SIX_EPOCHS, 'model.depth': 16}),
 ]
 
