@@ -481,6 +481,10 @@ CHAR_OVERFIT = [
     # and the first GPU row's own question there: 16 blocks (over33) over the 6 epochs. 1.903 over two seeds
     # (2026-11-29), the lowest here: at equal epochs depth never lost on any proxy; width lost where they over-fit
     ('over37_wide_depth16_epochs6_no_distant_window11_last', {**_OVER29, **_SIX_EPOCHS, 'model.depth': 16}),
+    # Where both gain, whether the two gains add up: the first layer at 256 with 16 blocks over the 6 epochs
+    # (at full width char_tune20 with 16 blocks, about 39 M parameters, which no first call's rows fit today)
+    ('over39_wide_depth16_epochs6_no_distant_window11_last_first256', {**_OVER29, **_SIX_EPOCHS, 'model.depth': 16,
+                                                                       'model.first_hidden': 256}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}
