@@ -227,6 +227,11 @@ CHAR_TUNE = [
     # over 12 epochs, two seeds each); over 6 epochs 1.906, char_tune20's proxy's 1.905 (over36, over38)
     ('char_tune21_dropout0.1_cosine6_m512_first2048_depth12_no_distant_window11_last', {
         **_CHAR_TUNE13, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 2048}),
+    # char_tune19's 16 blocks with char_tune20's first layer (1,024): where the networks fit a sixteenth of
+    # the characters over the GPU rows' 6 epochs, the two gains about add up (char_overfit's over39: 1.892 and
+    # 1.890 against 1.903 for 16 blocks, 1.905 for the first layer at 256, 1.919 for neither; two seeds each)
+    ('char_tune22_dropout0.1_cosine6_m512_first1024_depth16_no_distant_window11_last', {
+        **_CHAR_TUNE13, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 1024, 'model.depth': 16}),
 ]
 
 # Where the character row's parameters sit, at a quarter of its widths on the CPU (one epoch, a cosine over
@@ -482,7 +487,8 @@ CHAR_OVERFIT = [
     # (2026-11-29), the lowest here: at equal epochs depth never lost on any proxy; width lost where they over-fit
     ('over37_wide_depth16_epochs6_no_distant_window11_last', {**_OVER29, **_SIX_EPOCHS, 'model.depth': 16}),
     # Where both gain, whether the two gains add up: the first layer at 256 with 16 blocks over the 6 epochs
-    # (at full width char_tune20 with 16 blocks, about 39 M parameters, which no first call's rows fit today)
+    # (at full width char_tune20 with 16 blocks, about 39 M parameters, which no first call's rows fit today).
+    # They did (2026-11-29): 1.891 over two seeds, 0.012 below over37: CHAR_TUNE's char_tune22
     ('over39_wide_depth16_epochs6_no_distant_window11_last_first256', {**_OVER29, **_SIX_EPOCHS, 'model.depth': 16,
                                                                        'model.first_hidden': 256}),
 ]

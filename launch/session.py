@@ -135,8 +135,10 @@ def _ladder_row(corpus: str, point: str, relative_rate: float, epochs: float = 6
 # with four times the blocks (16) over 6 epochs, without the distant block, the first layer's branch added to the
 # last character's vector and an 11-character window (char_tune19; over one epoch of all the characters at a
 # quarter of the width, 0.160 bits below the sum of a 41-character window's vectors, two seeds: ptb.py
-# char_shape); then 12 blocks with the first layer's inner width at 1,024 (char_tune20, 0.164 below over one
-# epoch, but over-fitted where the networks fit their data, ptb.py char_overfit), at 512 (char_tune18, 0.147
+# char_shape); where a call has the room, 16 blocks with the first layer's inner width at 1,024 (char_tune22:
+# over the GPU rows' 6 epochs on a sixteenth of the characters the two gains add up, ptb.py char_overfit);
+# then 12 blocks with the first layer's inner width at 1,024 (char_tune20, 0.164 below over one
+# epoch, but over-fitted where the networks fit their data over 12 epochs), at 512 (char_tune18, 0.147
 # below; there the best point but one) and at 2,048 (char_tune21, 0.183 below; over-fitted more), at 21
 # characters (char_tune17), the sum at 11 (char_tune15: over two epochs the last character's lead fell from 0.026
 # bits to 0.015), the last character at 41 (char_tune16), the sum at 21 (char_tune14) and 41 (char_tune13: the
@@ -213,6 +215,14 @@ ROWS = (
                     'char_tune18 with 16 blocks: at a quarter of the width over one epoch of all the characters, '
                     '0.013 bits below it; where the networks fit their data, 0.016 below it over 6 epochs and '
                     'level over 12 (two seeds each)'),
+    # char_tune19 with char_tune20's first layer (1,024; 39.4 M parameters, about 379 s on an H200 by its
+    # parameters: past a first call's rows, so it runs where a call has the room, a later call of a longer
+    # session, or a first call whose probe finds the step faster). Where the networks fit a sixteenth of the
+    # characters over the GPU rows' 6 epochs the two gains about add up: 1.891 bits on test at two seeds, 0.012
+    # below 16 blocks alone and 0.028 below neither (ptb.py char_overfit's over39, over37, over35)
+    _no_distant_row('char_tune22_dropout0.1_cosine6_m512_first1024_depth16_no_distant_window11_last',
+                    "char_tune19 with the first layer's inner width doubled: where the networks fit their data, "
+                    '0.012 bits below it over 6 epochs at a quarter of the width (two seeds each)'),
     # char_tune18 (below) with the first layer's inner width doubled (1,024; 31.0 M parameters, about 307 s on an
     # H200). The two proxies disagree: over one epoch of all the characters at a quarter of the width 1.640 bits
     # on test at two seeds, 0.017 below char_tune18's proxy in its CPU time (ptb.py char_shape's shape15 against
