@@ -484,7 +484,8 @@ CHAR_OVERFIT = [
     ('over38_wide_depth12_epochs6_no_distant_window11_last_first256', {**_OVER29, **_SIX_EPOCHS,
                                                                        'model.first_hidden': 256}),
     # and the first GPU row's own question there: 16 blocks (over33) over the 6 epochs. 1.903 over two seeds
-    # (2026-11-29), the lowest here: at equal epochs depth never lost on any proxy; width lost where they over-fit
+    # (2026-11-29), the lowest single change here: at equal epochs depth never lost on any proxy; width lost
+    # where the networks over-fit
     ('over37_wide_depth16_epochs6_no_distant_window11_last', {**_OVER29, **_SIX_EPOCHS, 'model.depth': 16}),
     # Where both gain, whether the two gains add up: the first layer at 256 with 16 blocks over the 6 epochs
     # (at full width char_tune20 with 16 blocks, about 39 M parameters, which no first call's rows fit today).

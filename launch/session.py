@@ -204,13 +204,15 @@ def _no_distant_row(point: str, why: str) -> Row:
 
 ROWS = (
     # char_tune18 (below) with 16 blocks (36.5 M parameters, about 351 s: near the edge of a first call's rows;
-    # where the probe says it does not fit, char_tune18 takes its place). Both proxies favour the depth: over one
-    # epoch of all the characters at a quarter of the width 1.644 bits on test at two seeds, 0.013 below 12
+    # where the probe says it does not fit, the next row that fits takes its place: char_tune20, whose 307 s a
+    # first call fits where char_tune22's 379 do not). Both proxies favour the depth: over one epoch of all
+    # the characters at a quarter of the width 1.644 bits on test at two seeds, 0.013 below 12
     # blocks' two seeds, in 1.24x the CPU time (ptb.py char_shape's shape14), and where the networks fit their
     # data 0.011 below 12 at 41 characters and the sum (char_overfit's over24 against over23's two seeds) and
     # 0.003 at 11 with 'last' over 12 epochs (over33 against over29, two seeds each: a tie, no over-fitting).
     # Over the GPU rows' own 6 epochs there (their parameters a character and their epochs at once) 1.903
-    # against 1.919, two seeds each, the lowest of that proxy's points (over37 against over35)
+    # against 1.919, two seeds each, the lowest of that proxy's single changes (over37 against over35; with the
+    # first layer wider too, 1.891: char_tune22)
     _no_distant_row('char_tune19_dropout0.1_cosine6_m512_first512_depth16_no_distant_window11_last',
                     'char_tune18 with 16 blocks: at a quarter of the width over one epoch of all the characters, '
                     '0.013 bits below it; where the networks fit their data, 0.016 below it over 6 epochs and '
