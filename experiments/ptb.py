@@ -148,6 +148,8 @@ _WIDE_DEPTH8 = {**_CHAR_DROPOUT_01, 'model.m': 512, 'model.first_hidden': 512, '
 _CHAR_TUNE11 = {**_WIDE_DEPTH8, **COSINE_4_EPOCHS, 'train.num_epochs': 6}
 _NO_DISTANT = {'model.distant_tokens': 0, 'model.distant_kernels': 0}  # the window's characters alone
 _CHAR_TUNE13 = {**_CHAR_TUNE11, **_NO_DISTANT, 'model.depth': 12}
+# char_tune18's network, the base of char_tune19-22: char_tune13 at 11 characters with 'last'
+_CHAR_TUNE18 = {**_CHAR_TUNE13, 'model.n': 11, 'model.first_residual': 'last'}
 CHAR_TUNE = [
     ('char_tune0_dropout0.1_cosine8', {**_CHAR_DROPOUT_01, **_COSINE_8_EPOCHS}),
     ('char_tune1_dropout0.1_cosine8_window81', {**_CHAR_DROPOUT_01, **_COSINE_8_EPOCHS, 'model.n': 81}),
@@ -209,29 +211,28 @@ CHAR_TUNE = [
                                                                               'model.first_residual': 'last'}),
     ('char_tune17_dropout0.1_cosine6_m512_first512_depth12_no_distant_window21_last', {
         **_CHAR_TUNE13, 'model.n': 21, 'model.first_residual': 'last'}),
-    ('char_tune18_dropout0.1_cosine6_m512_first512_depth12_no_distant_window11_last', {
-        **_CHAR_TUNE13, 'model.n': 11, 'model.first_residual': 'last'}),
+    ('char_tune18_dropout0.1_cosine6_m512_first512_depth12_no_distant_window11_last', _CHAR_TUNE18),
     # char_tune18 with 16 blocks (36.5 M parameters): over one epoch of all the characters at a quarter of the
     # width 1.644 bits on test against 12 blocks' 1.657, two seeds each, in 1.24x the CPU time (shape14); on a
     # sixteenth of them 1.903 against 1.919 over 6 epochs and 1.843 against 1.846 over 12 (over37, over33)
     ('char_tune19_dropout0.1_cosine6_m512_first512_depth16_no_distant_window11_last', {
-        **_CHAR_TUNE13, 'model.n': 11, 'model.first_residual': 'last', 'model.depth': 16}),
+        **_CHAR_TUNE18, 'model.depth': 16}),
     # char_tune18 with the first layer's inner width doubled (1,024; 31.0 M parameters): at a quarter of the
     # width 1.640 bits on test against 1.657, two seeds each, in the same CPU time (shape15); on a sixteenth of
     # them 1.905 against 1.919 over 6 epochs, 1.865 against 1.846 over 12 (over38, over31; two seeds each)
     ('char_tune20_dropout0.1_cosine6_m512_first1024_depth12_no_distant_window11_last', {
-        **_CHAR_TUNE13, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 1024}),
+        **_CHAR_TUNE18, 'model.first_hidden': 1024}),
     # and doubled again (2,048; 36.8 M parameters, about 353 s on an H200): at a quarter of the width 1.621 bits
     # on test against char_tune20's proxy's 1.640, in the same CPU time (shape16 against shape15); where the
     # networks fit their data both over-fitted (char_overfit's over30, over31: 1.906 and 1.865 against 1.846
     # over 12 epochs, two seeds each); over 6 epochs 1.906, char_tune20's proxy's 1.905 (over36, over38)
     ('char_tune21_dropout0.1_cosine6_m512_first2048_depth12_no_distant_window11_last', {
-        **_CHAR_TUNE13, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 2048}),
+        **_CHAR_TUNE18, 'model.first_hidden': 2048}),
     # char_tune19's 16 blocks with char_tune20's first layer (1,024): where the networks fit a sixteenth of
     # the characters over the GPU rows' 6 epochs, the two gains about add up (char_overfit's over39: 1.892 and
     # 1.890 against 1.903 for 16 blocks, 1.905 for the first layer at 256, 1.919 for neither; two seeds each)
     ('char_tune22_dropout0.1_cosine6_m512_first1024_depth16_no_distant_window11_last', {
-        **_CHAR_TUNE13, 'model.n': 11, 'model.first_residual': 'last', 'model.first_hidden': 1024, 'model.depth': 16}),
+        **_CHAR_TUNE18, 'model.first_hidden': 1024, 'model.depth': 16}),
 ]
 
 # Where the character row's parameters sit, at a quarter of its widths on the CPU (one epoch, a cosine over
