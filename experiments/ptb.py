@@ -269,6 +269,7 @@ CHAR_SHAPE = [
     # wins for an n-gram on little text, so that proxy cannot say where the full corpus's optimum is. Here
     # one epoch of all of them on over23's network (12 blocks, no distant block), windows of 41, 21 and 11
     ('shape6_quarter_m128_first128_h512_depth12_no_distant', _QUARTER_DEPTH12),
+    # (2026-11-29, a later session: 1.739 bits on test at 21 characters, between 41's 1.804 and 11's 1.683)
     ('shape7_quarter_m128_first128_h512_depth12_no_distant_window21', {**_QUARTER_DEPTH12, 'model.n': 21}),
     ('shape8_quarter_m128_first128_h512_depth12_no_distant_window11', {**_QUARTER_DEPTH12, 'model.n': 11}),
     # shape6 with the first layer's branch added to the last character's vector: on the sixteenth (over28) it
