@@ -345,6 +345,7 @@ _CHAR_OVERFIT = {'data.train_limit': 315_000, 'train.num_epochs': 16, 'train.eva
 _OVER29 = {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12, 'train.num_epochs': 12, **_NO_DISTANT, 'model.n': 11,
            'model.first_residual': 'last'}
 _SIX_EPOCHS = {'train.num_epochs': 6, 'train.eval_every': 615}  # the GPU rows' epochs, evaluated at each one
+_WARMUP100 = {'optimizer.warmup_steps': 100}  # the GPU rows' share of warm-up steps, near enough (2.7%)
 _OVER_EMA = {'optimizer.ema_decay': 0.992}  # char_tune6's 0.999 over 78,000 steps, here over 9,800
 CHAR_OVERFIT = [
     ('over0_char_tune0', {**_QUARTER_TUNE0, **_CHAR_OVERFIT}),
@@ -494,6 +495,15 @@ CHAR_OVERFIT = [
     # They did (2026-11-29): 1.891 over two seeds, 0.012 below over37: CHAR_TUNE's char_tune22
     ('over39_wide_depth16_epochs6_no_distant_window11_last_first256', {**_OVER29, **_SIX_EPOCHS, 'model.depth': 16,
                                                                        'model.first_hidden': 256}),
+    # The 6-epoch proxy's warm-up (1,000 steps) is 27% of its 3,690 steps, under 2% of the GPU rows': whether
+    # its ranking of over35, over37, over38 and over39 holds with a warm-up of 100 steps (2.7%)
+    ('over40_wide_depth12_epochs6_no_distant_window11_last_warmup100', {**_OVER29, **_SIX_EPOCHS, **_WARMUP100}),
+    ('over41_wide_depth16_epochs6_no_distant_window11_last_warmup100', {**_OVER29, **_SIX_EPOCHS, **_WARMUP100,
+                                                                        'model.depth': 16}),
+    ('over42_wide_depth16_epochs6_no_distant_window11_last_first256_warmup100', {
+        **_OVER29, **_SIX_EPOCHS, **_WARMUP100, 'model.depth': 16, 'model.first_hidden': 256}),
+    ('over43_wide_depth12_epochs6_no_distant_window11_last_first256_warmup100', {
+        **_OVER29, **_SIX_EPOCHS, **_WARMUP100, 'model.first_hidden': 256}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}
