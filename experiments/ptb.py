@@ -230,7 +230,8 @@ CHAR_TUNE = [
         **_CHAR_TUNE18, 'model.first_hidden': 2048}),
     # char_tune19's 16 blocks with char_tune20's first layer (1,024): where the networks fit a sixteenth of
     # the characters over the GPU rows' 6 epochs, the two gains about add up (char_overfit's over39: 1.892 and
-    # 1.890 against 1.903 for 16 blocks, 1.905 for the first layer at 256, 1.919 for neither; two seeds each)
+    # 1.890 against 1.903 for 16 blocks, 1.905 for the first layer at 256, 1.919 for neither; two seeds each).
+    # With the GPU rows' share of warm-up the first layer's part shrinks: 1.888 against 1.893 (over42, over41)
     ('char_tune22_dropout0.1_cosine6_m512_first1024_depth16_no_distant_window11_last', {
         **_CHAR_TUNE18, 'model.first_hidden': 1024, 'model.depth': 16}),
 ]
@@ -496,7 +497,9 @@ CHAR_OVERFIT = [
     ('over39_wide_depth16_epochs6_no_distant_window11_last_first256', {**_OVER29, **_SIX_EPOCHS, 'model.depth': 16,
                                                                        'model.first_hidden': 256}),
     # The 6-epoch proxy's warm-up (1,000 steps) is 27% of its 3,690 steps, under 2% of the GPU rows': whether
-    # its ranking of over35, over37, over38 and over39 holds with a warm-up of 100 steps (2.7%)
+    # its ranking of over35, over37, over38 and over39 holds with a warm-up of 100 steps (2.7%). It did, with
+    # less for the wider first layer (2026-11-29, two seeds each: 1.909, 1.893 with 16 blocks, 1.904 at 256,
+    # 1.888 with both): depth's gain held (0.017), the first layer's halved (0.006; 0.005 beside 16 blocks)
     ('over40_wide_depth12_epochs6_no_distant_window11_last_warmup100', {**_OVER29, **_SIX_EPOCHS, **_WARMUP100}),
     ('over41_wide_depth16_epochs6_no_distant_window11_last_warmup100', {**_OVER29, **_SIX_EPOCHS, **_WARMUP100,
                                                                         'model.depth': 16}),
