@@ -251,6 +251,7 @@ _CHAR_QUARTER = {**_CHAR_DROPOUT_01, **COSINE_4_EPOCHS, 'train.num_epochs': 1, '
 _QUARTER_TUNE0 = {**_CHAR_QUARTER, 'model.m': 32, 'model.h': 512}
 _QUARTER_WIDE = {**_CHAR_QUARTER, 'model.m': 128, 'model.first_hidden': 128, 'model.h': 512}
 _TWO_EPOCHS = {'train.num_epochs': 2}
+_WARMUP170 = {'optimizer.warmup_steps': 170}  # the GPU rows' share of warm-up steps (1,000 of 58,794) in one epoch
 _QUARTER_DEPTH12 = {**_QUARTER_WIDE, 'model.depth': 12, **_NO_DISTANT}
 _QUARTER_WINDOW11_LAST = {**_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last'}  # shape11's
 CHAR_SHAPE = [
@@ -331,6 +332,15 @@ CHAR_SHAPE = [
     # beside shape19 (1.586). It hardly did (2026-11-29: 1.554, 0.032 below, from 0.036 over one epoch)
     ('shape21_quarter_m128_first512_h512_depth12_no_distant_window11_last_epochs2', {
         **_QUARTER_WINDOW11_LAST, 'model.first_hidden': 512, **_TWO_EPOCHS}),
+    # Where the networks fit their data, a warm-up as short a share of the steps as the GPU rows' halved the
+    # wider first layer's gain and left depth's (char_overfit's over40-over43). Here the warm-up is 10% of the
+    # epoch's 9,799 steps: shape11, shape15 and shape14 with the GPU rows' 1.7% (170 steps)
+    ('shape22_quarter_m128_first128_h512_depth12_no_distant_window11_last_warmup170', {
+        **_QUARTER_WINDOW11_LAST, **_WARMUP170}),
+    ('shape23_quarter_m128_first256_h512_depth12_no_distant_window11_last_warmup170', {
+        **_QUARTER_WINDOW11_LAST, 'model.first_hidden': 256, **_WARMUP170}),
+    ('shape24_quarter_m128_first128_h512_depth16_no_distant_window11_last_warmup170', {
+        **_QUARTER_WINDOW11_LAST, 'model.depth': 16, **_WARMUP170}),
 ]
 
 # The same quarter-width networks where the full-width rows are: over a sixteenth of the training
