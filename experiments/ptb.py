@@ -334,7 +334,8 @@ CHAR_SHAPE = [
         **_QUARTER_WINDOW11_LAST, 'model.first_hidden': 512, **_TWO_EPOCHS}),
     # Where the networks fit their data, a warm-up as short a share of the steps as the GPU rows' halved the
     # wider first layer's gain and left depth's (char_overfit's over40-over43). Here the warm-up is 10% of the
-    # epoch's 9,799 steps: shape11, shape15 and shape14 with the GPU rows' 1.7% (170 steps)
+    # epoch's 9,799 steps: shape11, shape15 and shape14 with the GPU rows' 1.7% (170 steps). It changed nothing
+    # (2026-11-29: 1.656, 1.639, 1.643 against the two seeds' 1.657, 1.640, 1.644)
     ('shape22_quarter_m128_first128_h512_depth12_no_distant_window11_last_warmup170', {
         **_QUARTER_WINDOW11_LAST, **_WARMUP170}),
     ('shape23_quarter_m128_first256_h512_depth12_no_distant_window11_last_warmup170', {
