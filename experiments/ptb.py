@@ -251,9 +251,10 @@ _CHAR_QUARTER = {**_CHAR_DROPOUT_01, **COSINE_4_EPOCHS, 'train.num_epochs': 1, '
 _QUARTER_TUNE0 = {**_CHAR_QUARTER, 'model.m': 32, 'model.h': 512}
 _QUARTER_WIDE = {**_CHAR_QUARTER, 'model.m': 128, 'model.first_hidden': 128, 'model.h': 512}
 _TWO_EPOCHS = {'train.num_epochs': 2}
-_WARMUP170 = {'optimizer.warmup_steps': 170}  # the GPU rows' share of warm-up steps (1,000 of 58,794) in one epoch
 _QUARTER_DEPTH12 = {**_QUARTER_WIDE, 'model.depth': 12, **_NO_DISTANT}
 _QUARTER_WINDOW11_LAST = {**_QUARTER_DEPTH12, 'model.n': 11, 'model.first_residual': 'last'}  # shape11's
+# shape11 with the GPU rows' share of warm-up steps (1,000 of 58,794) in its epoch (shape22), the base of shape22-24
+_SHAPE22 = {**_QUARTER_WINDOW11_LAST, 'optimizer.warmup_steps': 170}
 CHAR_SHAPE = [
     ('shape0_quarter_m32_h512', _QUARTER_TUNE0),
     ('shape1_quarter_m128_first128_h512', _QUARTER_WIDE),
@@ -336,12 +337,11 @@ CHAR_SHAPE = [
     # wider first layer's gain and left depth's (char_overfit's over40-over43). Here the warm-up is 10% of the
     # epoch's 9,799 steps: shape11, shape15 and shape14 with the GPU rows' 1.7% (170 steps). It changed nothing
     # (2026-11-29: 1.656, 1.639, 1.643 against the two seeds' 1.657, 1.640, 1.644)
-    ('shape22_quarter_m128_first128_h512_depth12_no_distant_window11_last_warmup170', {
-        **_QUARTER_WINDOW11_LAST, **_WARMUP170}),
+    ('shape22_quarter_m128_first128_h512_depth12_no_distant_window11_last_warmup170', _SHAPE22),
     ('shape23_quarter_m128_first256_h512_depth12_no_distant_window11_last_warmup170', {
-        **_QUARTER_WINDOW11_LAST, 'model.first_hidden': 256, **_WARMUP170}),
+        **_SHAPE22, 'model.first_hidden': 256}),
     ('shape24_quarter_m128_first128_h512_depth16_no_distant_window11_last_warmup170', {
-        **_QUARTER_WINDOW11_LAST, 'model.depth': 16, **_WARMUP170}),
+        **_SHAPE22, 'model.depth': 16}),
 ]
 
 # The same quarter-width networks where the full-width rows are: over a sixteenth of the training
@@ -356,8 +356,10 @@ _CHAR_OVERFIT = {'data.train_limit': 315_000, 'train.num_epochs': 16, 'train.eva
 # over26's network with 'last' (over29), the base of over30-over33
 _OVER29 = {**_QUARTER_WIDE, **_CHAR_OVERFIT, 'model.depth': 12, 'train.num_epochs': 12, **_NO_DISTANT, 'model.n': 11,
            'model.first_residual': 'last'}
-_SIX_EPOCHS = {'train.num_epochs': 6, 'train.eval_every': 615}  # the GPU rows' epochs, evaluated at each one
-_WARMUP100 = {'optimizer.warmup_steps': 100}  # the GPU rows' share of warm-up steps, near enough (2.7%)
+# over29 over the GPU rows' 6 epochs, evaluated at each one (over35), the base of over35-over39
+_OVER35 = {**_OVER29, 'train.num_epochs': 6, 'train.eval_every': 615}
+# over35 with the GPU rows' share of warm-up steps, near enough (100 of 3,690: 2.7%), the base of over40-over43
+_OVER40 = {**_OVER35, 'optimizer.warmup_steps': 100}
 _OVER_EMA = {'optimizer.ema_decay': 0.992}  # char_tune6's 0.999 over 78,000 steps, here over 9,800
 CHAR_OVERFIT = [
     ('over0_char_tune0', {**_QUARTER_TUNE0, **_CHAR_OVERFIT}),
@@ -490,34 +492,31 @@ CHAR_OVERFIT = [
     # but twice their 6 epochs, the one-epoch proxy (char_shape) their steps' count but a sixteenth of their
     # parameters per character. Both of the GPU rows' ratios at once: over29 and over30 over 6 epochs (3,690
     # steps, a cosine over them)
-    ('over35_wide_depth12_epochs6_no_distant_window11_last', {**_OVER29, **_SIX_EPOCHS}),
-    ('over36_wide_depth12_epochs6_no_distant_window11_last_first512', {**_OVER29, **_SIX_EPOCHS,
-                                                                       'model.first_hidden': 512}),
+    ('over35_wide_depth12_epochs6_no_distant_window11_last', _OVER35),
+    ('over36_wide_depth12_epochs6_no_distant_window11_last_first512', {**_OVER35, 'model.first_hidden': 512}),
     # over36 gave 1.909 bits on test against over35's 1.921 (2026-11-29), both still improving at their end:
     # over the GPU rows' epochs the wider first layer wins, by less than over one epoch of all the characters.
     # The middle width there (char_tune20's proxy). Over two seeds each: 128, 256, 512 at 1.919, 1.905, 1.906
-    ('over38_wide_depth12_epochs6_no_distant_window11_last_first256', {**_OVER29, **_SIX_EPOCHS,
-                                                                       'model.first_hidden': 256}),
+    ('over38_wide_depth12_epochs6_no_distant_window11_last_first256', {**_OVER35, 'model.first_hidden': 256}),
     # and the first GPU row's own question there: 16 blocks (over33) over the 6 epochs. 1.903 over two seeds
     # (2026-11-29), the lowest single change here: at equal epochs depth never lost on any proxy; width lost
     # where the networks over-fit
-    ('over37_wide_depth16_epochs6_no_distant_window11_last', {**_OVER29, **_SIX_EPOCHS, 'model.depth': 16}),
+    ('over37_wide_depth16_epochs6_no_distant_window11_last', {**_OVER35, 'model.depth': 16}),
     # Where both gain, whether the two gains add up: the first layer at 256 with 16 blocks over the 6 epochs
     # (at full width char_tune20 with 16 blocks, about 39 M parameters, which no first call's rows fit today).
     # They did (2026-11-29): 1.891 over two seeds, 0.012 below over37: CHAR_TUNE's char_tune22
-    ('over39_wide_depth16_epochs6_no_distant_window11_last_first256', {**_OVER29, **_SIX_EPOCHS, 'model.depth': 16,
+    ('over39_wide_depth16_epochs6_no_distant_window11_last_first256', {**_OVER35, 'model.depth': 16,
                                                                        'model.first_hidden': 256}),
     # The 6-epoch proxy's warm-up (1,000 steps) is 27% of its 3,690 steps, under 2% of the GPU rows': whether
     # its ranking of over35, over37, over38 and over39 holds with a warm-up of 100 steps (2.7%). It did, with
     # less for the wider first layer (2026-11-29, two seeds each: 1.909, 1.893 with 16 blocks, 1.904 at 256,
     # 1.888 with both): depth's gain held (0.017), the first layer's halved (0.006; 0.005 beside 16 blocks)
-    ('over40_wide_depth12_epochs6_no_distant_window11_last_warmup100', {**_OVER29, **_SIX_EPOCHS, **_WARMUP100}),
-    ('over41_wide_depth16_epochs6_no_distant_window11_last_warmup100', {**_OVER29, **_SIX_EPOCHS, **_WARMUP100,
-                                                                        'model.depth': 16}),
+    ('over40_wide_depth12_epochs6_no_distant_window11_last_warmup100', _OVER40),
+    ('over41_wide_depth16_epochs6_no_distant_window11_last_warmup100', {**_OVER40, 'model.depth': 16}),
     ('over42_wide_depth16_epochs6_no_distant_window11_last_first256_warmup100', {
-        **_OVER29, **_SIX_EPOCHS, **_WARMUP100, 'model.depth': 16, 'model.first_hidden': 256}),
+        **_OVER40, 'model.depth': 16, 'model.first_hidden': 256}),
     ('over43_wide_depth12_epochs6_no_distant_window11_last_first256_warmup100', {
-        **_OVER29, **_SIX_EPOCHS, **_WARMUP100, 'model.first_hidden': 256}),
+        **_OVER40, 'model.first_hidden': 256}),
 ]
 
 CHAR_SWEEPS = {'char_tune': CHAR_TUNE, 'char_shape': CHAR_SHAPE, 'char_overfit': CHAR_OVERFIT}

@@ -238,9 +238,8 @@ ROWS = (
     # their gaps; over the GPU rows' 6 epochs there 1.905 against 1.919 (over38 against over35), two seeds
     # each, and 1.904 against 1.909 with the GPU rows' share of warm-up (over43 against over40: the wider
     # layer's faster start had made up for the proxy's long warm-up; over one epoch of all the characters the
-    # same change left its 0.017, shape23 against shape22). So it goes before char_tune18, and
-    # before char_tune21, which gains no more over 6 epochs (1.906)
-    # and loses three times as much over 12 (1.906)
+    # same change left its 0.017, shape23 against shape22). So it goes before char_tune18, and before
+    # char_tune21, which gains no more over 6 epochs (1.906) and loses three times as much over 12 (1.906)
     _no_distant_row('char_tune20_dropout0.1_cosine6_m512_first1024_depth12_no_distant_window11_last',
                     "char_tune18 with the first layer's inner width doubled: at a quarter of the width 0.017 bits "
                     'below it over one epoch of all the characters; where the networks fit their data 0.014 '
