@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU figures of README "GPUs and TPUs", on one GPU: bash benchmarks/gpu_figures.sh PART OUT_DIR
+# The GPU figures of docs/accelerators.md, on one GPU: bash benchmarks/gpu_figures.sh PART OUT_DIR
 #   loop: the step alone against the training loop (benchmarks/throughput.py --loop) for Brown reg4_n7
 #          and a research-size config, float32 'highest' / TF32 / bfloat16, deterministic ops on/off,
 #          C's gradient as a scatter, a one-hot matmul or a sort, the output layer's bfloat16 copy carried
@@ -31,12 +31,12 @@
 #          with each suspect removed in turn (deterministic reductions, C's gradient as a sort or the distant
 #          block's as a matmul, the distant block, dropout, the blocks, tying);
 #   research_train: the research size trained briefly on PTB (1,500 steps, as RESULTS.md's CPU pairs),
-#          bfloat16 matmuls, as it is and with every candidate at once: issue 28's test perplexity within 0.5%
+#          bfloat16 matmuls, as it is and with every candidate at once: whether the test perplexity stays within 0.5%
 #          on the GPU; each run's results.json, metrics.jsonl and log in OUT_DIR/research_train/NAME
 #          (python -m launch.results collect --workdir=THAT ... keeps them);
 #   train2: brown.py:reg4_n7 alone (end to end, the Brown words cached), then in bfloat16, then the
 #          research-size loop without deterministic reductions (their cost).
-# ONLY=NAME,NAME runs those benchmarks of a part alone (one GPU call is at most 10 minutes); GPU_TESTS=EXPR
+# ONLY=NAME,NAME runs those benchmarks of a part alone; GPU_TESTS=EXPR
 # runs only the tests/test_gpu.py tests that pytest -k EXPR selects (none: none), KERNEL_VOCABS='V V ...' the |V|s in
 # that order (the kernel part), VOCAB_CHUNKS='4 8 ...' its counts of dz's chunks of the vocabulary, and
 # FLOAT32_TF32_KERNELS='xla,pallas_mosaic' its float32 line's paths in TF32 (default: xla, the Mosaic GPU form and
@@ -48,7 +48,7 @@ part=$1 out=$2
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
-# the research-size config of the issue: PTB's table network shape at a WikiText-2-sized vocabulary
+# the research size: PTB's table network shape at a WikiText-2-sized vocabulary
 RESEARCH_MODEL="--config=experiments/ptb.py --config.model.n=8 --config.model.m=200 --config.model.h=1000
   --config.model.feature_dropout=0.3 --config.model.hidden_dropout=0.5 --config.optimizer.name=adamw"
 RESEARCH="$RESEARCH_MODEL --vocab=33278"
@@ -76,7 +76,7 @@ bench_in() {  # DIR NAME ARGS...: bench with DIR's code (an older checkout: BASE
 }
 
 bench_script() {  # NAME SCRIPT ARGS...: a benchmarks/ script's JSON lines tagged NAME, each reaching OUT as it is
-  # printed, so a call cut short keeps those already timed (ONLY=a,b: those names alone)
+  # printed, so a run stopped early keeps those already timed (ONLY=a,b: those names alone)
   local name=$1 script=$2; shift 2
   wanted "$name" || return 0
   local shown="" arg
@@ -142,8 +142,7 @@ if [ "$part" = loop ]; then
   bench reg4_f32_nondeterministic $REG4 --batch_sizes=128 --loop --loop_steps=6000 --config.train.deterministic=False
   bench research_f32 $RESEARCH --batch_sizes=256 --loop
   bench research_tf32 $RESEARCH --batch_sizes=256 --loop --config.model.matmul_precision=default
-  # RESEARCH_BATCHES: the batches of the default and every-candidate lines (launch/session.py's research_candidates
-  # part: 256 alone, so that its four lines fit the second call of a 15-minute session)
+  # RESEARCH_BATCHES: the batches of the default and every-candidate lines (RESEARCH_BATCHES=256 for batch 256 alone)
   bench research_bf16 $RESEARCH --batch_sizes=${RESEARCH_BATCHES:-256,1024} --loop --config.model.compute_dtype=bfloat16
   # every candidate that cuts the output layer's bytes a step at once, right after the default: its copy
   # carried whole, AdamW's moments in bfloat16 and its gradient written in bfloat16 by its matmul
@@ -158,14 +157,14 @@ if [ "$part" = loop ]; then
   # (train.output_layer_gradient_form: the same numbers), at batch 256: the step's answer to the line above
   bench research_bf16_carried_moments_gradient_bf16_apart_padded $RESEARCH --batch_sizes=256 --loop \
     --config.model.compute_dtype=bfloat16 $CANDIDATES --config.train.output_layer_gradient_form=dlogits_apart_rows_padded
-  if [ -n "${BASELINE:-}" ] && [ -d "$BASELINE" ]; then  # the same with an older checkout's code, in this call
+  if [ -n "${BASELINE:-}" ] && [ -d "$BASELINE" ]; then  # the same with an older checkout's code, in this run
     bench_in "$BASELINE" baseline_research_bf16 $RESEARCH --batch_sizes=256,1024 --loop \
       --config.model.compute_dtype=bfloat16
   fi
   # C's gradient as a one-hot matmul: deterministic without the scatter's sort (model.embedding_gradient)
   bench research_bf16_one_hot $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
     --config.model.embedding_gradient=one_hot
-  # C's gradient as XLA's scatter, against the default since the second H200 session ('auto': a sort and
+  # C's gradient as XLA's scatter, against the GPU default ('auto': a sort and
   # sums along runs of one word on GPUs under deterministic reductions, 1.09x-1.15x the scatter's step there)
   bench research_bf16_scatter $RESEARCH --batch_sizes=256,1024 --loop --config.model.compute_dtype=bfloat16 \
     --config.model.embedding_gradient=scatter
@@ -203,7 +202,7 @@ if [ "$part" = loop ]; then
     bench research_bf16_no_command_buffers $RESEARCH --batch_sizes=256 --loop --config.model.compute_dtype=bfloat16
   XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,WHILE,CONDITIONAL" \
     bench research_bf16_while_command_buffers $RESEARCH --batch_sizes=256 --loop --config.model.compute_dtype=bfloat16
-  # where the research size's step spends its time (issue 28: a profile before and after each change)
+  # where the research size's step spends its time (a profile before and after each change)
   for batch in 256 1024; do
     profile profile_research_bf16_$batch $batch $RESEARCH --config.model.compute_dtype=bfloat16
   done
@@ -342,7 +341,7 @@ elif [ "$part" = revisited ]; then
   bench rev_default $REV --loop --loop_steps=600
   # the default ('auto': on a GPU under deterministic reductions, C's gradient by a sort and the distant
   # block's share as a matmul, 7.2x the scatter on the H200) against each form named, then the suspects
-  # left, the likeliest first (a call cut at its 10 minutes loses the last; bench.jsonl keeps the rest):
+  # left, the likeliest first (a run stopped early keeps the lines already in bench.jsonl):
   # deterministic reductions off (where 'auto' gives the scatter, atomic there), the distant block,
   # dropout, the blocks, tying
   bench rev_scatter $REV --config.model.embedding_gradient=scatter --config.model.distant_gradient=rows
@@ -355,7 +354,7 @@ elif [ "$part" = revisited ]; then
   bench rev_no_dropout $REV --config.model.feature_dropout=0 --config.model.hidden_dropout=0
   bench rev_depth0 $REV --config.model.depth=0
   bench rev_untied $REV --config.model.tied=False
-  # one line a variant, fastest first, against the row as it is: what EXTRA_SET the next call should name
+  # one line a variant, fastest first, against the row as it is: what EXTRA_SET a training of the row should name
   python3 - "$out/bench.jsonl" <<'EOF'
 import json, sys
 rates = {}

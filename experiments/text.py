@@ -3,7 +3,7 @@
 python -m nplm_jax.main --config=experiments/text.py --workdir=runs/mytext \
   --config.data.train_file=train.txt --config.data.valid_file=valid.txt --config.data.test_file=test.txt
 
-Your own text (README, "Your own text"): 'quick' is the 2003 model with brown.py:quick's setting (MLP1
+Your own text (docs/own_data.md): 'quick' is the 2003 model with brown.py:quick's setting (MLP1
 tuned, noise-contrastive estimation with 1,000 noise words, batch 512), a usable model fast;
 'revisited' is the revisited family as PTB's measured row (ptb.py:ladder4_tied: window 15, 240 distant
 words in 4 kernels, 4 residual blocks, tied vectors, dropout 0.3, AdamW warmed up), mixed with a

@@ -1,8 +1,8 @@
 """The defaults that depend on the backend, in one table: each 'auto' (or -1) of the config resolves
-here, and each entry says which backend and which measurement its value comes from (README, "Defaults
-by backend"). A value measured on one backend is never assumed on another: 'cpu' is a 2-core CPU
-(the developers' and CI machine), 'accelerator' GPUs and TPUs (measured on one H100 or H200), 'tpu'
-TPUs where an entry's accelerator value was measured on a GPU alone.
+here, and each entry says which backend and which measurement its value comes from (docs/accelerators.md,
+"Defaults by backend"). A value measured on one backend is never assumed on another: 'cpu' is a 2-core
+CPU, 'accelerator' GPUs and TPUs (measured on one H100 or H200), 'tpu' TPUs where an entry's
+accelerator value was measured on a GPU alone.
 """
 
 import dataclasses
@@ -25,9 +25,9 @@ TABLE = {
     'train.steps_per_dispatch': BackendDefault(
         1, 64,
         'H100, Brown reg4_n7 at batch 128: 1.3x the loop rate of one step a dispatch (up to 64 a dispatch, the '
-        'largest divisor of log_every when it is at least 16); CPU: 1 from before a measurement that contradicts '
-        'it (2-core CPU, float32: 10 a dispatch ran 1.63x-1.67x the loop of one for Brown reg4_n7, 1.26x-1.32x for '
-        'the research size; results/bench/cpu_steps_per_dispatch.jsonl), kept until an issue changes it'),
+        'largest divisor of log_every when it is at least 16); CPU: 1, though on a 2-core CPU in float32 10 a '
+        'dispatch ran 1.63x-1.67x the loop of one for Brown reg4_n7 and 1.26x-1.32x for the research size '
+        '(results/bench/cpu_steps_per_dispatch.jsonl): changing it changes the CPU figures recorded at 1'),
     'train.device_data': BackendDefault(
         256, 2048,
         'MiB of resident token ids a device at most: CPU host devices each hold a copy in RAM and the host path is '

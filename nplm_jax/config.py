@@ -49,7 +49,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.model = ml_collections.ConfigDict()
   # 'bengio2003': the paper's y = b + W x + U tanh(d + H x). 'revisited': Sun & Iyyer (2021)'s modern
   # feed-forward family (nplm_jax/models/revisited.py): the n-1 word window and a distant block summarised
-  # by learned kernels, a ReLU layer to width m, then `depth` residual blocks, output b + U s (README).
+  # by learned kernels, a ReLU layer to width m, then `depth` residual blocks, output b + U s (docs/revisited.md).
   c.model.kind = 'bengio2003'
   c.model.n = 5  # order: n-1 context words (revisited: the local window of concatenated word vectors)
   c.model.m = 60  # word feature size (revisited: also the width of the residual stream)
@@ -92,7 +92,7 @@ def base_config() -> ml_collections.ConfigDict:
   # 'float32' | 'bfloat16' | 'auto': the dtype of every matmul's operands (the hidden layer's and the
   # output layer's), with float32 accumulation; parameters, optimiser state, tanh, the softmax and
   # the loss stay float32. 'auto': bfloat16 on GPUs and TPUs, float32 on CPUs (backend_defaults.TABLE;
-  # README, "GPUs and TPUs": what it costs in perplexity and gains in speed).
+  # docs/accelerators.md, "Precision": what it costs in perplexity and gains in speed).
   c.model.compute_dtype = 'auto'
   # What float32 matmuls mean: 'highest' = exact float32 on every backend (the paper's arithmetic; the
   # results in RESULTS.md); 'default' = the backend's own (TF32 on NVIDIA GPUs, bfloat16 passes on
@@ -173,7 +173,7 @@ def base_config() -> ml_collections.ConfigDict:
   # Training steps per dispatch (a lax.scan of steps in one jitted call; needs device data). Logging,
   # evaluation, checkpoints and signals act between dispatches, which never cross log_every,
   # eval_every, checkpoint_every or an epoch's end. -1: 1 on CPU (older than a measurement of 10 there at
-  # 1.3x-1.7x), backend_defaults.TABLE's most on GPUs and TPUs (README, "GPUs and TPUs").
+  # 1.3x-1.7x), backend_defaults.TABLE's most on GPUs and TPUs (docs/accelerators.md, "Defaults by backend").
   c.train.steps_per_dispatch = -1
   # In a dispatch of several steps, with matmuls in bfloat16: the output layer cast once a dispatch and then
   # by each step after its update, carried to the next step, instead of each step casting the layer's rows
@@ -226,24 +226,24 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.mesh = ml_collections.ConfigDict()
   # -1 fills one axis from the device count; both -1: all devices on 'model' on CPU, on 'data' on
-  # accelerators (README, Parallelism).
+  # accelerators (docs/parallelism.md).
   c.mesh.data = -1
   c.mesh.model = -1
   c.mesh.cpu_devices = -1  # host devices for the CPU backend; -1 = one per core (a power of 2, <= 8)
   # Where parameters live: each logical axis of a parameter (named where the model creates it) on a
   # mesh axis ('model') or replicated (''). 'vocab' (the output layer's columns) is always on 'model':
   # the softmax is vocabulary-parallel. 'hidden': the hidden layers' inner width (Megatron-style
-  # split of H / each block); 'words': C's rows. README, Parallelism: what each costs.
+  # split of H / each block); 'words': C's rows. docs/revisited.md, "Placement by logical axes (both families)": what each costs.
   c.mesh.axis_rules = ml_collections.ConfigDict({axis: 'model' if axis == 'vocab' else '' for axis in LOGICAL_AXES})
 
   c.distributed = ml_collections.ConfigDict()
-  # Several processes (hosts) in one job: README, "Several hosts". 'auto' joins them when a cluster
+  # Several processes (hosts) in one job: docs/parallelism.md. 'auto' joins them when a cluster
   # launcher's variables or a coordinator_address say so.
   c.distributed.initialize = 'auto'  # 'auto' | 'yes' | 'no'
   c.distributed.coordinator_address = ''  # process 0's host:port, e.g. 'localhost:12355'; '' = detect
   c.distributed.num_processes = -1  # -1 = detect (SLURM, Open MPI, TPU pods)
   c.distributed.process_id = -1  # this process's index; -1 = detect
-  c.distributed.timeout_seconds = 300  # joining waits this long for every process (README, Reliability)
+  c.distributed.timeout_seconds = 300  # joining waits this long for every process (docs/reliability.md)
   return c
 
 

@@ -5,7 +5,7 @@
 
 --config=FILE:VARIANT names an experiment (experiments/brown.py: mlp1 ... mlp10, *_tuned, reg4_n7;
 ptb.py; text.py; prepared.py); any config key is set with --config.SECTION.KEY=VALUE. The run
-resumes when the same command is given again (README, "Reliability").
+resumes when the same command is given again (docs/reliability.md).
 """
 
 import functools

@@ -46,7 +46,7 @@ from tests import corpora  # pylint: disable=g-import-not-at-top  # after the ca
 # n-gram models, workdirs and results files; no training runs end to end, no subprocesses of commands.
 FAST_MODULES = frozenset({'test_layout', 'test_config', 'test_model', 'test_revisited', 'test_steps',
                           'test_softmax_kernel', 'test_sharding', 'test_memory', 'test_ngram', 'test_workdir',
-                          'test_results'})
+                          'test_results', 'test_experiments', 'test_docs'})
 
 
 def pytest_configure(config):
@@ -69,7 +69,7 @@ def _data_path(variable: str, inside: str) -> str:
   path = os.environ.get(variable, '')
   if path and os.path.exists(os.path.join(path, inside)):
     return path
-  message = f'{variable} must point at a folder holding {inside} (README, "Running the tests")'
+  message = f'{variable} must point at a folder holding {inside} (README, "Run the tests")'
   if os.environ.get('CI'):
     pytest.fail(message)  # in CI a missing corpus is a broken setup, never a skip
   pytest.skip(message)

@@ -107,8 +107,8 @@ def test_the_loop_form_of_the_softmax_kernel_compiles_and_equals_numpy(dtype, tu
   feature width that is not a power of two (padded to 256, or in chunks to 224 or 256), the vocabulary
   split or not, the gradients fused or from dz (LoopTuning). On the H100 (2026-11-26) the chosen settings passed in bfloat16 and missed
   by 2.5e-4 in float32 (Triton's TF32; the kernels now ask for full precision). Once this passes on a GPU
-  and the kernel is measured faster there, backend_defaults can let 'auto' pick it (README, "A fused
-  softmax kernel")."""
+  and the kernel is measured faster there, backend_defaults can let 'auto' pick it (docs/accelerators.md, "Fused
+  softmax kernels")."""
   from nplm_jax.parallel import softmax_kernel  # pylint: disable=g-import-not-at-top
   from tests import test_softmax_kernel  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(3)

@@ -17,7 +17,7 @@ SCRIPTS = ('nplm-train', 'nplm-score', 'nplm-sample', 'nplm-embeddings', 'nplm-e
 def installed():
   missing = [s for s in SCRIPTS if shutil.which(s) is None]
   if missing:
-    message = f'the package is not installed (no {missing[0]} on PATH): pip install . (README, "Installing")'
+    message = f'the package is not installed (no {missing[0]} on PATH): pip install . (docs/development.md, "Installing")'
     if os.environ.get('CI'):
       pytest.fail(message)  # .ci/run installs it: a missing script there is a broken package
     pytest.skip(message)
@@ -85,5 +85,6 @@ def test_ci_runs_the_readmes_test_command():
     ci_command = [line.strip() for line in f if line.startswith('python -m pytest')]
   with open(os.path.join(repo, 'README.md'), encoding='utf-8') as f:
     readme = f.read()
-  section = readme[readme.index('**Run the tests**'):readme.index('## Your own text')]
+  start = readme.index('## Run the tests')
+  section = readme[start:readme.index('\n## ', start + 1)]
   assert len(ci_command) == 1 and f'&& {ci_command[0]}\n' in section, ci_command

@@ -187,7 +187,7 @@ def test_stored_tokenizer_round_trips():
   assert vocabulary.extended(['b']).train_counts.tolist() == [2, 5, 0]
 
 
-# The README's "Exporting a model" snippet: numpy and json only, no nplm_jax.
+# docs/tools.md's "Exporting a model" snippet: numpy and json only, no nplm_jax.
 NUMPY_ONLY_READER = r'''
 import json, sys
 import numpy as np

@@ -2,8 +2,8 @@
 
 C[ids]'s gradient is a scatter-add of each context position's gradient into its word's row. On GPUs,
 XLA's deterministic mode (train.deterministic) makes that sum in a fixed order by expanding the
-scatter to one index per element and sorting those (its ScatterDeterminismExpander): README's H100
-figures name it among the costs of a step (38% of reg4_n7's rate, 6 words a context), and the
+scatter to one index per element and sorting those (its ScatterDeterminismExpander): the H100's
+figures (docs/accelerators.md) name it among the costs of a step (38% of reg4_n7's rate, 6 words a context), and the
 revisited family gathers 255 words a context (16.7 M elements a step at batch 256, m = 256). Two
 other forms give the same gradient (tests/test_model.py), deterministic without a scatter:
 - 'one_hot': one_hot(ids)^T @ g, a matmul (float32 accumulation) with a [batch x context, |V|]

@@ -161,7 +161,7 @@ class RevisitedNPLM(output_layer.OutputLayerModel, nn.Module):
       # The distant block gathered position-major, [distant, batch, m], so that the kernels' weighted sums
       # are one matmul [kernels, distant] x [distant, batch * m]: gathered [batch, distant, m], the block
       # (hundreds of vectors an example) is transposed for the contraction, forward and backward (a
-      # training step 1.16-1.27x slower on CPU, evaluation 1.45x; README, "the NPLM revisited").
+      # training step 1.16-1.27x slower on CPU, evaluation 1.45x; docs/revisited.md, "Placement by logical axes (both families)").
       summaries = self._distant_summaries(contexts[:, self.window:].T, deterministic)
       local = jnp.concatenate([local, summaries.transpose(1, 0, 2)], axis=1)
     x = local if self.feature_dropout_at == 'embeddings' else self.drop_features(local, deterministic=deterministic)

@@ -16,7 +16,7 @@ def configure(config, environ=os.environ) -> None:
   XLA reads its flags when the backends start, so this runs first (main and the benchmarks call it
   before anything else touches JAX's devices). With deterministic GPU ops the same run gives the
   same bits on a GPU, so a resumed run ends bit-equal to an uninterrupted one there as on a CPU
-  (README, "GPUs and TPUs": its cost); XLA's CPU and TPU backends are deterministic already.
+  (docs/accelerators.md, "Defaults by backend": its cost); XLA's CPU and TPU backends are deterministic already.
   """
   sharding.configure_host_devices(config.mesh, environ)
   flags = environ.get('XLA_FLAGS', '')

@@ -58,7 +58,7 @@ Triton backend (its warning on the H100, JAX 0.11.2): the 'mosaic' form is the o
 Float32 matmuls name full precision (Triton's dot defaults to TF32). What the H100 showed (JAX 0.11.2,
 2026-11-26, before the splits, the chunks and the precision): the loop form compiled and matched NumPy in
 bfloat16 (float32 missed by 2.5e-4: TF32) and, inside the training step at batch 4096, ran about a third of
-XLA's all-at-once rate with an eighth of its temporaries (README, "A fused softmax kernel"), so 'auto' never
+XLA's all-at-once rate with an eighth of its temporaries (docs/accelerators.md, "Fused softmax kernels"), so 'auto' never
 picks it (backend_defaults). Its tiles shrink with K and the operand size to fit the chip's shared memory
 (loop_tile). The grid form is for TPUs only (vocab_softmax refuses it elsewhere): its first grid axis
 parallel, its last in order; it lowers through Mosaic for TPU v4, v5e and v6e (a CPU test builds it for an

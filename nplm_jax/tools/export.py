@@ -12,7 +12,7 @@ writes two files into the output folder:
 
 With x = [C[w_{t-1}], ..., C[w_{t-n+1}]] (the most recent word first, each a row of C):
   y = b + x @ W + tanh(d + x @ H) @ U,   P(w_t = i | context) = exp(y_i) / sum_j exp(y_j).
-README ("Exporting a model") shows it loaded and used with numpy only.
+docs/tools.md ("Exporting a model") shows it loaded and used with numpy only.
 """
 
 import json

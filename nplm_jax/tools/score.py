@@ -11,7 +11,7 @@ context is the tokens before it, across lines, and the first tokens' context is 
 lists). Perplexity including OOVs is exp(-mean log P) over every token; excluding OOVs, over the
 others only (KenLM's definitions; --format=kenlm prints KenLM query's layout). An OOV word is
 charged the probability of the whole rare-word class it was merged into in training, the most a
-word can get, so text with many OOVs can score a lower perplexity including them (README, "Scoring
+word can get, so text with many OOVs can score a lower perplexity including them (docs/tools.md, "Scoring
 text"). --mix scores with the workdir's network + n-gram mixture
 (config.mix: the n-gram's order, smoothing and the network's weight).
 """

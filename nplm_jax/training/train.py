@@ -5,7 +5,7 @@ gathered on the host: experiment.Experiment decides), and acts between dispatche
 evaluation, checkpoints, signals and the non-finite check. Dispatches never cross a log, evaluation
 or checkpoint step or an epoch's end (next_boundary), so those keep their meaning.
 
-What a run survives (README, "Reliability"): a kill at any moment (re-running the command resumes
+What a run survives (docs/reliability.md): a kill at any moment (re-running the command resumes
 and ends bit-equal to an uninterrupted run), SIGTERM / SIGINT (the step in progress is saved
 first), unreadable checkpoint steps (set aside; the newest readable one is resumed), a second
 training on the same workdir (refused by a lock), a resume with settings or a corpus that would
@@ -48,7 +48,7 @@ from nplm_jax.errors import UserError
 PROGRESS_SECONDS = 30.0
 
 # Config keys that must match for a workdir to be resumed (besides its corpus, corpus.json): they
-# change the steps already taken. Others may change (README, "Reliability").
+# change the steps already taken. Others may change (docs/reliability.md).
 RESUME_KEYS = ('seed', 'data', 'model', 'optimizer', 'loss', 'train.batch_size')
 # Keys inside RESUME_KEYS that say how C's gradient is made, not what it is (the same gradient, tested):
 # a run may go on with another form, say one started on a CPU and resumed on a GPU.

@@ -1,0 +1,64 @@
+"""The documents a user reads: README short, every link to a file of the repository there, every
+reference to a section of README or a docs/ page naming a section that exists, every page opening with
+what its reader can do there."""
+
+import glob
+import os
+import re
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README_MAX_LINES = 300
+DOCUMENTS = ['README.md', 'RESULTS.md', *sorted(os.path.relpath(p, REPO) for p in glob.glob(f'{REPO}/docs/*.md'))]
+# where text refers to a section: README then a heading in quotes, or docs/tools.md then one
+SECTION_REFERENCE = re.compile(r'(README|docs/\w+\.md),? \(?"([^"]+)"')
+SOURCES = ['nplm_jax/**/*.py', 'experiments/*.py', 'launch/*', 'benchmarks/*', 'tests/*.py', '*.md', 'docs/*.md']
+
+
+def read(relative: str) -> str:
+  with open(os.path.join(REPO, relative), encoding='utf-8') as f:
+    return f.read()
+
+
+def sections(relative: str) -> set[str]:
+  """A document's headings and bold paragraph labels (**Scoring text**), as text."""
+  text = read(relative)
+  return {m.strip() for m in re.findall(r'^#+ (.+)$', text, re.M)} | set(re.findall(r'\*\*([^*]+)\*\*', text))
+
+
+def test_readme_is_short():
+  assert read('README.md').count('\n') <= README_MAX_LINES
+
+
+@pytest.mark.parametrize('document', DOCUMENTS)
+def test_every_link_to_a_file_exists(document):
+  folder = os.path.dirname(os.path.join(REPO, document))
+  links = re.findall(r'\]\(([^)#\s]+)(?:#[^)]*)?\)', read(document))
+  missing = [link for link in links if '://' not in link and not os.path.exists(os.path.join(folder, link))]
+  assert not missing, missing
+
+
+def test_every_reference_to_a_section_names_one_that_exists():
+  """References to README's sections went stale once the sections moved to docs/: every reference of the
+  form README or docs/PAGE.md, then a section's name in quotes, in the code, tests, experiments, launchers
+  and documents names a heading (or a bold label) of that document."""
+  files = sorted({f for pattern in SOURCES for f in glob.glob(os.path.join(REPO, pattern), recursive=True)
+                  if os.path.isfile(f)})
+  assert len(files) > 50
+  stale = []
+  for path in files:
+    with open(path, encoding='utf-8', errors='replace') as f:
+      text = ' '.join(f.read().split())  # references wrap across lines and comment markers
+    text = re.sub(r' ?# ', ' ', text)
+    for document, section in SECTION_REFERENCE.findall(text):
+      target = 'README.md' if document == 'README' else document
+      if section not in sections(target):
+        stale.append(f'{os.path.relpath(path, REPO)}: {document}, "{section}"')
+  assert not stale, stale
+
+
+@pytest.mark.parametrize('page', [d for d in DOCUMENTS if d.startswith('docs/')])
+def test_each_page_opens_with_a_title_and_what_its_reader_can_do(page):
+  lines = read(page).splitlines()
+  assert lines[0].startswith('# ') and not lines[1] and lines[2] and not lines[2].startswith(('#', '|', '`')), page
