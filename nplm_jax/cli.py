@@ -34,7 +34,7 @@ def flag_error_line(error: Exception, argv: list[str]) -> str:
     return f'{config_arg}: syntax error at line {error.lineno} of {error.filename}: {error.msg}'
   lines = [line.strip() for line in str(error).splitlines() if line.strip()]
   detail = lines[-1] if lines else type(error).__name__  # config_flags puts the cause last
-  detail = re.sub(r'^[A-Za-z.]*(Error|Exception): ', '', detail)  # the cause's type adds nothing for a user
+  detail = re.sub(r'^[\w.]*(Error|Exception): ', '', detail)  # the cause's type adds nothing for a user
   return f'{config_arg}: {detail}' if isinstance(error, OSError) or 'config file' in str(error) else detail
 
 

@@ -1,0 +1,34 @@
+"""Any recorded run again, from its results file: nplm-train --config=experiments/recorded.py:results/NAME.json
+
+A results file (results/, written by python -m launch.results collect) keeps the run's whole resolved
+config, so every run RESULTS.md quotes can be trained again by this one command, whether or not its
+config still has a name in brown.py, ptb.py or text.py. Keys newer than the run take today's defaults
+(config.from_saved). The corpus is found as the experiment files find it: a data.path that does not
+exist here is replaced by $PTB_DIR for PTB runs; the workdir defaults to runs/ and the results file's
+name. Add --config.KEY=VALUE to change anything (--config.seed=1 for another seed).
+"""
+
+import json
+import os
+
+from nplm_jax.config import from_saved
+from nplm_jax.errors import UserError
+
+
+def get_config(results_file: str = ''):
+  if not results_file:
+    raise UserError('experiments/recorded.py needs a results file: --config=experiments/recorded.py:results/NAME.json')
+  if not os.path.isfile(results_file):
+    raise UserError(f'no such results file: {results_file} (give one of results/*.json)')
+  try:
+    with open(results_file, encoding='utf-8') as f:
+      record = json.load(f)
+    saved = record['config']
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise UserError(f'{results_file} is not a results file with a config ({type(e).__name__}: {e}); give one of '
+                    'results/*.json') from None
+  config = from_saved(saved)
+  config.name = record.get('name') or os.path.basename(results_file)[:-len('.json')]  # its own runs/ folder
+  if config.data.corpus == 'ptb' and not os.path.isdir(config.data.path):
+    config.data.path = os.environ.get('PTB_DIR', '')
+  return config

@@ -1,0 +1,96 @@
+"""The configurations users run by name: the best ones reproduce their recorded runs' configs, and any
+recorded run trains again from its results file (experiments/recorded.py)."""
+
+import json
+import os
+
+import pytest
+
+from nplm_jax import config as config_lib
+from nplm_jax.errors import UserError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECORDED = os.path.join(REPO, 'experiments', 'recorded.py')
+
+# Keys a recorded config may hold other values of without another run: the run's name, the corpus's folder
+# on the machine it ran on, and the ways of computing the same numbers that 'auto' resolved for its backend.
+SAME_RUN_KEYS = {'name', 'data.path', 'model.embedding_gradient', 'model.distant_gradient'}
+
+BEST_RUNS = [
+    ('experiments/brown.py:best', 'brown_tune_h200b_tune11_dropout0.5_weight_decay0.4_cosine6_ema0.999_seed0'),
+    ('experiments/ptb.py:best', 'ptb_ladder_ladder5_dropout_seed0'),
+    ('experiments/ptb.py:char_best', 'ptb_char_tune_h100c_char_tune0_dropout0.1_cosine8_seed0'),
+]
+
+
+def leaves(tree: dict, prefix: str = '') -> dict:
+  out = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      out.update(leaves(value, f'{prefix}{key}.'))
+    else:
+      out[f'{prefix}{key}'] = value
+  return out
+
+
+def read_record(name: str) -> dict:
+  with open(os.path.join(REPO, 'results', f'{name}.json'), encoding='utf-8') as f:
+    return json.load(f)
+
+
+def named_config(spec: str):
+  path, _, variant = spec.partition(':')
+  return config_lib.load_experiment(os.path.join(REPO, path)).get_config(variant)
+
+
+@pytest.mark.parametrize('spec,record_name', BEST_RUNS)
+def test_each_best_config_is_its_recorded_run(spec, record_name):
+  """brown.py:best, ptb.py:best and ptb.py:char_best give the config of the run RESULTS.md quotes, key for key
+  (keys newer than the run at their defaults; a time budget the run never reached left out)."""
+  record = read_record(record_name)
+  assert not record['figures'].get('stop_reason', '').endswith('spent'), 'the recorded run stopped at its budget'
+  recorded = leaves(record['config'])
+  named = leaves(json.loads(named_config(spec).to_json()))
+  budget = {'train.max_seconds'}
+  differ = {k: (v, recorded[k]) for k, v in named.items() if k in recorded and k not in SAME_RUN_KEYS | budget
+            and recorded[k] != v}
+  assert not differ, differ
+  newer = {k: v for k, v in named.items() if k not in recorded}
+  defaults = leaves(json.loads(config_lib.base_config().to_json()))
+  assert all(defaults[k] == v for k, v in newer.items()), newer
+
+
+def test_a_recorded_run_loads_as_its_config():
+  """experiments/recorded.py:results/NAME.json is the run's whole config, under the record's name (its own
+  workdir), and validates."""
+  config = config_lib.load_experiment(RECORDED).get_config(os.path.join(REPO, 'results', 'check_brown_smoke.json'))
+  config_lib.validate(config)
+  assert config.name == 'check_brown_smoke'
+  recorded = leaves(read_record('check_brown_smoke')['config'])
+  loaded = leaves(json.loads(config.to_json()))
+  assert {k: loaded[k] for k in recorded if k != 'name'} == {k: v for k, v in recorded.items() if k != 'name'}
+  assert loaded['train.max_steps'] == 300 and loaded['loss.name'] == 'nce'
+
+
+def test_a_recorded_ptb_run_finds_the_corpus_here(monkeypatch, tmp_path):
+  monkeypatch.setenv('PTB_DIR', str(tmp_path))
+  config = config_lib.load_experiment(RECORDED).get_config(
+      os.path.join(REPO, 'results', 'ptb_ladder_ladder5_dropout_seed0.json'))
+  assert config.data.path == str(tmp_path)
+
+
+@pytest.mark.parametrize('arg,message', [('', 'needs a results file'), ('results/none.json', 'no such results file'),
+                                         ('README.md', 'is not a results file')])
+def test_a_bad_results_file_is_one_line(arg, message):
+  with pytest.raises(UserError, match=message) as e:
+    config_lib.load_experiment(RECORDED).get_config(os.path.join(REPO, arg) if arg else '')
+  assert '\n' not in str(e.value)
+
+
+def test_every_results_file_loads_as_a_config():
+  """Every recorded run can be trained again: each results file's config reads back and validates."""
+  names = sorted(n[:-len('.json')] for n in os.listdir(os.path.join(REPO, 'results')) if n.endswith('.json'))
+  assert len(names) > 100
+  experiment = config_lib.load_experiment(RECORDED)
+  for name in names:
+    config_lib.validate(experiment.get_config(os.path.join(REPO, 'results', f'{name}.json')))
