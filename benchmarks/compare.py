@@ -1,4 +1,4 @@
-"""nplm_jax against the PyTorch reference, run alternately in one session; ratio per batch size.
+"""nplm_jax against the PyTorch reference, run alternately in one process; ratio per batch size.
 
 python benchmarks/compare.py --batch_sizes=64,256,1024 --rounds=3
 

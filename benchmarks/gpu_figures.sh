@@ -26,7 +26,7 @@
 #   mps:   COPIES (6) of the PTB ladder's top row's training loop side by side (batch 256, bfloat16,
 #          synthetic |V| 10,000), sharing the GPU in time slices (mps_off), then through CUDA's Multi-Process
 #          Service (launch/mps.sh; mps_on): each copy's loop tokens/s and their sum (mps_sum_off, mps_sum_on),
-#          which says whether launch/device_sweeps.sh's rows run better with MPS=1;
+#          which says whether a sweep's rows side by side run better through MPS;
 #   revisited: the PTB ladder's top row's step profiled (XLA's per-operation times), its loop, then its step
 #          with each suspect removed in turn (deterministic reductions, C's gradient as a sort or the distant
 #          block's as a matmul, the distant block, dropout, the blocks, tying);

@@ -1,8 +1,9 @@
-# CUDA's Multi-Process Service for processes that share one GPU (sourced by launch/device_sweeps.sh and
-# benchmarks/gpu_figures.sh). Without it the GPU runs one process's kernels at a time, in time slices;
-# with it the kernels of several processes run at once, which is what small models side by side (a
-# ladder's rows, each far from filling an H100) need. Results do not change, only who waits.
-#   start_mps   starts the daemon (root, as on the lent machines) and checks that JAX still reaches the GPU
+# CUDA's Multi-Process Service for processes that share one GPU (sourced by benchmarks/gpu_figures.sh, or
+# by hand before a sweep's points run side by side: source launch/mps.sh && start_mps). Without it the
+# GPU runs one process's kernels at a time, in time slices; with it the kernels of several processes
+# run at once, which is what small models side by side (a ladder's rows, each far from filling an H100)
+# need. Results do not change, only who waits.
+#   start_mps   starts the daemon (as root) and checks that JAX still reaches the GPU
 #               through it; where either fails it says so in one line, stops the daemon and returns 1, so
 #               the caller goes on without MPS
 #   stop_mps    stops the daemon start_mps started (nothing otherwise)
@@ -15,8 +16,8 @@ start_mps() {
   export CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/nplm_mps/pipe}
   export CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-/tmp/nplm_mps/log}
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  # a daemon outlives the call that started it (it leaves the session): one left by an earlier call
-  # stopped at its time limit is stopped first, so this one starts clean
+  # a daemon outlives the shell that started it: one left by an earlier run is stopped first, so this
+  # one starts clean
   echo quit | nvidia-cuda-mps-control >/dev/null 2>&1 && sleep 2
   if ! nvidia-cuda-mps-control -d; then
     echo "MPS: the daemon did not start (log: $CUDA_MPS_LOG_DIRECTORY); the processes share the GPU in time slices"

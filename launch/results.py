@@ -3,9 +3,9 @@ rendered from those files, so every figure there traces to its run.
 
   python -m launch.results collect --workdir=runs/own_text/quick --name=own_text_quick --table=own_text \
       --label='text.py:quick' --command='nplm-train --config=experiments/text.py:quick ...' [--commit=SHA]
-  python -m launch.results collect --sweep_root=runs/device/ptb_ladder --name=ptb --table=ladder --label=PTB \
-      --command='bash launch/gpu_plan.sh ptb OUT' --device='NVIDIA H100 80GB HBM3'   # every finished point
-  python -m launch.results collect_pack --pack=OUT/results.tgz   # every finished point of a gpu_plan.sh call
+  python -m launch.results collect --sweep_root=runs/ptb_ladder --name=ptb --table=ladder --label=PTB \
+      --command='python -m launch.sweep --config=experiments/ptb.py --sweep=ladder --root=runs/ptb_ladder' \
+      --device='NVIDIA H100 80GB HBM3'   # every finished point
   python -m launch.results render            # print every table
   python -m launch.results render --write    # rewrite RESULTS.md's rendered tables in place
   python -m launch.results render --check    # exit 1 when RESULTS.md differs from results/ (CI runs this)
@@ -13,7 +13,7 @@ rendered from those files, so every figure there traces to its run.
 A results file holds the run's figures (results.json and mix_results.json), the command, the resolved
 config, the commit, the device, the seed and the wall time; never checkpoints. In RESULTS.md a table
 lives between the lines `<!-- results:TABLE -->` and `<!-- /results -->`, and only there is it
-rewritten.
+rewritten. Any recorded run trains again with nplm-train --config=experiments/recorded.py:results/NAME.json.
 """
 
 import argparse
@@ -87,26 +87,26 @@ _BITS_PER_CHAR = (('valid bits/char', _num('valid_bpc', 3)), ('test bits/char', 
 
 TABLES = {
     'own_text': [('recipe', _label)] + [c for c in _CHECKS[1:-1] if c[0] != 'steps'] + [_MIX_KN5, ('device', _device_of)],
-    # The short runs README and the issues quote to show a change kept the numbers (smoke, quick, PTB).
+    # The short runs that show a change kept the numbers (smoke, quick, PTB).
     'checks': _CHECKS,
     # The reference code's options on the ladder's top row, each at the same number of steps (their
     # rates left out: they shared the machine with other work).
     'reference_options': [('option', _label)] + [c for c in _CHECKS[1:-1] if c[0] not in ('tokens/s', 'wall s')] + [
         _MIX_KN5, ('device', _device_of)],
-    # AdamW's moments in bfloat16 against float32 on one short training (issue 28: a faster step may move
-    # the test perplexity by at most 0.5%).
+    # AdamW's moments in bfloat16 against float32 on one short training (how far a faster step moves the
+    # test perplexity).
     'moment_dtypes': _paired_columns('moments'),
     # The output layer's gradient in bfloat16 against float32, alone and with every other byte-saving option
-    # (issue 28's 0.5% again).
+    # (the same question).
     'layer_gradient_dtypes': _paired_columns('run'),
-    # The revisited family's ladders trained to early stopping (issue 27): words, and characters in bits.
+    # The revisited family's ladders trained to early stopping: words, and characters in bits.
     'ladder': _ladder_columns(('valid ppl', _num('valid_ppl')), ('test ppl', _num('test_ppl')),
                               ('+ n-gram test ppl', _num('mix_test_ppl'))),
-    # Character rows of different shapes at the same schedule on the CPU (issue 27): where the parameters sit.
+    # Character rows of different shapes at the same schedule on the CPU: where the parameters sit.
     # Their wall time is shown (the question is partly cost); they ran one at a time, beside light work.
     'char_shape': [('point', _label), *(c for c in _CHECKS if c[0] in ('parameters', 'steps', 'epochs', 'wall s')),
                    *_BITS_PER_CHAR, ('device', _device_of)],
-    # The same at a sixteenth of the characters (issue 27), where they fit their data as the GPU rows do: the
+    # The same at a sixteenth of the characters, where they fit their data as the GPU rows do: the
     # best step against the steps trained says when validation stopped improving (no rates: the points
     # shared the CPU with other work); a point run with several seeds has a row each and one of their means.
     'char_overfit': [('point', _label), ('parameters', _num('num_parameters', 0)), ('best step', _num('step', 0)),
@@ -129,32 +129,6 @@ def _device(results: dict) -> str:
   if where == 'cpu':
     return f'CPU, {os.cpu_count()} cores ({platform_lib.machine()})'
   return results.get('device_kind') or where.upper()  # results.json older than device_kind: the platform alone
-
-
-# The sweep roots launch/gpu_plan.sh's steps write (device_sweeps.sh: one folder a sweep, named by its
-# --name): the results files' name prefix, table and label prefix, and the step that trained them.
-GPU_PLAN_SWEEPS = {
-    'ladder': ('ptb_ladder', 'ladder', 'PTB', 'ptb'),
-    'char_ladder': ('ptb_char_ladder', 'char_ladder', 'PTB characters', 'chars'),
-    'brown_ladder': ('brown_ladder', 'ladder', 'Brown', 'brown'),
-    'reference_options': ('ptb_reference_gpu', 'reference_options', 'ladder5_dropout +', 'reference'),
-    'ptb_tune': ('ptb_tune', 'ladder', 'PTB', 'tune'),
-    'brown_tune': ('brown_tune', 'ladder', 'Brown', 'tune'),
-    'char_tune': ('ptb_char_tune', 'char_ladder', 'PTB characters', 'session'),
-}
-# The seeds step's roots (ptb_seed1, char_seed2, ...) hold rows of those sweeps under other seeds: they
-# take their sweep's name and label, so that the seeds of a row render as one summary.
-_SEED_ROOT = re.compile(r'(ptb|char|brown)_seed\d+')
-_SEED_SWEEPS = {'ptb': ('ladder', 'ptb_tune'), 'char': ('char_ladder', 'char_tune'), 'brown': ('brown_ladder', 'brown_tune')}
-
-
-def gpu_plan_sweep(root_name: str, point: str) -> tuple[str, str, str, str] | None:
-  """(name prefix, table, label prefix, step) of a point in a sweep root gpu_plan.sh writes, or None."""
-  seeds = _SEED_ROOT.fullmatch(root_name)
-  if seeds:
-    ladder, tune = _SEED_SWEEPS[seeds.group(1)]
-    return GPU_PLAN_SWEEPS[tune if point.startswith(('tune', 'char_tune')) else ladder][:3] + ('seeds',)
-  return GPU_PLAN_SWEEPS.get(root_name)
 
 
 def record(workdir: str, name: str, table: str, label: str, command: str, commit: str | None = None,
@@ -262,80 +236,6 @@ def point_record(sweep_root: str, point: str, name: str, table: str, label: str,
   return value
 
 
-def how_it_stopped(figures: dict, config: dict) -> str:
-  """A row's training as its label says it: 'to early stopping', 'its 8 epochs' (its planned length) or
-  '158 s (9.7 of 10 epochs)' (its time budget spent), from its results' stop reason."""
-  reason, epochs = figures.get('stop_reason') or '', figures.get('epochs')
-  planned = (config.get('train') or {}).get('num_epochs')
-  if reason.startswith('no improvement'):
-    return 'to early stopping'
-  budget = re.fullmatch(r'train\.max_seconds=([\d.]+) spent', reason)
-  if budget and epochs is not None and planned:
-    return f'{float(budget.group(1)):g} s ({epochs:.1f} of {planned:g} epochs)'
-  if not reason and planned:
-    return f'its {planned:g} epochs'
-  return reason or 'to its end'
-
-
-def _seed0_label(records: list[dict], table: str, point: str) -> str | None:
-  """The label of the seed-0 record of `point` in `table` among `records`, which its other seeds take (one
-  summary)."""
-  return next((r['label'] for r in records if r['table'] == table and r['name'].endswith(f'_{point}_seed0')), None)
-
-
-def collect_pack(pack: str, commit, device, tag: str = '') -> int:
-  """Every finished point of a launch/gpu_plan.sh call's OUT/results.tgz as a results file (names,
-  tables and labels from GPU_PLAN_SWEEPS, the command from the pack's session.json where the session step
-  made it; `tag` after each name's prefix, to keep an earlier call's rows of the same points); says which
-  tables RESULTS.md has no section for yet. A file of another run already under that name is an error,
-  before anything is written. A seeds root's row takes the label of its seed 0's record in results/ (its
-  seeds render as one summary); the session step's other rows say how they stopped ('PTB characters
-  char_ladder2_depth4, its 10 epochs on the GPU alone')."""
-  import tarfile  # pylint: disable=g-import-not-at-top
-  import tempfile  # pylint: disable=g-import-not-at-top
-  if not os.path.isfile(pack):
-    raise SystemExit(f'error: --pack={pack!r} is not a file; give the results.tgz a gpu_plan.sh call left in OUT')
-  with tempfile.TemporaryDirectory() as unpacked:
-    with tarfile.open(pack) as tar:
-      tar.extractall(unpacked, filter='data')
-    session_path = os.path.join(unpacked, 'session.json')
-    session_command = None
-    if os.path.isfile(session_path):
-      with open(session_path, encoding='utf-8') as f:
-        session_command = json.load(f)['command']
-    tables, values, kept = set(), [], load_records()
-    for root_name in sorted(os.listdir(unpacked)):
-      root = os.path.join(unpacked, root_name)
-      points = finished_points(root) if os.path.isdir(root) else []
-      for point in points:
-        where = gpu_plan_sweep(root_name, point)
-        if where is None:
-          print(f'left out {root_name}/{point}: not a sweep launch/gpu_plan.sh runs (collect it with --sweep_root)')
-          continue
-        name, table, label, step = where
-        command = session_command or f'bash launch/gpu_plan.sh {step} OUT'
-        value = point_record(root, point, f'{name}_{tag}' if tag else name, table, label, command, commit, device)
-        seed0_label = _seed0_label(kept, table, point) if _SEED_ROOT.fullmatch(root_name) else None
-        if seed0_label:
-          value['label'] = seed0_label
-        elif session_command and not _SEED_ROOT.fullmatch(root_name):
-          value['label'] += f', {how_it_stopped(value["figures"], value["config"])} on the GPU alone'
-        values.append(value)
-        tables.add(table)
-  taken = [v['name'] for v in values if _another_run(v)]
-  if taken:
-    raise SystemExit(f'error: results/ already holds {", ".join(taken)} from another run; pass --tag=WORD (say, the '
-                     'device) to keep both, or delete the old files to replace them')
-  for value in values:
-    _write(value)
-  with open(RESULTS_MD, encoding='utf-8') as f:
-    marked = {m.group(2) for m in _SECTION.finditer(f.read())}
-  for table in sorted(tables - marked):
-    print(f'RESULTS.md has no <!-- results:{table} --> section yet: add one (and <!-- /results -->) where the '
-          'table belongs, then python -m launch.results render --write')
-  return 0
-
-
 def _another_run(value: dict) -> bool:
   """Whether results/ holds value's name from a run of another command, commit, device or config."""
   path = os.path.join(RESULTS_DIR, f'{value["name"]}.json')
@@ -371,12 +271,6 @@ def main(argv=None) -> int:
   collect.add_argument('--command', required=True, help='the command that trained it, as run')
   collect.add_argument('--commit', default=None, help='the commit it ran at (default: HEAD)')
   collect.add_argument('--device', default=None, help='where it ran (default: from results.json and this machine)')
-  pack = sub.add_parser('collect_pack', help="every finished point of a launch/gpu_plan.sh call's results.tgz")
-  pack.add_argument('--pack', required=True, help='OUT/results.tgz of the call')
-  pack.add_argument('--commit', default=None, help='the commit the call ran at (default: HEAD)')
-  pack.add_argument('--device', default=None, help="where it ran (default: each results.json's device_kind)")
-  pack.add_argument('--tag', default='', help='a word after each name\'s prefix (ptb_ladder_TAG_ladder4_tied_seed0): '
-                                              "keeps an earlier call's rows of the same points")
   render = sub.add_parser('render', help="print RESULTS.md's tables from results/, or write or check them")
   render.add_argument('--write', action='store_true')
   render.add_argument('--check', action='store_true')
@@ -385,19 +279,20 @@ def main(argv=None) -> int:
     if not re.fullmatch(r'[\w-][\w.-]*', args.name):
       raise SystemExit(f'error: --name={args.name!r}: use letters, digits, _, - and . only, not . first')
     if args.workdir:
-      _write(record(args.workdir, args.name, args.table, args.label, args.command, args.commit, args.device))
-      return 0
-    points = finished_points(args.sweep_root)
-    if not points:
-      raise SystemExit(f'error: no point of {args.sweep_root} has a results.json; collect a finished sweep')
-    for point in points:
-      _write(point_record(args.sweep_root, point, args.name, args.table, args.label, args.command, args.commit,
-                          args.device))
+      values = [record(args.workdir, args.name, args.table, args.label, args.command, args.commit, args.device)]
+    else:
+      points = finished_points(args.sweep_root)
+      if not points:
+        raise SystemExit(f'error: no point of {args.sweep_root} has a results.json; collect a finished sweep')
+      values = [point_record(args.sweep_root, point, args.name, args.table, args.label, args.command, args.commit,
+                             args.device) for point in points]
+    taken = [v['name'] for v in values if _another_run(v)]
+    if taken:
+      raise SystemExit(f'error: results/ already holds {", ".join(taken)} from another run; choose another --name '
+                       'to keep both, or delete the old files to replace them')
+    for value in values:
+      _write(value)
     return 0
-  if args.what == 'collect_pack':
-    if not re.fullmatch(r'[\w-]*', args.tag):
-      raise SystemExit(f'error: --tag={args.tag!r}: use letters, digits, _ and - only')
-    return collect_pack(args.pack, args.commit, args.device, args.tag)
   records = load_records()
   with open(RESULTS_MD, encoding='utf-8') as f:
     text = f.read()

@@ -10,7 +10,7 @@ import pytest
 
 # One persistent compilation cache for the suite and the commands its tests start: the same small
 # programs (text.py:tiny's steps, above all) compile once instead of in each of about 150 processes
-# (1.2x on the reliability tests, 2 cores). A fresh folder each session, so nothing carries between
+# (1.2x on the reliability tests, 2 cores). A fresh folder each test run, so nothing carries between
 # runs; a cache the environment already names is used as it is (so pytest-xdist's workers, started
 # after this, share their controller's).
 _OWN_COMPILATION_CACHE = 'JAX_COMPILATION_CACHE_DIR' not in os.environ

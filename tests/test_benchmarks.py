@@ -275,11 +275,10 @@ def _script_overrides(path):
     ('benchmarks/gpu_figures.sh', [('train.softmax_kernel', 'pallas_loop'), ('optimizer.mu_dtype', 'bfloat16'),
                                    ('optimizer.nu_dtype', 'bfloat16'), ('train.output_layer_gradient_dtype', 'bfloat16'),
                                    ('train.output_layer_gradient_form', 'dlogits_apart_rows_padded')]),
-    ('launch/gpu_plan.sh', [('seed', '2'), ('train.eval_every', '2000')]),
     ('benchmarks/gpu_figures.sh', [('model.embedding_gradient', 'sorted'), ('model.tied', 'False')])])
 def test_every_config_override_the_gpu_scripts_pass_is_valid(path, expected):
-  """A GPU call is scarce: a key or value the config refuses (train.softmax_kernel=pallas_loop was one)
-  must fail here, on the CPU, not there."""
+  """A key or value the config refuses (train.softmax_kernel=pallas_loop was one) fails here, on the CPU,
+  not minutes into a run on a GPU."""
   from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
   overrides = _script_overrides(path)
   assert set(expected) <= set(overrides), overrides
@@ -291,74 +290,3 @@ def test_every_config_override_the_gpu_scripts_pass_is_valid(path, expected):
     current = (config[section] if section else config)[name]
     value = {bool: lambda t: t == 'True', int: int, float: float}.get(type(current), str)(text)
     config_lib.validate(config_lib.apply_overrides(config, {key: value}))
-
-
-def test_the_gpu_plan_runs_sweeps_and_rows_that_exist():
-  """Every sweep launch/gpu_plan.sh runs exists, the rows its seeds step names by default are points of
-  the sweeps it names by default, launch.results collect_pack knows every sweep root it writes, and an unknown step is one line and exit 2 (before anything is installed)."""
-  import re  # pylint: disable=g-import-not-at-top
-  from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
-  with open(os.path.join(REPO, 'launch', 'gpu_plan.sh'), encoding='utf-8') as f:
-    text = f.read()
-  specs = re.findall(r'(experiments/\w+\.py) (\w+) ', text)
-  assert len(specs) >= 6, specs
-  for path, sweep in specs:  # each names a sweep of its experiment file
-    assert config_lib.load_experiment(path).get_sweep(sweep), (path, sweep)
-  for path, sweep, only in re.findall(r'(experiments/\w+\.py) (\w+) [^"]*?--only=([\w.,-]+)', text):
-    points = {p['name'] for p in config_lib.load_experiment(path).get_sweep(sweep)}
-    assert set(only.split(',')) <= points, (path, sweep, only)  # the rows a step names exist
-  defaults = dict(re.findall(r'\$\{(\w+)_ROW:-(\w+)\}', text))
-  sweeps = dict(re.findall(r'\$\{(\w+)_SWEEP:-(\w+)\}', text))
-  for corpus, path in {'PTB': 'experiments/ptb.py', 'CHAR': 'experiments/ptb.py', 'BROWN': 'experiments/brown.py'}.items():
-    assert defaults[corpus] in {p['name'] for p in config_lib.load_experiment(path).get_sweep(sweeps[corpus])}, corpus
-  from launch import results  # pylint: disable=g-import-not-at-top
-  roots = [named or sweep for sweep, named in re.findall(r'experiments/\w+\.py (\w+)(?: --name=(\w+))? ', text)]
-  roots += [f'{prefix}1' for prefix in re.findall(r'--name=(\w+)\$seed', text)]
-  assert len(roots) >= 9, roots
-  for root in roots:  # collect_pack knows what each root the plan writes holds
-    assert results.gpu_plan_sweep(root, 'ladder5_dropout') is not None, root
-  proc = subprocess.run(['bash', os.path.join('launch', 'gpu_plan.sh'), 'nonsense', '/tmp/unused'], cwd=REPO,
-                        capture_output=True, text=True, timeout=60)
-  assert proc.returncode == 2 and proc.stdout.strip().startswith('unknown step nonsense'), proc.stdout + proc.stderr
-
-
-def test_every_sweep_spec_of_the_gpu_plan_is_accepted_as_launch_sweep_reads_it():
-  """Each "EXPERIMENT SWEEP options" the plan hands device_sweeps.sh, its variables filled, passes
-  launch.sweep's own checks (its --set options parsed, its points' configs validated) before a GPU call
-  spends minutes on it: `--set=seed=1` was once refused there."""
-  import re  # pylint: disable=g-import-not-at-top
-  from launch import sweep  # pylint: disable=g-import-not-at-top
-  from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
-  with open(os.path.join(REPO, 'launch', 'gpu_plan.sh'), encoding='utf-8') as f:
-    text = f.read()
-  filled = {'$budget': '420', '$extra': '', '$seed': '1', '$ptb_sweep': 'ladder', '$char_sweep': 'char_ladder',
-            '$brown_sweep': 'ladder', '$ptb_row': 'ladder5_dropout', '$char_row': 'char_ladder5_dropout',
-            '$brown_row': 'ladder5_dropout'}
-  specs = re.findall(r'"(experiments/\w+\.py [^"]*)"', text)
-  assert len(specs) >= 12, specs
-  for spec in specs:
-    for variable, value in filled.items():
-      spec = spec.replace(variable, value)
-    assert '$' not in spec, spec
-    path, sweep_name, *options = spec.split()
-    only = [o.partition('=')[2].split(',') for o in options if o.startswith('--only=')]
-    sets = sweep.parse_set([o.partition('=')[2] for o in options if o.startswith('--set=')])
-    points = [p for p in config_lib.load_experiment(path).get_sweep(sweep_name) if not only or p['name'] in only[0]]
-    assert points, spec
-    sweep.check_points(points, sets)
-
-
-def test_every_benchmark_the_gpu_plan_names_is_run_by_the_figures_script():
-  """The names in gpu_plan.sh's ONLY= lists are benchmarks or profiles of benchmarks/gpu_figures.sh (a
-  misspelt name would run nothing in a GPU call); names built in a loop over batches count for each."""
-  import re  # pylint: disable=g-import-not-at-top
-  with open(os.path.join(REPO, 'launch', 'gpu_plan.sh'), encoding='utf-8') as f:
-    plan = f.read()
-  with open(os.path.join(REPO, 'benchmarks', 'gpu_figures.sh'), encoding='utf-8') as f:
-    figures = f.read()
-  runs = set(re.findall(r'^\s*(?:bench|profile|bench_script) (\S+)', figures, re.MULTILINE))
-  runs |= set(re.findall(r'^\s*bench_in \S+ (\S+)', figures, re.MULTILINE))
-  runs = {name.replace('$batch', batch) for name in runs for batch in ('256', '1024')}
-  named = [name for only in re.findall(r'ONLY=([\w,]+)', plan) for name in only.split(',')]
-  assert 'profile_research_bf16_256' in named and 'research_bf16' in named, named
-  assert set(named) <= runs, set(named) - runs

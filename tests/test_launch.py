@@ -1,12 +1,11 @@
 """The launch scripts' dry runs print the exact commands they would run (the SLURM and TPU ones
-cannot run here; local.sh runs for real in tests/test_multiprocess.py, device_sweeps.sh here)."""
+cannot run here; local.sh runs for real in tests/test_multiprocess.py; mps.sh's fallbacks here)."""
 
 import os
 import shlex
 import shutil
 import subprocess
 import sys
-import tarfile
 
 import pytest
 
@@ -63,23 +62,6 @@ def test_bad_usage_is_one_line(script, args):
   assert proc.returncode == 2 and proc.stderr.startswith('error: usage:') and proc.stderr.count('\n') == 1
 
 
-def test_device_sweeps_runs_named_sweeps_side_by_side_and_packs_their_results(ptb_dir, tmp_path):
-  """launch/device_sweeps.sh (several sweeps at once on an accelerator machine) for real, on one
-  n-gram point: each sweep under its --name, its log beside the pack, the pack holding the tables
-  and each point's files."""
-  env = dict(os.environ, PTB_DIR=ptb_dir, SWEEP_ROOT=str(tmp_path / 'root'), PYTHON=sys.executable,
-             JAX_PLATFORMS='cpu')
-  out = tmp_path / 'out'
-  proc = subprocess.run(['bash', os.path.join(REPO, 'launch', 'device_sweeps.sh'), str(out),
-                         'experiments/ptb.py ngrams --only=kneser_ney_3 --name=trigram'],
-                        env=env, capture_output=True, text=True, timeout=300)
-  assert proc.returncode == 0, proc.stdout + proc.stderr
-  assert '| kneser_ney_3 | ngram | 3 |' in proc.stdout and (out / 'trigram.log').exists()
-  with tarfile.open(out / 'results.tgz') as pack:
-    names = set(pack.getnames())
-  assert {'trigram/results.md', 'trigram/kneser_ney_3/results.json', 'trigram/kneser_ney_3/log.txt'} <= names
-
-
 def _start_mps(tmp_path, path):
   """Sources launch/mps.sh and calls start_mps, then stop_mps, with PATH as given and the CPU as JAX's backend."""
   script = f'source {os.path.join(REPO, "launch", "mps.sh")}; start_mps; echo "rc=$?"; stop_mps'
@@ -109,8 +91,8 @@ def test_mps_is_stopped_again_when_jax_does_not_reach_the_gpu_through_it(tmp_pat
   assert (tmp_path / 'calls').read_text().splitlines() == ['args= input=quit', 'args=-d input=', 'args= input=quit']
 
 
-@pytest.mark.parametrize('script', ['device_sweeps.sh', 'device_env.sh', 'device_pack.sh', 'mps.sh'])
-def test_the_device_scripts_parse(script):
+def test_the_mps_script_parses():
+  script = 'mps.sh'
   proc = subprocess.run(['bash', '-n', os.path.join(REPO, 'launch', script)], capture_output=True, text=True,
                         timeout=60)
   assert proc.returncode == 0, proc.stderr

@@ -91,7 +91,8 @@ def test_a_sweep_root_is_collected_point_by_point(tmp_path, monkeypatch):
           {'valid_ppl': 120.0, 'test_ppl': 110.0, 'wall_seconds': 400.0, 'platform': 'gpu', 'config': {'seed': seed}}))
   monkeypatch.setattr(results, 'RESULTS_DIR', str(tmp_path / 'results'))
   assert results.main(['collect', f'--sweep_root={tmp_path / "root"}', '--name=ptb', '--table=ladder', '--label=PTB',
-                       '--command=bash launch/gpu_plan.sh ptb OUT', '--commit=abc', '--device=GPU']) == 0
+                       '--command=python -m launch.sweep --config=experiments/ptb.py --sweep=ladder --root=ROOT',
+                       '--commit=abc', '--device=GPU']) == 0
   assert sorted(os.listdir(tmp_path / 'results')) == ['ptb_ladder4_tied_seed0.json', 'ptb_ladder5_dropout_seed1.json']
   with open(tmp_path / 'results' / 'ptb_ladder5_dropout_seed1.json', encoding='utf-8') as f:
     kept = json.load(f)
@@ -124,96 +125,17 @@ def test_a_tables_rows_take_the_numbers_in_their_names_by_value(tmp_path, monkey
   assert [r['label'] for r in results.load_records()] == [f'PTB characters {p}' for p in ('over0', 'over9', 'over10')]
 
 
-def test_a_gpu_plan_pack_is_collected_with_each_sweeps_names_and_labels(tmp_path, monkeypatch, capsys):
-  """collect_pack: a gpu_plan.sh call's results.tgz, each root named as GPU_PLAN_SWEEPS says; a seeds
-  root's point takes its sweep's name and label (one summary row a row), a tune point the tune sweep's;
-  the device from results.json's device_kind; an unknown root left out in a line, and a table RESULTS.md
-  has no section for named."""
-  import tarfile  # pylint: disable=g-import-not-at-top
-  points = {'ladder/ladder5_dropout': 0, 'ptb_seed1/ladder5_dropout': 1, 'brown_seed2/tune0_dropout0.5': 2,
-            'char_ladder/char_ladder0_nplm2003': 0, 'char_seed1/char_tune0_dropout0.1_cosine8': 1, 'mystery/p': 0}
-  for path, seed in points.items():
-    (tmp_path / 'sweeps' / path).mkdir(parents=True)
-    (tmp_path / 'sweeps' / path / 'results.json').write_text(json.dumps(
-        {'valid_ppl': 120.0, 'test_ppl': 110.0, 'wall_seconds': 400.0, 'platform': 'gpu',
-         'device_kind': 'NVIDIA H100 80GB HBM3', 'config': {'seed': seed, 'train': {'max_seconds': 420.0}}}))
-  (tmp_path / 'sweeps' / 'ladder' / 'unfinished').mkdir()
-  with tarfile.open(tmp_path / 'results.tgz', 'w:gz') as tar:
-    for root in sorted(os.listdir(tmp_path / 'sweeps')):
-      tar.add(tmp_path / 'sweeps' / root, arcname=root)
+def test_collecting_over_another_runs_file_is_refused_and_the_same_run_is_rewritten(tmp_path, monkeypatch):
+  """A name results/ already holds from a run of another command, commit, device or config is refused in one
+  line, nothing written; collecting the same run again rewrites its file."""
+  (tmp_path / 'run').mkdir()
+  (tmp_path / 'run' / 'results.json').write_text(json.dumps(
+      {'valid_ppl': 4.4, 'test_ppl': 4.2, 'wall_seconds': 900.0, 'platform': 'cpu', 'config': {'seed': 0}}))
   monkeypatch.setattr(results, 'RESULTS_DIR', str(tmp_path / 'results'))
-  (tmp_path / 'RESULTS.md').write_text('# Results\n\n<!-- results:ladder -->\n<!-- /results -->\n')
-  monkeypatch.setattr(results, 'RESULTS_MD', str(tmp_path / 'RESULTS.md'))  # a section for words, none for characters
-  assert results.main(['collect_pack', f'--pack={tmp_path / "results.tgz"}', '--commit=abc']) == 0
-  kept = {}
-  for name in os.listdir(tmp_path / 'results'):
-    with open(tmp_path / 'results' / name, encoding='utf-8') as f:
-      kept[name] = json.load(f)
-  assert sorted(kept) == ['brown_tune_tune0_dropout0.5_seed2.json', 'ptb_char_ladder_char_ladder0_nplm2003_seed0.json',
-                          'ptb_char_tune_char_tune0_dropout0.1_cosine8_seed1.json',
-                          'ptb_ladder_ladder5_dropout_seed0.json', 'ptb_ladder_ladder5_dropout_seed1.json']
-  assert kept['ptb_char_tune_char_tune0_dropout0.1_cosine8_seed1.json']['label'] == (
-      'PTB characters char_tune0_dropout0.1_cosine8')  # a character tune point's seed: the tune sweep's name
-  assert kept['ptb_ladder_ladder5_dropout_seed1.json']['label'] == kept['ptb_ladder_ladder5_dropout_seed0.json']['label']
-  assert kept['ptb_ladder_ladder5_dropout_seed1.json']['command'] == 'bash launch/gpu_plan.sh seeds OUT  # point ladder5_dropout'
-  assert kept['brown_tune_tune0_dropout0.5_seed2.json']['label'] == 'Brown tune0_dropout0.5'
-  assert kept['ptb_char_ladder_char_ladder0_nplm2003_seed0.json']['table'] == 'char_ladder'
-  assert {r['device'] for r in kept.values()} == {'NVIDIA H100 80GB HBM3'}
-  out = capsys.readouterr().out
-  assert 'left out mystery/p' in out and 'no <!-- results:char_ladder --> section' in out
-  # the same pack again is the same run (kept as it is); another call's pack of the same points is refused
-  # in one line before anything is written, and kept beside the first with --tag
-  assert results.main(['collect_pack', f'--pack={tmp_path / "results.tgz"}', '--commit=abc']) == 0
-  with pytest.raises(SystemExit) as e:
-    results.main(['collect_pack', f'--pack={tmp_path / "results.tgz"}', '--commit=def'])
-  assert 'already holds' in str(e.value) and '--tag' in str(e.value) and '\n' not in str(e.value)
-  assert len(os.listdir(tmp_path / 'results')) == 5
-  assert results.main(['collect_pack', f'--pack={tmp_path / "results.tgz"}', '--commit=def', '--tag=h200']) == 0
-  assert 'ptb_ladder_h200_ladder5_dropout_seed1.json' in os.listdir(tmp_path / 'results')
-  assert len(os.listdir(tmp_path / 'results')) == 10
-
-
-def test_a_missing_pack_is_one_line(tmp_path):
-  import pytest  # pylint: disable=g-import-not-at-top
-  with pytest.raises(SystemExit) as e:
-    results.main(['collect_pack', f'--pack={tmp_path / "results.tgz"}'])
-  assert 'is not a file' in str(e.value) and '\n' not in str(e.value)
-
-
-def test_a_session_packs_rows_say_how_they_stopped_and_seeds_take_their_seed_0s_label(tmp_path, monkeypatch):
-  """The session step's pack (session.json in it): each row's label says how it stopped, as the sessions'
-  labels were edited by hand (early stopping, its planned epochs, its time budget); a seeds root's row takes
-  the label of its seed 0 in results/, so that its seeds render as one summary row."""
-  import tarfile  # pylint: disable=g-import-not-at-top
-  rows = {'char_ladder/char_ladder2_depth4': ({'stop_reason': '', 'epochs': 10.0}, 0),
-          'char_ladder/char_ladder3_distant': ({'stop_reason': 'train.max_seconds=158 spent', 'epochs': 9.68}, 0),
-          'char_ladder/char_ladder5_dropout': ({'stop_reason': 'no improvement in 2 evaluations', 'epochs': 5.1}, 0),
-          'char_seed1/char_tune0_dropout0.1_cosine8': ({'stop_reason': '', 'epochs': 8.0}, 1)}
-  for path, (fields, seed) in rows.items():
-    (tmp_path / 'pack' / path).mkdir(parents=True)
-    (tmp_path / 'pack' / path / 'results.json').write_text(json.dumps(
-        {'valid_ppl': 3.0, 'test_ppl': 2.9, 'platform': 'gpu', 'device_kind': 'NVIDIA H200', **fields,
-         'config': {'seed': seed, 'train': {'num_epochs': 8 if 'tune' in path else 10}}}))
-  (tmp_path / 'pack' / 'session.json').write_text(json.dumps({'command': 'bash launch/gpu_plan.sh session OUT'}))
-  with tarfile.open(tmp_path / 'results.tgz', 'w:gz') as tar:
-    for name in sorted(os.listdir(tmp_path / 'pack')):
-      tar.add(tmp_path / 'pack' / name, arcname=name)
-  (tmp_path / 'results').mkdir()
-  seed0 = {'name': 'ptb_char_tune_h100c_char_tune0_dropout0.1_cosine8_seed0', 'table': 'char_ladder', 'seed': 0,
-           'label': 'PTB characters char_tune0_dropout0.1_cosine8 (dropout 0.1, a cosine over 8 epochs), on the GPU'}
-  (tmp_path / 'results' / f'{seed0["name"]}.json').write_text(json.dumps(seed0))
-  monkeypatch.setattr(results, 'RESULTS_DIR', str(tmp_path / 'results'))
-  (tmp_path / 'RESULTS.md').write_text('<!-- results:char_ladder -->\n<!-- /results -->\n')
-  monkeypatch.setattr(results, 'RESULTS_MD', str(tmp_path / 'RESULTS.md'))
-  assert results.main(['collect_pack', f'--pack={tmp_path / "results.tgz"}', '--commit=abc', '--tag=h200e']) == 0
-  labels = {}
-  for name in os.listdir(tmp_path / 'results'):
-    with open(tmp_path / 'results' / name, encoding='utf-8') as f:
-      labels[name[:-len('.json')]] = json.load(f)['label']
-  assert labels['ptb_char_ladder_h200e_char_ladder2_depth4_seed0'] == (
-      'PTB characters char_ladder2_depth4, its 10 epochs on the GPU alone')
-  assert labels['ptb_char_ladder_h200e_char_ladder3_distant_seed0'] == (
-      'PTB characters char_ladder3_distant, 158 s (9.7 of 10 epochs) on the GPU alone')
-  assert labels['ptb_char_ladder_h200e_char_ladder5_dropout_seed0'] == (
-      'PTB characters char_ladder5_dropout, to early stopping on the GPU alone')
-  assert labels['ptb_char_tune_h200e_char_tune0_dropout0.1_cosine8_seed1'] == seed0['label']
+  common = [f'--workdir={tmp_path / "run"}', '--name=point', '--table=checks', '--label=L', '--command=c']
+  assert results.main(['collect', *common, '--commit=abc']) == 0
+  assert results.main(['collect', *common, '--commit=abc']) == 0
+  kept = (tmp_path / 'results' / 'point.json').read_text()
+  with pytest.raises(SystemExit, match=r'already holds point from another run; choose another --name') as e:
+    results.main(['collect', *common, '--commit=def'])
+  assert '\n' not in str(e.value) and (tmp_path / 'results' / 'point.json').read_text() == kept

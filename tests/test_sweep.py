@@ -72,8 +72,8 @@ def test_bad_points_are_refused_before_any_starts(tiny_files, tmp_path, capsys):
 
 
 def test_a_top_level_key_is_set_on_every_point_and_an_unknown_one_is_refused(tiny_files, tmp_path, capsys):
-  """--set=seed=1 (gpu_plan.sh's seeds and targets steps, launch.session's rows) reaches each point's
-  config; a key the config lacks is one line before any point starts."""
+  """--set=seed=1 (a sweep's points over another seed) reaches each point's config; a key the config lacks
+  is one line before any point starts."""
   import json  # pylint: disable=g-import-not-at-top
   root = tmp_path / 'sweep'
   args = [a.replace('model.h=0,8', 'model.h=8') for a in tiny_grid_args(tiny_files, str(root))]

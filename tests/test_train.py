@@ -611,7 +611,7 @@ def test_the_mosaic_gpu_kernel_trains_as_xla_does(tmp_path):
 def test_adamw_with_bfloat16_moments_trains_as_float32_does(tiny_config, tmp_path):
   """optimizer.mu_dtype / nu_dtype='bfloat16': the first moment stored in bfloat16 (optax's mu_dtype), then
   the second too (stochastically rounded), and a short AdamW training follows the float32 one (logged
-  losses within 1e-2, the test perplexity within 0.5%: issue 28's allowance for a faster step)."""
+  losses within 1e-2, the test perplexity within 0.5%: what a faster step may cost)."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from nplm_jax.training import optim  # pylint: disable=g-import-not-at-top
   tiny_config.optimizer.update(name='adamw', learning_rate=3e-3, weight_decay=0.0)
@@ -650,7 +650,7 @@ def _carried_loop_runs(tiny_config, tmp_path, key: str, values, max_steps: int):
 def test_a_bfloat16_output_layer_gradient_trains_as_float32s_does(tiny_config, tmp_path):
   """train.output_layer_gradient_dtype='bfloat16' with bfloat16 matmuls, in the loop of several steps a dispatch
   with the layer's copy carried (as the research size's GPU figures run it): a short AdamW training follows
-  the float32 gradient's (logged losses within 1e-2, the test perplexity within 0.5%: issue 28's allowance)."""
+  the float32 gradient's (logged losses within 1e-2, the test perplexity within 0.5%: what a faster step may cost)."""
   losses, results = _carried_loop_runs(tiny_config, tmp_path, 'output_layer_gradient_dtype', ('float32', 'bfloat16'),
                                        max_steps=30)
   assert len(losses['float32']) == 6 and losses['bfloat16'][-1] < losses['bfloat16'][0]
