@@ -283,7 +283,7 @@ elif [ "$part" = kernel ]; then
       done
       # the same, eight chunks, with the layer's gradient written in bfloat16 (train.output_layer_gradient_dtype)
       # by XLA and the kernel alike, side by side: the kernel's dW then has no float32 array of the layer's size
-      # (at 300k, 167 MiB fewer temporaries; on the CPU 1,240 -> 1,073 MiB, results/bench/cpu_gradient_bf16_memory.jsonl)
+      # (at 300k, 167 MiB fewer temporaries; on the CPU 1,240 -> 1,073 MiB, results/bench/layer_gradient_bf16_memory.jsonl)
       [ "$dtype" = bfloat16 ] && bench kernel_mosaic_vocab8_gradient_bf16_v${v}_$dtype \
         --config=experiments/brown.py:mlp1 --vocab=$v --batch_sizes=4096 --steps=10 --repeats=3 \
         --config.model.compute_dtype=$dtype --config.train.vocab_block=0 --softmax_kernels=xla,pallas_mosaic \

@@ -3,7 +3,7 @@ which form of them a GPU runs near its bandwidth.
 
 python benchmarks/gradient_matmul.py [--batch=256 --features=2400 --vocab=33280 --repeats=20]
 
-Profiled on an H200 (results/bench/h200c_session.jsonl) the research size's step spent 0.32 ms in this
+Profiled on an H200 (results/bench/mosaic_kernel_and_character_forms.jsonl) the research size's step spent 0.32 ms in this
 matmul, f^T dlogits [2401, 33280] with the contraction over the batch of 256: 1.15 TB/s and 127 TFLOP/s, far
 from both of the GPU's bounds. Two suspects, timed here one at a time beside the step's own form:
 - the rows: the step gives f a column of zeros, so that the matmul makes the layer's shape, bias row

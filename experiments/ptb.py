@@ -195,7 +195,7 @@ CHAR_TUNE = [
     ('char_tune11_dropout0.1_cosine6_m512_first512_depth8', _CHAR_TUNE11),
     # char_tune11 without the distant block (the 400 characters before the window): at a quarter of the width
     # where the networks fit their data (CHAR_OVERFIT's over22 against over14) 0.011 bits lower on test over two
-    # seeds, its step 1.14-1.20x char_tune11's on the CPU (results/bench/cpu_distant_block.jsonl); on the H200
+    # seeds, its step 1.14-1.20x char_tune11's on the CPU (results/bench/distant_block.jsonl); on the H200
     # the ladder's row without it ran 1.12x the row with it and ended 0.008 bits above it (char_ladder2 against
     # char_ladder3). Beside char_tune11, which one the deeper rows and their seeds keep
     ('char_tune12_dropout0.1_cosine6_m512_first512_depth8_no_distant', {**_CHAR_TUNE11, **_NO_DISTANT}),
