@@ -7,8 +7,7 @@ python -m nplm_jax.main --config=experiments/brown.py:mlp1 --workdir=runs/brown_
 
 Any variant with the suffix _tuned (brown.py:mlp1_tuned) trains with a faster optimiser setting
 than the paper's: 4x the learning rate, weight decay 3e-5, and the learning rate halved from the
-best parameters whenever validation improves by less than 1% (RESULTS.md: MLP1 valid 290.8 /
-test 270.3 in 12 epochs, against 317.7 / 299.0 after 20 with the paper's setting).
+best parameters whenever validation improves by less than 1% (RESULTS.md, the tuned setting).
 
 Even rows are the odd row's network mixed 0.5/0.5 with the interpolated trigram (config.mix);
 the mixture of a finished odd-row run needs no retraining: python -m nplm_jax.tools.mix --workdir=...
@@ -68,64 +67,17 @@ LADDER = [
     ('ladder5_dropout', {'model.feature_dropout': 0.4, 'model.hidden_dropout': 0.4}),
 ]
 
-# Tuning around the ladder's top row (a GPU step: launch/gpu_plan.sh tune), each point from ladder5_dropout:
-# its CPU curve rose after 2.5 epochs at 0.4 dropout (RESULTS.md), so more regularisation, and the
-# window, the reference's gradient clipping and a lower rate under it.
-_DROPOUT_05 = {'model.feature_dropout': 0.5, 'model.hidden_dropout': 0.5}
-TUNE = [
-    ('tune0_dropout0.5', _DROPOUT_05),
-    ('tune1_dropout0.6', {'model.feature_dropout': 0.6, 'model.hidden_dropout': 0.6}),
-    ('tune2_dropout0.5_weight_decay0.2', {**_DROPOUT_05, 'optimizer.weight_decay': 0.2}),
-    ('tune3_dropout0.5_window31', {**_DROPOUT_05, 'model.n': 32}),
-    ('tune4_dropout0.5_clip_norm0.25', {**_DROPOUT_05, 'optimizer.clip_norm': 0.25}),
-    ('tune5_dropout0.5_lr5e-4', {**_DROPOUT_05, 'optimizer.learning_rate': 5e-4}),
-    # the reference's schedule: on the CPU, tune2 with a cosine over 4 epochs beat its halvings (test
-    # 232.6 against 236.7 alone, in 59% of the time; RESULTS.md): that run again, on the GPU
-    ('tune6_dropout0.5_weight_decay0.2_cosine4', {**_DROPOUT_05, 'optimizer.weight_decay': 0.2, **COSINE_4_EPOCHS}),
-    # against memorisation (the training loss steps down at each epoch boundary): whole context words dropped
-    ('tune7_dropout0.5_weight_decay0.2_cosine4_word0.1', {**_DROPOUT_05, 'optimizer.weight_decay': 0.2,
-                                                          **COSINE_4_EPOCHS, 'model.word_dropout': 0.1}),
-    # Polyak averaging (AWD-LSTM's averaged SGD, here a moving average over about 1,000 steps): the
-    # half-epoch evaluations swing by up to 10 points around the whole-epoch ones, and an average is
-    # what the swings leave
-    ('tune8_dropout0.5_weight_decay0.2_cosine4_ema0.999', {**_DROPOUT_05, 'optimizer.weight_decay': 0.2,
-                                                           **COSINE_4_EPOCHS, 'optimizer.ema_decay': 0.999}),
-    # more weight decay: on the CPU, 0.4 instead of 0.2 on tune8 gave 4% lower validation at 3 epochs
-    # (RESULTS.md); then 0.8, further along the same line
-    ('tune9_dropout0.5_weight_decay0.4_cosine4_ema0.999', {**_DROPOUT_05, 'optimizer.weight_decay': 0.4,
-                                                           **COSINE_4_EPOCHS, 'optimizer.ema_decay': 0.999}),
-    ('tune10_dropout0.5_weight_decay0.8_cosine4_ema0.999', {**_DROPOUT_05, 'optimizer.weight_decay': 0.8,
-                                                            **COSINE_4_EPOCHS, 'optimizer.ema_decay': 0.999}),
-    # 0.8 gave no more than 0.4 (H200: test 221.66 against 220.71 over three seeds), and tune9's validation
-    # is flat over its last half epoch: the schedule next, longer and at twice the rate
-    ('tune11_dropout0.5_weight_decay0.4_cosine6_ema0.999', {**_DROPOUT_05, 'optimizer.weight_decay': 0.4,
-                                                            **COSINE_4_EPOCHS, 'train.num_epochs': 6,
-                                                            'optimizer.ema_decay': 0.999}),
-    ('tune12_dropout0.5_weight_decay0.4_cosine4_ema0.999_lr2e-3', {
-        **_DROPOUT_05, 'optimizer.weight_decay': 0.4, **COSINE_4_EPOCHS, 'optimizer.ema_decay': 0.999,
-        'optimizer.learning_rate': 2e-3}),
-    # H200: the longer cosine gave test 216.34 (valid 237.5 at 5.0 epochs, flat after), twice the rate 231.74;
-    # longer still, and the longer cosine with more dropout (its valid curve is flat, not rising)
-    ('tune13_dropout0.5_weight_decay0.4_cosine8_ema0.999', {**_DROPOUT_05, 'optimizer.weight_decay': 0.4,
-                                                            **COSINE_4_EPOCHS, 'train.num_epochs': 8,
-                                                            'optimizer.ema_decay': 0.999}),
-    ('tune14_dropout0.6_weight_decay0.4_cosine6_ema0.999', {'model.feature_dropout': 0.6, 'model.hidden_dropout': 0.6,
-                                                            'optimizer.weight_decay': 0.4, **COSINE_4_EPOCHS,
-                                                            'train.num_epochs': 6, 'optimizer.ema_decay': 0.999}),
-]
-
-
 # README's first runs: MLP1 tuned with noise-contrastive estimation (k = 1000 noise words, batch
-# 512; RESULTS.md, "Time to quality": validation 300 in 0.31x the exact softmax's time). 'smoke'
-# checks an installation in about a minute on a 2-core CPU; 'quick' is a usable model in about ten.
+# 512; the fastest to validation 300 in the time_to_quality sweep). 'smoke' checks an installation in
+# about a minute on a 2-core CPU; 'quick' is a usable model in about ten.
 QUICK = {'loss.name': 'nce', 'loss.num_samples': 1000, 'train.batch_size': 512, 'train.num_epochs': 8}
 SMOKE = {**QUICK, 'train.max_steps': 300, 'train.log_every': 100}
 
 
 # The lowest test perplexity on Brown (RESULTS.md, three seeds): the revisited family's top row with
 # dropout 0.5, weight decay 0.4, a cosine over 6 epochs and a moving average of the parameters.
-BEST = ('ladder5_dropout', {**_DROPOUT_05, 'optimizer.weight_decay': 0.4, **COSINE_4_EPOCHS, 'train.num_epochs': 6,
-                            'optimizer.ema_decay': 0.999})
+BEST = ('ladder5_dropout', {'model.feature_dropout': 0.5, 'model.hidden_dropout': 0.5, 'optimizer.weight_decay': 0.4,
+                            **COSINE_4_EPOCHS, 'train.num_epochs': 6, 'optimizer.ema_decay': 0.999})
 
 
 def get_config(variant: str = 'mlp1'):
@@ -189,7 +141,7 @@ TIME_TO_QUALITY = [
     ('sampled_k2000_b1024', {'loss.name': 'sampled_softmax', 'loss.num_samples': 2000, 'train.batch_size': 1024}),
     ('nce_k500_b128', {'loss.name': 'nce', 'loss.num_samples': 500}),
     ('nce_k2000_b512', {'loss.name': 'nce', 'loss.num_samples': 2000, 'train.batch_size': 512}),
-    # After the first twelve: NCE ended best, so fewer samples and larger batches.
+    # NCE with fewer samples and larger batches
     ('nce_k1000_b512', {'loss.name': 'nce', 'loss.num_samples': 1000, 'train.batch_size': 512}),
     ('nce_k2000_b1024', {'loss.name': 'nce', 'loss.num_samples': 2000, 'train.batch_size': 1024}),
 ]
@@ -223,8 +175,6 @@ def get_sweep(name: str):
                           overrides={'seed': s}) for s in SEEDS]
   if name == 'ladder':
     return [dict(name=n, kind='train', config=f'experiments/brown.py:{n}') for n, _ in LADDER]
-  if name == 'tune':
-    return [dict(name=n, kind='train', config='experiments/brown.py:ladder5_dropout', overrides=o) for n, o in TUNE]
   if name == 'time_to_quality':
     return [dict(name=n, kind='train', config='experiments/brown.py:mlp1_tuned', overrides=o)
             for n, o in TIME_TO_QUALITY]
