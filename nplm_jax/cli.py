@@ -10,7 +10,7 @@ from absl import flags
 from absl import logging
 
 from nplm_jax.parallel import distributed
-from nplm_jax.errors import UserError
+from nplm_jax.errors import SaveFailed, UserError
 
 FLAGS = flags.FLAGS
 
@@ -88,8 +88,7 @@ def exit_with_error(error: Exception, config=None) -> None:
   alone = isinstance(error, distributed.JoinError)  # found by this process only, before any could agree
   if alone or not every_process or distributed.declared_process_id(config) == 0:
     print(f'error: {error}', file=sys.stderr, flush=True)
-  from nplm_jax.training import checkpoint  # pylint: disable=g-import-not-at-top  # loaded already where saves fail
-  if isinstance(error, checkpoint.SaveFailed):  # Orbax's save threads would print tracebacks at shutdown
+  if isinstance(error, SaveFailed):  # Orbax's save threads would print tracebacks at shutdown
     sys.stdout.flush()
     os._exit(1)  # pylint: disable=protected-access
   sys.exit(1)

@@ -21,7 +21,7 @@ import ml_collections
 from nplm_jax.errors import UserError
 
 
-# The logical axes parameters are created with (model.py, revisited.py); mesh.axis_rules maps them.
+# The logical axes parameters are created with (models/bengio2003.py, models/revisited.py); mesh.axis_rules maps them.
 LOGICAL_AXES = ('vocab', 'hidden', 'words', 'embed', 'context', 'features', 'kernels', 'distant')
 
 

@@ -187,7 +187,7 @@ def export():
 
 
 def ngram():
-  run_command('nplm_jax.baselines.ngram', shielded=WITHOUT_JAX)
+  run_command('nplm_jax.commands.ngram', shielded=WITHOUT_JAX)
 
 
 def mix():
@@ -195,7 +195,7 @@ def mix():
 
 
 def prepare():
-  run_command('nplm_jax.data.prepare', shielded=WITHOUT_JAX)
+  run_command('nplm_jax.commands.prepare', shielded=WITHOUT_JAX)
 
 
 def sweep():

@@ -3,9 +3,11 @@
 Bottom to top: the leaves (config, errors, progress, backend_defaults: they import only each other), parallel/
 (mesh, shardings, the vocabulary-sharded softmax, joining processes), files/ (the run folder and its
 logs), data/ and models/, baselines/, training/, tools/, and the command layer (main, entry, cli).
-A module may import its own layer and those below it. One exception, by design: any module with a
-command of its own (`parse_args`/`main`, run as `python -m nplm_jax.tools.score`) uses the command
-layer's argument parser and entry point (cli, entry) for it. Importing the package leaves Pallas's
+A module may import its own layer and those below it. One exception, by design: a tool with a command
+of its own (`parse_args`/`main`, run as `python -m nplm_jax.tools.score`) uses the command layer's
+argument parser and entry point (cli, entry) for it. Below the tools, a command's flags and main live in
+the command layer (nplm_jax/commands/), and a module run as `python -m` hands over to it from its
+`__main__` block alone. Importing the package leaves Pallas's
 backend modules to the kernels that build with them.
 """
 
@@ -19,7 +21,7 @@ import nplm_jax
 
 PACKAGE = pathlib.Path(nplm_jax.__file__).parent
 RANK = {'config': 0, 'errors': 0, 'progress': 0, 'backend_defaults': 0, 'parallel': 1, 'files': 2, 'data': 3, 'models': 3,
-        'baselines': 4, 'training': 5, 'tools': 6, 'main': 7, 'entry': 7, 'cli': 7}
+        'baselines': 4, 'training': 5, 'tools': 6, 'main': 7, 'entry': 7, 'cli': 7, 'commands': 7}
 COMMAND_LAYER = {'cli', 'entry'}
 
 
@@ -58,6 +60,31 @@ def test_no_module_imports_from_a_layer_above_its_own():
       if RANK[layer(target)] > own:
         upward.append(f'{dotted} imports {target}')
   assert not upward, '\n'.join(upward)
+
+
+def imports_outside_main_block(path: pathlib.Path):
+  """The nplm_jax modules a file imports anywhere but in its `if __name__ == '__main__':` block."""
+  tree = ast.parse(path.read_text())
+  main_blocks = [node for node in tree.body if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)]
+  inside = {id(n) for block in main_blocks for n in ast.walk(block)}
+  for node in ast.walk(tree):
+    if id(node) in inside:
+      continue
+    if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith('nplm_jax'):
+      yield from (f'{node.module}.{a.name}' if node.module.count('.') < 2 else node.module for a in node.names)
+    elif isinstance(node, ast.Import):
+      yield from (a.name for a in node.names if a.name.startswith('nplm_jax.'))
+
+
+def test_below_the_tools_only_a_main_block_reaches_the_command_layer():
+  """data/, baselines/ and the layers under them keep no command of their own: their `python -m` entry hands
+  over to nplm_jax/commands/ from its __main__ block. Control: prepare.py's __main__ block does reach it."""
+  below_tools = [(d, p) for d, p in modules() if RANK[layer(d)] < RANK['training']]
+  reaching = [f'{d} imports {t}' for d, p in below_tools for t in imports_outside_main_block(p)
+              if layer(t) in COMMAND_LAYER | {'commands'}]
+  assert not reaching, reaching
+  prepare = PACKAGE / 'data' / 'prepare.py'
+  assert any(layer(t) in COMMAND_LAYER for t in imported_modules(prepare))
 
 
 def test_the_check_sees_an_upward_import(tmp_path):

@@ -210,6 +210,8 @@ def test_kills_inside_the_saves_resume_to_the_uninterrupted_result(long_referenc
   files, reference = long_reference
   crashes = [('best_writing', 100), ('between_saves', 200), ('latest_writing', 300), ('best_writing', 400),
              ('latest_writing', 500), ('between_saves', 600)]
+  from nplm_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  assert {point for point, _ in crashes} == set(ckpt_lib.CRASH_POINTS)  # every point the saves have
   for point, step in crashes:
     proc = cli(tmp_path / 'run', files, *LONG, env={'NPLM_CRASH_AT': f'{point}:{step}'})
     proc.communicate(timeout=600)

@@ -15,15 +15,12 @@ context: `distribution(context)`.
 CLI: python -m nplm_jax.baselines.ngram --config=experiments/brown.py --order=5 --smoothing=kneser_ney
 """
 
-import json
 import math
-import sys
 import time
 
 import numpy as np
 
 from nplm_jax.data import corpora as data_lib
-from nplm_jax.files import workdir as workdir_lib
 from nplm_jax.errors import UserError
 from nplm_jax.progress import StderrProgress, format_duration
 
@@ -374,38 +371,6 @@ def evaluate(corpus: data_lib.Corpus, order: int, smoothing: str, max_memory_gb:
           'test_ppl': perplexity(model.token_probs('test')), 'seconds': round(time.time() - start, 2)}
 
 
-def parse_args(argv=None):
-  from nplm_jax import cli  # pylint: disable=g-import-not-at-top
-  parser = cli.ConfigArgumentParser('nplm_jax.baselines.ngram', 'experiment config; only its data section is used',
-                                    description=__doc__)
-  parser.add_argument('--order', type=int, default=3, help='n-gram order (1-5 and up)')
-  parser.add_argument('--smoothing', default='kneser_ney', choices=list(SMOOTHINGS), help='smoothing method')
-  parser.add_argument('--output', default='', help='also write the result as JSON to this file')
-  parser.add_argument('--max_memory_gb', type=float, default=DEFAULT_MAX_MEMORY_GB,
-                      help='stop at once when the model would need more GiB')
-  return parser.parse_args(argv)
-
-
-def main(argv=None):
-  cli = parse_args(argv)
-  try:
-    if cli.output:
-      workdir_lib.output_file(cli.output, '--output')
-    if cli.order < 1:
-      raise UserError(f'--order={cli.order} is invalid; use an n-gram order >= 1')
-    corpus = data_lib.load_corpus(cli.config.data)
-    result = evaluate(corpus, cli.order, cli.smoothing, cli.max_memory_gb)
-  except UserError as e:
-    sys.exit(f'error: {e}')
-  result['corpus'] = cli.config.data.corpus
-  if data_lib.text_unit(cli.config.data) == 'char':
-    result.update(valid_bpc=math.log2(result['valid_ppl']), test_bpc=math.log2(result['test_ppl']))
-  line = json.dumps(result)
-  print(line, flush=True)
-  if cli.output:
-    workdir_lib.write_text_atomically(workdir_lib.as_path(cli.output), json.dumps(result, indent=2) + '\n')
-
-
-if __name__ == '__main__':
+if __name__ == '__main__':  # the command: nplm_jax/commands/ngram.py (python -m here keeps working)
   from nplm_jax import entry  # pylint: disable=g-import-not-at-top
-  entry.run_command('__main__')
+  entry.run_command('nplm_jax.commands.ngram')

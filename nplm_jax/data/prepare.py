@@ -16,7 +16,6 @@ tools read it with --config.data.corpus=prepared --config.data.path=DIR.
 import collections
 import json
 import os
-import sys
 import time
 
 import numpy as np
@@ -102,25 +101,6 @@ def prepare(data_config, output: str) -> dict:
   return meta
 
 
-def parse_args(argv=None):
-  from nplm_jax import cli as cli_lib  # pylint: disable=g-import-not-at-top
-  parser = cli_lib.ConfigArgumentParser('nplm_jax.data.prepare', 'the corpus config to prepare (its data section is used)',
-                                        description=__doc__)
-  parser.add_argument('--output', required=True, help='the folder to write the prepared corpus to (new or empty)')
-  return parser.parse_args(argv)
-
-
-def main(argv=None):
-  args = parse_args(argv)
-  try:
-    meta = prepare(args.config.data, args.output)
-  except UserError as e:
-    sys.exit(f'error: {e}')
-  metrics.log(f'prepared {args.output}: |V|={meta["vocab_size"]:,}, train {meta["train_tokens"]:,}, valid '
-              f'{meta["valid_tokens"]:,}, test {meta["test_tokens"]:,} tokens in {meta["seconds"]} s; train from it with '
-              f'--config=experiments/prepared.py --config.data.path={args.output}')
-
-
-if __name__ == '__main__':
+if __name__ == '__main__':  # the command: nplm_jax/commands/prepare.py (python -m here keeps working)
   from nplm_jax import entry  # pylint: disable=g-import-not-at-top
-  entry.run_command('__main__')
+  entry.run_command('nplm_jax.commands.prepare')

@@ -1,4 +1,4 @@
-"""The model family a config trains (model.kind): the 2003 model (model.py) or the revisited
+"""The model family a config trains (model.kind): the 2003 model (bengio2003.py) or the revisited
 feed-forward family (revisited.py). Both have the interface training and the tools use."""
 
 import math

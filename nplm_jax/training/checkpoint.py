@@ -38,7 +38,7 @@ from nplm_jax.models import bengio2003 as model_lib
 from nplm_jax.models import output_layer
 from nplm_jax.training import run_state as run_state_lib
 from nplm_jax.files import workdir as workdir_lib
-from nplm_jax.errors import UserError
+from nplm_jax.errors import SaveFailed, UserError
 
 
 CHECKSUMS = 'checksums'  # each step's custom metadata: integrity.checksums of its arrays
@@ -52,8 +52,6 @@ def _options(max_to_keep: int | None, name: str, create: bool = True) -> ocp.Che
       multiprocessing_options=ocp.options.MultiprocessingOptions(barrier_sync_key_prefix=name))
 
 
-class SaveFailed(UserError):
-  """A checkpoint could not be written (a full disk, a read-only or lost folder)."""
 
 
 # What a failed write says, in the words of the OS (TensorStore and Orbax wrap them in long messages).
@@ -122,6 +120,7 @@ def _injected_disk_full(step: int) -> None:
 
 
 def _crash_point(point: str, step: int) -> None:
+  assert point in CRASH_POINTS, point
   if os.environ.get('NPLM_CRASH_AT') == f'{point}:{step}':
     os.kill(os.getpid(), signal.SIGKILL)
 
