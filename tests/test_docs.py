@@ -62,3 +62,24 @@ def test_every_reference_to_a_section_names_one_that_exists():
 def test_each_page_opens_with_a_title_and_what_its_reader_can_do(page):
   lines = read(page).splitlines()
   assert lines[0].startswith('# ') and not lines[1] and lines[2] and not lines[2].startswith(('#', '|', '`')), page
+
+
+def test_the_key_reference_lists_every_config_key_with_its_default():
+  """docs/configs.md's two tables (the keys every run sets, the tuning knobs) name each key of base_config once,
+  with today's default: a key added, removed or given another default without the page is caught here."""
+  import json  # pylint: disable=g-import-not-at-top
+  from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  rows = re.findall(r'^\| `([\w.]+)` \| `(.*?)` \|', read('docs/configs.md'), re.M)
+  listed = [key for key, _ in rows]
+  assert len(listed) == len(set(listed)), [k for k in listed if listed.count(k) > 1]
+
+  def leaves(tree, prefix=''):
+    for key, value in tree.items():
+      if isinstance(value, dict):
+        yield from leaves(value, f'{prefix}{key}.')
+      else:
+        yield f'{prefix}{key}', value
+  defaults = dict(leaves(json.loads(config_lib.base_config().to_json())))
+  assert set(listed) == set(defaults), (set(defaults) - set(listed), set(listed) - set(defaults))
+  wrong = {key: shown for key, shown in rows if shown != repr(defaults[key])}
+  assert not wrong, wrong
