@@ -83,3 +83,47 @@ def test_the_key_reference_lists_every_config_key_with_its_default():
   assert set(listed) == set(defaults), (set(defaults) - set(listed), set(listed) - set(defaults))
   wrong = {key: shown for key, shown in rows if shown != repr(defaults[key])}
   assert not wrong, wrong
+
+
+# Words about how the work was organised rather than about the software (the periods it was done in,
+# machines had for a while, numbered tasks of a tracker, run tags in file names): built from parts, so that
+# this file does not match itself.
+ORGANISATION_WORDS = re.compile('|'.join([
+    r'\bsess' + r'ions?\b', r'\blen' + r't (to|for)\b', r'\bborro' + r'wed\b', r'\biss' + r'ues? \d+',
+    r"\biss" + r"ue's\b", r'\btas' + r'k \d+', r'\brounds? of wor' + r'k\b', r'\bdevice[- ]time bud' + r'get\b',
+    r'\b(h100|h200)[a-d]\b']), re.I)
+PROJECT_TEXT = ['README.md', 'RESULTS.md', 'docs/*.md', 'nplm_jax/**/*.py', 'experiments/*.py', 'launch/*',
+                'benchmarks/*', 'tests/*.py', 'pyproject.toml', '.ci/run']
+# pytest's own word for a fixture that lives as long as the test run
+PYTEST_SCOPE = re.compile(r"""scope=['"]ses""" + r"""sion['"]""")
+
+
+def test_the_project_text_speaks_of_the_software_not_of_how_it_was_made():
+  files = sorted({f for pattern in PROJECT_TEXT for f in glob.glob(os.path.join(REPO, pattern), recursive=True)
+                  if os.path.isfile(f)})
+  assert len(files) > 80
+  found = []
+  for path in files:
+    with open(path, encoding='utf-8', errors='replace') as f:
+      for number, line in enumerate(f, 1):
+        match = ORGANISATION_WORDS.search(PYTEST_SCOPE.sub('', line))
+        if match:
+          found.append(f'{os.path.relpath(path, REPO)}:{number}: {match.group(0)!r}')
+  assert not found, found
+
+
+def test_results_file_names_carry_no_run_tags():
+  """A results file is named by what ran (corpus, sweep, point, budget, seed); the device, date and commit
+  live inside it."""
+  names = [os.path.relpath(p, REPO) for p in glob.glob(f'{REPO}/results/**/*.json*', recursive=True)]
+  assert len(names) > 100
+  tagged = [n for n in names if re.search(r'(^|[_/])((h100|h200)[a-d]?|cpu\d*|gpu)(_|\.|$)', n)]
+  assert not tagged, tagged
+
+
+def test_the_organisation_words_check_sees_them():
+  """Positive control for the two checks above."""
+  for line in ('the third H200 ' + 'ses' + 'sion', 'as iss' + 'ue 28 asks', 'on a GPU len' + 't for 15 minutes',
+               'results/ptb_ladder_h200' + 'b_x.json'):
+    assert ORGANISATION_WORDS.search(line) or re.search(r'(^|[_/])((h100|h200)[a-d]?|cpu\d*|gpu)(_|\.|$)', line), line
+  assert not ORGANISATION_WORDS.search(PYTEST_SCOPE.sub('', "@pytest.fixture(scope='ses" + "sion')"))
