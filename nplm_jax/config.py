@@ -373,6 +373,7 @@ def char_level(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 # (key, kind, lowest, highest or None, why): kind 'int' or 'float'; lowest/highest inclusive unless
 # noted by an exclusive marker below.
+MAX_INPUT_THREADS = 64  # reading batches ahead: a few threads serve any machine; more only cost memory
 _RANGES = [
     ('seed', 'int', 0, 2**32 - 1, 'the random seed, an unsigned 32-bit integer'),
     ('data.train_tokens', 'int', 1, None, 'the training split needs tokens'),
@@ -399,7 +400,8 @@ _RANGES = [
     ('train.num_epochs', 'int', 1, None, 'train at least one epoch'),
     ('train.patience', 'int', 0, None, 'use 0 to never stop early'),
     ('train.max_anneals', 'int', 0, None, 'use 0 for no learning-rate cuts'),
-    ('train.input_threads', 'int', 0, None, 'use 0 to gather batches in the training loop'),
+    ('train.input_threads', 'int', 0, MAX_INPUT_THREADS,
+     'use 0 to gather batches in the training loop, or a few threads to read ahead'),
     ('train.vocab_block', 'int', -1, None, "use -1 for the automatic choice, 0 for all of a shard's columns at once"),
     ('train.steps_per_dispatch', 'int', -1, None, 'use -1 for the automatic choice'),
     ('train.log_every', 'int', 1, None, 'log every that many steps'),

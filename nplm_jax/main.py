@@ -63,6 +63,7 @@ def main(argv=None):
   from nplm_jax import cli
   from nplm_jax.parallel import distributed
   from nplm_jax.files import metrics
+  from nplm_jax.files import workdir as workdir_lib
   from nplm_jax.tools import mix
   from nplm_jax.training import train
   from nplm_jax import config as config_lib
@@ -75,6 +76,10 @@ def main(argv=None):
     return
   workdir = args.workdir or default_workdir(config, args.config_args)
   try:
+    # Refused before XLA is told how many host devices to make, and before any device starts (a
+    # cpu_devices count above the cap aborted in XLA's thread creation under a memory limit).
+    config_lib.validate(config)
+    workdir_lib.check_not_a_file(workdir)
     backend.configure(config)  # before anything starts JAX's backends
     distributed.maybe_initialize(config)
     if not args.workdir:

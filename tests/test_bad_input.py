@@ -183,7 +183,7 @@ CASES = [
      'Brown corpus was not found', {'NLTK_DATA': '{base}/no_such_folder'}),
     ('no_ptb_folder', lambda w: ['nplm_jax.main', '--config=experiments/ptb.py', f'--workdir={w["base"] / "new"}',
                                  f'--config.data.path={w["base"]}/no_such_folder'], 'no_such_folder\' is not a folder'),
-    # Reliability, third round: binary and inconsistent inputs, values bounded by the corpus and machine
+    # Binary and inconsistent inputs, values bounded by the corpus and machine
     ('nul_bytes_corpus', lambda w: main_args(w, f'--config.data.train_file={w["nul"]}'), 'control character U+0000'),
     ('utf16_without_bom', lambda w: main_args(w, f'--config.data.train_file={w["utf16"]}'), 'UTF-16'),
     ('prepare_nul_bytes', lambda w: ['nplm_jax.data.prepare', '--config=experiments/text.py:tiny', *w['data'],
@@ -328,6 +328,9 @@ CASES = [
                                                workdir=w['unfinished']), 'has no evaluation yet'),
     ('plot_bad_ngram', lambda w: tool_args('plot', w, 'curves', '--ngram=KN=abc',
                                            f'--output={w["base"] / "nothing" / "c.png"}'), "'abc' is not a perplexity"),
+    ('workdir_names_a_file', lambda w: main_args(w, workdir=w['latin1']), 'is a file, not a folder'),
+    ('input_threads_beyond_the_bound', lambda w: main_args(w, '--config.train.input_threads=1000000'),
+     'train.input_threads=1000000 is invalid'),
 ]
 
 
@@ -354,3 +357,20 @@ def test_bad_input_is_one_line_and_touches_nothing(world, case):
     assert 'results.json' in lines[0] and 'cannot be read' in lines[0], lines[0]
   assert checksums(world['base']) == before  # existing workdirs and files byte-identical
   assert not os.path.exists(world['base'] / 'new') and not os.path.exists(world['base'] / 'nothing')
+
+
+def test_host_devices_beyond_the_cap_are_refused_before_xla_makes_them(world, tmp_path):
+  """mesh.cpu_devices above the cap under a memory limit: one line, before the device count reaches XLA (it had
+  aborted in XLA's thread creation, exit 134, with the count set before the check)."""
+  import resource  # pylint: disable=g-import-not-at-top
+
+  def limit_memory():
+    resource.setrlimit(resource.RLIMIT_AS, (8_000_000_000, 8_000_000_000))
+  proc = subprocess.run([sys.executable, '-m', *main_args(world, '--config.mesh.cpu_devices=4096',
+                                                             workdir=tmp_path / 'new')],
+                        cwd=REPO, env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True,
+                        timeout=300, preexec_fn=limit_memory)
+  lines = proc.stderr.strip().splitlines()
+  assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+  assert lines[0].startswith('error: mesh.cpu_devices=4096 is more host devices than this machine serves'), lines
+  assert not (tmp_path / 'new').exists()

@@ -91,7 +91,7 @@ def test_the_key_reference_lists_every_config_key_with_its_default():
 ORGANISATION_WORDS = re.compile('|'.join([
     r'\bsess' + r'ions?\b', r'\blen' + r't (to|for)\b', r'\bborro' + r'wed\b', r'\biss' + r'ues? \d+',
     r"\biss" + r"ue's\b", r'\btas' + r'k \d+', r'\brounds? of wor' + r'k\b', r'\bdevice[- ]time bud' + r'get\b',
-    r'\b(h100|h200)[a-d]\b']), re.I)
+    r'\b(h100|h200)[a-d]\b', r'\b(first|second|third|fourth|fifth) rou' + r'nd\b']), re.I)
 PROJECT_TEXT = ['README.md', 'RESULTS.md', 'docs/*.md', 'nplm_jax/**/*.py', 'experiments/*.py', 'launch/*',
                 'benchmarks/*', 'tests/*.py', 'pyproject.toml', '.ci/run']
 # pytest's own word for a fixture that lives as long as the test run
@@ -124,6 +124,6 @@ def test_results_file_names_carry_no_run_tags():
 def test_the_organisation_words_check_sees_them():
   """Positive control for the two checks above."""
   for line in ('the third H200 ' + 'ses' + 'sion', 'as iss' + 'ue 28 asks', 'on a GPU len' + 't for 15 minutes',
-               'results/ptb_ladder_h200' + 'b_x.json'):
+               'results/ptb_ladder_h200' + 'b_x.json', 'reliability, third rou' + 'nd'):
     assert ORGANISATION_WORDS.search(line) or re.search(r'(^|[_/])((h100|h200)[a-d]?|cpu\d*|gpu)(_|\.|$)', line), line
   assert not ORGANISATION_WORDS.search(PYTEST_SCOPE.sub('', "@pytest.fixture(scope='ses" + "sion')"))

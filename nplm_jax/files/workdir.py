@@ -38,6 +38,13 @@ LAUNCHER_FILES = frozenset({'log.txt'})
 RUN_ENTRIES = RUN_FILES | LAUNCHER_FILES | {'lock', 'checkpoints', 'best', 'tensorboard', 'profile'}
 
 
+def check_not_a_file(path: str | os.PathLike) -> None:
+  """Refuses a --workdir that names an existing file, in one line."""
+  if as_path(path).exists() and not as_path(path).is_dir():
+    raise UserError(f'--workdir={str(path)!r} is a file, not a folder; give a new or empty folder (the file was not '
+                    'changed)')
+
+
 class Workdir:
   """A run's folder: config.json, results.json, metrics and the checkpoints below it."""
 
@@ -66,6 +73,7 @@ class Workdir:
     to them): every entry must be one of a run's, and the run files need the run's config.json."""
     if not self.path.exists():
       return
+    check_not_a_file(self.path)
     names = {p.name for p in self.path.iterdir()}
     foreign = sorted(n for n in names if n not in RUN_ENTRIES and not n.startswith('.write_probe_'))
     if 'config.json' not in names:
