@@ -44,6 +44,7 @@ def world(tmp_path_factory):
   (base / 'unfinished' / 'config.json').write_text((base / 'finished' / 'config.json').read_text())
   (base / 'nul.txt').write_bytes(b'the cat\x00 sat\n')
   (base / 'utf16.txt').write_bytes('the cat sat on the mat\n'.encode('utf-16-le'))  # no byte-order mark
+  (base / 'image.png').write_bytes(b'\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR' + bytes(range(256)))
   (base / 'foreign').mkdir()  # another program's folder: training must not write into it
   (base / 'foreign' / 'results.json').write_text('{"theirs": 1}\n')
   (base / 'foreign' / 'notes.txt').write_text('mine\n')
@@ -56,7 +57,7 @@ def world(tmp_path_factory):
   (base / 'prepared_twice' / 'vocab.txt').write_text('\n'.join(vocab) + '\n')
   return dict(base=base, files=files, data=data, finished=base / 'finished', sweep=sweep_root,
               broken=base / 'broken.py', latin1=base / 'latin1.txt', empty=base / 'empty.txt',
-              unfinished=base / 'unfinished', nul=base / 'nul.txt', utf16=base / 'utf16.txt',
+              unfinished=base / 'unfinished', nul=base / 'nul.txt', utf16=base / 'utf16.txt', png=base / 'image.png',
               foreign=base / 'foreign', prepared_twice=base / 'prepared_twice')
 
 
@@ -329,6 +330,20 @@ CASES = [
     ('plot_bad_ngram', lambda w: tool_args('plot', w, 'curves', '--ngram=KN=abc',
                                            f'--output={w["base"] / "nothing" / "c.png"}'), "'abc' is not a perplexity"),
     ('workdir_names_a_file', lambda w: main_args(w, workdir=w['latin1']), 'is a file, not a folder'),
+    # the tools read text as training does (one reader, one check), with a hint from what the bytes look like
+    ('score_nul_bytes', lambda w: tool_args('score', w, text=w['nul']), 'control character U+0000 on line 1'),
+    ('score_utf16_without_bom', lambda w: tool_args('score', w, text=w['utf16']),
+     'UTF-16 text without a byte-order mark; convert it, e.g. iconv -f utf-16le -t utf-8'),
+    ('extend_utf16_without_bom', lambda w: tool_args('extend', w, f'--text={w["utf16"]}',
+                                                     f'--output_workdir={w["base"] / "nothing"}'), 'UTF-16'),
+    ('extend_nul_bytes', lambda w: tool_args('extend', w, f'--text={w["nul"]}', f'--output_workdir={w["base"] / "nothing"}'),
+     'control character U+0000'),
+    ('score_a_png', lambda w: tool_args('score', w, text=w['png']), 'it is a PNG image, not text'),
+    ('png_corpus', lambda w: main_args(w, f'--config.data.train_file={w["png"]}'), 'it is a PNG image, not text'),
+    ('latin1_corpus_hint', lambda w: main_args(w, f'--config.data.train_file={w["latin1"]}'), 'iconv -f latin1'),
+    ('elf_corpus_hint', lambda w: ['nplm_jax.main', '--config=experiments/text.py:tiny', f'--workdir={w["base"] / "new"}',
+                                   *(f'--config.data.{s}_file=/bin/ls' for s in ('train', 'valid', 'test'))],
+     'it is an ELF executable, not text'),
     ('input_threads_beyond_the_bound', lambda w: main_args(w, '--config.train.input_threads=1000000'),
      'train.input_threads=1000000 is invalid'),
 ]

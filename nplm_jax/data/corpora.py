@@ -248,15 +248,60 @@ def line_tokens(line: str, unit: str = 'word', blank_lines: str = 'eos') -> list
 _CONTROL = re.compile('[\x00-\x08\x0e-\x1f\x7f]')
 
 
-def check_text_line(line: str, path: str, number: int) -> None:
-  """One line of error for a line holding a control character (line numbers from 1)."""
+# The first bytes of common binary files, and what they are.
+_BINARY_MAGIC = ((b'\x89PNG', 'a PNG image'), (b'\x7fELF', 'an ELF executable'), (b'%PDF', 'a PDF document'),
+                 (b'PK\x03\x04', 'a zip archive'), (b'\x1f\x8b', 'a gzip archive'), (b'GIF8', 'a GIF image'),
+                 (b'\xff\xd8\xff', 'a JPEG image'), (b'\x93NUMPY', 'a NumPy array'))
+HEAD_BYTES = 4096  # what encoding_hint reads of a file
+
+
+def encoding_hint(head: bytes) -> str:
+  """How to fix a text that is not UTF-8 text, from its first bytes: a binary file (named where its first
+  bytes say what it is), UTF-16 without a byte-order mark (a NUL beside every ASCII character), or else an
+  8-bit encoding such as Latin-1."""
+  for magic, kind in _BINARY_MAGIC:
+    if head.startswith(magic):
+      return f'it is {kind}, not text; give a UTF-8 text file'
+  if head.startswith((b'\xff\xfe', b'\xfe\xff')):  # a byte-order mark
+    return 'UTF-16 text; convert it, e.g. iconv -f utf-16 -t utf-8'
+  pairs = len(head) // 2
+  if pairs:
+    nul_second, nul_first = head[1:2 * pairs:2].count(0) / pairs, head[0:2 * pairs:2].count(0) / pairs
+    for share, other, order in ((nul_second, nul_first, 'le'), (nul_first, nul_second, 'be')):
+      if share > 0.3 and other < 0.05:
+        return f'UTF-16 text without a byte-order mark; convert it, e.g. iconv -f utf-16{order} -t utf-8'
+  controls = sum(b < 9 or 13 < b < 32 or b == 127 for b in head)
+  if head and (controls / len(head) > 0.05 or b'\x00' in head):
+    return 'binary data, not text; give a UTF-8 text file'
+  return 'an 8-bit encoding such as Latin-1? convert it, e.g. iconv -f latin1 -t utf-8'
+
+
+def file_head(path: str) -> bytes:
+  try:
+    with open(path, 'rb') as f:
+      return f.read(HEAD_BYTES)
+  except OSError:
+    return b''
+
+
+def check_text_line(line: str, path: str, number: int, source: str = '', head: bytes | None = None) -> None:
+  """One line of error for a line holding a control character (line numbers from 1), naming the text as
+  `source` (default: corpus file 'PATH'), with a hint from its first bytes (`head`, else read from `path`)."""
   found = _CONTROL.search(line)
   if found is None:
     return
   code = ord(found.group())
-  hint = ('NUL bytes: binary data, or UTF-16 text without a byte-order mark; convert it, e.g. iconv -f utf-16le '
-          '-t utf-8' if code == 0 else 'a binary file? give UTF-8 text')
-  raise DataError(f'corpus file {path!r} holds control character U+{code:04X} on line {number} ({hint})')
+  hint = encoding_hint(file_head(path) if head is None else head)
+  raise DataError(f'{source or f"corpus file {path!r}"} holds control character U+{code:04X} on line {number} '
+                  f'({hint})')
+
+
+def not_utf8_error(error: UnicodeDecodeError, path: str, source: str = '', head: bytes | None = None) -> DataError:
+  """The one line for a text that does not decode as UTF-8 (named as check_text_line names it), with a
+  hint from its first bytes."""
+  hint = encoding_hint(file_head(path) if head is None else head)
+  return DataError(f'{source or f"corpus file {path!r}"} is not UTF-8 text (byte 0x{error.object[error.start]:02x} '
+                   f'at offset {error.start}): {hint}')
 
 
 PROGRESS_LINES = 1024  # lines read between progress checks (a check a line cost 14% of counting PTB)
@@ -277,8 +322,7 @@ def stream_lines(path: str, what: str = 'read') -> Iterator[str]:
         check_text_line(line, path, i + 1)
         yield line
     except UnicodeDecodeError as e:
-      raise DataError(f'corpus file {path!r} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start} '
-                      'of a block); convert it, e.g. iconv -f latin1 -t utf-8') from None
+      raise not_utf8_error(e, path) from None
 
 
 def read_lines_with_eos(path: str, unit: str = 'word', blank_lines: str = 'eos') -> list[str]:

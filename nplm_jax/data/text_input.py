@@ -1,30 +1,39 @@
-"""Text a user hands a command (a file or '-' for stdin), read as lines of UTF-8, with one-line errors."""
+"""Text a user hands a command (a file or '-' for stdin), read as lines of UTF-8 and checked as training
+checks a corpus (corpora.check_text_line: no control characters), with one-line errors whose hint fits
+what the bytes look like (a binary file, UTF-16, Latin-1)."""
 
 import os
 import sys
 
+from nplm_jax.data import corpora
 from nplm_jax.errors import UserError
 
 
 def read_lines(path: str | None, flag: str) -> list[str]:
-  """The lines of `path` ('-' = stdin); one line of error for a missing, unreadable or empty text."""
+  """The lines of `path` ('-' = stdin); one line of error for a missing, unreadable, empty, binary or
+  non-UTF-8 text."""
   if not path:
     raise UserError(f"{flag} is required; give a text file, or '-' to read standard input")
+  source = f'{flag}={path!r}'  # the messages read: --text='x.txt' is not UTF-8 text ...
   try:
     if path == '-':
-      text = sys.stdin.buffer.read().decode('utf-8')
+      raw = sys.stdin.buffer.read()
     else:
       if os.path.isdir(path):
         raise UserError(f'{flag}={path!r} is a folder; give a text file')
       if not os.path.isfile(path):
         raise UserError(f'{flag}={path!r} does not exist; give an existing text file')
       with open(path, 'rb') as f:
-        text = f.read().decode('utf-8')
+        raw = f.read()
+    text = raw.decode('utf-8')
   except UnicodeDecodeError as e:
-    raise UserError(f'{flag}={path!r} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); '
-                    'convert it, e.g. iconv -f latin1 -t utf-8') from None
+    raise corpora.not_utf8_error(e, path, source, head=raw[:corpora.HEAD_BYTES]) from None
   except OSError as e:
     raise UserError(f'{flag}={path!r} cannot be read ({e.strerror}); check its permissions') from None
   if not text.strip():
     raise UserError(f'{flag}={path!r} is empty; give text to work on')
-  return text.splitlines()
+  lines = text.splitlines()
+  head = raw[:corpora.HEAD_BYTES]
+  for number, line in enumerate(lines, 1):
+    corpora.check_text_line(line, path, number, source, head=head)
+  return lines
