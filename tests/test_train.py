@@ -89,6 +89,30 @@ def test_resume_equals_uninterrupted(tiny_config, tmp_path, anneal, dropout, ave
     assert json.load(f)['valid_ppl'] == resumed['valid_ppl']
 
 
+@pytest.mark.parametrize('steps_per_dispatch', [1, 5])
+def test_a_run_resumed_between_two_log_boundaries_logs_what_the_uninterrupted_run_logs(tiny_config, tmp_path,
+                                                                                        steps_per_dispatch):
+  """train_loss_mean is the mean over each logging interval: a run stopped at step 25 of intervals of 10 saves the
+  losses of steps 21-25 with its checkpoint, and resumed, logs at step 30 the mean of steps 21-30, as the
+  uninterrupted run does (it had logged the mean of 26-30 alone). Every row of the uninterrupted run is in the
+  resumed run's metrics.jsonl, equal; the one row more is the stopped run's own last (step 25)."""
+  tiny_config.train.update(max_steps=40, eval_every=20, log_every=10, steps_per_dispatch=steps_per_dispatch)
+  if steps_per_dispatch > 1:
+    tiny_config.train.device_data = 'on'
+  whole, parts = tmp_path / 'whole', tmp_path / 'parts'
+  train.train_and_evaluate(tiny_config, str(whole))
+  interrupted = tiny_config.copy_and_resolve_references()
+  interrupted.train.max_steps = 25
+  train.train_and_evaluate(interrupted, str(parts))
+  train.train_and_evaluate(tiny_config, str(parts))
+  rows = lambda w: {r['step']: (r['train_loss_mean'], r['learning_rate'])
+                    for r in map(json.loads, (w / 'metrics.jsonl').read_text(encoding='utf-8').splitlines())
+                    if 'train_loss_mean' in r}
+  uninterrupted, resumed = rows(whole), rows(parts)
+  assert sorted(uninterrupted) == [10, 20, 30, 40] and sorted(resumed) == [10, 20, 25, 30, 40]
+  assert {step: resumed[step] for step in uninterrupted} == uninterrupted
+
+
 def _losses(workdir, with_steps: bool = False) -> list:
   with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
     return [(r['step'], r['train_loss_mean']) if with_steps else r['train_loss_mean'] for r in map(json.loads, f)

@@ -2,7 +2,8 @@
 
 The train state (step, parameters, optimiser state) is the arrays; this is the rest a resumed run
 needs to behave as the uninterrupted one would: the best validation so far, the evaluations since,
-the learning-rate scale and anneals, why it stopped, its history and the time it has taken.
+the learning-rate scale and anneals, why it stopped, its history, the time it has taken and the losses
+of the logging interval in progress.
 """
 
 import dataclasses
@@ -23,6 +24,10 @@ class RunState:
   stop_reason: str = ''  # why it stopped early, in words (for the log and a resumed run)
   history: list[dict] = dataclasses.field(default_factory=list)  # one entry per evaluation
   wall_seconds: float = 0.0  # training time of every process that worked on this run so far
+  # The training losses summed since the last train.log_every boundary (and how many steps): a run resumed
+  # between two boundaries logs the mean over the whole interval, as the uninterrupted run does.
+  interval_loss_sum: float = 0.0
+  interval_steps: int = 0
 
   def to_json(self) -> dict:
     return dataclasses.asdict(self)

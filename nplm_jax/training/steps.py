@@ -147,8 +147,10 @@ class Interval:
   first_nonfinite: jax.Array  # int32 []
 
   @classmethod
-  def start(cls, first_nonfinite=-1) -> 'Interval':
-    return cls(loss_sum=np.float32(0.0), steps=np.int32(0), first_nonfinite=np.asarray(first_nonfinite, np.int32))
+  def start(cls, first_nonfinite=-1, loss_sum: float = 0.0, steps: int = 0) -> 'Interval':
+    """A new interval, or (loss_sum, steps) one a saved run had in progress (the float32 sum as saved)."""
+    return cls(loss_sum=np.float32(loss_sum), steps=np.int32(steps),
+               first_nonfinite=np.asarray(first_nonfinite, np.int32))
 
   def add(self, loss, step) -> 'Interval':
     """The interval with one more step's loss; `step` is the step count after it (state.step)."""

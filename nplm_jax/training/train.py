@@ -500,7 +500,8 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
     metrics_lib.log(f'lr is per example, as in the paper: lr_0 / (1 + r t), t counting examples; a step of '
                     f'{config.train.batch_size} examples moves {config.train.batch_size} x lr')
   in_flight = in_flight_lib.InFlightLimit()
-  interval = steps_lib.Interval.start()  # the losses since the last log, summed on the devices
+  # The losses since the last log boundary, summed on the devices; a resumed run goes on with the saved ones.
+  interval = steps_lib.Interval.start(loss_sum=run_state.interval_loss_sum, steps=run_state.interval_steps)
   run_steps = _StepRunner(run, step)
   profile = _Profile(config.train.profile_steps, run.workdir)
   # Between the calls of an evaluation, a signal stops it (one process: a multi-process job agrees on
@@ -524,6 +525,7 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
 
   def _save(step, state):
     run_state.wall_seconds = wall()
+    run_state.interval_loss_sum, run_state.interval_steps = float(interval.loss_sum), int(interval.steps)
     with progress.paused():
       saving = time.perf_counter()
       checkpoints.save_latest(step, state, run_state)
@@ -560,7 +562,7 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
       if bad_step >= 0:
         raise _diverged(run, checkpoints, run_state, f'the training loss is not finite from step {bad_step} on')
     if line_now:
-      loss = interval.mean_loss()  # over the steps since the last logged step
+      loss = interval.mean_loss()  # over the steps since the last log boundary
       rate = progress.report(step, seconds_left=budget - wall() if budget else None)
       lr = optim.learning_rate_at(config.optimizer, config.train.batch_size, step, plan['total']) * run_state.lr_scale
       shown_lr = lr / config.train.batch_size if config.optimizer.name == 'paper_sgd' else lr
@@ -570,7 +572,8 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
       last_line = time.time()
     if log_now:
       writer.write(step, {'train_loss_mean': loss, 'learning_rate': lr, 'tokens_per_sec': rate['tokens_per_sec']})
-      interval = steps_lib.Interval.start()
+      if step % config.train.log_every == 0:  # a row off the boundaries (the run's end) leaves the interval whole
+        interval = steps_lib.Interval.start()
       every = config.train.checkpoint_every_seconds
       save_now = save_now or _agreed(bool(every) and time.time() - last_save >= every)
     if eval_now or save_now or run_state.stopped_early or preempted:
