@@ -461,6 +461,31 @@ def test_the_files_beside_the_checkpoints_are_checked(two_checkpoints, tmp_path,
   assert '\n' not in str(e.value)
 
 
+def test_a_missing_integrity_record_is_noticed_by_the_checkpoints_that_keep_checksums(two_checkpoints, tmp_path,
+                                                                                      monkeypatch):
+  """integrity.json deleted and vocab.tsv changed afterwards (two faults): the checkpoints' own metadata says the
+  workdir keeps a record, so the tools refuse the files they can no longer check, in one line naming the way to
+  accept them; with NPLM_ACCEPT_UNRECORDED_FILES=1 they are read as they are, and a resumed training records
+  them anew."""
+  from nplm_jax.files import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.tools import trained as trained_lib  # pylint: disable=g-import-not-at-top
+  config, folder = two_checkpoints
+  workdir = tmp_path / 'run'
+  shutil.copytree(folder / 'base', workdir)
+  os.remove(workdir / 'integrity.json')
+  (workdir / 'vocab.tsv').write_text(_swapped_lines((workdir / 'vocab.tsv').read_text(), 3, 4))
+  with pytest.raises(UserError, match=r'vocab.tsv and tokenizer.json in .* cannot be trusted: their record '
+                                      r'integrity.json is missing.*set NPLM_ACCEPT_UNRECORDED_FILES=1') as e:
+    trained_lib.TrainedModel.load(str(workdir))
+  assert '\n' not in str(e.value)
+  with pytest.raises(UserError, match='cannot be trusted: their record integrity.json is missing'):
+    train.train_and_evaluate(config, str(workdir))  # a resumed training does not record them as good either
+  assert not (workdir / 'integrity.json').exists()
+  monkeypatch.setenv(workdir_lib.ACCEPT_UNRECORDED_FILES, '1')
+  assert trained_lib.TrainedModel.load(str(workdir)).vocab[3] == (folder / 'base' / 'vocab.tsv').read_text(
+      ).splitlines()[4].split('\t')[0]  # read as it is: the swapped lines
+
+
 def _swapped_lines(text: str, i: int, j: int) -> str:
   lines = text.splitlines(keepends=True)
   lines[i], lines[j] = lines[j], lines[i]

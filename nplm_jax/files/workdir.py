@@ -32,6 +32,10 @@ RUN_FILES = frozenset({'config.json', 'corpus.json', 'vocab.tsv', 'tokenizer.jso
 # a checkpoint must carry checksums is known from here and from every other step's metadata, so one
 # damaged or deleted file cannot make a check pass unseen.
 INTEGRITY_FILE = 'integrity.json'
+# The key of each checkpoint step's custom metadata (its _CHECKPOINT_METADATA) that holds its arrays' checksums.
+CHECKPOINT_CHECKSUMS_KEY = 'checksums'
+# Set to 1 to read a workdir's recorded files as they are when their record is gone (and record them anew).
+ACCEPT_UNRECORDED_FILES = 'NPLM_ACCEPT_UNRECORDED_FILES'
 # A launcher's log beside the run (launch.sweep appends the point's output to log.txt before training
 # starts): training never writes it, so it is welcome with or without a config.json.
 LAUNCHER_FILES = frozenset({'log.txt'})
@@ -89,10 +93,12 @@ class Workdir:
 
   def write_integrity(self, files: tuple[str, ...]) -> None:
     """Records that checkpoints carry checksums and the digests of `files` (leader only). An existing
-    record is checked instead, so a file damaged between runs is not recorded as good."""
+    record is checked instead, so a file damaged between runs is not recorded as good; a record gone from
+    a workdir whose checkpoints carry checksums is not written anew over files it can no longer check."""
     if self.integrity() is not None:
       self.check_files(files)
       return
+    self._refuse_unrecorded(files)
     record = {'format': 1, 'checkpoint_checksums': True, 'files': {n: self.file_digest(n) for n in files}}
     self.write_json(INTEGRITY_FILE, {**record, 'digest': _record_digest(record)})
 
@@ -111,15 +117,41 @@ class Workdir:
     return body
 
   def check_files(self, files: tuple[str, ...]) -> None:
-    """One line when a recorded file changed since training wrote it (or was deleted)."""
+    """One line when a recorded file changed since training wrote it (or was deleted), or when the record
+    itself is gone from a workdir whose checkpoints were saved with checksums (by code that records)."""
     record = self.integrity()
     if record is None:
+      self._refuse_unrecorded(files)
       return
     for name in files:
       expected = record.get('files', {}).get(name)
       if expected is not None and self.file_digest(name) != expected:
         raise UserError(f'{self.file(name)} differs from the file training wrote (its SHA-256 in {INTEGRITY_FILE}); '
                         'restore it from a copy of the workdir')
+
+  def saved_with_checksums(self) -> bool:
+    """Whether any step of best/ or checkpoints/ was saved with its arrays' checksums, read from the steps'
+    own metadata files (no checkpoint library, no device)."""
+    for folder in ('best', 'checkpoints'):
+      root = self.file(folder)
+      for step in (root.iterdir() if root.is_dir() else ()):
+        try:
+          custom = json.loads((step / '_CHECKPOINT_METADATA').read_text()).get('custom_metadata') or {}
+        except (OSError, ValueError, AttributeError):
+          continue
+        if isinstance(custom, dict) and custom.get(CHECKPOINT_CHECKSUMS_KEY):
+          return True
+    return False
+
+  def _refuse_unrecorded(self, files: tuple[str, ...]) -> None:
+    """One line when `files` exist but their record is gone from a workdir that keeps one (its checkpoints
+    carry checksums), unless ACCEPT_UNRECORDED_FILES=1 says to take them as they are."""
+    present = [n for n in files if self.file(n).exists()]
+    if not present or os.environ.get(ACCEPT_UNRECORDED_FILES) == '1' or not self.saved_with_checksums():
+      return
+    raise UserError(f'{" and ".join(present)} in {self.path} cannot be trusted: their record {INTEGRITY_FILE} is '
+                    'missing, though the checkpoints were saved with checksums; restore it from a copy of the '
+                    f'workdir, or set {ACCEPT_UNRECORDED_FILES}=1 to accept the files as they are')
 
   def remove_if_unused(self) -> None:
     """Removes the folder when nothing but this run's own lock is in it (a start that failed)."""

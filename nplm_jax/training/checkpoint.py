@@ -41,7 +41,7 @@ from nplm_jax.files import workdir as workdir_lib
 from nplm_jax.errors import SaveFailed, UserError
 
 
-CHECKSUMS = 'checksums'  # each step's custom metadata: integrity.checksums of its arrays
+CHECKSUMS = workdir_lib.CHECKPOINT_CHECKSUMS_KEY  # each step's custom metadata: integrity.checksums of its arrays
 
 
 def _options(max_to_keep: int | None, name: str, create: bool = True) -> ocp.CheckpointManagerOptions:
