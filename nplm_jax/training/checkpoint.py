@@ -71,12 +71,21 @@ def _write_failure(error: Exception) -> str:
 _in_orbax = lambda path: f'{os.sep}orbax{os.sep}' in path  # a source file of Orbax's
 
 
+# Orbax's warnings about a step's files that Checkpoints reports itself, in its one line (a step's metadata
+# file deleted: 'its checksum record is missing').
+_REPORTED_ORBAX_WARNINGS = ('Metadata file does not exist',)
+
+
 class _OrbaxErrorLogs(logging_lib.Filter):
   """Drops Orbax's own error logs (each with a traceback) of a failed save: every such failure is
-  raised again by the next check, save or wait, which Checkpoints reports as one SaveFailed line."""
+  raised again by the next check, save or wait, which Checkpoints reports as one SaveFailed line; and
+  its warnings about a damaged step that Checkpoints reports (_REPORTED_ORBAX_WARNINGS)."""
 
   def filter(self, record) -> bool:
-    return not (_in_orbax(record.pathname) and record.levelno >= logging_lib.ERROR)
+    if not _in_orbax(record.pathname):
+      return True
+    reported = record.levelno == logging_lib.WARNING and str(record.msg).startswith(_REPORTED_ORBAX_WARNINGS)
+    return not (record.levelno >= logging_lib.ERROR or reported)
 
 
 logging_lib.getLogger('absl').addFilter(_OrbaxErrorLogs())
