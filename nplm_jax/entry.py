@@ -153,6 +153,8 @@ def _stop(signum: int, after_stop: str) -> None:
   for each in (signal.SIGINT, signal.SIGTERM):
     signal.signal(each, signal.SIG_IGN)  # a second signal now would interrupt the message
   name = signal.Signals(signum).name + (' (Ctrl-C)' if signum == signal.SIGINT else '')
+  from nplm_jax import cleanup  # pylint: disable=g-import-not-at-top  # a light module
+  cleanup.run_all()  # a workdir's lock, say: no `finally` runs after os._exit
   print(f'error: stopped by {name}; {after_stop}', file=sys.stderr, flush=True)
   sys.stdout.flush()
   os._exit(128 + signum)  # pylint: disable=protected-access  # no more Python: JAX's atexit hooks could hang

@@ -1,6 +1,6 @@
 """The package's folders are its layers: no module imports from a layer above its own.
 
-Bottom to top: the leaves (config, errors, progress, backend_defaults: they import only each other), parallel/
+Bottom to top: the leaves (config, errors, progress, backend_defaults, cleanup: they import only each other), parallel/
 (mesh, shardings, the vocabulary-sharded softmax, joining processes), files/ (the run folder and its
 logs), data/ and models/, baselines/, training/, tools/, and the command layer (main, entry, cli).
 A module may import its own layer and those below it. One exception, by design: a tool with a command
@@ -20,7 +20,7 @@ import sys
 import nplm_jax
 
 PACKAGE = pathlib.Path(nplm_jax.__file__).parent
-RANK = {'config': 0, 'errors': 0, 'progress': 0, 'backend_defaults': 0, 'parallel': 1, 'files': 2, 'data': 3, 'models': 3,
+RANK = {'config': 0, 'errors': 0, 'progress': 0, 'backend_defaults': 0, 'cleanup': 0, 'parallel': 1, 'files': 2, 'data': 3, 'models': 3,
         'baselines': 4, 'training': 5, 'tools': 6, 'main': 7, 'entry': 7, 'cli': 7, 'commands': 7}
 COMMAND_LAYER = {'cli', 'entry'}
 

@@ -610,6 +610,26 @@ def test_signals_during_an_evaluation_stop_it_and_resume(tiny_files, tmp_path, p
   assert_resumes_to(args, workdir, env, tmp_path / 'reference')
 
 
+@pytest.mark.parametrize('point', ['after_the_loop', 'final_evaluation', 'inside_final_evaluation',
+                                   'collected_at_the_end'])
+def test_the_lock_is_released_on_every_exit_path_of_a_signal(tiny_files, tmp_path, point):
+  """SIGTERM at each phase of a run's end, the last inside a destructor, where the handler's exception cannot
+  propagate and the process ends at once (os._exit, no `finally`): one line, exit 143, and no WORKDIR/lock left
+  behind for the next run to take over."""
+  workdir = tmp_path / 'run'
+  args = [sys.executable, '-m', 'nplm_jax.main', '--config=' + os.path.join(REPO, 'experiments', 'text.py:tiny'),
+          *(f'--config.data.{s}_file={tiny_files[s]}' for s in ('train', 'valid', 'test')),
+          '--config.train.max_steps=20', '--config.train.eval_every=10', '--config.train.eval_batch_size=8',
+          f'--workdir={workdir}']
+  stopped = subprocess.run(args, env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO,
+                                          NPLM_SIGNAL_AT=f'{point}:SIGTERM'),
+                           capture_output=True, text=True, timeout=300)
+  lines = stopped.stderr.strip().splitlines()
+  assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr
+  assert len(lines) == 1 and 'stopped by SIGTERM' in lines[0], stopped.stderr
+  assert (workdir / 'checkpoints').exists() and not (workdir / 'lock').exists()
+
+
 @pytest.mark.parametrize('delay', [0.1, 0.2, 0.3, 0.5, 0.8, 1.5])
 def test_ctrl_c_at_any_moment_of_the_first_imports_is_the_stop_line(tiny_files, tmp_path, delay):
   """Ctrl-C 0.1 s to 1.5 s after the start of a training (inside Python's, numpy's or jaxlib's

@@ -14,6 +14,7 @@ import time
 from etils import epath
 
 from nplm_jax.parallel import distributed
+from nplm_jax import cleanup
 from nplm_jax.errors import UserError
 
 
@@ -256,12 +257,14 @@ class Lock:
     if not _create_exclusively(self.path, json.dumps(me)):
       raise UserError(f'{str(self.path.parent)!r} was just taken by another training; use another --workdir')
     self._held = True
+    cleanup.register(self.release)  # released even when a signal ends the process at once
     return holder
 
   def release(self) -> None:
     if self._held:
       self.path.unlink(missing_ok=True)
       self._held = False
+    cleanup.unregister(self.release)
 
   def _holder(self) -> dict | None:
     try:

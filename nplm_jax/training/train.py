@@ -62,6 +62,17 @@ RESUME_FREE_KEYS = ('model.embedding_gradient', 'model.distant_gradient')
 # evaluation, or of the final one's first split).
 
 
+class _SignalWhenCollected:
+  """Fault injection: sends NPLM_SIGNAL_AT's signal from this object's destructor, where the handler's
+  exception cannot propagate (Python reports it as unraisable, and entry stops the process there and then)."""
+
+  def __init__(self, point: str):
+    self.point = point
+
+  def __del__(self):
+    _signal_point(self.point)
+
+
 def _signal_point(point: str) -> None:
   spec = os.environ.get('NPLM_SIGNAL_AT', '').split(':')
   if spec[0] != point:
@@ -220,6 +231,7 @@ def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_l
       has_best = run_state.best_step is not None
       params = run.restore_best_params(checkpoints, run_state.best_step) if has_best else steps_lib.evaluated_params(state)
       _signal_point('final_evaluation')
+      _SignalWhenCollected('collected_at_the_end')  # dropped at once: its destructor runs here
       between = _evaluation_hooks('inside_final_evaluation')  # a signal here raises entry.Stopped between calls
       # The best step's validation NLLs are known when this process evaluated it: not computed again.
       known = best_valid is not None and has_best and best_valid[0] == run_state.best_step
