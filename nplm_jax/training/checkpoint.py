@@ -71,9 +71,11 @@ def _write_failure(error: Exception) -> str:
 _in_orbax = lambda path: f'{os.sep}orbax{os.sep}' in path  # a source file of Orbax's
 
 
-# Orbax's warnings about a step's files that Checkpoints reports itself, in its one line (a step's metadata
-# file deleted: 'its checksum record is missing').
-_REPORTED_ORBAX_WARNINGS = ('Metadata file does not exist',)
+# Orbax's warnings about a damaged step that are not the user's to act on: what Checkpoints reports itself,
+# in its one line (a step's metadata file deleted: 'its checksum record is missing'), and what does not
+# change a restore that names each item's arguments and checks the arrays' checksums (an item's own
+# metadata file deleted: the arrays still restore, and are verified).
+_REPORTED_ORBAX_WARNINGS = ('Metadata file does not exist', 'was found in the checkpoint, but could not be restored')
 
 
 class _OrbaxErrorLogs(logging_lib.Filter):
@@ -84,7 +86,7 @@ class _OrbaxErrorLogs(logging_lib.Filter):
   def filter(self, record) -> bool:
     if not _in_orbax(record.pathname):
       return True
-    reported = record.levelno == logging_lib.WARNING and str(record.msg).startswith(_REPORTED_ORBAX_WARNINGS)
+    reported = record.levelno == logging_lib.WARNING and any(w in str(record.msg) for w in _REPORTED_ORBAX_WARNINGS)
     return not (record.levelno >= logging_lib.ERROR or reported)
 
 
