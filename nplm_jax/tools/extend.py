@@ -86,6 +86,8 @@ def extend(workdir_path: str, lines: list[str], output_path: str) -> dict:
   output.prepare()
   output.write_json('config.json', config_lib.to_saved(model.config))
   model.vocabulary.extended(new_words).write(output)
+  # the extended workdir keeps its own record of them, as a training's does (its checkpoint carries checksums)
+  output.write_integrity((workdir_vocab.VOCAB_FILE, workdir_vocab.TOKENIZER_FILE))
   output.write_json(workdir_vocab.ADDED_WORDS_FILE, {'words': new_words, 'occurrences': counts.tolist(),
                                              'extended_from': str(source), 'base_vocab_size': len(model.vocab)})
   written = ckpt_lib.Checkpoints(output)
