@@ -5,12 +5,13 @@ import os
 import re
 import sys
 
-import jax
 from absl import flags
 from absl import logging
 
-from nplm_jax.parallel import distributed
 from nplm_jax.errors import SaveFailed, UserError
+
+# JAX and the process layer are imported where an error is reported (exit_with_error), not here: the commands
+# parse and check their flags with this module before the imports that take seconds.
 
 FLAGS = flags.FLAGS
 
@@ -84,6 +85,8 @@ def exit_with_error(error: Exception, config=None) -> None:
   An error every process found (agreed on, or before the processes joined) is the leader's to
   report; any other error is reported by the process that found it.
   """
+  import jax  # pylint: disable=g-import-not-at-top
+  from nplm_jax.parallel import distributed  # pylint: disable=g-import-not-at-top
   every_process = isinstance(error, distributed.AgreedError) or not jax.distributed.is_initialized()
   alone = isinstance(error, distributed.JoinError)  # found by this process only, before any could agree
   if alone or not every_process or distributed.declared_process_id(config) == 0:

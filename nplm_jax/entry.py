@@ -75,8 +75,11 @@ def _import_shielded(names: tuple[str, ...]) -> None:
 
 
 def run_command(module: str, function: str = 'main', after_stop: str = AFTER_TOOL_STOP,
-                shielded: tuple[str, ...] = WITH_JAX):
-  """Runs module.function() (it returns an exit status or None), turning a signal into one line."""
+                shielded: tuple[str, ...] = WITH_JAX, early: str | None = None):
+  """Runs module.function() (it returns an exit status or None), turning a signal into one line.
+
+  early: a function of the module that checks the command line before the shielded imports (JAX's take
+  seconds), so that a bad flag, value or path is answered at once; it raises UserError or exits."""
   for each in (signal.SIGINT, signal.SIGTERM):
     signal.signal(each, _raise_stopped)
   # A signal that lands in a garbage-collection callback or a destructor (JAX's imports run some)
@@ -84,6 +87,8 @@ def run_command(module: str, function: str = 'main', after_stop: str = AFTER_TOO
   previous_hook = sys.unraisablehook
 
   def unraisable(hook_args):
+    if _abandoned_orbax_read(hook_args):
+      return  # the read failed and its command reports that in its own line
     if isinstance(hook_args.exc_value, Stopped):
       _stop(hook_args.exc_value.signum, after_stop)
     elif isinstance(hook_args.exc_value, KeyboardInterrupt):
@@ -92,6 +97,8 @@ def run_command(module: str, function: str = 'main', after_stop: str = AFTER_TOO
   sys.unraisablehook = unraisable
   from nplm_jax.errors import UserError  # pylint: disable=g-import-not-at-top  # a light module
   try:
+    if early:
+      getattr(importlib.import_module(module), early)()
     _import_shielded(shielded)
     command = getattr(importlib.import_module(module), function)
     raise_swallowed_signal()
@@ -118,6 +125,14 @@ def run_command(module: str, function: str = 'main', after_stop: str = AFTER_TOO
   if status:
     _quiet_teardown()
   sys.exit(status)
+
+
+def _abandoned_orbax_read(hook_args) -> bool:
+  """Whether an unraisable exception is that of an Orbax coroutine finalised after its read failed (a
+  checkpoint's array file missing or damaged): the others of its reads, abandoned once the first failed,
+  report theirs when collected, as 'Exception ignored in: <coroutine ...>' with a traceback."""
+  code = getattr(hook_args.object, 'cr_code', None)
+  return code is not None and f'{os.sep}orbax{os.sep}' in code.co_filename
 
 
 def _quiet_teardown() -> None:
@@ -161,7 +176,7 @@ def _stop(signum: int, after_stop: str) -> None:
 
 
 def train():
-  run_command('nplm_jax.main', after_stop=AFTER_TRAINING_STOP)
+  run_command('nplm_jax.main', after_stop=AFTER_TRAINING_STOP, early='check_flags')
 
 
 def score():

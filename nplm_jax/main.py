@@ -57,6 +57,25 @@ def parse_args(argv=None):
   return parser.parse_args(argv)
 
 
+def check_flags(argv=None) -> None:
+  """The command line checked before the imports that take seconds (JAX, Orbax): the config file, its
+  overrides and values, --workdir naming a file, and a ptb or text corpus's files. A misspelt key or a
+  missing corpus file is answered in about a second; main then reads the flags again."""
+  # pylint: disable=g-import-not-at-top
+  from nplm_jax import config as config_lib
+  from nplm_jax.data import corpora
+  from nplm_jax.errors import UserError
+  # pylint: enable=g-import-not-at-top
+  args = parse_args(argv)
+  if args.print_config:
+    return
+  config_lib.validate(args.config)
+  if args.workdir and '://' not in args.workdir and os.path.exists(args.workdir) and not os.path.isdir(args.workdir):
+    raise UserError(f'--workdir={args.workdir!r} is a file, not a folder; give a new or empty folder (the file was '
+                    'not changed)')
+  corpora.check_corpus_files(args.config.data)
+
+
 def main(argv=None):
   # pylint: disable=g-import-not-at-top
   from nplm_jax.parallel import backend
@@ -98,4 +117,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-  entry.run_command('__main__', after_stop=entry.AFTER_TRAINING_STOP)
+  entry.run_command('__main__', after_stop=entry.AFTER_TRAINING_STOP, early='check_flags')

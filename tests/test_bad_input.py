@@ -389,3 +389,19 @@ def test_host_devices_beyond_the_cap_are_refused_before_xla_makes_them(world, tm
   assert proc.returncode == 1 and len(lines) == 1, proc.stderr
   assert lines[0].startswith('error: mesh.cpu_devices=4096 is more host devices than this machine serves'), lines
   assert not (tmp_path / 'new').exists()
+
+
+@pytest.mark.parametrize('extra,expected', [
+    (['--config.train.nope=1'], '--config.train.nope is not a config key'),
+    (['--config.data.train_file=/no/such/file.txt'], "corpus file '/no/such/file.txt' does not exist"),
+    (['--config.train.batch_size=0'], 'train.batch_size=0'),
+])
+def test_a_bad_flag_or_corpus_path_is_refused_before_jax_is_imported(world, tmp_path, extra, expected):
+  """nplm-train checks its flags, values and corpus files before the imports that take seconds: the refusal
+  comes with JAX never imported (python -X importtime lists every module imported)."""
+  proc = subprocess.run([sys.executable, '-X', 'importtime', '-m', *main_args(world, *extra, workdir=tmp_path / 'new')],
+                        cwd=REPO, env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=120)
+  errors = [line for line in proc.stderr.splitlines() if not line.startswith('import time:')]
+  imported = {line.rsplit('|', 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith('import time:')}
+  assert proc.returncode == 1 and len(errors) == 1 and expected in errors[0], proc.stderr[-2000:]
+  assert 'jax' not in imported and 'orbax' not in imported and 'numpy' in imported, sorted(imported)[:50]

@@ -21,6 +21,12 @@ def read(relative: str) -> str:
     return f.read()
 
 
+def project_files(patterns) -> list[str]:
+  """The repository's files matching any of `patterns` (globs below the repository, ** included)."""
+  return sorted({f for pattern in patterns for f in glob.glob(os.path.join(REPO, pattern), recursive=True)
+                 if os.path.isfile(f)})
+
+
 def sections(relative: str) -> set[str]:
   """A document's headings and bold paragraph labels (**Scoring text**), as text."""
   text = read(relative)
@@ -43,8 +49,7 @@ def test_every_reference_to_a_section_names_one_that_exists():
   """References to README's sections went stale once the sections moved to docs/: every reference of the
   form README or docs/PAGE.md, then a section's name in quotes, in the code, tests, experiments, launchers
   and documents names a heading (or a bold label) of that document."""
-  files = sorted({f for pattern in SOURCES for f in glob.glob(os.path.join(REPO, pattern), recursive=True)
-                  if os.path.isfile(f)})
+  files = project_files(SOURCES)
   assert len(files) > 50
   stale = []
   for path in files:
@@ -99,8 +104,7 @@ PYTEST_SCOPE = re.compile(r"""scope=['"]ses""" + r"""sion['"]""")
 
 
 def test_the_project_text_speaks_of_the_software_not_of_how_it_was_made():
-  files = sorted({f for pattern in PROJECT_TEXT for f in glob.glob(os.path.join(REPO, pattern), recursive=True)
-                  if os.path.isfile(f)})
+  files = project_files(PROJECT_TEXT)
   assert len(files) > 80
   found = []
   for path in files:
@@ -127,3 +131,13 @@ def test_the_organisation_words_check_sees_them():
                'results/ptb_ladder_h200' + 'b_x.json', 'reliability, third rou' + 'nd'):
     assert ORGANISATION_WORDS.search(line) or re.search(r'(^|[_/])((h100|h200)[a-d]?|cpu\d*|gpu)(_|\.|$)', line), line
   assert not ORGANISATION_WORDS.search(PYTEST_SCOPE.sub('', "@pytest.fixture(scope='ses" + "sion')"))
+
+
+def test_the_unit_tier_names_tests_that_exist():
+  """A test renamed or removed would leave the unit tier silently: every name it lists is a test function."""
+  from tests import conftest  # pylint: disable=g-import-not-at-top
+  missing = []
+  for module, names in conftest.UNIT_TESTS.items():
+    text = read(f'tests/{module}.py')
+    missing += [f'{module}.{n}' for n in names or () if not re.search(rf'^def {n}\(', text, re.M)]
+  assert not missing, missing

@@ -392,6 +392,14 @@ def split_files(data_config) -> dict[str, str]:
   return files
 
 
+def check_corpus_files(data_config) -> None:
+  """The text files a ptb or text config names exist and are files (one line of error otherwise): what a
+  command checks before its heavy imports, so that a misspelt path is answered at once."""
+  if data_config.corpus in ('ptb', 'text'):
+    for path in split_files(data_config).values():
+      check_text_file(path)
+
+
 def load_corpus(data_config) -> Corpus:
   """The corpus a config's `data` section names (its training split cut to data.train_limit tokens)."""
   return limit_train(_whole_corpus(data_config), data_config.get('train_limit', 0))

@@ -27,6 +27,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 
 import jax
 import orbax.checkpoint as ocp
@@ -102,15 +103,23 @@ def _raised_in_orbax(error: BaseException | None) -> bool:
   return False
 
 
+# What TensorStore's errors say of the files they could not read or write (a checkpoint's arrays).
+_TENSORSTORE_ERRORS = ('"zarr" driver', '"ocdbt" driver', 'OCDBT database', 'TensorStore')
+
+
 class _UnretrievedOrbaxWrites(logging_lib.Filter):
-  """Drops asyncio's 'Task exception was never retrieved' logs for Orbax's own writes. A save writes
-  its arrays' fragments as concurrent tasks; on a full disk several fail, Orbax raises the first, and
-  the others are logged with a traceback when they are collected (seen in CI: six lines around the one
-  SaveFailed line that already names the step, the folder and the cause). Other tasks still log."""
+  """Drops asyncio's 'Task (or Future) exception was never retrieved' logs for Orbax's own reads and
+  writes. A save writes its arrays' fragments as concurrent tasks, and a restore reads them so; on a full
+  disk or a damaged step several fail, Orbax raises the first, and the others are logged with a traceback
+  when they are collected (seen in CI: six lines around the one SaveFailed line that already names the
+  step, the folder and the cause; and around a damaged best/ step's one line). Other tasks still log."""
 
   def filter(self, record) -> bool:
-    unretrieved = 'exception was never retrieved' in str(record.msg)
-    return not (unretrieved and record.exc_info and _raised_in_orbax(record.exc_info[1]))
+    if 'exception was never retrieved' not in str(record.msg):
+      return True
+    error = record.exc_info[1] if record.exc_info else None
+    said = f'{record.getMessage()} {error}'
+    return not (_raised_in_orbax(error) or any(w in said for w in _TENSORSTORE_ERRORS))
 
 
 logging_lib.getLogger('asyncio').addFilter(_UnretrievedOrbaxWrites())
@@ -140,27 +149,31 @@ def _crash_point(point: str, step: int) -> None:
 def _closed_event_loops_quiet():
   """While restores are tried: a failed Orbax restore leaves TensorStore callbacks for an asyncio
   loop it has closed, and Python prints an 'Exception ignored' traceback for each, which tells a user
-  nothing. Within this block (its garbage collected at the end) only those are silenced; the hook in
-  place before is restored after, and every other unraisable exception reaches it."""
+  nothing, and Python warns of each coroutine the failed read abandoned that it was never awaited.
+  Within this block (its garbage collected at the end) only those are silenced; the hook in place
+  before is restored after, and every other unraisable exception and warning reaches it."""
   previous = sys.unraisablehook
 
   def hook(unraisable):
     if not (isinstance(unraisable.exc_value, RuntimeError) and 'Event loop is closed' in str(unraisable.exc_value)):
       previous(unraisable)
   sys.unraisablehook = hook
-  try:
-    yield
-  finally:
-    gc.collect()
-    sys.unraisablehook = previous
+  # and the coroutines a failed read abandoned, collected here: Python warns that each was never awaited
+  with warnings.catch_warnings():
+    warnings.filterwarnings('ignore', message=r"coroutine '.*' was never awaited", category=RuntimeWarning)
+    try:
+      yield
+    finally:
+      gc.collect()
+      sys.unraisablehook = previous
 
 
 def _quiet_closed_event_loops() -> None:
-  """When a save fails in the background, TensorStore's callbacks for its writes still call into
-  the asyncio loops Orbax has closed: each prints a 'RuntimeError: Event loop is closed' traceback
-  (through sys.excepthook, threads' excepthook or the unraisable hook) before and after the one
-  error line that says what failed. A process that writes checkpoints drops those, and only
-  those, from then on (once: the hooks are wrapped a single time)."""
+  """When a save fails in the background, or a read of a damaged step, TensorStore's callbacks still
+  call into the asyncio loops Orbax has closed: each prints a 'RuntimeError: Event loop is closed'
+  traceback (through sys.excepthook, threads' excepthook or the unraisable hook) before and after the
+  one error line that says what failed. A process that opens checkpoints drops those, and only those,
+  from then on (once: the hooks are wrapped a single time)."""
   if getattr(sys.excepthook, 'drops_closed_event_loops', False):
     return
   closed = lambda error: isinstance(error, RuntimeError) and 'Event loop is closed' in str(error)
@@ -196,8 +209,9 @@ class Checkpoints:
     # best/ is pruned here, not by a count: it keeps every step a latest checkpoint names (_prune_best)
     self.best = ocp.CheckpointManager(workdir.file('best'), options=_options(None, 'best', create=not read_only),
                                       item_handlers=ocp.StandardCheckpointHandler())
-    if not read_only:  # a save that fails in the background: its callbacks' tracebacks tell a user nothing
-      _quiet_closed_event_loops()
+    # A save that fails in the background, or a read of a damaged step (a tool's too): TensorStore's callbacks'
+    # tracebacks tell a user nothing (a best/ array file deleted printed one around nplm-score's error line).
+    _quiet_closed_event_loops()
 
   @contextlib.contextmanager
   def _writing(self, manager, step: int):
