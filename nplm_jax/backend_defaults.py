@@ -21,7 +21,9 @@ TABLE = {
         'float32', 'bfloat16',
         'H100: Brown reg4_n7 and the PTB table network within 0.01% of float32 test perplexity, 1.3x faster end '
         'to end, 2.3x a step at |V| 33k; 2-core CPU (AMD EPYC, AVX-512 BF16): bfloat16 matmuls alone 1.5-2.5x '
-        'float32, but a training step no faster (Brown reg4_n7, mlp1_tuned, ladder5_dropout), evaluation 1.3-1.5x'),
+        'float32, but a training step no faster (Brown reg4_n7, mlp1_tuned, ladder5_dropout), evaluation 1.3-1.5x; '
+        '2-core Intel Xeon with AVX-512 BF16 and AMX: Brown reg4_n7 at batch 128 trains 0.63x / 0.74x float32\'s '
+        'rate in bfloat16 and evaluates 1.25x / 1.57x (two rounds, results/bench/compute_dtype_native_bfloat16.jsonl)'),
     'train.steps_per_dispatch': BackendDefault(
         1, 64,
         'H100, Brown reg4_n7 at batch 128: 1.3x the loop rate of one step a dispatch (up to 64 a dispatch, the '
