@@ -23,6 +23,9 @@ def get_config(results_file: str = ''):
   try:
     with open(results_file, encoding='utf-8') as f:
       record = json.load(f)
+    if record.get('kind') == 'ngram':
+      raise UserError(f'{results_file} records an n-gram baseline, not a training; nplm-ngram gives it again '
+                      f'(its command: {record.get("command", "?")})')
     saved = record['config']
   except (OSError, ValueError, KeyError, TypeError) as e:
     raise UserError(f'{results_file} is not a results file with a config ({type(e).__name__}: {e}); give one of '

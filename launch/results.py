@@ -116,6 +116,21 @@ TABLES = {
 }
 
 
+def _table1_of(table: str):
+  """The paper's Table 1 beside ours (launch/table1.py's table), from the records of `table`: each named
+  brown_TABLE_POINT after its sweep point (mlp2, mlp2_annealed, kneser_ney_5, ...)."""
+  def render(records: list[dict]) -> tuple[str, list[dict]]:
+    from launch import table1  # pylint: disable=g-import-not-at-top
+    rows = {r['name'][len(f'brown_{table}_'):]: r for r in records if r['table'] == table}
+    return table1.render(lambda point: rows[point]['figures'] if point in rows else None).rstrip('\n'), list(
+        rows.values())
+  return render
+
+
+# Tables with a layout of their own: a function of the records giving the table's text and the records it used.
+RENDERERS = {'table1': _table1_of('table1'), 'table1_tuned': _table1_of('table1_tuned')}
+
+
 def _git_commit() -> str:
   try:
     return subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=REPO, capture_output=True, text=True,
@@ -175,6 +190,10 @@ def load_records() -> list[dict]:
 
 
 def render_table(table: str, records: list[dict]) -> str:
+  if table in RENDERERS:
+    text, rows = RENDERERS[table](records)
+    return text + '\n\nRendered by `python -m launch.results render --write` from ' + ', '.join(
+        f'`results/{r["name"]}.json`' for r in rows) + '.'
   columns = TABLES[table]
   rows = [r for r in records if r['table'] == table]
   lines = ['| ' + ' | '.join(h for h, _ in columns) + ' |', '| ' + ' | '.join('---' for _ in columns) + ' |']
@@ -218,7 +237,7 @@ _SECTION = re.compile(r'(<!-- results:(\w+) -->\n)(.*?)(<!-- /results -->)', re.
 def rendered_markdown(text: str, records: list[dict]) -> str:
   """RESULTS.md's text with every marked table rendered anew."""
   def replace(m):
-    if m.group(2) not in TABLES:
+    if m.group(2) not in TABLES and m.group(2) not in RENDERERS:
       raise SystemExit(f'error: RESULTS.md marks a table {m.group(2)!r} that launch/results.py does not know')
     return m.group(1) + render_table(m.group(2), records) + '\n' + m.group(4)
   return _SECTION.sub(replace, text)
@@ -309,7 +328,7 @@ def main(argv=None) -> int:
       f.write(new)
     print('rewrote the rendered tables of RESULTS.md')
     return 0
-  for table in TABLES:
+  for table in [*TABLES, *RENDERERS]:
     print(f'## {table}\n\n{render_table(table, records)}\n')
   return 0
 

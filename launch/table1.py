@@ -7,6 +7,7 @@ mix_* results (or from the odd row's workdir after `python -m nplm_jax.tools.mix
 odd row is the same run's network alone.
 """
 
+import functools
 import sys
 
 from nplm_jax import cli as cli_lib
@@ -30,6 +31,7 @@ SOURCES = {'Del. Int. trigram': 'interpolated_3', 'Kneser-Ney back-off, n=3': 'k
 
 
 def load(root: str, name: str) -> dict | None:
+  """A sweep point's results (results.json with mix_results.json beside it), or None."""
   merged = None
   workdir = workdir_lib.Workdir(workdir_lib.as_path(root) / name)
   for filename in ('results.json', 'mix_results.json'):
@@ -39,18 +41,20 @@ def load(root: str, name: str) -> dict | None:
   return merged
 
 
-def our_numbers(root: str, row: str):
-  """(valid, test, note) for a paper row, or None if its run has no results."""
+def our_numbers(root, row: str):
+  """(valid, test, note) for a paper row, or None if its run has no results. `root` is a sweep's root, or a
+  function of a point's name giving its results (launch.results renders recorded runs so)."""
+  read = root if callable(root) else functools.partial(load, root)
   if row in SOURCES:
-    r = load(root, SOURCES[row])
+    r = read(SOURCES[row])
     return (r['valid_ppl'], r['test_ppl'], 'interpolated modified KN' if 'Kneser' in row else '') if r else None
   k = int(row[3:])
   odd = k - 1 + k % 2  # the row whose network both rows share
-  r = load(root, f'mlp{odd + 1}') or load(root, f'mlp{odd}')  # mlp1's own run + mix_results.json also serves MLP2
+  r = read(f'mlp{odd + 1}') or read(f'mlp{odd}')  # mlp1's own run + mix_results.json also serves MLP2
   if not r:
     return None
   epochs = f'{r.get("epochs", 0):.1f} epochs' if 'epochs' in r else ''
-  annealed = load(root, f'mlp{odd + 1}_annealed')  # the table1 sweep's run resumed with annealing
+  annealed = read(f'mlp{odd + 1}_annealed')  # the table1 sweep's run resumed with annealing
   if k % 2:
     note = f'{epochs}; annealed at the end: {annealed["valid_ppl"]:.1f} / {annealed["test_ppl"]:.1f}' if annealed else epochs
     return r['valid_ppl'], r['test_ppl'], note
@@ -62,7 +66,8 @@ def our_numbers(root: str, row: str):
   return r['mix_valid_ppl'], r['mix_test_ppl'], note
 
 
-def render(root: str) -> str:
+def render(root) -> str:
+  """The table (our_numbers' `root`: a sweep's root, or a function of a point's name)."""
   lines = ['| model | n | h | m | direct | mix | paper valid | paper test | ours valid | ours test | note |',
            '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |']
   for row, n, h, m, direct, mix, pv, pt in PAPER:
