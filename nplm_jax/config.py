@@ -373,6 +373,20 @@ def char_level(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 # (key, kind, lowest, highest or None, why): kind 'int' or 'float'; lowest/highest inclusive unless
 # noted by an exclusive marker below.
+# Where launchers name a process's index in a multi-process job (JAX's own, SLURM, Open MPI).
+PROCESS_ID_VARIABLES = ('JAX_PROCESS_ID', 'SLURM_PROCID', 'OMPI_COMM_WORLD_RANK')
+
+
+def declared_process_id_before_joining(config, environ=os.environ) -> int:
+  """This process's index as the config or the launcher says it (0 if none), known before JAX starts."""
+  if config.distributed.process_id >= 0:
+    return config.distributed.process_id
+  for variable in PROCESS_ID_VARIABLES:
+    if environ.get(variable, '').isdigit():
+      return int(environ[variable])
+  return 0
+
+
 MAX_INPUT_THREADS = 64  # reading batches ahead: a few threads serve any machine; more only cost memory
 _RANGES = [
     ('seed', 'int', 0, 2**32 - 1, 'the random seed, an unsigned 32-bit integer'),

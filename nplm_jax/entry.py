@@ -80,8 +80,7 @@ def run_command(module: str, function: str = 'main', after_stop: str = AFTER_TOO
 
   early: a function of the module that checks the command line before the shielded imports (JAX's take
   seconds), so that a bad flag, value or path is answered at once; it raises UserError or exits."""
-  for each in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(each, _raise_stopped)
+  from nplm_jax.errors import UserError  # pylint: disable=g-import-not-at-top  # light; the except below names it
   # A signal that lands in a garbage-collection callback or a destructor (JAX's imports run some)
   # raises where Python only reports it as unraisable and goes on: stop there and then.
   previous_hook = sys.unraisablehook
@@ -95,8 +94,11 @@ def run_command(module: str, function: str = 'main', after_stop: str = AFTER_TOO
       _stop(signal.SIGINT, after_stop)
     previous_hook(hook_args)
   sys.unraisablehook = unraisable
-  from nplm_jax.errors import UserError  # pylint: disable=g-import-not-at-top  # a light module
   try:
+    # Inside the try: a signal that comes while the second handler is being set (the first already raises
+    # Stopped) is the stop line too.
+    for each in (signal.SIGINT, signal.SIGTERM):
+      signal.signal(each, _raise_stopped)
     if early:
       getattr(importlib.import_module(module), early)()
     _import_shielded(shielded)

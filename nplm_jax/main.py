@@ -69,11 +69,17 @@ def check_flags(argv=None) -> None:
   args = parse_args(argv)
   if args.print_config:
     return
-  config_lib.validate(args.config)
-  if args.workdir and '://' not in args.workdir and os.path.exists(args.workdir) and not os.path.isdir(args.workdir):
-    raise UserError(f'--workdir={args.workdir!r} is a file, not a folder; give a new or empty folder (the file was '
-                    'not changed)')
-  corpora.check_corpus_files(args.config.data)
+  try:
+    config_lib.validate(args.config)
+    if args.workdir and '://' not in args.workdir and os.path.exists(args.workdir) and not os.path.isdir(args.workdir):
+      raise UserError(f'--workdir={args.workdir!r} is a file, not a folder; give a new or empty folder (the file '
+                      'was not changed)')
+    corpora.check_corpus_files(args.config.data)
+  except UserError:
+    # every process of a job finds what these find: process 0 alone says it (as main's agreed errors are said)
+    if config_lib.declared_process_id_before_joining(args.config) != 0:
+      sys.exit(1)
+    raise
 
 
 def main(argv=None):

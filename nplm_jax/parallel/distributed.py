@@ -16,13 +16,14 @@ import threading
 import jax
 import numpy as np
 
+from nplm_jax import config as config_lib
 from nplm_jax.errors import UserError
 
 # Set by launchers for which jax.distributed.initialize() finds its settings by itself.
 COORDINATOR_VARIABLES = ('JAX_COORDINATOR_ADDRESS', 'TPU_WORKER_HOSTNAMES', 'MEGASCALE_COORDINATOR_ADDRESS')
 TASK_COUNT_VARIABLES = ('SLURM_NTASKS', 'OMPI_COMM_WORLD_SIZE')
 # A process's index as the launchers announce it, before JAX knows it (for errors at start-up).
-PROCESS_ID_VARIABLES = ('JAX_PROCESS_ID', 'SLURM_PROCID', 'OMPI_COMM_WORLD_RANK')
+PROCESS_ID_VARIABLES = config_lib.PROCESS_ID_VARIABLES
 ERROR_BYTES = 2048  # the longest error message exchanged between processes
 
 
@@ -116,8 +117,8 @@ def declared_process_id(config=None, environ=os.environ) -> int:
   """This process's index: JAX's once joined, else what the config or the launcher says (0 if none)."""
   if jax.distributed.is_initialized():
     return jax.process_index()
-  if config is not None and config.distributed.process_id >= 0:
-    return config.distributed.process_id
+  if config is not None:
+    return config_lib.declared_process_id_before_joining(config, environ)
   for variable in PROCESS_ID_VARIABLES:
     if environ.get(variable, '').isdigit():
       return int(environ[variable])
