@@ -377,14 +377,12 @@ def test_bad_input_is_one_line_and_touches_nothing(world, case):
 def test_host_devices_beyond_the_cap_are_refused_before_xla_makes_them(world, tmp_path):
   """mesh.cpu_devices above the cap under a memory limit: one line, before the device count reaches XLA (it had
   aborted in XLA's thread creation, exit 134, with the count set before the check)."""
-  import resource  # pylint: disable=g-import-not-at-top
-
-  def limit_memory():
-    resource.setrlimit(resource.RLIMIT_AS, (8_000_000_000, 8_000_000_000))
-  proc = subprocess.run([sys.executable, '-m', *main_args(world, '--config.mesh.cpu_devices=4096',
-                                                             workdir=tmp_path / 'new')],
+  # the limit set by the shell that runs the command (ulimit -v, in KiB): no preexec_fn, which forks this
+  # multithreaded process
+  command = [sys.executable, '-m', *main_args(world, '--config.mesh.cpu_devices=4096', workdir=tmp_path / 'new')]
+  proc = subprocess.run(['bash', '-c', 'ulimit -v 8000000 && exec "$@"', 'bash', *command],
                         cwd=REPO, env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True,
-                        timeout=300, preexec_fn=limit_memory)
+                        timeout=300)
   lines = proc.stderr.strip().splitlines()
   assert proc.returncode == 1 and len(lines) == 1, proc.stderr
   assert lines[0].startswith('error: mesh.cpu_devices=4096 is more host devices than this machine serves'), lines
