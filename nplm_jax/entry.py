@@ -99,7 +99,8 @@ def run_command(module: str, function: str = 'main', after_stop: str = AFTER_TOO
     # Stopped) is the stop line too.
     for each in (signal.SIGINT, signal.SIGTERM):
       signal.signal(each, _raise_stopped)
-    if early:
+    if early:  # its checks import numpy (corpora): shielded as the rest are
+      _import_shielded(('numpy',))
       getattr(importlib.import_module(module), early)()
     _import_shielded(shielded)
     command = getattr(importlib.import_module(module), function)

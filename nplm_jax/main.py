@@ -59,8 +59,8 @@ def parse_args(argv=None):
 
 def check_flags(argv=None) -> None:
   """The command line checked before the imports that take seconds (JAX, Orbax): the config file, its
-  overrides and values, --workdir naming a file, and a ptb or text corpus's files. A misspelt key or a
-  missing corpus file is answered in about a second; main then reads the flags again."""
+  overrides and values, and a ptb or text corpus's files. A misspelt key or a missing corpus file is
+  answered in about a second; main then reads the flags again (entry runs this first)."""
   # pylint: disable=g-import-not-at-top
   from nplm_jax import config as config_lib
   from nplm_jax.data import corpora
@@ -71,9 +71,6 @@ def check_flags(argv=None) -> None:
     return
   try:
     config_lib.validate(args.config)
-    if args.workdir and '://' not in args.workdir and os.path.exists(args.workdir) and not os.path.isdir(args.workdir):
-      raise UserError(f'--workdir={args.workdir!r} is a file, not a folder; give a new or empty folder (the file '
-                      'was not changed)')
     corpora.check_corpus_files(args.config.data)
   except UserError:
     # every process of a job finds what these find: process 0 alone says it (as main's agreed errors are said)
@@ -101,10 +98,9 @@ def main(argv=None):
     return
   workdir = args.workdir or default_workdir(config, args.config_args)
   try:
-    # Refused before XLA is told how many host devices to make, and before any device starts (a
+    # The config was validated by check_flags, before XLA is told how many host devices to make (a
     # cpu_devices count above the cap aborted in XLA's thread creation under a memory limit).
-    config_lib.validate(config)
-    workdir_lib.check_not_a_file(workdir)
+    workdir_lib.check_not_a_file(workdir)  # before any device starts
     backend.configure(config)  # before anything starts JAX's backends
     distributed.maybe_initialize(config)
     if not args.workdir:

@@ -76,18 +76,18 @@ _in_orbax = lambda path: f'{os.sep}orbax{os.sep}' in path  # a source file of Or
 # in its one line (a step's metadata file deleted: 'its checksum record is missing'), and what does not
 # change a restore that names each item's arguments and checks the arrays' checksums (an item's own
 # metadata file deleted: the arrays still restore, and are verified).
-_REPORTED_ORBAX_WARNINGS = ('Metadata file does not exist', 'was found in the checkpoint, but could not be restored')
+_QUIET_ORBAX_WARNINGS = ('Metadata file does not exist', 'was found in the checkpoint, but could not be restored')
 
 
 class _OrbaxErrorLogs(logging_lib.Filter):
   """Drops Orbax's own error logs (each with a traceback) of a failed save: every such failure is
   raised again by the next check, save or wait, which Checkpoints reports as one SaveFailed line; and
-  its warnings about a damaged step that Checkpoints reports (_REPORTED_ORBAX_WARNINGS)."""
+  its warnings about a damaged step that are not the user's to act on (_QUIET_ORBAX_WARNINGS)."""
 
   def filter(self, record) -> bool:
     if not _in_orbax(record.pathname):
       return True
-    reported = record.levelno == logging_lib.WARNING and any(w in str(record.msg) for w in _REPORTED_ORBAX_WARNINGS)
+    reported = record.levelno == logging_lib.WARNING and any(w in str(record.msg) for w in _QUIET_ORBAX_WARNINGS)
     return not (record.levelno >= logging_lib.ERROR or reported)
 
 
