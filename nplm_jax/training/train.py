@@ -186,25 +186,28 @@ ExtraResults = Callable[[data_lib.Corpus, dict], dict]
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir_path: str,
-                       extra_results: ExtraResults | None = None) -> dict:
+                       extra_results: ExtraResults | None = None, catch_signals: bool = True) -> dict:
   """Trains, early-stops on validation, evaluates the best parameters; writes and returns results.json.
 
   `extra_results(corpus, {'valid': nll, 'test': nll})` adds results computed from the best
   parameters' per-token NLLs (main passes the n-gram mixture). In a multi-process job every
   process runs this; start-up errors on any process stop all of them together, and only the
-  leader writes the workdir's files.
+  leader writes the workdir's files. catch_signals: SIGINT and SIGTERM save the step in progress and
+  raise Preempted (the command line); False leaves the process's handlers alone (a notebook's
+  interrupt raises KeyboardInterrupt, and the run resumes from its latest checkpoint).
   """
   started = time.time()
   workdir = workdir_lib.Workdir(workdir_path)
   lock = workdir_lib.Lock(workdir)
   run = distributed.agree_on_errors(lambda: _start(config, workdir, lock))
   try:
-    return _train_and_report(run, config, workdir, extra_results, started)
+    return _train_and_report(run, config, workdir, extra_results, started, catch_signals)
   finally:
     lock.release()
 
 
-def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_lib.Workdir, extra_results, started: float) -> dict:
+def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_lib.Workdir, extra_results,
+                      started: float, catch_signals: bool) -> dict:
   checkpoints, writer, failing = ckpt_lib.Checkpoints(workdir), None, True
   try:
     with jax.set_mesh(run.mesh):
@@ -226,7 +229,7 @@ def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_l
       workdir.write_integrity((workdir_vocab.VOCAB_FILE, workdir_vocab.TOKENIZER_FILE))
       earlier_seconds = run_state.wall_seconds  # spent by the processes before this one
       writer = metrics_lib.MetricWriter(workdir, resumed_step=int(state.step))
-      with Preemption() as preemption:
+      with Preemption(catch_signals) as preemption:
         state, best_valid = _train_loop(run, state, run_state, checkpoints, writer, preemption)
       has_best = run_state.best_step is not None
       params = run.restore_best_params(checkpoints, run_state.best_step) if has_best else steps_lib.evaluated_params(state)
@@ -340,13 +343,16 @@ class Preemption:
   Entering it first stops the run for a signal of the start-up that a library swallowed.
   """
 
-  def __init__(self):
+  def __init__(self, catch_signals: bool = True):
     self.signum = None
+    self._catch_signals = catch_signals
     self._previous = {}
     self._dispatches = 0
 
   def __enter__(self) -> 'Preemption':
     entry.raise_swallowed_signal()  # a stop asked for during the start-up, lost by a library on its way
+    if not self._catch_signals:
+      return self
     many = jax.process_count() > 1
     handlers = {signal.SIGINT: self._forward if many else self._note}
     if not many:
