@@ -22,7 +22,7 @@ import numpy as np
 
 from nplm_jax import cli as cli_lib
 from nplm_jax.data import corpora as data_lib
-from nplm_jax.tools import embeddings
+from nplm_jax.tools import word_vectors
 from nplm_jax.data import text_input
 from nplm_jax.tools import trained as trained_lib
 from nplm_jax.files import workdir as workdir_lib
@@ -44,10 +44,10 @@ def most_frequent_tags(tagged_words) -> dict[str, str]:
 def nearest_ids(queries: np.ndarray, candidates: np.ndarray, exclude_self: np.ndarray | None = None,
                 chunk: int = 2048) -> np.ndarray:
   """Index of each query's highest-cosine candidate (exclude_self[q]: a candidate index to skip)."""
-  unit_c = embeddings.unit_rows(candidates)
+  unit_c = word_vectors.unit_rows(candidates)
   out = np.empty(len(queries), np.int64)
   for begin in range(0, len(queries), chunk):
-    cos = embeddings.unit_rows(queries[begin:begin + chunk]) @ unit_c.T
+    cos = word_vectors.unit_rows(queries[begin:begin + chunk]) @ unit_c.T
     if exclude_self is not None:
       cos[np.arange(len(cos)), exclude_self[begin:begin + chunk]] = -np.inf
     out[begin:begin + chunk] = np.argmax(cos, axis=1)

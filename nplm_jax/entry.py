@@ -183,15 +183,15 @@ def train():
 
 
 def score():
-  run_command('nplm_jax.tools.score')
+  run_command('nplm_jax.commands.score')
 
 
 def sample():
-  run_command('nplm_jax.tools.sample')
+  run_command('nplm_jax.commands.sample')
 
 
 def embeddings():
-  run_command('nplm_jax.tools.embeddings')
+  run_command('nplm_jax.commands.embeddings')
 
 
 def extend():

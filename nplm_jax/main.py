@@ -8,7 +8,6 @@ ptb.py; text.py; prepared.py); any config key is set with --config.SECTION.KEY=V
 resumes when the same command is given again (docs/reliability.md).
 """
 
-import functools
 import hashlib
 import json
 import os
@@ -81,12 +80,10 @@ def check_flags(argv=None) -> None:
 
 def main(argv=None):
   # pylint: disable=g-import-not-at-top
-  from nplm_jax.parallel import backend
+  from nplm_jax import api
   from nplm_jax import cli
   from nplm_jax.parallel import distributed
   from nplm_jax.files import metrics
-  from nplm_jax.files import workdir as workdir_lib
-  from nplm_jax.tools import mix
   from nplm_jax.training import train
   from nplm_jax import config as config_lib
   from nplm_jax.errors import UserError
@@ -98,25 +95,19 @@ def main(argv=None):
     return
   workdir = args.workdir or default_workdir(config, args.config_args)
   try:
-    # The config was validated by check_flags, before XLA is told how many host devices to make (a
-    # cpu_devices count above the cap aborted in XLA's thread creation under a memory limit).
-    workdir_lib.check_not_a_file(workdir)  # before any device starts
-    backend.configure(config)  # before anything starts JAX's backends
-    distributed.maybe_initialize(config)
+    # The config and corpus files were checked by check_flags, before XLA is told how many host devices
+    # to make (a cpu_devices count above the cap aborted in XLA's thread creation under a memory limit).
+    api.prepare_devices(config, workdir)
     if not args.workdir:
       metrics.log(f'workdir: {workdir} (the default for this config and these overrides; --workdir=DIR chooses '
                   'another)')
-    mixture = functools.partial(mix.mixture_results, mix_config=config.mix) if config.mix.enabled else None
-    results = train.train_and_evaluate(config, workdir, extra_results=mixture)
-    if config.mix.enabled and 'mix_valid_ppl' in results:
-      metrics.log(mix.summary_line(results))
+    api.run_training(config, workdir, catch_signals=True)
   except UserError as e:
     cli.exit_with_error(e, config)
   except train.Preempted as stop:
     if distributed.is_leader():
       print(stop, file=sys.stderr, flush=True)
     sys.exit(128 + stop.signum)
-
 
 if __name__ == '__main__':
   entry.run_command('__main__', after_stop=entry.AFTER_TRAINING_STOP, early='check_flags')

@@ -2,7 +2,8 @@
 
 Bottom to top: the leaves (config, errors, progress, backend_defaults, cleanup: they import only each other), parallel/
 (mesh, shardings, the vocabulary-sharded softmax, joining processes), files/ (the run folder and its
-logs), data/ and models/, baselines/, training/, tools/, and the command layer (main, entry, cli).
+logs), data/ and models/, baselines/, training/, tools/, and the command layer (main, entry, cli, and api,
+the Python interface the commands are built on).
 A module may import its own layer and those below it. One exception, by design: a tool with a command
 of its own (`parse_args`/`main`, run as `python -m nplm_jax.tools.score`) uses the command layer's
 argument parser and entry point (cli, entry) for it. Below the tools, a command's flags and main live in
@@ -21,7 +22,7 @@ import nplm_jax
 
 PACKAGE = pathlib.Path(nplm_jax.__file__).parent
 RANK = {'config': 0, 'errors': 0, 'progress': 0, 'backend_defaults': 0, 'cleanup': 0, 'parallel': 1, 'files': 2, 'data': 3, 'models': 3,
-        'baselines': 4, 'training': 5, 'tools': 6, 'main': 7, 'entry': 7, 'cli': 7, 'commands': 7}
+        'baselines': 4, 'training': 5, 'tools': 6, 'main': 7, 'entry': 7, 'cli': 7, 'commands': 7, 'api': 7}
 COMMAND_LAYER = {'cli', 'entry'}
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from nplm_jax.tools import embeddings
+from nplm_jax.tools import language_model
 from nplm_jax.training import evaluation
 from nplm_jax.tools import sample as sample_lib
 from nplm_jax.tools import score as score_lib
@@ -43,6 +44,11 @@ def workdir(tmp_path_factory):
 @pytest.fixture(scope='module')
 def model(workdir):
   return trained_lib.TrainedModel.load(workdir['path'])
+
+
+@pytest.fixture(scope='module')
+def vectors(model):
+  return language_model.LanguageModel(model).vectors
 
 
 def tool(module, *args, stdin=None):
@@ -251,9 +257,9 @@ def model_words(workdir) -> set[str]:
 
 # ------------------------------------------------------------------------------------- embeddings
 
-def test_neighbours_are_the_highest_cosines(model):
+def test_neighbours_are_the_highest_cosines(model, vectors):
   c = model.embeddings.astype(np.float64)
-  found = embeddings.neighbours(model, ['w3'], 5)['w3']
+  found = embeddings.neighbours(vectors, ['w3'], 5)['w3']
   i = model.word_ids['w3']
   cosines = [(float(c[i] @ c[j] / np.linalg.norm(c[i]) / np.linalg.norm(c[j])), model.vocab[j])
              for j in range(len(c)) if j != i]
@@ -262,15 +268,15 @@ def test_neighbours_are_the_highest_cosines(model):
   np.testing.assert_allclose([s for _, s in found], [s for s, _ in expected], rtol=1e-5)
 
 
-def test_topn_beyond_the_vocabulary_lists_every_other_word_once(model):
-  found = embeddings.neighbours(model, ['w3'], 10 * len(model.vocab))['w3']
+def test_topn_beyond_the_vocabulary_lists_every_other_word_once(model, vectors):
+  found = embeddings.neighbours(vectors, ['w3'], 10 * len(model.vocab))['w3']
   assert len(found) == len(model.vocab) - 1 and 'w3' not in {w for w, _ in found}
   assert all(np.isfinite(s) for _, s in found)
 
 
-def test_analogy_ranks_by_the_cosine_to_b_minus_a_plus_c(model):
+def test_analogy_ranks_by_the_cosine_to_b_minus_a_plus_c(model, vectors):
   """Independently: unit rows, b - a + c, cosines to every row, a, b and c left out (gensim's rule)."""
-  found = embeddings.analogy(model, ['w1', 'w2', 'w3'], 10)
+  found = embeddings.analogy(vectors, ['w1', 'w2', 'w3'], 10)
   c = model.embeddings.astype(np.float64)
   unit = c / np.linalg.norm(c, axis=1, keepdims=True)
   a, b, q = (model.word_ids[w] for w in ('w1', 'w2', 'w3'))
@@ -371,7 +377,11 @@ def test_extend_gives_new_words_the_papers_vector(workdir, model, tmp_path):
   np.testing.assert_array_equal(out_layer[:, :v], np.asarray(model.params['output'])[:, :v])
   scored = score_lib.score_text(extended, ['w1 newB w2'], independent_lines=False)[0]
   assert not scored.oov.any() and np.all(np.isfinite(scored.nll))
-  assert len(embeddings.neighbours(extended, ['newB'], 3)['newB']) == 3  # the new words have neighbours
+  assert len(embeddings.neighbours(language_model.LanguageModel(extended).vectors, ['newB'], 3)['newB']) == 3
+  # from Python, the same vectors without a new workdir
+  found = language_model.LanguageModel(model).oov_vectors(lines)
+  assert list(found) == ['newA', 'newB']
+  np.testing.assert_array_equal(np.stack(list(found.values())), extended.embeddings[v:])
 
 
 def test_pos_agreement_counts_shared_tags(workdir, tmp_path):

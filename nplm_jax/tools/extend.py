@@ -33,8 +33,9 @@ from nplm_jax.data import workdir_vocab
 from nplm_jax.errors import UserError
 
 
-def unknown_word_rows(model: trained_lib.TrainedModel, lines: list[str]):
-  """(words, counts, C rows [k, m], output columns [k, K + 1]) for the words of `lines` outside V."""
+def unknown_word_rows(model: trained_lib.TrainedModel, lines: list[str], with_columns: bool = True):
+  """(words, counts, C rows [k, m], output columns [k, K + 1] or, without with_columns, None) for the
+  words of `lines` outside V."""
   words = [w for line in lines for w in model.line_tokens(line)]
   if model.rare_id is None and any(w not in model.word_ids for w in words):
     raise UserError(f'this model\'s corpus has no {data_lib.RARE} symbol, which the recipe reads unknown words in '
@@ -43,13 +44,13 @@ def unknown_word_rows(model: trained_lib.TrainedModel, lines: list[str]):
   if not oov.any():
     return [], np.zeros(0, np.int64), None, None
   contexts = model.contexts(ids)[oov]
-  features, columns = model.expected_rows(contexts)
+  features, columns = model.expected_rows(contexts, with_columns)
   occurrences = [w for w, o in zip(words, oov) if o]
   new_words = list(dict.fromkeys(occurrences))  # first-appearance order
   index = {w: i for i, w in enumerate(new_words)}
   which = np.array([index[w] for w in occurrences])
   new_c, counts = trained_lib.group_means(features.astype(np.float64), which, len(new_words))
-  new_columns, _ = trained_lib.group_means(columns.astype(np.float64), which, len(new_words))
+  new_columns = trained_lib.group_means(columns.astype(np.float64), which, len(new_words))[0] if with_columns else None
   return new_words, counts, new_c, new_columns
 
 

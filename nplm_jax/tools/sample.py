@@ -11,19 +11,16 @@ top_k most probable words (0 = all) and to the smallest set whose probability re
 them). The rare-word and boundary symbols are never drawn unless --allow_unk. A prompt is
 tokenised as the corpus was; its words outside the vocabulary are read as the rare-word symbol.
 The samples are drawn together, one batched step per word; sample i is a function of (--seed, i)
-alone, the same whatever --num_samples.
+alone, the same whatever --num_samples. The command is nplm_jax/commands/sample.py; from Python,
+nplm_jax.load(DIR).sample, .samples and .generate.
 """
 
-import argparse
 import math
 import sys
-import time
 
 import numpy as np
 
-from nplm_jax import cli as cli_lib
 from nplm_jax.data import corpora as data_lib
-from nplm_jax import progress as progress_lib
 from nplm_jax.tools import trained as trained_lib
 from nplm_jax.errors import UserError
 
@@ -188,62 +185,6 @@ def _draw_steps(model, history, indices, num_tokens, temperature, top_k, top_p, 
       return
 
 
-FLUSH_SECONDS = 0.2  # a streamed sample reaches the terminal at least this often
-
-
-def _print_streamed(model, prompt: list[str], words) -> None:
-  """One sample's text as its words come: the same line model.join makes of them all."""
-  separator = '' if model.char_level else ' '
-  out, last_flush = sys.stdout, time.monotonic()
-  out.write(model.join(prompt))
-  first = not prompt
-  for word in words:
-    out.write(('' if first else separator) + model.join([word]))
-    first = False
-    if time.monotonic() - last_flush > FLUSH_SECONDS:
-      out.flush()
-      last_flush = time.monotonic()
-  out.write('\n')
-  out.flush()
-
-
-def parse_args(argv=None):
-  parser = cli_lib.ArgumentParser('nplm_jax.tools.sample', description=__doc__)
-  parser.add_argument('--workdir', required=True, help='a training workdir with a best checkpoint')
-  parser.add_argument('--prompt', default='', help='the words to continue (default: none, the start of a text)')
-  parser.add_argument('--num_tokens', type=int, default=50, help='words to draw per sample (at most, with --stop_at_eos)')
-  parser.add_argument('--temperature', type=float, default=1.0, help='0 = the most probable word each time')
-  parser.add_argument('--top_k', type=int, default=0, help='draw from the k most probable words (0 = all)')
-  parser.add_argument('--top_p', type=float, default=1.0, help='draw from the smallest set of this mass (1 = all)')
-  parser.add_argument('--num_samples', type=int, default=1, help='samples, one a line')
-  parser.add_argument('--seed', type=int, default=0, help='the same seed gives the same samples')
-  parser.add_argument('--stop_at_eos', action=argparse.BooleanOptionalAction, default=None,
-                      help='end each sample at its first <eos> (default: on when the corpus has <eos>, i.e. '
-                           'text and PTB models)')
-  parser.add_argument('--allow_unk', action='store_true', help='let the rare-word and boundary symbols be drawn')
-  return parser.parse_args(argv)
-
-
-def main(argv=None) -> int:
-  args = parse_args(argv)
-  try:
-    check_settings(args.num_tokens, args.temperature, args.top_k, args.top_p, args.num_samples, args.seed)
-    model = trained_lib.TrainedModel.load(args.workdir)
-    prompt = model.prompt_tokens(args.prompt)
-    progress = progress_lib.StderrProgress('words drawn')
-    if args.num_samples == 1:  # streamed: each word printed as it is drawn, whatever --num_tokens
-      _print_streamed(model, prompt, stream_words(model, args.prompt, args.num_tokens, args.temperature, args.top_k,
-                                                  args.top_p, args.seed, args.allow_unk, args.stop_at_eos, progress))
-      return 0
-    for words in iter_samples(model, args.prompt, args.num_tokens, args.temperature, args.top_k, args.top_p,
-                              args.num_samples, args.seed, args.allow_unk, args.stop_at_eos, progress):
-      print(model.join(prompt + words), flush=args.num_samples > SAMPLES_AT_ONCE)  # printed as drawn
-  except UserError as e:
-    print(f'error: {e}', file=sys.stderr)
-    return 1
-  return 0
-
-
-if __name__ == '__main__':
+if __name__ == '__main__':  # the command: nplm_jax/commands/sample.py (python -m here keeps working)
   from nplm_jax import entry  # pylint: disable=g-import-not-at-top
-  entry.run_command('__main__')
+  entry.run_command('nplm_jax.commands.sample')

@@ -13,7 +13,8 @@ others only (KenLM's definitions; --format=kenlm prints KenLM query's layout). A
 charged the probability of the whole rare-word class it was merged into in training, the most a
 word can get, so text with many OOVs can score a lower perplexity including them (docs/tools.md, "Scoring
 text"). --mix scores with the workdir's network + n-gram mixture
-(config.mix: the n-gram's order, smoothing and the network's weight).
+(config.mix: the n-gram's order, smoothing and the network's weight). The command is
+nplm_jax/commands/score.py; from Python, nplm_jax.load(DIR).score and .perplexity.
 """
 
 import dataclasses
@@ -23,11 +24,8 @@ import sys
 
 import numpy as np
 
-from nplm_jax import cli as cli_lib
 from nplm_jax.baselines import ngram
-from nplm_jax.data import text_input
 from nplm_jax.tools import trained as trained_lib
-from nplm_jax.errors import UserError
 
 LOG_BASES = {'e': math.e, '2': 2.0, '10': 10.0}
 
@@ -54,16 +52,20 @@ def log_prob(nll, log_base: str) -> float:
   return float(-np.sum(nll) / math.log(LOG_BASES[log_base])) + 0.0
 
 
+def mixture_ngram(model: trained_lib.TrainedModel):
+  """The workdir's n-gram of the mixture (config.mix), estimated from the training corpus."""
+  mix = model.config.mix
+  return ngram.build(model.training_corpus('--mix'), mix.ngram_order, mix.smoothing, mix.max_memory_gb)
+
+
 def score_text(model: trained_lib.TrainedModel, lines: list[str], independent_lines: bool,
-               use_mix: bool = False) -> list[trained_lib.Scored]:
+               ngram_model=None) -> list[trained_lib.Scored]:
   """One Scored per input line (empty lines give empty results): each line from boundary symbols,
-  or the lines as one stream, scored whole and cut back into lines."""
+  or the lines as one stream, scored whole and cut back into lines; mixed with `ngram_model` (see
+  mixture_ngram) if given."""
   tokens = [model.line_tokens(line) for line in lines]
   scored = model.score(tokens if independent_lines else [[w for t in tokens for w in t]])
-  if use_mix:
-    mix = model.config.mix
-    ngram_model = ngram.build(model.training_corpus('--mix'), mix.ngram_order, mix.smoothing,
-                              mix.max_memory_gb)
+  if ngram_model is not None:
     scored = [dataclasses.replace(s, nll=mixed_nll(model, ngram_model, s.ids, s.nll)) for s in scored]
   if independent_lines:
     return scored
@@ -121,39 +123,6 @@ def _print_kenlm(scored, verbosity, log_base, total, order, out):
         f'{total["perplexity_excluding_oov"]:.16g}\nOOVs:\t{total["oov"]}\nTokens:\t{total["tokens"]}', file=out)
 
 
-def parse_args(argv=None):
-  parser = cli_lib.ArgumentParser('nplm_jax.tools.score', description=__doc__)
-  parser.add_argument('--workdir', required=True, help='a training workdir with a best checkpoint (finished or running)')
-  parser.add_argument('--text', required=True, help="the text to score, one sentence or paragraph a line; '-' = stdin")
-  parser.add_argument('--verbosity', default='summary', choices=['word', 'line', 'summary'],
-                      help='what to print besides the summary')
-  parser.add_argument('--log_base', default='10', choices=list(LOG_BASES),
-                      help='base of the printed log-probabilities (kenlm: always 10)')
-  parser.add_argument('--independent_lines', action='store_true',
-                      help='score each line from boundary symbols instead of as one stream')
-  parser.add_argument('--format', default='text', choices=['text', 'json', 'kenlm'],
-                      help="plain text; one JSON object a line; or KenLM query's layout, for scripts that parse it")
-  parser.add_argument('--mix', action='store_true', help="score with the network mixed with the workdir's n-gram")
-  return parser.parse_args(argv)
-
-
-def main(argv=None) -> int:
-  args = parse_args(argv)
-  try:
-    if args.format == 'kenlm' and args.log_base != '10':
-      raise UserError(f"--format=kenlm prints log10 probabilities, as KenLM's query does; leave out --log_base={args.log_base}")
-    lines = text_input.read_lines(args.text, '--text')
-    model = trained_lib.TrainedModel.load(args.workdir)
-    scored = score_text(model, lines, args.independent_lines, args.mix)
-    if not sum(len(s.ids) for s in scored):
-      raise UserError(f'--text={args.text!r} holds no tokens; give non-empty text')
-  except UserError as e:
-    print(f'error: {e}', file=sys.stderr)
-    return 1
-  report(scored, args.verbosity, args.log_base, args.format, model.config.model.n)
-  return 0
-
-
-if __name__ == '__main__':
+if __name__ == '__main__':  # the command: nplm_jax/commands/score.py (python -m here keeps working)
   from nplm_jax import entry  # pylint: disable=g-import-not-at-top
-  entry.run_command('__main__')
+  entry.run_command('nplm_jax.commands.score')

@@ -10,12 +10,15 @@ all work is batched through jitted, sharded functions, never a Python loop over 
 
 import dataclasses
 import functools
+import json
+import os
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from nplm_jax import config as config_lib
 from nplm_jax.parallel import backend
 from nplm_jax.training import checkpoint as ckpt_lib
 from nplm_jax.data import corpora as data_lib
@@ -32,11 +35,24 @@ from nplm_jax.errors import UserError
 
 @dataclasses.dataclass
 class Scored:
-  """Per-token results of scoring text: the tokens as the model saw them, and -log P of each."""
+  """Per-token results of scoring a line: the tokens as the model saw them, and -log P of each."""
   words: list[str]
-  ids: np.ndarray  # int32
-  oov: np.ndarray  # bool: the word is not in the vocabulary (scored as the rare-word symbol)
-  nll: np.ndarray  # float64, natural log
+  ids: np.ndarray  # int32 [tokens]
+  oov: np.ndarray  # bool [tokens]: the word is not in the vocabulary (scored as the rare-word symbol)
+  nll: np.ndarray  # float64 [tokens]: -log P, natural log
+
+  def __len__(self) -> int:
+    return len(self.words)
+
+  @property
+  def log_probs(self) -> np.ndarray:
+    """log P of each token, natural log, float64 [tokens]."""
+    return -self.nll
+
+  @property
+  def total(self) -> float:
+    """The line's log-probability, the sum of log_probs (natural log; 0.0 for no tokens)."""
+    return float(-np.sum(self.nll)) + 0.0
 
 
 @dataclasses.dataclass
@@ -60,7 +76,7 @@ class TrainedModel:
       raise UserError(f'--workdir={workdir_path!r} holds no best checkpoint yet; train it until its first evaluation')
     vocabulary = workdir_vocab.load(workdir, config)
     backend.configure(config)  # before anything starts JAX's backends
-    run = experiment_lib.Experiment(config, workdir, training=False, corpus=vocabulary.as_corpus())
+    run = _evaluation_run(config, workdir, vocabulary)
     checkpoints = ckpt_lib.Checkpoints(workdir, read_only=True)
     try:
       step = evaluation.best_step(run, checkpoints)
@@ -146,14 +162,6 @@ class TrainedModel:
       ids[oov] = self.rare_id
     return ids, oov
 
-  def check_words(self, words: list[str]) -> list[int]:
-    """Ids of words a user named; one line naming the first unknown one."""
-    for w in words:
-      if w not in self.word_ids:
-        raise UserError(f'{w!r} is not in the vocabulary ({len(self.vocab):,} words of the {self.config.data.corpus} '
-                        'corpus, case-sensitive); choose another word')
-    return [self.word_ids[w] for w in words]
-
   # ------------------------------------------------------------------------------------ scoring
 
   def contexts(self, ids: np.ndarray) -> np.ndarray:
@@ -186,23 +194,24 @@ class TrainedModel:
     precise = steps_lib.with_matmul_precision(fn, precision, self.run.platform)
     return jax.jit(precise, in_shardings=(self.run.steps.param_shardings, replicated), out_shardings=replicated)
 
-  @functools.cached_property
+  @property
   def _log_probs_fn(self):
-    return self._jit(functools.partial(next_word_log_probs, self.run.model))
+    return _compiled(self.run, 'log_probs', lambda: self._jit(functools.partial(next_word_log_probs, self.run.model)))
 
   def next_word_log_probs(self, contexts: np.ndarray) -> np.ndarray:
     """log P(w | context) for every word of the vocabulary: [batch, |V|], float64, exactly normalised."""
     with jax.set_mesh(self.run.mesh):
       return np.asarray(self._log_probs_fn(self.params, np.asarray(contexts, np.int32)), np.float64)
 
-  @functools.cached_property
+  @property
   def _expected_fns(self) -> dict:
     model = self.run.model
 
     def expected(params, contexts, with_columns):
       p = jnp.exp(next_word_log_probs(model, params, contexts))
       return p @ params['C'], (p @ params[output_layer.OUTPUT][:, :model.vocab_size].T if with_columns else None)
-    return {flag: self._jit(functools.partial(expected, with_columns=flag)) for flag in (False, True)}
+    return _compiled(self.run, 'expected', lambda: {flag: self._jit(functools.partial(expected, with_columns=flag))
+                                                    for flag in (False, True)})
 
   def expected_rows(self, contexts: np.ndarray, with_columns: bool = True):
     """The paper's vector for an unknown word in each context: sum_i C(i) P(i | context) [N, m], and
@@ -227,6 +236,27 @@ class TrainedModel:
   def embeddings(self) -> np.ndarray:
     """C: the feature vector of every word, [|V|, m] float32."""
     return np.asarray(jax.device_get(self.params['C']), np.float32)
+
+
+# The evaluation runs built in this process, with the functions jitted for them: a workdir loaded again
+# (a notebook's cell run twice, a running training's newer best parameters) reuses what was compiled.
+_RUNS: dict[tuple, experiment_lib.Experiment] = {}
+_COMPILED: dict[tuple[int, str], object] = {}
+
+
+def _evaluation_run(config, workdir: workdir_lib.Workdir, vocabulary) -> experiment_lib.Experiment:
+  where = str(workdir) if '://' in str(workdir) else os.path.abspath(str(workdir))
+  key = (where, json.dumps(config_lib.to_saved(config), sort_keys=True), vocabulary.words)
+  if key not in _RUNS:
+    _RUNS[key] = experiment_lib.Experiment(config, workdir, training=False, corpus=vocabulary.as_corpus())
+  return _RUNS[key]
+
+
+def _compiled(run: experiment_lib.Experiment, name: str, build):
+  key = (id(run), name)  # the runs are kept in _RUNS, so an id is never reused for another
+  if key not in _COMPILED:
+    _COMPILED[key] = build()
+  return _COMPILED[key]
 
 
 def next_word_log_probs(model, params, contexts):

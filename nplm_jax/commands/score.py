@@ -1,0 +1,48 @@
+"""nplm-score (python -m nplm_jax.tools.score): log-probabilities of text, as KenLM's query prints them;
+a thin layer over nplm_jax.load(DIR).score."""
+
+import sys
+
+from nplm_jax import api
+from nplm_jax import cli as cli_lib
+from nplm_jax.data import text_input
+from nplm_jax.errors import UserError
+from nplm_jax.tools import score as score_lib
+
+
+def parse_args(argv=None):
+  parser = cli_lib.ArgumentParser('nplm_jax.tools.score', description=score_lib.__doc__)
+  parser.add_argument('--workdir', required=True, help='a training workdir with a best checkpoint (finished or running)')
+  parser.add_argument('--text', required=True, help="the text to score, one sentence or paragraph a line; '-' = stdin")
+  parser.add_argument('--verbosity', default='summary', choices=['word', 'line', 'summary'],
+                      help='what to print besides the summary')
+  parser.add_argument('--log_base', default='10', choices=list(score_lib.LOG_BASES),
+                      help='base of the printed log-probabilities (kenlm: always 10)')
+  parser.add_argument('--independent_lines', action='store_true',
+                      help='score each line from boundary symbols instead of as one stream')
+  parser.add_argument('--format', default='text', choices=['text', 'json', 'kenlm'],
+                      help="plain text; one JSON object a line; or KenLM query's layout, for scripts that parse it")
+  parser.add_argument('--mix', action='store_true', help="score with the network mixed with the workdir's n-gram")
+  return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+  args = parse_args(argv)
+  try:
+    if args.format == 'kenlm' and args.log_base != '10':
+      raise UserError(f"--format=kenlm prints log10 probabilities, as KenLM's query does; leave out --log_base={args.log_base}")
+    lines = text_input.read_lines(args.text, '--text')
+    model = api.load(args.workdir)
+    scored = model.score(lines, args.independent_lines, args.mix)
+    if not sum(len(s.ids) for s in scored):
+      raise UserError(f'--text={args.text!r} holds no tokens; give non-empty text')
+  except UserError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 1
+  score_lib.report(scored, args.verbosity, args.log_base, args.format, model.config.model.n)
+  return 0
+
+
+if __name__ == '__main__':
+  from nplm_jax import entry  # pylint: disable=g-import-not-at-top
+  entry.run_command('__main__')

@@ -1,0 +1,266 @@
+"""nplm_jax from Python (nplm_jax.load / get_config / train): each call gives what its command prints on
+the same workdir, in both model families; nothing installs signal handlers or exits; errors are one
+exception class with the commands' line; a second load compiles nothing; README's example runs."""
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import nplm_jax
+from tests import warm_python
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAMILIES = {'paper': 'experiments/text.py:tiny', 'revisited': 'experiments/text.py:tiny_revisited'}
+
+
+@pytest.fixture(scope='module', params=sorted(FAMILIES))
+def trained(request, tmp_path_factory):
+  """A tiny trained workdir of each family (text corpus with <unk>, its trigram mixture), and its model."""
+  from tests import corpora  # pylint: disable=g-import-not-at-top
+  base = tmp_path_factory.mktemp(request.param)
+  files = corpora.write_markov_corpus(str(base))
+  with open(files['valid'], 'a', encoding='utf-8') as f:
+    f.write('w1 w2 never_in_train\n')  # the vocabulary gets <unk>
+  path = base / 'run'
+  proc = subprocess.run(
+      [sys.executable, '-m', 'nplm_jax.main', f'--config={FAMILIES[request.param]}', f'--workdir={path}',
+       *(f'--config.data.{s}_file={files[s]}' for s in ('train', 'valid', 'test')), '--config.train.num_epochs=2',
+       '--config.mix.enabled=True', '--config.mesh.cpu_devices=2'],
+      cwd=REPO, env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  return dict(path=str(path), files=files, base=base, lm=nplm_jax.load(path))
+
+
+def command(module, *args):
+  proc = warm_python.shared().run([module, *args], env=dict(os.environ, JAX_PLATFORMS='cpu'))
+  assert proc.returncode == 0, proc.stderr
+  return proc.stdout
+
+
+def command_error(module, *args) -> str:
+  proc = warm_python.shared().run([module, *args], env=dict(os.environ, JAX_PLATFORMS='cpu'))
+  assert proc.returncode == 1 and proc.stderr.startswith('error: '), proc.stderr
+  return proc.stderr.strip()[len('error: '):]
+
+
+# ------------------------------------------------------------------------------------- scoring
+
+@pytest.mark.parametrize('flags', [(), ('--independent_lines',), ('--mix',)])
+def test_score_equals_nplm_score(trained, flags):
+  lm, text = trained['lm'], trained['files']['test']
+  out = command('nplm_jax.tools.score', f'--workdir={trained["path"]}', f'--text={text}', '--format=json',
+                '--verbosity=word', '--log_base=e', *flags)
+  records = [json.loads(line) for line in out.splitlines()]
+  words = [r for r in records if 'word' in r]
+  lines = pathlib.Path(text).read_text(encoding='utf-8').splitlines()
+  scored = lm.score(lines, independent_lines='--independent_lines' in flags, mix='--mix' in flags)
+  assert [r['word'] for r in words] == [w for s in scored for w in s.words]
+  assert [r['log_prob'] for r in words] == [float(x) for s in scored for x in s.log_probs]  # JSON keeps every digit
+  assert [r['oov'] for r in words] == [bool(x) for s in scored for x in s.oov]
+  per_line = [r for r in records if 'tokens' in r and 'line' in r]
+  assert [r['log_prob'] for r in per_line] == [s.total for s in scored if len(s)]
+  summary = records[-1]
+  assert summary['perplexity'] == lm.perplexity(lines, '--independent_lines' in flags, '--mix' in flags)
+  # a string is its lines
+  assert lm.perplexity('\n'.join(lines), '--independent_lines' in flags, '--mix' in flags) == summary['perplexity']
+
+
+def test_the_stream_perplexity_of_the_test_file_is_the_training_figure(trained):
+  results = json.loads(pathlib.Path(trained['path'], 'results.json').read_text(encoding='utf-8'))
+  text = pathlib.Path(trained['files']['test']).read_text(encoding='utf-8')
+  # the first n-1 tokens' contexts are boundary symbols here, the end of validation in training
+  assert trained['lm'].perplexity(text) == pytest.approx(results['test_ppl'], rel=2e-3)
+
+
+def test_oov_words_are_flagged_and_scored_as_the_rare_word(trained):
+  lm = trained['lm']
+  s = lm.score(['w1 never_seen_word w2'], independent_lines=True)[0]
+  assert s.words == ['w1', 'never_seen_word', 'w2', '<eos>'] and s.oov.tolist() == [False, True, False, False]
+  assert s.ids[1] == lm.vocabulary.index('<unk>') and s.total == pytest.approx(float(s.log_probs.sum()))
+
+
+# ----------------------------------------------------------------------------- next-word distribution
+
+def test_next_word_distribution_is_normalised_and_its_argmax_is_the_greedy_sample(trained):
+  lm = trained['lm']
+  batch = lm.next_word_log_probs(['w1 w2', 'w3', ''])
+  assert batch.shape == (3, len(lm.vocabulary)) and batch.dtype == np.float64
+  np.testing.assert_allclose(np.exp(batch).sum(axis=1), 1.0, rtol=1e-5)  # float32 softmax, summed in float64
+  # alone or in a batch of 3: the same sums in float32, perhaps in another order (a few ulps of 2**-24)
+  np.testing.assert_allclose(lm.next_word_log_probs('w3'), batch[1], rtol=1e-6)
+  top = lm.next_words('w1 w2', topn=4)
+  assert [p for _, p in top] == sorted((p for _, p in top), reverse=True)
+  assert [w for w, _ in top] == [lm.vocabulary[i] for i in np.argsort(-batch[0], kind='stable')[:4]]
+  # the next word's probability is the one scoring gives it after the same words
+  s = lm.score(['w1 w2 ' + top[0][0]], independent_lines=True)[0]
+  assert float(np.exp(s.log_probs[2])) == pytest.approx(top[0][1], rel=1e-5)
+
+
+# ------------------------------------------------------------------------------------- sampling
+
+def test_samples_equal_nplm_sample(trained):
+  lm, path = trained['lm'], trained['path']
+  one = command('nplm_jax.tools.sample', f'--workdir={path}', '--prompt=w1 w2', '--num_tokens=12', '--seed=7',
+                '--top_k=10', '--temperature=0.8').splitlines()
+  assert one == [lm.sample('w1 w2', num_tokens=12, seed=7, top_k=10, temperature=0.8)]
+  many = command('nplm_jax.tools.sample', f'--workdir={path}', '--num_tokens=9', '--seed=3', '--num_samples=3',
+                 '--top_p=0.9', '--no-stop_at_eos').splitlines()
+  assert many == list(lm.samples(num_samples=3, num_tokens=9, seed=3, top_p=0.9, stop_at_eos=False))
+  assert many[0] == ' '.join(lm.generate(num_tokens=9, seed=3, top_p=0.9, stop_at_eos=False))
+
+
+# -------------------------------------------------------------------------------------- vectors
+
+def test_vectors_equal_nplm_embeddings(trained, tmp_path):
+  lm, path = trained['lm'], trained['path']
+  out = command('nplm_jax.tools.embeddings', 'neighbours', f'--workdir={path}', '--words=w1,w3', '--topn=4')
+  expected = [f'{w}: ' + ', '.join(f'{x} {s:.3f}' for x, s in lm.vectors.most_similar(w, topn=4)) for w in ('w1', 'w3')]
+  assert out.splitlines() == expected
+  out = command('nplm_jax.tools.embeddings', 'analogy', f'--workdir={path}', '--words=w1,w2,w3', '--topn=3')
+  found = lm.vectors.most_similar(positive=['w2', 'w3'], negative=['w1'], topn=3)
+  assert out.strip() == 'w1 : w2 :: w3 : ' + ', '.join(f'{w} {s:.3f}' for w, s in found)
+  command('nplm_jax.tools.embeddings', 'export', f'--workdir={path}', f'--output={tmp_path / "cli.txt"}')
+  lm.vectors.save_word2vec_format(tmp_path / 'api.txt')
+  assert (tmp_path / 'cli.txt').read_bytes() == (tmp_path / 'api.txt').read_bytes()
+
+
+def test_vectors_have_keyed_vectors_habits(trained):
+  vectors = trained['lm'].vectors
+  assert vectors.index_to_key == trained['lm'].vocabulary and len(vectors) == len(vectors.index_to_key)
+  assert 'w1' in vectors and 'nope' not in vectors
+  assert vectors['w1'].shape == (vectors.vector_size,) and vectors[['w1', 'w2']].shape == (2, vectors.vector_size)
+  a, b = vectors['w1'].astype(np.float64), vectors['w2'].astype(np.float64)
+  assert vectors.similarity('w1', 'w2') == pytest.approx(a @ b / np.linalg.norm(a) / np.linalg.norm(b), rel=1e-5)
+  found = vectors.most_similar('w1', topn=3)
+  assert 'w1' not in dict(found) and vectors.similar_by_vector(vectors['w1'], topn=1)[0][0] == 'w1'
+
+
+def test_oov_vectors_are_the_papers_expected_feature_vector(trained):
+  lm = trained['lm']
+  found = lm.oov_vectors(['w1 w2 zzz_new w3'])
+  assert list(found) == ['zzz_new']
+  context = lm.next_word_log_probs('w1 w2')  # zzz_new's context: w1 w2 after boundary symbols
+  expected = np.exp(context) @ lm.vectors.vectors.astype(np.float64)
+  np.testing.assert_allclose(found['zzz_new'], expected, rtol=1e-4, atol=1e-6)
+  assert lm.oov_vectors('w1 w2 w3') == {}
+
+
+# ------------------------------------------------------------------------------ errors, notebooks
+
+def test_errors_are_one_exception_class_with_the_commands_line(trained, tmp_path):
+  lm, path = trained['lm'], trained['path']
+  with pytest.raises(nplm_jax.UserError) as e:
+    lm.vectors.most_similar('not_a_word')
+  assert str(e.value) == command_error('nplm_jax.tools.embeddings', 'neighbours', f'--workdir={path}',
+                                       '--words=not_a_word')
+  with pytest.raises(nplm_jax.UserError) as e:
+    nplm_jax.load(tmp_path / 'missing')
+  assert str(e.value) == command_error('nplm_jax.tools.score', f'--workdir={tmp_path / "missing"}',
+                                       f'--text={trained["files"]["test"]}')
+  with pytest.raises(nplm_jax.UserError) as e:
+    lm.sample(num_tokens=5, top_p=1.5)
+  assert str(e.value) == command_error('nplm_jax.tools.sample', f'--workdir={path}', '--num_tokens=5', '--top_p=1.5')
+  with pytest.raises(nplm_jax.UserError, match='train.batch_size'):
+    nplm_jax.get_config('experiments/text.py:tiny', {'train.batch_size': 0, 'data.train_file': 'x'})
+  with pytest.raises(nplm_jax.UserError, match='--config.train.nope is not a config key'):
+    nplm_jax.get_config('experiments/text.py:tiny', {'train.nope': 1})
+  assert '\n' not in str(e.value)
+
+
+def test_get_config_takes_overrides_as_the_command_line_does():
+  config = nplm_jax.get_config('experiments/brown.py:quick', {'train.batch_size': 256, 'model.h': '0',
+                                                              'optimizer.learning_rate': 0.5})
+  assert (config.train.batch_size, config.model.h, config.optimizer.learning_rate) == (256, 0, 0.5)
+  assert config.name == 'brown_quick'
+
+
+NOTEBOOK = textwrap.dedent('''
+    import json, signal, sys
+    import nplm_jax
+    handlers = lambda: (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+    before = handlers()
+    config = nplm_jax.get_config('experiments/text.py:tiny', json.loads(sys.argv[2]))
+    results = nplm_jax.train(config, sys.argv[1])
+    lm = nplm_jax.load(sys.argv[1])
+    lm.perplexity('w1 w2 w3'); lm.sample(num_tokens=3); lm.vectors.most_similar('w1')
+    again = nplm_jax.train(config, sys.argv[1])  # finished: its results, nothing trained
+    try:
+      nplm_jax.load(sys.argv[1] + '_missing')
+    except nplm_jax.UserError:
+      pass
+    assert handlers() == before, (before, handlers())
+    print(json.dumps({'results': results, 'again': again}))
+''')
+
+
+def test_train_in_a_notebook_gives_the_commands_run_and_touches_no_signal(trained, tmp_path):
+  """nplm_jax.train in a plain Python process: the same figures as nplm-train on the same config (CPU runs
+  are deterministic), its handlers of SIGINT and SIGTERM as they were, no exit on a bad workdir."""
+  files = trained['files']
+  overrides = {f'data.{s}_file': files[s] for s in ('train', 'valid', 'test')}
+  overrides.update({'train.max_steps': 30, 'mesh.cpu_devices': 2})
+  proc = subprocess.run([sys.executable, '-c', NOTEBOOK, str(tmp_path / 'api'), json.dumps(overrides)], cwd=REPO,
+                        env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  ran = json.loads(proc.stdout.splitlines()[-1])
+  cli = subprocess.run([sys.executable, '-m', 'nplm_jax.main', '--config=experiments/text.py:tiny',
+                        f'--workdir={tmp_path / "cli"}', *(f'--config.{k}={v}' for k, v in overrides.items())],
+                       cwd=REPO, env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=300)
+  assert cli.returncode == 0, cli.stderr[-3000:]
+  from_cli = json.loads((tmp_path / 'cli' / 'results.json').read_text(encoding='utf-8'))
+  assert ran['results'] == json.loads((tmp_path / 'api' / 'results.json').read_text(encoding='utf-8'))
+  assert ran['again'] == ran['results']
+  for key in ('valid_ppl', 'test_ppl', 'step'):
+    assert ran['results'][key] == from_cli[key], key
+
+
+def test_a_second_load_compiles_nothing(trained):
+  import jax  # pylint: disable=g-import-not-at-top
+  compiled = []
+  listener = lambda event, duration, **kwargs: compiled.append(event) if 'backend_compile' in event else None
+  trained['lm'].perplexity('w1 w2 w3')
+  trained['lm'].next_words('w1')
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  try:
+    again = nplm_jax.load(trained['path'])
+    again.perplexity('w1 w2 w3')
+    again.next_words('w1')
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listener)
+  assert compiled == []
+
+
+def test_importing_the_package_imports_no_jax():
+  proc = subprocess.run([sys.executable, '-c', 'import sys, nplm_jax; print("jax" in sys.modules)'], cwd=REPO,
+                        capture_output=True, text=True, timeout=60)
+  assert proc.stdout.strip() == 'False', proc.stderr
+
+
+# ----------------------------------------------------------------------------------------- README
+
+def readme_python_block() -> str:
+  readme = pathlib.Path(REPO, 'README.md').read_text(encoding='utf-8')
+  section = readme.split('## Use it from Python', 1)[1].split('\n## ', 1)[0]
+  return re.search(r'```python\n(.*?)```', section, re.S).group(1)
+
+
+def test_readme_python_example_runs_as_written(tmp_path):
+  """README's block, on a Brown model trained for a few steps (the words it names are Brown's): only
+  the workdir's name is changed."""
+  workdir = tmp_path / 'brown'
+  proc = subprocess.run([sys.executable, '-m', 'nplm_jax.main', '--config=experiments/brown.py:smoke',
+                         f'--workdir={workdir}', '--config.train.max_steps=20'], cwd=REPO,
+                        env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  block = readme_python_block()
+  assert "'runs/brown_quick'" in block
+  run = subprocess.run([sys.executable, '-c', block.replace("'runs/brown_quick'", repr(str(workdir)))], cwd=tmp_path,
+                       env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=600)
+  assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
