@@ -290,3 +290,9 @@ def test_every_config_override_the_gpu_scripts_pass_is_valid(path, expected):
     current = (config[section] if section else config)[name]
     value = {bool: lambda t: t == 'True', int: int, float: float}.get(type(current), str)(text)
     config_lib.validate(config_lib.apply_overrides(config, {key: value}))
+
+
+def test_score_sentences_prints_both_rates_and_their_ratio():
+  rows = run('score_sentences.py', '--vocab=2000', '--sentences=50', '--rounds=1', '--train_steps=2')
+  assert rows[-1]['sentences'] == 50 and rows[-1]['tokens'] == rows[0]['tokens'] > 50
+  assert rows[-1]['separate_tokens_per_sec'] > 0 and rows[-1]['separate_over_stream'] > 0

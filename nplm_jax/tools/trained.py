@@ -171,19 +171,23 @@ class TrainedModel:
     return data_lib.context_windows(padded, np.arange(len(ids)) + self.context_size, self.context_size)
 
   def score(self, sequences: list[list[str]]) -> list[Scored]:
-    """Each sequence scored on its own from boundary symbols, all in one batched pass."""
-    converted = [self.to_ids(words) for words in sequences]
-    contexts = [self.contexts(ids) for ids, _ in converted]
-    targets = np.concatenate([ids for ids, _ in converted]) if converted else np.zeros(0, np.int32)
-    contexts = np.concatenate(contexts) if contexts else np.zeros((0, self.context_size), np.int32)
+    """Each sequence scored on its own from boundary symbols, all in one batched pass (the contexts of
+    every sequence built at once: many short sentences cost what one stream of their tokens costs)."""
+    lengths = np.array([len(words) for words in sequences], np.int64)
+    ids, oov = self.to_ids([w for words in sequences for w in words])
+    c = self.context_size
+    # each sequence after c boundary symbols, all in one array; a token's context is the c ids before it
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if len(lengths) else np.zeros(0, np.int64)
+    padded = np.full(len(ids) + c * len(lengths), self.boundary_id, np.int32)
+    sequence_of = np.repeat(np.arange(len(lengths)), lengths)
+    positions = np.arange(len(ids)) + c * (sequence_of + 1)
+    padded[positions] = ids
+    contexts = data_lib.context_windows(padded, positions, c) if len(ids) else np.zeros((0, c), np.int32)
     with jax.set_mesh(self.run.mesh):
-      nll = evaluation.examples_nll(self.run.steps, self.params, contexts, targets, self.run.eval_batch_size,
+      nll = evaluation.examples_nll(self.run.steps, self.params, contexts, ids, self.run.eval_batch_size,
                                     progress_lib.StderrProgress('tokens scored'))
-    out, start = [], 0
-    for words, (ids, oov) in zip(sequences, converted):
-      out.append(Scored(words, ids, oov, nll[start:start + len(ids)]))
-      start += len(ids)
-    return out
+    return [Scored(words, ids[a:a + n], oov[a:a + n], nll[a:a + n])
+            for words, a, n in zip(sequences, starts, lengths)]
 
   # ------------------------------------------------------------------------ next-word distribution
 
