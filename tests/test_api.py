@@ -245,22 +245,19 @@ def test_importing_the_package_imports_no_jax():
 
 # ----------------------------------------------------------------------------------------- README
 
-def readme_python_block() -> str:
+def readme_python_blocks() -> list[str]:
   readme = pathlib.Path(REPO, 'README.md').read_text(encoding='utf-8')
   section = readme.split('## Use it from Python', 1)[1].split('\n## ', 1)[0]
-  return re.search(r'```python\n(.*?)```', section, re.S).group(1)
+  return re.findall(r'```python\n(.*?)```', section, re.S)
 
 
-def test_readme_python_example_runs_as_written(tmp_path):
-  """README's block, on a Brown model trained for a few steps (the words it names are Brown's): only
-  the workdir's name is changed."""
-  workdir = tmp_path / 'brown'
-  proc = subprocess.run([sys.executable, '-m', 'nplm_jax.main', '--config=experiments/brown.py:smoke',
-                         f'--workdir={workdir}', '--config.train.max_steps=20'], cwd=REPO,
-                        env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=600)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  block = readme_python_block()
-  assert "'runs/brown_quick'" in block
-  run = subprocess.run([sys.executable, '-c', block.replace("'runs/brown_quick'", repr(str(workdir)))], cwd=tmp_path,
-                       env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=600)
-  assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+def test_readme_python_examples_run_as_written(tmp_path):
+  """README's blocks in order: the first trains (the install check's run, from Python), the second uses
+  the quick start's model, here the first block's, which is the same vocabulary (Brown's)."""
+  train_block, use_block = readme_python_blocks()
+  trained_here = re.search(r"nplm_jax\.train\(config, '([^']+)'\)", train_block).group(1)
+  assert "nplm_jax.load('runs/brown_quick')" in use_block
+  for block in (train_block, use_block.replace("'runs/brown_quick'", repr(trained_here))):
+    run = subprocess.run([sys.executable, '-c', block], cwd=tmp_path, env=dict(os.environ, JAX_PLATFORMS='cpu'),
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
