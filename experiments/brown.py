@@ -98,6 +98,7 @@ def get_config(variant: str = 'mlp1'):
   if variant in dict(REGULARISED):
     config = get_config('mlp10_tuned')
     config.name = f'brown_{variant}'
+    config.mix.fit_weight = True  # beyond Table 1: the weight fitted on validation
     return apply_overrides(config, regularised_changes(variant))
   tuned = variant.endswith(TUNED_SUFFIX)
   row = variant[:-len(TUNED_SUFFIX)] if tuned else variant
@@ -110,6 +111,7 @@ def get_config(variant: str = 'mlp1'):
   config.data.corpus = 'brown'
   config.model.update(VARIANTS[MIXTURES.get(row, row)])
   config.mix.enabled = row in MIXTURES
+  config.mix.fit_weight = row not in MIXTURES  # Table 1's mixture rows: the paper's fixed 0.5/0.5
   if tuned:
     apply_overrides(config, TUNED)
   return config

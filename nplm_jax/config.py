@@ -221,7 +221,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.mix.enabled = False
   c.mix.ngram_order = 3
   c.mix.smoothing = 'interpolated'  # 'interpolated' (the paper's) | 'kneser_ney'
-  c.mix.weight = 0.5  # the network's weight; a weight fitted on validation is reported too
+  c.mix.fit_weight = True  # the network's weight fitted on validation (no worse there than either part alone)
+  c.mix.weight = 0.5  # the network's fixed weight when fit_weight is False (the paper's 0.5/0.5)
   c.mix.max_memory_gb = 16.0  # the n-gram's estimated peak memory above this stops the run at start-up
 
   c.mesh = ml_collections.ConfigDict()
@@ -267,7 +268,7 @@ COSINE_4_EPOCHS = {'optimizer.cosine_decay_steps': -1, 'train.num_epochs': 4, 't
 
 # Keys a workdir saved by older code may lack, where the behaviour it was trained with differs from
 # today's default (every other missing key takes base_config's value, which kept the old behaviour).
-LEGACY_DEFAULTS = {'model.compute_dtype': 'float32', 'data.blank_lines': 'skip'}
+LEGACY_DEFAULTS = {'model.compute_dtype': 'float32', 'data.blank_lines': 'skip', 'mix.fit_weight': False}
 # The corpus paths of a data section: config.json also stores them absolute (ABSOLUTE_PATHS_KEY).
 DATA_PATH_KEYS = ('path', 'train_file', 'valid_file', 'test_file')
 ABSOLUTE_PATHS_KEY = 'absolute_data_paths'

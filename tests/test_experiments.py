@@ -98,3 +98,12 @@ def test_every_results_file_loads_as_a_config():
         experiment.get_config(os.path.join(REPO, 'results', f'{name}.json'))
       continue
     config_lib.validate(experiment.get_config(os.path.join(REPO, 'results', f'{name}.json')))
+
+
+@pytest.mark.parametrize('row', ['mlp2', 'mlp4', 'mlp10', 'mlp2_tuned', 'mlp10_tuned'])
+def test_table1_mixture_rows_keep_the_papers_fixed_weight(row):
+  """Table 1's even rows are the paper's 0.5/0.5 mixture; elsewhere the weight is fitted on validation."""
+  from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  config = config_lib.load_experiment('experiments/brown.py').get_config(row)
+  assert config.mix.enabled and not config.mix.fit_weight and config.mix.weight == 0.5
+  assert config_lib.base_config().mix.fit_weight

@@ -141,6 +141,38 @@ def test_mixture_is_never_worse_than_its_worse_part():
     assert best <= min(ngram.perplexity(a), ngram.perplexity(b), ngram.perplexity(ngram.mixture_probs(a, b, 0.5))) + 1e-9
 
 
+def test_the_fitted_weight_takes_one_part_alone_when_that_is_likelier():
+  """An optimum at an end of [0, 1] is only approached by EM: the fit then returns the end itself, so the
+  fitted mixture is never worse than either part on the tokens it was fitted to (no tolerance needed)."""
+  rng = np.random.default_rng(1)
+  network = rng.uniform(0.2, 1, size=1000)
+  for ngram_probs, end in ((network * 0.01, 1.0), (np.minimum(network * 50, 1.0), 0.0)):
+    assert ngram.fit_mixture_weight(network, ngram_probs) == end
+    assert ngram.perplexity(ngram.mixture_probs(network, ngram_probs, ngram.fit_mixture_weight(network, ngram_probs))) \
+        <= min(ngram.perplexity(network), ngram.perplexity(ngram_probs))
+
+
+def test_the_mixture_uses_the_fitted_weight_unless_a_fixed_one_is_asked_for():
+  from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.tools import mix  # pylint: disable=g-import-not-at-top
+  corpus = random_corpus()
+  rng = np.random.default_rng(2)
+  network = {s: -np.log(rng.uniform(0.01, 0.2, size=corpus.num_tokens(s))) for s in ('valid', 'test')}
+  config = config_lib.base_config().mix
+  fitted = mix.mixture_results(corpus, network, config)
+  assert fitted['mix_weight_fitted'] and fitted['mix_weight'] == fitted['mix_fitted_weight']
+  assert fitted['mix_test_ppl'] == fitted['mix_fitted_test_ppl']
+  assert fitted['mix_valid_ppl'] <= min(fitted['ngram_valid_ppl'], float(np.exp(network['valid'].mean())))
+  config.update(fit_weight=False, weight=0.5)
+  fixed = mix.mixture_results(corpus, network, config)
+  assert not fixed['mix_weight_fitted'] and fixed['mix_weight'] == 0.5
+  assert fixed['mix_fitted_test_ppl'] == fitted['mix_fitted_test_ppl'] and fixed['mix_valid_ppl'] >= fitted['mix_valid_ppl']
+  # a config saved before fit_weight existed mixed at its fixed weight, and still does
+  saved = config_lib.to_saved(config_lib.base_config())
+  del saved['mix']['fit_weight']
+  assert config_lib.from_saved(saved).mix.fit_weight is False
+
+
 def test_ngram_cli_on_ptb(ptb_dir):
   proc = subprocess.run([sys.executable, '-m', 'nplm_jax.baselines.ngram', '--config=experiments/ptb.py',
                          f'--config.data.path={ptb_dir}', '--order=5', '--smoothing=kneser_ney'],

@@ -268,7 +268,9 @@ class DeletedInterpolation:
     comp, bins = self.components(split)
     counts = np.bincount(bins, minlength=self.num_bins)
     self.em_log_likelihoods = []
-    for _ in range(max_iterations):
+    progress = StderrProgress(f'interpolation EM iterations over {len(bins):,} {split} tokens (at most)')
+    for iteration in range(max_iterations):
+      progress(iteration, max_iterations)
       weighted = self.weights[bins] * comp
       mix = weighted.sum(axis=1)
       self.em_log_likelihoods.append(float(np.sum(np.log(mix))))
@@ -352,7 +354,9 @@ def mixture_probs(p_network: np.ndarray, p_ngram: np.ndarray, weight: float) -> 
 
 
 def fit_mixture_weight(p_network: np.ndarray, p_ngram: np.ndarray, iterations: int = 100) -> float:
-  """The network's weight maximising the likelihood of (validation) tokens, by EM."""
+  """The network's weight maximising the likelihood of (validation) tokens, by EM; 0 or 1 (one part
+  alone) when that is likelier than where EM stopped (an optimum at an end is only approached), so
+  that on these tokens the mixture is never worse than either part."""
   weight = 0.5
   for _ in range(iterations):
     mix = mixture_probs(p_network, p_ngram, weight)
@@ -360,7 +364,8 @@ def fit_mixture_weight(p_network: np.ndarray, p_ngram: np.ndarray, iterations: i
     if abs(new - weight) < 1e-9:
       break
     weight = new
-  return weight
+  log_likelihood = lambda w: float(np.sum(np.log(mixture_probs(p_network, p_ngram, w))))
+  return max((weight, 0.0, 1.0), key=log_likelihood)
 
 
 def evaluate(corpus: data_lib.Corpus, order: int, smoothing: str, max_memory_gb: float = DEFAULT_MAX_MEMORY_GB) -> dict:

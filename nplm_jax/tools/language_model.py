@@ -91,8 +91,8 @@ class LanguageModel:
   # --------------------------------------------------------------------------------- scoring
 
   @functools.cached_property
-  def _mixture_ngram(self):
-    return score_lib.mixture_ngram(self.trained)
+  def _mixture(self) -> score_lib.Mixture:
+    return score_lib.workdir_mixture(self.trained)
 
   def score(self, text: str | Sequence[str], independent_lines: bool = False, mix: bool = False) -> list[Scored]:
     """One Scored per line (a string's lines, or a list's items; an empty line gives an empty Scored):
@@ -102,9 +102,10 @@ class LanguageModel:
     By default the lines are one stream, as the corpus was evaluated (each token's context runs back
     across lines); independent_lines=True scores each line from boundary symbols (rescoring sentences),
     all of them in batches on the devices. mix=True: the network mixed with the workdir's n-gram
-    (config.mix: order, smoothing, weight), which reads the training corpus once."""
+    (config.mix: order and smoothing; the weight the workdir's mixture was fitted to on validation, or
+    config.mix.weight), which reads the training corpus once."""
     return score_lib.score_text(self.trained, _lines(text), independent_lines,
-                                self._mixture_ngram if mix else None)
+                                self._mixture if mix else None)
 
   def perplexity(self, text: str | Sequence[str], independent_lines: bool = False, mix: bool = False) -> float:
     """exp(mean -log P) over every token, OOVs included: the perplexity nplm-score prints for the same text."""

@@ -17,29 +17,50 @@ from nplm_jax.errors import UserError
 
 
 def mixture_results(corpus: data_lib.Corpus, network_nll: dict, mix_config) -> dict:
-  """Perplexities of the n-gram alone and of its mixture with the network, fixed and fitted weight.
+  """Perplexities of the n-gram alone and of its mixture with the network.
 
-  `network_nll` maps 'valid' and 'test' to the network's per-token -log P, in stream order.
+  `network_nll` maps 'valid' and 'test' to the network's per-token -log P, in stream order. The
+  mixture (mix_valid_ppl, mix_test_ppl) weighs the network by the weight fitted on validation
+  (mix_config.fit_weight, the default: on validation it is no worse than either part alone) or by
+  mix_config.weight; mix_weight says which weight, and the fitted weight's figures are always given
+  (mix_fitted_*).
   """
   model = ngram.build(corpus, mix_config.ngram_order, mix_config.smoothing,
                       mix_config.max_memory_gb)
   p_ngram = {s: model.token_probs(s) for s in ('valid', 'test')}
   p_net = {s: np.exp(-network_nll[s]) for s in ('valid', 'test')}
   fitted = ngram.fit_mixture_weight(p_net['valid'], p_ngram['valid'])
-  out = {'mix_ngram': f'{mix_config.smoothing}_{mix_config.ngram_order}', 'mix_weight': mix_config.weight,
-         'mix_fitted_weight': fitted}
+  weight = fitted if mix_config.fit_weight else mix_config.weight
+  out = {'mix_ngram': f'{mix_config.smoothing}_{mix_config.ngram_order}', 'mix_weight': weight,
+         'mix_weight_fitted': bool(mix_config.fit_weight), 'mix_fitted_weight': fitted}
   for s in ('valid', 'test'):
     out[f'ngram_{s}_ppl'] = ngram.perplexity(p_ngram[s])
-    out[f'mix_{s}_ppl'] = ngram.perplexity(ngram.mixture_probs(p_net[s], p_ngram[s], mix_config.weight))
+    out[f'mix_{s}_ppl'] = ngram.perplexity(ngram.mixture_probs(p_net[s], p_ngram[s], weight))
     out[f'mix_fitted_{s}_ppl'] = ngram.perplexity(ngram.mixture_probs(p_net[s], p_ngram[s], fitted))
     out[f'mix_{s}_bits'] = math.log2(out[f'mix_{s}_ppl'])  # bits per token: per character at data.unit='char'
   return out
 
 
 def summary_line(results: dict) -> str:
-  return (f'mixture with {results["mix_ngram"]}: valid ppl {results["mix_valid_ppl"]:.2f}, test ppl '
-          f'{results["mix_test_ppl"]:.2f} (weight {results["mix_weight"]}); fitted weight '
-          f'{results["mix_fitted_weight"]:.3f}: test ppl {results["mix_fitted_test_ppl"]:.2f}')
+  head = (f'mixture with {results["mix_ngram"]}: valid ppl {results["mix_valid_ppl"]:.2f}, test ppl '
+          f'{results["mix_test_ppl"]:.2f}')
+  if results.get('mix_weight_fitted'):
+    return f'{head} (the network\'s weight {results["mix_weight"]:.3f}, fitted on validation)'
+  return (f'{head} (weight {results["mix_weight"]}); fitted weight {results["mix_fitted_weight"]:.3f}: test ppl '
+          f'{results["mix_fitted_test_ppl"]:.2f}')
+
+
+def recorded_weight(workdir: workdir_lib.Workdir, mix_config) -> tuple[float, str]:
+  """(the network's weight, where it comes from) for mixing this workdir's network with its n-gram
+  outside training: mix.weight when fit_weight is off, else the weight its mixture was fitted to
+  (results.json from training, or mix_results.json from nplm-mix)."""
+  if not mix_config.fit_weight:
+    return mix_config.weight, f'mix.weight={mix_config.weight}'
+  for name in ('results.json', 'mix_results.json'):
+    found = workdir.read_json(name) or {}
+    if found.get('mix_weight_fitted') and found.get('mix_ngram') == f'{mix_config.smoothing}_{mix_config.ngram_order}':
+      return float(found['mix_weight']), f'fitted on validation ({name})'
+  return mix_config.weight, f'mix.weight={mix_config.weight}: no weight fitted for this n-gram yet (nplm-mix fits one)'
 
 
 def _corpus(data_config, workdir: workdir_lib.Workdir) -> data_lib.Corpus:
@@ -68,8 +89,9 @@ def parse_args(argv=None):
   parser.add_argument('--workdir', required=True, help='a finished training workdir (with best/ and config.json)')
   parser.add_argument('--order', type=int, default=3, help='n-gram order of the mixed-in model')
   parser.add_argument('--smoothing', default='interpolated', choices=list(ngram.SMOOTHINGS), help='its smoothing')
-  parser.add_argument('--weight', type=float, default=0.5,
-                      help="the network's fixed weight (a weight fitted on validation is reported too)")
+  parser.add_argument('--weight', type=float, default=None,
+                      help="the network's fixed weight, e.g. the paper's 0.5 (default: the weight fitted on "
+                           "validation; its figures are reported either way)")
   return parser.parse_args(argv)
 
 
@@ -80,7 +102,9 @@ def main(argv=None):
   cli = parse_args(argv)
   try:
     config = evaluation.load_config(cli.workdir)
-    config.mix.update(ngram_order=cli.order, smoothing=cli.smoothing, weight=cli.weight)
+    config.mix.update(ngram_order=cli.order, smoothing=cli.smoothing, fit_weight=cli.weight is None)
+    if cli.weight is not None:
+      config.mix.weight = cli.weight
     try:
       config_lib.validate(config)
     except UserError as e:  # name the flag the user gave, not the config key it sets

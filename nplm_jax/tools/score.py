@@ -13,7 +13,8 @@ others only (KenLM's definitions; --format=kenlm prints KenLM query's layout). A
 charged the probability of the whole rare-word class it was merged into in training, the most a
 word can get, so text with many OOVs can score a lower perplexity including them (docs/tools.md, "Scoring
 text"). --mix scores with the workdir's network + n-gram mixture
-(config.mix: the n-gram's order, smoothing and the network's weight). The command is
+(config.mix: the n-gram's order and smoothing; the network's weight as the workdir's mixture was fitted
+on validation, or config.mix.weight). The command is
 nplm_jax/commands/score.py; from Python, nplm_jax.load(DIR).score and .perplexity.
 """
 
@@ -25,18 +26,26 @@ import sys
 import numpy as np
 
 from nplm_jax.baselines import ngram
+from nplm_jax.tools import mix as mix_lib
 from nplm_jax.tools import trained as trained_lib
 
 LOG_BASES = {'e': math.e, '2': 2.0, '10': 10.0}
 
 
-def mixed_nll(model: trained_lib.TrainedModel, ngram_model, ids: np.ndarray, nll: np.ndarray) -> np.ndarray:
+@dataclasses.dataclass
+class Mixture:
+  """The workdir's n-gram (config.mix: order, smoothing) and the network's weight beside it."""
+  ngram_model: object
+  weight: float
+
+
+def mixed_nll(model: trained_lib.TrainedModel, mixture: Mixture, ids: np.ndarray, nll: np.ndarray) -> np.ndarray:
   """-log of weight * P_network + (1 - weight) * P_ngram per token of a sequence that starts after
-  boundary symbols (config.mix: the n-gram model's order, the network's weight)."""
-  mix = model.config.mix
-  history = [model.boundary_id] * (mix.ngram_order - 1) + [int(i) for i in ids]
-  p_ngram = np.array([ngram_model.distribution(history[t:t + mix.ngram_order - 1])[ids[t]] for t in range(len(ids))])
-  return -np.log(ngram.mixture_probs(np.exp(-nll), p_ngram, mix.weight))
+  boundary symbols."""
+  order = model.config.mix.ngram_order
+  history = [model.boundary_id] * (order - 1) + [int(i) for i in ids]
+  p_ngram = np.array([mixture.ngram_model.distribution(history[t:t + order - 1])[ids[t]] for t in range(len(ids))])
+  return -np.log(ngram.mixture_probs(np.exp(-nll), p_ngram, mixture.weight))
 
 
 def summary(nll: np.ndarray, oov: np.ndarray, log_base: str) -> dict:
@@ -52,21 +61,26 @@ def log_prob(nll, log_base: str) -> float:
   return float(-np.sum(nll) / math.log(LOG_BASES[log_base])) + 0.0
 
 
-def mixture_ngram(model: trained_lib.TrainedModel):
-  """The workdir's n-gram of the mixture (config.mix), estimated from the training corpus."""
+def workdir_mixture(model: trained_lib.TrainedModel) -> Mixture:
+  """The workdir's mixture: its n-gram estimated from the training corpus, and the weight its mixture
+  was fitted to (mix.recorded_weight; a note on stderr when none is recorded yet)."""
   mix = model.config.mix
-  return ngram.build(model.training_corpus('--mix'), mix.ngram_order, mix.smoothing, mix.max_memory_gb)
+  weight, source = mix_lib.recorded_weight(model.run.workdir, mix)
+  if not source.startswith('fitted') and mix.fit_weight:
+    print(f'note: the network\'s weight in the mixture is {source}', file=sys.stderr, flush=True)
+  return Mixture(ngram.build(model.training_corpus('--mix'), mix.ngram_order, mix.smoothing, mix.max_memory_gb),
+                 weight)
 
 
 def score_text(model: trained_lib.TrainedModel, lines: list[str], independent_lines: bool,
-               ngram_model=None) -> list[trained_lib.Scored]:
+               mixture: Mixture | None = None) -> list[trained_lib.Scored]:
   """One Scored per input line (empty lines give empty results): each line from boundary symbols,
-  or the lines as one stream, scored whole and cut back into lines; mixed with `ngram_model` (see
-  mixture_ngram) if given."""
+  or the lines as one stream, scored whole and cut back into lines; with `mixture` (workdir_mixture)
+  if given."""
   tokens = [model.line_tokens(line) for line in lines]
   scored = model.score(tokens if independent_lines else [[w for t in tokens for w in t]])
-  if ngram_model is not None:
-    scored = [dataclasses.replace(s, nll=mixed_nll(model, ngram_model, s.ids, s.nll)) for s in scored]
+  if mixture is not None:
+    scored = [dataclasses.replace(s, nll=mixed_nll(model, mixture, s.ids, s.nll)) for s in scored]
   if independent_lines:
     return scored
   whole, cuts = scored[0], np.cumsum([0] + [len(t) for t in tokens])

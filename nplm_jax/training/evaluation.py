@@ -18,6 +18,7 @@ from nplm_jax.parallel import sharding
 from nplm_jax.training import steps as steps_lib
 from nplm_jax.files import workdir as workdir_lib
 from nplm_jax.errors import UserError
+from nplm_jax import progress as progress_lib
 
 # mean NLL above which exp() overflows a float64: the run has diverged
 MAX_MEAN_NLL = 700.0
@@ -139,6 +140,7 @@ def evaluate_workdir(workdir_path: str, splits=('valid', 'test'), mesh=None, dev
   try:
     with jax.set_mesh(experiment.mesh):
       params = best_params(experiment, checkpoints)
-      return {split: split_nll(experiment, params, split) for split in splits}
+      return {split: split_nll(experiment, params, split, progress_lib.StderrProgress(f'{split} tokens evaluated'))
+              for split in splits}
   finally:
     checkpoints.close()
