@@ -59,7 +59,14 @@ def _fmt(value, digits: int = 2) -> str:
 
 _label = lambda r: f'`{r["label"]}`'
 _device_of = lambda r: r['device']
-_MIX_KN5 = ('+ KN5 test ppl (weight 0.5)', _num('mix_test_ppl'))
+def _mixture_test(r: dict) -> str:
+  """The mixture's test perplexity, its weight named when it is not the paper's 0.5."""
+  f = r['figures']
+  weight = f.get('mix_weight', 0.5)
+  return _fmt(f.get('mix_test_ppl')) + ('' if weight == 0.5 or 'mix_test_ppl' not in f else f' (weight {weight:.2f})')
+
+
+_MIX_KN5 = ('+ KN5 test ppl (weight 0.5 unless named)', _mixture_test)
 _CHECKS = [('run', _label), ('parameters', _num('num_parameters', 0)), ('steps', _num('step', 0)),
            ('epochs', _num('epochs', 2)), ('tokens/s', _num('tokens_per_sec', 0)), ('wall s', _num('wall_seconds', 0)),
            ('valid ppl', _num('valid_ppl')), ('test ppl', _num('test_ppl')), ('device', _device_of)]
@@ -84,6 +91,18 @@ def _ladder_columns(*figures) -> list:
 
 
 _BITS_PER_CHAR = (('valid bits/char', _num('valid_bpc', 3)), ('test bits/char', _num('test_bpc', 3)))
+
+def _config_value(key: str):
+  """A column of the run's resolved config (section.key)."""
+  section, name = key.split('.')
+  return lambda r: f'{r["config"][section][name]:,}'
+
+
+def _fitted_mixture(r: dict) -> str:
+  """The mixture at the weight fitted on validation: 'weight: test ppl'."""
+  f = r['figures']
+  return f'{f["mix_fitted_weight"]:.2f}: {f["mix_fitted_test_ppl"]:.1f}' if 'mix_fitted_weight' in f else ''
+
 
 TABLES = {
     'own_text': [('recipe', _label)] + [c for c in _CHECKS[1:-1] if c[0] != 'steps'] + [_MIX_KN5, ('device', _device_of)],
@@ -111,6 +130,13 @@ TABLES = {
     # shared the CPU with other work); a point run with several seeds has a row each and one of their means.
     'char_overfit': [('point', _label), ('parameters', _num('num_parameters', 0)), ('best step', _num('step', 0)),
                      ('steps trained', _num('steps_trained', 0)), *_BITS_PER_CHAR, _SEED, ('device', _device_of)],
+    # Brown's regularised family, one change at a time from MLP9 tuned, mixed 0.5/0.5 with the trigram.
+    'regularised': [('variant', _label), ('n', _config_value('model.n')), ('h', _config_value('model.h')),
+                    ('m', _config_value('model.m')), ('feature / hidden dropout', lambda r: (
+                        f'{r["config"]["model"]["feature_dropout"]} / {r["config"]["model"]["hidden_dropout"]}')),
+                    ('valid', _num('valid_ppl', 1)), ('test', _num('test_ppl', 1)),
+                    ('mixed valid', _num('mix_valid_ppl', 1)), ('mixed test', _num('mix_test_ppl', 1)),
+                    ('fitted weight: test', _fitted_mixture), ('epochs', _num('epochs', 0)), ('device', _device_of)],
     'char_ladder': _ladder_columns(*_BITS_PER_CHAR,
                                    ('+ n-gram test bits/char', _Figure('mix_test_ppl', 3, of=math.log2))),
 }
@@ -169,7 +195,8 @@ def record(workdir: str, name: str, table: str, label: str, command: str, commit
   figures['tokens_per_sec'] = round(statistics.median(rates), 1) if rates else None
   for source in (results, mix):  # the mixture: in results.json when trained with it, else from nplm-mix
     figures.update({k: source[k] for k in ('mix_valid_ppl', 'mix_test_ppl', 'mix_ngram', 'mix_weight',
-                                           'mix_fitted_weight', 'mix_fitted_test_ppl') if k in source})
+                                           'mix_weight_fitted', 'mix_fitted_weight', 'mix_fitted_test_ppl')
+                    if k in source})
   config = results.get('config', {})
   return {'name': name, 'table': table, 'label': label, 'command': command, 'commit': commit or _git_commit(),
           'device': device or _device(results), 'seed': config.get('seed'), 'figures': figures, 'config': config}
