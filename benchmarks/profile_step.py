@@ -19,13 +19,17 @@ CPU, XLA runs some matmuls (plain `dot`, not the fused ones) asynchronously: the
 the launch, and their time shows up in the gap or in an operation that waits for them (a collective).
 --dispatch_steps=N profiles the resident loop of N steps a call instead of one step a call (what training
 runs on accelerators, train.carry_cast_layer with it); every figure is still a step's, and the JSON line
-names dispatch_steps.
+names dispatch_steps. --evaluate profiles evaluation calls (the exact softmax) instead of training steps.
+Then the step's time by part (random numbers, loss, the output layer, the embedding, the hidden layers,
+the optimiser's update: told apart by the scopes of each operation's JAX source), and the matmuls' FLOPs
+(from the compiled dots' shapes) as GFLOP/s against a large float32 matmul measured in the same run.
 """
 
 import collections
 import glob
 import gzip
 import json
+import math
 import os
 import re
 import sys
@@ -56,6 +60,10 @@ flags.DEFINE_bool('command_buffers', False, "Keep XLA's command buffers (CUDA gr
 flags.DEFINE_integer('dispatch_steps', 1, 'Steps a dispatch: above 1, the resident loop of that many steps in one '
                      'call, as training runs it on accelerators (steps.train_resident_steps, train.carry_cast_layer '
                      'included); the figures are then a step\'s, the dispatches\' over their steps.')
+flags.DEFINE_bool('evaluate', False, 'Profile evaluation calls (the exact softmax over a batch of --batch_size '
+                  'contexts, as evaluation and scoring run them) instead of training steps.')
+flags.DEFINE_integer('peak_size', 0, 'Side of the square float32 matmul whose rate the step\'s FLOP/s is measured '
+                     'against (0: 2048 on CPU, 8192 elsewhere).')
 flags.DEFINE_integer('peak_mib', 0, 'MiB of the elementwise pass that measures the bandwidth (0: 256 on CPU, '
                      '2048 elsewhere).')
 ARGS = flags.FLAGS
@@ -65,8 +73,39 @@ COLLECTIVES = ('all-reduce', 'all-gather', 'reduce-scatter', 'all-to-all', 'coll
 
 def source_ops(hlo_text: str) -> dict[str, str]:
   """HLO instruction name -> the JAX operation it came from (the last part of its op_name)."""
-  found = re.findall(r'%([\w.\-]+) = [^\n]*?metadata=\{op_name="([^"]+)"', hlo_text)
-  return {name: op_name.rsplit('/', 1)[-1].rstrip(')') for name, op_name in found}
+  return {name: op_name.rsplit('/', 1)[-1].rstrip(')') for name, op_name in source_paths(hlo_text).items()}
+
+
+def source_paths(hlo_text: str) -> dict[str, str]:
+  """HLO instruction name -> its whole op_name (the jit, jvp/transpose and module scopes it came from)."""
+  return dict(re.findall(r'%([\w.\-]+) = [^\n]*?metadata=\{op_name="([^"]+)"', hlo_text))
+
+
+RANDOM = ('threefry', '_randint', '_uniform', 'draw_noise', 'random_bits', 'bernoulli')
+EMBEDDING_OPS = ('gather', 'scatter', 'dynamic-slice', 'dynamic_slice', 'dynamic-update-slice')
+
+
+def part(op_path: str, training: bool = True) -> str:
+  """The part of a step an operation belongs to, from its op_name's scopes (a backward pass's work counts as
+  its part's): random numbers; the loss; the vocabulary-sharded output layer (its shard_map: logits or
+  sampled columns and their collectives); the features (the embedding's gathers and scatter-adds, the
+  hidden layers' matmuls and nonlinearities); the optimiser's update (outside the forward and backward
+  passes); other. In evaluation (no backward pass, no update) what the features do not compute is the output
+  layer and its exact softmax."""
+  lowered, source = op_path.lower(), op_path.rsplit('/', 1)[-1].lower()
+  if any(k in lowered for k in RANDOM):
+    return 'random numbers (noise words, dropout masks)'
+  if any(k in lowered for k in ('softplus', 'log_softmax', 'logsumexp', 'xent')):
+    return 'loss'
+  if 'shard_map' in lowered:
+    return 'output layer (vocabulary-sharded: logits or sampled columns, their collectives)'
+  if any(k in lowered for k in ('features', 'embed', 'distant', 'block', 'hidden')):
+    return 'embedding (gather C, scatter its gradient)' if source.startswith(EMBEDDING_OPS) else 'hidden layers'
+  if not training:
+    return 'output layer and its exact softmax'
+  if 'jvp(' not in lowered and 'transpose(' not in lowered:
+    return 'optimiser update'
+  return 'other (casts, reshapes, concatenations)'
 
 
 _ELEMENT_BYTES = {'pred': 1, 's8': 1, 'u8': 1, 's16': 2, 'u16': 2, 'f16': 2, 'bf16': 2, 's32': 4, 'u32': 4, 'f32': 4,
@@ -164,6 +203,49 @@ def single_steps(model, compiled, state, mesh):
   return hlo, run
 
 
+def evaluation_calls(model, compiled, state, mesh):
+  """(the evaluation call's compiled HLO, state -> state after one call on the next random batch): the
+  exact -log P of --batch_size targets, as evaluation and scoring run it (steps.eval)."""
+  import jax  # pylint: disable=g-import-not-at-top  # after backend.configure
+
+  from nplm_jax.training import steps as steps_lib  # pylint: disable=g-import-not-at-top
+  params = steps_lib.evaluated_params(state)
+  batches = [tuple(sharding.put_batch(mesh, x) for x in b)
+             for b in common.random_batches(ARGS.vocab, model.context_size, ARGS.batch_size, ARGS.steps + 1)]
+  hlo = compiled.eval.lower(params, *batches[0]).compile().as_text()
+  calls = iter(batches)
+
+  def run(state):
+    jax.block_until_ready(compiled.eval(params, *next(calls)))
+    return state
+  return hlo, run
+
+
+def flops_of(hlo_text: str) -> float:
+  """FLOPs of a program's dots per device, from their shapes in the compiled HLO: 2 x the result's elements x
+  the contracted size (the matmul work; elementwise work left out)."""
+  shapes, dots = {}, []
+  for line in hlo_text.splitlines():
+    found = _INSTRUCTION.match(line)
+    if found:
+      hlo_type, args = _split_instruction(line[found.end():])
+      shapes[found.group(1)] = hlo_type
+      if ' dot(' in line:
+        dots.append((hlo_type, args, line))
+  total = 0.0
+  for hlo_type, args, line in dots:
+    result = _ARRAY.search(hlo_type)
+    contracting = re.search(r'lhs_contracting_dims=\{([\d,]*)\}', line)
+    operands = re.findall(r'%([\w.\-]+)', args)
+    lhs = _ARRAY.search(shapes.get(operands[0], '')) if operands else None
+    if not (result and contracting and lhs):
+      continue
+    lhs_dims = [int(d) for d in lhs.group(2).split(',') if d]
+    total += 2.0 * math.prod(int(d) for d in result.group(2).split(',') if d) * math.prod(
+        lhs_dims[int(i)] for i in contracting.group(1).split(',') if i)
+  return total
+
+
 def resident_dispatch(model, compiled, state, mesh):
   """(the dispatch's compiled HLO, state -> state after ARGS.dispatch_steps steps in one call), each step's
   batch gathered on the devices from random token ids (steps.train_resident_steps)."""
@@ -205,24 +287,29 @@ def main(argv):
                                                    steps_per_epoch=dispatch * (ARGS.steps + 1) if dispatch > 1 else 0)
   trace_dir = ARGS.trace_dir or tempfile.mkdtemp(prefix='nplm_profile_')
   with jax.set_mesh(mesh):
-    hlo, run = (resident_dispatch if dispatch > 1 else single_steps)(model, compiled, state, mesh)
+    profiled = evaluation_calls if ARGS.evaluate else resident_dispatch if dispatch > 1 else single_steps
+    hlo, run = profiled(model, compiled, state, mesh)
     state = run(state)  # warm-up
     with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
       started = time.perf_counter()
       for _ in range(ARGS.steps):
         state = run(state)  # one call at a time: per-call times stay separable
       wall_ms = (time.perf_counter() - started) * 1e3 / ARGS.steps / dispatch
-  peak_gbps = common.peak_copy_gbps(ARGS.peak_mib or (256 if jax.devices()[0].platform == 'cpu' else 2048))
+  on_cpu = jax.devices()[0].platform == 'cpu'
+  peak_gbps = common.peak_copy_gbps(ARGS.peak_mib or (256 if on_cpu else 2048))
+  peak_gflops = common.peak_matmul_tflops('float32', ARGS.peak_size or (2048 if on_cpu else 8192)) * 1e3
   devices = mesh.size
   module = re.match(r'HloModule ([\w.\-]+)', hlo).group(1)  # the step's own name, whatever jit calls it
   times, events = op_times(trace_dir, module)
   for loop in loop_ops(hlo) if dispatch > 1 else ():  # its event, where it has one, spans its steps' operations
     events -= bool(times.pop(loop, 0))
   per_step = {op: us / 1e3 / ARGS.steps / dispatch / devices for op, us in times.items()}
-  sources, sizes = source_ops(hlo), op_bytes(hlo)
-  totals = collections.Counter()
+  sources, sizes, paths = source_ops(hlo), op_bytes(hlo), source_paths(hlo)
+  totals, parts, part_bytes = collections.Counter(), collections.Counter(), collections.Counter()
   for op, ms in per_step.items():
     totals[category(op, sources.get(op, ''))] += ms
+    parts[part(paths.get(op, op), not ARGS.evaluate)] += ms
+    part_bytes[part(paths.get(op, op), not ARGS.evaluate)] += sizes.get(op, 0)
   step_ms = sum(per_step.values())
   print(f'{jax.devices()[0].platform}, mesh {mesh.shape["data"]}x{mesh.shape["model"]}, batch {ARGS.batch_size}, '
         f'|V|={ARGS.vocab}, {ARGS["config"].serialize()}: {wall_ms:.2f} ms a step (under the profiler), '
@@ -232,7 +319,13 @@ def main(argv):
     mb = sizes.get(op, 0) / 1e6
     print(f'{op} | {sources.get(op, "?")} | {ms:.3f} | {ms / step_ms:.0%} | {mb:.1f} | '
           f'{mb / ms if ms else 0.0:.0f}')
+  print('part | ms/step | share | MB named | GB/s | of the bandwidth measured')
+  for name, ms in parts.most_common():
+    mb = part_bytes[name] / 1e6
+    print(f'{name} | {ms:.3f} | {ms / step_ms:.0%} | {mb:.1f} | {mb / ms if ms else 0.0:.1f} | '
+          f'{mb / ms / peak_gbps if ms else 0.0:.0%}')
   gbytes = sum(sizes.get(op, 0) for op in per_step) / 1e9  # each operation the trace saw, once a step
+  gflop = flops_of(hlo) / 1e9 / dispatch
   row = {'batch_size': ARGS.batch_size, 'wall_step_ms': round(wall_ms, 3), 'step_ms': round(step_ms, 3),
          **{f'{c}_ms': round(totals[c], 3) for c in ('matmul', 'collective', 'other')},
          'matmul_share': round(totals['matmul'] / step_ms, 4) if step_ms else 0.0,
@@ -241,11 +334,19 @@ def main(argv):
          # operations run a step and device, and the step's time outside them (launches, the host, waits):
          # a step of many short operations with a large gap is bound by launching them, not by memory
          'ops_per_step': round(events / ARGS.steps / dispatch / devices, 1), 'gap_ms': round(wall_ms - step_ms, 3),
-         'dispatch_steps': dispatch}
+         'dispatch_steps': dispatch, 'evaluate': ARGS.evaluate,
+         # the matmuls' FLOPs a step and device against a large float32 matmul's rate measured in the same run,
+         # and the bytes named against the bandwidth measured
+         'gflop': float(f'{gflop:.6g}'), 'gflops': round(gflop / wall_ms * 1e3, 2), 'peak_gflops': round(peak_gflops, 2),
+         'of_peak_gflops': round(gflop / wall_ms * 1e3 / peak_gflops, 4),
+         'of_peak_gbps': round(gbytes / wall_ms * 1e3 / peak_gbps, 4),
+         'parts_ms': {name: round(ms, 3) for name, ms in parts.most_common()}}
   print(f'matmuls {row["matmul_ms"]} ms ({row["matmul_share"]:.0%}), collectives {row["collective_ms"]} ms '
         f'(waiting for the slower device included), other {row["other_ms"]} ms; the operations name '
         f'{gbytes:.3f} GB a step, {row["bandwidth_bound_ms"]} ms at the {peak_gbps:.0f} GB/s measured; '
-        f'{row["ops_per_step"]:g} operations run a step, {row["gap_ms"]} ms of the step outside them')
+        f'{row["ops_per_step"]:g} operations run a step, {row["gap_ms"]} ms of the step outside them; the '
+        f'matmuls do {gflop:.3f} GFLOP a step, {row["gflops"]:.1f} GFLOP/s over the wall step, '
+        f'{row["of_peak_gflops"]:.0%} of the {peak_gflops:.0f} GFLOP/s a large float32 matmul ran at here')
   common.emit(row)
 
 

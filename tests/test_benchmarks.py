@@ -178,7 +178,7 @@ def test_torch_reference_and_compare():
 
 def test_profile_step_attributes_the_step_to_operations():
   rows = run('profile_step.py', '--batch_size=8', '--vocab=61', '--steps=2', '--config.model.m=4',
-             '--config.model.h=6', *SMALL_BANDWIDTH_PASS)
+             '--config.model.h=6', *SMALL_BANDWIDTH_PASS, *SMALL_PEAK)
   [row] = rows
   assert row['batch_size'] == 8 and row['step_ms'] > 0 and row['matmul_ms'] > 0
   assert abs(row['matmul_ms'] + row['collective_ms'] + row['other_ms'] - row['step_ms']) < 1e-2
@@ -187,12 +187,32 @@ def test_profile_step_attributes_the_step_to_operations():
   assert row['ops_per_step'] >= 1 and row['gap_ms'] == pytest.approx(row['wall_step_ms'] - row['step_ms'], abs=2e-3)
 
 
+def test_profile_step_splits_the_step_by_part_and_rates_its_matmuls_against_the_machines():
+  """Each part's time (random numbers, loss, output layer, embedding, hidden layers, optimiser update) adds up to
+  the operations' sum; the matmuls' FLOPs are those of the model's shapes; evaluation calls profile alone."""
+  [train] = run('profile_step.py', '--batch_size=8', '--vocab=61', '--steps=2', '--config.model.m=4',
+                '--config.model.h=6', '--config.mesh.cpu_devices=1', *SMALL_BANDWIDTH_PASS, *SMALL_PEAK)
+  assert sum(train['parts_ms'].values()) == pytest.approx(train['step_ms'], abs=0.01)
+  assert {'optimiser update', 'hidden layers'} <= set(train['parts_ms'])
+  assert train['peak_gflops'] > 0 and train['of_peak_gflops'] == pytest.approx(
+      train['gflops'] / train['peak_gflops'], rel=0.05, abs=1e-4)
+  [evaluation] = run('profile_step.py', '--batch_size=8', '--vocab=61', '--steps=2', '--config.model.m=4',
+                     '--config.model.h=6', '--config.mesh.cpu_devices=1', '--evaluate', *SMALL_BANDWIDTH_PASS,
+                     *SMALL_PEAK)
+  assert evaluation['evaluate'] and 'optimiser update' not in evaluation['parts_ms']
+  # the forward pass's matmuls (brown.py:mlp1's shapes: n 5, direct connections): 2 x 8 x (4 m x h + (4 m + h) x |V|)
+  m, h, vocab, batch = 4, 6, 61, 8
+  forward = 2 * batch * (4 * m * h + (4 * m + h) * 64)  # |V| padded to 64
+  assert forward * 0.9 <= evaluation['gflop'] * 1e9 <= forward * 1.1 + 2 * batch * (4 * m + h + 1) * 64, (
+      evaluation['gflop'], vocab)
+
+
 def test_profile_step_attributes_a_dispatch_of_several_steps_to_a_steps_operations():
   """--dispatch_steps: the resident loop as training runs it, its carried cast layer (and the layer's gradient in
   bfloat16, as gpu_figures.sh profiles it) included; the figures a step's (the loop's operations over its steps),
   the loop's own event not counted beside its body's."""
   rows = run('profile_step.py', '--batch_size=8', '--vocab=61', '--steps=2', '--config.model.m=4',
-             '--config.model.h=6', *SMALL_BANDWIDTH_PASS, '--dispatch_steps=3', '--config.model.compute_dtype=bfloat16',
+             '--config.model.h=6', *SMALL_BANDWIDTH_PASS, *SMALL_PEAK, '--dispatch_steps=3', '--config.model.compute_dtype=bfloat16',
              '--config.train.carry_cast_layer=whole', '--config.train.output_layer_gradient_dtype=bfloat16')
   [row] = rows
   assert row['dispatch_steps'] == 3 and row['step_ms'] > 0 and row['matmul_ms'] > 0
