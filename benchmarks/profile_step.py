@@ -326,7 +326,8 @@ def main(argv):
           f'{mb / ms / peak_gbps if ms else 0.0:.0%}')
   gbytes = sum(sizes.get(op, 0) for op in per_step) / 1e9  # each operation the trace saw, once a step
   gflop = flops_of(hlo) / 1e9 / dispatch
-  row = {'batch_size': ARGS.batch_size, 'wall_step_ms': round(wall_ms, 3), 'step_ms': round(step_ms, 3),
+  row = {'config': ARGS['config'].serialize(), 'vocab': ARGS.vocab, 'platform': jax.devices()[0].platform,
+         'mesh': f'{mesh.shape["data"]}x{mesh.shape["model"]}', 'batch_size': ARGS.batch_size, 'wall_step_ms': round(wall_ms, 3), 'step_ms': round(step_ms, 3),
          **{f'{c}_ms': round(totals[c], 3) for c in ('matmul', 'collective', 'other')},
          'matmul_share': round(totals['matmul'] / step_ms, 4) if step_ms else 0.0,
          'gbytes': round(gbytes, 6), 'peak_gbps': round(peak_gbps, 2),
