@@ -168,6 +168,9 @@ def test_errors_are_one_exception_class_with_the_commands_line(trained, tmp_path
   with pytest.raises(nplm_jax.UserError) as e:
     lm.sample(num_tokens=5, top_p=1.5)
   assert str(e.value) == command_error('nplm_jax.tools.sample', f'--workdir={path}', '--num_tokens=5', '--top_p=1.5')
+  for call in (lambda: lm.samples(num_samples=0), lambda: lm.generate(temperature=-1)):
+    with pytest.raises(nplm_jax.UserError):
+      call()  # refused when called, not when first iterated
   with pytest.raises(nplm_jax.UserError, match='train.batch_size'):
     nplm_jax.get_config('experiments/text.py:tiny', {'train.batch_size': 0, 'data.train_file': 'x'})
   with pytest.raises(nplm_jax.UserError, match='--config.train.nope is not a config key'):

@@ -153,6 +153,7 @@ class LanguageModel:
     same arguments): temperature (0 = the most probable word), top_k (0 = all) and top_p (1 = all)
     reshape each distribution; stop_at_eos (None: when lines end with <eos>) ends at the first <eos>;
     the rare-word and boundary symbols are never drawn unless allow_unk."""
+    sample_lib.check_settings(num_tokens, temperature, top_k, top_p, 1, seed)  # here, not at the first word drawn
     return sample_lib.stream_words(self.trained, prompt, num_tokens, temperature, top_k, top_p, seed, allow_unk,
                                    stop_at_eos, progress)
 
@@ -167,10 +168,11 @@ class LanguageModel:
               stop_at_eos: bool | None = None, progress: Progress | None = None) -> Iterator[str]:
     """`num_samples` lines as sample() makes them, drawn together in batches; sample i depends on (seed, i)
     alone, so samples(...)'s first is sample(...) for the same seed."""
+    sample_lib.check_settings(num_tokens, temperature, top_k, top_p, num_samples, seed)  # here, not when iterated
     prompt_tokens = self.trained.prompt_tokens(prompt)
-    for words in sample_lib.iter_samples(self.trained, prompt, num_tokens, temperature, top_k, top_p, num_samples,
-                                         seed, allow_unk, stop_at_eos, progress):
-      yield self.detokenize(prompt_tokens + words)
+    drawn = sample_lib.iter_samples(self.trained, prompt, num_tokens, temperature, top_k, top_p, num_samples, seed,
+                                    allow_unk, stop_at_eos, progress)
+    return (self.detokenize(prompt_tokens + words) for words in drawn)
 
   # ---------------------------------------------------------------------------- word features
 
