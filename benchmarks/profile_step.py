@@ -246,6 +246,11 @@ def flops_of(hlo_text: str) -> float:
   return total
 
 
+def _figure(value: float) -> float:
+  """A rate or a ratio to 4 significant digits, whatever its size (a tiny model's GFLOP/s too)."""
+  return float(f'{value:.4g}')
+
+
 def resident_dispatch(model, compiled, state, mesh):
   """(the dispatch's compiled HLO, state -> state after ARGS.dispatch_steps steps in one call), each step's
   batch gathered on the devices from random token ids (steps.train_resident_steps)."""
@@ -338,9 +343,9 @@ def main(argv):
          'dispatch_steps': dispatch, 'evaluate': ARGS.evaluate,
          # the matmuls' FLOPs a step and device against a large float32 matmul's rate measured in the same run,
          # and the bytes named against the bandwidth measured
-         'gflop': float(f'{gflop:.6g}'), 'gflops': round(gflop / wall_ms * 1e3, 2), 'peak_gflops': round(peak_gflops, 2),
-         'of_peak_gflops': round(gflop / wall_ms * 1e3 / peak_gflops, 4),
-         'of_peak_gbps': round(gbytes / wall_ms * 1e3 / peak_gbps, 4),
+         'gflop': _figure(gflop), 'gflops': _figure(gflop / wall_ms * 1e3), 'peak_gflops': _figure(peak_gflops),
+         'of_peak_gflops': _figure(gflop / wall_ms * 1e3 / peak_gflops),
+         'of_peak_gbps': _figure(gbytes / wall_ms * 1e3 / peak_gbps),
          'parts_ms': {name: round(ms, 3) for name, ms in parts.most_common()}}
   print(f'matmuls {row["matmul_ms"]} ms ({row["matmul_share"]:.0%}), collectives {row["collective_ms"]} ms '
         f'(waiting for the slower device included), other {row["other_ms"]} ms; the operations name '

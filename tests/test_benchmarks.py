@@ -195,7 +195,7 @@ def test_profile_step_splits_the_step_by_part_and_rates_its_matmuls_against_the_
   assert sum(train['parts_ms'].values()) == pytest.approx(train['step_ms'], abs=0.01)
   assert {'optimiser update', 'hidden layers'} <= set(train['parts_ms'])
   assert train['peak_gflops'] > 0 and train['of_peak_gflops'] == pytest.approx(
-      train['gflops'] / train['peak_gflops'], rel=0.05, abs=1e-4)
+      train['gflops'] / train['peak_gflops'], rel=2e-3)  # each figure to 4 significant digits
   [evaluation] = run('profile_step.py', '--batch_size=8', '--vocab=61', '--steps=2', '--config.model.m=4',
                      '--config.model.h=6', '--config.mesh.cpu_devices=1', '--evaluate', *SMALL_BANDWIDTH_PASS,
                      *SMALL_PEAK)
