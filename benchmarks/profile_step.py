@@ -313,8 +313,9 @@ def main(argv):
   totals, parts, part_bytes = collections.Counter(), collections.Counter(), collections.Counter()
   for op, ms in per_step.items():
     totals[category(op, sources.get(op, ''))] += ms
-    parts[part(paths.get(op, op), not ARGS.evaluate)] += ms
-    part_bytes[part(paths.get(op, op), not ARGS.evaluate)] += sizes.get(op, 0)
+    where = part(paths.get(op, op), not ARGS.evaluate)
+    parts[where] += ms
+    part_bytes[where] += sizes.get(op, 0)
   step_ms = sum(per_step.values())
   print(f'{jax.devices()[0].platform}, mesh {mesh.shape["data"]}x{mesh.shape["model"]}, batch {ARGS.batch_size}, '
         f'|V|={ARGS.vocab}, {ARGS["config"].serialize()}: {wall_ms:.2f} ms a step (under the profiler), '

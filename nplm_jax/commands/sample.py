@@ -17,8 +17,7 @@ FLUSH_SECONDS = 0.2  # a streamed sample reaches the terminal at least this ofte
 def _print_streamed(model: api.LanguageModel, prompt: str, words) -> None:
   """One sample's text as its words come: the same line model.sample makes of them all."""
   separator = '' if model.char_level else ' '
-  prompt_tokens = model.tokenize(prompt)
-  prompt_tokens = prompt_tokens[:-1] if prompt_tokens and prompt_tokens[-1] == '<eos>' else prompt_tokens
+  prompt_tokens = model.trained.prompt_tokens(prompt)
   out, last_flush = sys.stdout, time.monotonic()
   out.write(model.detokenize(prompt_tokens))
   first = not prompt_tokens

@@ -50,17 +50,18 @@ def summary_line(results: dict) -> str:
           f'{results["mix_fitted_test_ppl"]:.2f}')
 
 
-def recorded_weight(workdir: workdir_lib.Workdir, mix_config) -> tuple[float, str]:
-  """(the network's weight, where it comes from) for mixing this workdir's network with its n-gram
-  outside training: mix.weight when fit_weight is off, else the weight its mixture was fitted to
-  (results.json from training, or mix_results.json from nplm-mix)."""
+def recorded_weight(workdir: workdir_lib.Workdir, mix_config) -> tuple[float, str | None]:
+  """(the network's weight, a note or None) for mixing this workdir's network with its n-gram outside
+  training: mix.weight when fit_weight is off, else the weight its mixture was fitted to (results.json
+  from training, or mix_results.json from nplm-mix), else mix.weight with a note saying none is fitted."""
   if not mix_config.fit_weight:
-    return mix_config.weight, f'mix.weight={mix_config.weight}'
+    return mix_config.weight, None
   for name in ('results.json', 'mix_results.json'):
     found = workdir.read_json(name) or {}
     if found.get('mix_weight_fitted') and found.get('mix_ngram') == f'{mix_config.smoothing}_{mix_config.ngram_order}':
-      return float(found['mix_weight']), f'fitted on validation ({name})'
-  return mix_config.weight, f'mix.weight={mix_config.weight}: no weight fitted for this n-gram yet (nplm-mix fits one)'
+      return float(found['mix_weight']), None
+  return mix_config.weight, (f"the network's weight in the mixture is mix.weight={mix_config.weight}: no weight "
+                             'fitted for this n-gram yet (nplm-mix fits one)')
 
 
 def _corpus(data_config, workdir: workdir_lib.Workdir) -> data_lib.Corpus:

@@ -66,9 +66,9 @@ def workdir_mixture(model: trained_lib.TrainedModel) -> Mixture:
   was fitted to (mix.recorded_weight; a note on stderr when none is recorded yet)."""
   mix = model.config.mix
   ngram_model = ngram.build(model.training_corpus('--mix'), mix.ngram_order, mix.smoothing, mix.max_memory_gb)
-  weight, source = mix_lib.recorded_weight(model.run.workdir, mix)
-  if not source.startswith('fitted') and mix.fit_weight:  # after the corpus was read: a refusal stays one line
-    print(f'note: the network\'s weight in the mixture is {source}', file=sys.stderr, flush=True)
+  weight, note = mix_lib.recorded_weight(model.run.workdir, mix)
+  if note:  # after the corpus was read: a refusal stays one line
+    print(f'note: {note}', file=sys.stderr, flush=True)
   return Mixture(ngram_model, weight)
 
 

@@ -88,15 +88,13 @@ class WordVectors:
       raise UserError('most_similar needs at least one word or vector, e.g. most_similar("king")')
     if topn < 1:
       raise UserError(f'topn={topn} is invalid; list at least 1 word')
-    unit, query, skip = None, np.zeros(self.vector_size, np.float32), []
+    query, skip = np.zeros(self.vector_size, np.float32), []
     for sign, entries in ((1.0, positive), (-1.0, negative)):
       for entry in entries:
         if isinstance(entry, str):
           skip.append(self.get_index(entry))
-          unit = unit_rows(self.vectors) if unit is None else unit
-          query = query + sign * unit[skip[-1]]
-        else:
-          query = query + sign * unit_rows(np.asarray(entry, np.float32))
+          entry = self.vectors[skip[-1]]
+        query = query + sign * unit_rows(np.asarray(entry, np.float32))
     found = nearest(self.vectors, query[None], topn, [skip])[0]
     return [(self.index_to_key[i], s) for i, s in found]
 
