@@ -1,7 +1,11 @@
 """Shared benchmark pieces: Brown-shaped random batches, a compiled train step, timing, reporting."""
 
 import json
+import os
+import platform
+import re
 import resource
+import subprocess
 
 import jax
 import numpy as np
@@ -113,6 +117,32 @@ def error_line(e: BaseException) -> str:
 
 def emit(record: dict) -> None:
   print(json.dumps(record), flush=True)
+
+
+def device_name() -> str:
+  """The device a record was measured on: the accelerator's kind, or the CPU's cores and its native
+  bfloat16 (AVX-512 BF16, AMX), which decide CPU defaults."""
+  if jax.default_backend() != 'cpu':
+    return jax.devices()[0].device_kind
+  try:
+    with open('/proc/cpuinfo', encoding='utf-8') as f:
+      info = f.read()
+  except OSError:
+    info = ''
+  model = re.search(r'model name\s*:\s*(.*)', info)
+  flags = set(re.findall(r'\b(avx512_bf16|amx_bf16)\b', info))
+  native = ' and '.join(name for flag, name in (('avx512_bf16', 'AVX-512 BF16'), ('amx_bf16', 'AMX')) if flag in flags)
+  vendor = model.group(1).replace('(R)', '').replace(' Processor', '').strip() if model else platform.processor()
+  return f'CPU, {os.cpu_count()} cores ({platform.machine()}, {vendor}{f" with {native}" if native else ""})'
+
+
+def commit() -> str:
+  """The repository's commit, with '+' when the tree has changes."""
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  head = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=repo, capture_output=True, text=True, check=False)
+  dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'], cwd=repo, capture_output=True,
+                         text=True, check=False)
+  return head.stdout.strip() + ('+' if dirty.stdout.strip() else '')
 
 
 def softmax_kernel(config, mesh) -> str:

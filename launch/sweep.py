@@ -27,6 +27,7 @@ from etils import epath
 from nplm_jax import cli as cli_lib
 from nplm_jax import config as config_lib
 from nplm_jax.files import workdir as workdir_lib
+from nplm_jax.training import run_state as run_state_lib
 from nplm_jax.errors import UserError
 
 COLUMNS = ['name', 'kind', 'seed', 'n', 'h', 'm', 'direct', 'optimizer', 'order', 'smoothing', 'valid_ppl', 'test_ppl',
@@ -160,8 +161,8 @@ def out_of_time(root: epath.Path, name: str, budget) -> bool:
   if budget is None:
     return False
   results = workdir_lib.Workdir(root / name).read_json('results.json')
-  ran_out = str(results.get('stop_reason', '')).startswith('train.max_seconds')
-  return ran_out and (float(budget) == 0 or results.get('wall_seconds', 0.0) < float(budget))
+  spent = run_state_lib.spent_budget(str(results.get('stop_reason', '')))
+  return spent is not None and (float(budget) == 0 or float(budget) > spent)
 
 
 def run_sweep(points: list[dict], root: str, parallel: int, common_overrides: dict) -> list[tuple]:

@@ -11,7 +11,6 @@ the line the command prints. Nothing here installs signal handlers or exits the 
 interrupted train() raises KeyboardInterrupt, and calling it again resumes.
 """
 
-import functools
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -60,7 +59,7 @@ def prepare_devices(config: ml_collections.ConfigDict, workdir: str | os.PathLik
 
 def run_training(config: ml_collections.ConfigDict, workdir: str | os.PathLike, catch_signals: bool) -> dict:
   """Trains and evaluates (with the n-gram mixture when config.mix.enabled); results.json's dict."""
-  mixture = functools.partial(mix.mixture_results, mix_config=config.mix) if config.mix.enabled else None
+  mixture = mix.RunMixture(config.mix) if config.mix.enabled else None
   results = train_lib.train_and_evaluate(config, os.fspath(workdir), extra_results=mixture,
                                          catch_signals=catch_signals)
   if config.mix.enabled and 'mix_valid_ppl' in results:

@@ -141,8 +141,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.batch_size = 128
   c.train.num_epochs = 40
   c.train.max_steps = -1  # > 0 overrides num_epochs
-  # > 0: a budget on the run's wall time (training, evaluations, saves): training stops within one dispatch
-  # of it, that step is evaluated and saved, then the run ends on its best parameters; a larger budget goes on.
+  # > 0: a budget on the whole run's wall time, final evaluation and mixture included: training stops when the
+  # next dispatch would leave the final evaluation less than its measured time, that step is evaluated and
+  # saved, then the run ends on its best parameters; a larger budget goes on.
   c.train.max_seconds = 0.0
   c.train.eval_every = -1  # steps; -1 = once an epoch
   c.train.chunk_size = 0  # > 0: steps process batches in chunks (bounds memory; on CPU speeds evaluation at >= 1024)

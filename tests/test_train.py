@@ -544,6 +544,62 @@ def test_a_time_budget_stops_at_the_next_dispatch_and_a_larger_one_goes_on(tiny_
   assert len(finished['history']) > len(budgeted['history'])
 
 
+def test_a_time_budget_leaves_the_final_evaluation_its_measured_time(tiny_files, tiny_config, tmp_path, monkeypatch,
+                                                                    capsys):
+  """The budget counts the whole run: training stops when the next dispatch would leave the stop step's
+  validation and the test split less than the time the probe measured for them. A probe that says they
+  take all but 0.1 s of 600 stops training after its first dispatch (the start-up alone takes longer;
+  the run itself far less than 600 s, so it is the reserve that stops it); the same budget again is
+  finished, a larger one goes on."""
+  tiny_config.train.update(max_seconds=600.0, eval_every=40, num_epochs=2)
+  tokens = data.text_corpus(tiny_files).num_tokens
+  slow = 599.9 / (tokens('valid') + tokens('test'))  # seconds a token: the final evaluation takes 599.9 s
+  monkeypatch.setattr(train.evaluation, 'timing_probe', lambda run, params: slow)
+  budgeted = train.train_and_evaluate(tiny_config, str(tmp_path / 'run'))
+  assert budgeted['stop_reason'] == 'train.max_seconds=600 spent' and budgeted['steps_trained'] == 1
+  assert 0 <= budgeted['after_training_seconds'] <= budgeted['wall_seconds'] < 600
+  assert 'about 600 s left for the final evaluation' in capsys.readouterr().out
+  assert train.train_and_evaluate(tiny_config, str(tmp_path / 'run'))['steps_trained'] == 1  # the same budget
+  monkeypatch.setattr(train.evaluation, 'timing_probe', lambda run, params: 0.0)
+  tiny_config.train.max_seconds = 1200.0
+  assert train.train_and_evaluate(tiny_config, str(tmp_path / 'run'))['epochs'] == 2
+
+
+def test_a_budget_too_small_for_the_final_evaluation_is_told(tiny_config, tmp_path, monkeypatch, capsys):
+  tiny_config.train.update(max_seconds=10.0, num_epochs=1)
+  monkeypatch.setattr(train.evaluation, 'timing_probe', lambda run, params: 1.0)
+  train.train_and_evaluate(tiny_config, str(tmp_path))
+  err = capsys.readouterr().err
+  assert 'train.max_seconds=10 leaves no time to train' in err and 'give a larger budget' in err
+
+
+def test_the_eta_counts_the_evaluations_still_to_run():
+  plan = {'total': 100, 'eval_every': 20}
+  clock = train._EvaluationClock(valid_tokens=1000, test_tokens=2000)
+  clock.validated(2.0)  # 2 ms a token
+  assert clock.final_seconds() == pytest.approx(6.0)
+  assert clock.seconds_left(30, plan) == pytest.approx(4 * 2.0 + 4.0)  # validations at 40, 60, 80, 100; test
+  assert clock.seconds_left(100, plan) == pytest.approx(4.0)
+  progress = train.metrics_lib.Progress(0, plan['total'], tokens_per_step=8)
+  progress._measured_steps, progress._measured_seconds = 50, 50.0  # a step a second so far
+  assert progress.report(50, after_training=3600.0)['eta'].startswith('1h00m')  # 50 steps, then an hour
+  assert progress.report(50, seconds_left=60.0, after_training=3600.0)['eta'] == '1m00s'  # the budget first
+
+
+@pytest.mark.parametrize('device_data', ['on', 'off'])
+def test_an_evaluation_of_the_first_batches_is_the_full_one_s_beginning(tiny_config, tmp_path, device_data):
+  tiny_config.train.update(device_data=device_data, eval_batch_size=16)
+  run = train.experiment_lib.Experiment(tiny_config, workdir_lib.Workdir(str(tmp_path)))
+  with train.jax.set_mesh(run.mesh):
+    params = run.steps.init().params
+    whole = train.evaluation.split_nll(run, params, 'valid')
+    first = train.evaluation.split_nll(run, params, 'valid', max_batches=1)
+    assert train.evaluation.timing_probe(run, params) > 0
+  per_call = min(train.evaluation.EVAL_BATCHES_A_CALL, -(-len(whole) // 16)) if device_data == 'on' else 1
+  assert len(first) == min(len(whole), per_call * 16)
+  np.testing.assert_array_equal(first, whole[:len(first)])
+
+
 def test_the_extra_evaluation_of_a_time_budget_leaves_the_resumed_run_on_the_uninterrupted_course(tiny_config,
                                                                                                  tmp_path):
   """The evaluation at a time-budget stop (off the eval_every schedule) may be the best so far, but what

@@ -123,7 +123,8 @@ def read_jsonl(path: epath.Path) -> list[dict]:
 
 
 class Progress:
-  """Training throughput and the time left, from the time spent training alone.
+  """Training throughput and the time left: the steps left at the rate of training time alone, plus
+  what the caller says the evaluations still to run will take.
 
   The loop pauses the clock around evaluations and saves (paused()) and restarts it once the first
   dispatch after a start or a resume has run (warmed_up(): that one compiled). The rate printed is
@@ -150,9 +151,14 @@ class Progress:
     finally:
       self._paused += time.perf_counter() - began
 
-  def report(self, step: int, seconds_left: float | None = None) -> dict:
-    """The rate since the last report and the ETA: the steps left at the measured rate, or the time
-    budget's `seconds_left` when that comes first."""
+  def seconds_per_step(self) -> float:
+    """Training's measured seconds a step so far (0 before the first report)."""
+    return self._measured_seconds / self._measured_steps if self._measured_steps else 0.0
+
+  def report(self, step: int, seconds_left: float | None = None, after_training: float = 0.0) -> dict:
+    """The rate since the last report and the ETA: the steps left at the measured rate plus
+    `after_training` (the evaluations still to run), or the time budget's `seconds_left` when that
+    comes first."""
     now = time.perf_counter()
     steps, seconds = step - self._last_step, max(now - self._last_time - self._paused, 1e-9)
     self._last_step, self._last_time, self._paused = step, now, 0.0
@@ -160,7 +166,7 @@ class Progress:
     self._measured_seconds += seconds
     steps_per_sec = steps / seconds
     overall = self._measured_steps / self._measured_seconds
-    eta = (self._total - step) / overall if overall > 0 else float('inf')
+    eta = (self._total - step) / overall + after_training if overall > 0 else float('inf')
     if seconds_left is not None:
       eta = min(eta, max(seconds_left, 0.0))
     return {'steps_per_sec': steps_per_sec, 'tokens_per_sec': steps_per_sec * self._tokens_per_step,

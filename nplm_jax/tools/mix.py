@@ -16,18 +16,38 @@ from nplm_jax.files import workdir as workdir_lib
 from nplm_jax.errors import UserError
 
 
-def mixture_results(corpus: data_lib.Corpus, network_nll: dict, mix_config) -> dict:
+def ngram_probs(corpus: data_lib.Corpus, mix_config) -> dict:
+  """The mixture's n-gram, estimated on the training split: P of every validation and test token."""
+  model = ngram.build(corpus, mix_config.ngram_order, mix_config.smoothing, mix_config.max_memory_gb)
+  return {s: model.token_probs(s) for s in ('valid', 'test')}
+
+
+class RunMixture:
+  """A training run's mixture (train.ExtraResults). The n-gram does not depend on the network, so
+  prepare() estimates it and scores validation and test before training (a time budget counts that
+  up front); after training only the weight's fit and the perplexities are left."""
+
+  def __init__(self, mix_config):
+    self.mix_config = mix_config
+    self.ngram_probs = None
+
+  def prepare(self, corpus: data_lib.Corpus) -> None:
+    self.ngram_probs = ngram_probs(corpus, self.mix_config)
+
+  def __call__(self, corpus: data_lib.Corpus, network_nll: dict) -> dict:
+    return mixture_results(corpus, network_nll, self.mix_config, self.ngram_probs)
+
+
+def mixture_results(corpus: data_lib.Corpus, network_nll: dict, mix_config, p_ngram: dict | None = None) -> dict:
   """Perplexities of the n-gram alone and of its mixture with the network.
 
   `network_nll` maps 'valid' and 'test' to the network's per-token -log P, in stream order. The
   mixture (mix_valid_ppl, mix_test_ppl) weighs the network by the weight fitted on validation
   (mix_config.fit_weight, the default: on validation it is no worse than either part alone) or by
   mix_config.weight; mix_weight says which weight, and the fitted weight's figures are always given
-  (mix_fitted_*).
+  (mix_fitted_*). p_ngram: the n-gram's ngram_probs when the caller has them.
   """
-  model = ngram.build(corpus, mix_config.ngram_order, mix_config.smoothing,
-                      mix_config.max_memory_gb)
-  p_ngram = {s: model.token_probs(s) for s in ('valid', 'test')}
+  p_ngram = ngram_probs(corpus, mix_config) if p_ngram is None else p_ngram
   p_net = {s: np.exp(-network_nll[s]) for s in ('valid', 'test')}
   fitted = ngram.fit_mixture_weight(p_net['valid'], p_ngram['valid'])
   weight = fitted if mix_config.fit_weight else mix_config.weight

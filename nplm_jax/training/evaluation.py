@@ -3,6 +3,7 @@ workdir's best parameters. The tools import this, not the training loop.
 """
 
 import math
+import time
 
 import jax
 import ml_collections
@@ -36,14 +37,16 @@ def perplexity(nll: np.ndarray) -> float:
   return math.exp(mean) if mean <= MAX_MEAN_NLL else math.inf
 
 
-def split_nll(experiment: experiment_lib.Experiment, params, split: str, between=None) -> np.ndarray:
+def split_nll(experiment: experiment_lib.Experiment, params, split: str, between=None,
+              max_batches: int | None = None) -> np.ndarray:
   """Exactly normalised -log P of every token of a split, in stream order (float64).
 
   With the split's ids on the devices, each call evaluates EVAL_BATCHES_A_CALL batches (gathered
   there); else each process builds only the rows of each batch its devices hold. Calls run ahead
   boundedly. Either way the per-token results come back replicated, and only a few [batch, |V| /
   model] logit blocks exist at a time per device. `between(done, total)` (tokens) runs after each
-  call is queued: progress, and a place to stop.
+  call is queued: progress, and a place to stop. max_batches: only the split's first batches (a whole
+  call at least, so the same program runs), as timing_probe measures.
   """
   batch_size = experiment.eval_batch_size
   steps = experiment.steps
@@ -52,6 +55,8 @@ def split_nll(experiment: experiment_lib.Experiment, params, split: str, between
   if ids is not None:
     positions, weights = device_data.eval_positions(total, batch_size)
     per_call = min(EVAL_BATCHES_A_CALL, len(positions))
+    if max_batches is not None:
+      positions, weights = positions[:max(max_batches, per_call)], weights[:max(max_batches, per_call)]
     padding = -len(positions) % per_call  # whole calls: one program; padded batches weigh 0
     positions = np.concatenate([positions, np.zeros((padding, batch_size), positions.dtype)])
     weights = np.concatenate([weights, np.zeros((padding, batch_size), weights.dtype)])
@@ -67,11 +72,25 @@ def split_nll(experiment: experiment_lib.Experiment, params, split: str, between
   rows = sharding.process_rows(steps.mesh, batch_size)
 
   def batches():
-    for positions, w in stream.eval_positions(split, batch_size):
+    for index, (positions, w) in enumerate(stream.eval_positions(split, batch_size)):
+      if max_batches is not None and index >= max_batches:
+        return
       yield (*stream.examples(split, positions[rows]), w)
       if between is not None:
         between(int(min(positions[0] + batch_size, total)), total)
   return batched_nll(steps, params, batches(), batch_size)
+
+
+def timing_probe(experiment: experiment_lib.Experiment, params, splits=('valid', 'test')) -> float:
+  """Evaluation's seconds per token on these devices, for planning a time budget: the first call of
+  each split compiled and run, then the same call timed again (a resident split's program is its
+  own, so each compiles here rather than inside the evaluations the budget plans for)."""
+  batches = EVAL_BATCHES_A_CALL
+  for split in splits:
+    split_nll(experiment, params, split, max_batches=batches)
+  began = time.perf_counter()
+  tokens = sum(len(split_nll(experiment, params, split, max_batches=batches)) for split in splits)
+  return (time.perf_counter() - began) / max(tokens, 1)
 
 
 def examples_nll(steps: steps_lib.CompiledSteps, params, contexts: np.ndarray, targets: np.ndarray,

@@ -7,6 +7,16 @@ of the logging interval in progress.
 """
 
 import dataclasses
+import re
+
+TIME_STOP = 'train.max_seconds={:g} spent'
+
+
+def spent_budget(stop_reason: str) -> float | None:
+  """The train.max_seconds a run stopped at (TIME_STOP), or None when something else stopped it. A
+  run resumed with a larger budget (or none) goes on; with the same one it is finished."""
+  found = re.fullmatch(r'train\.max_seconds=(\S+) spent', stop_reason)
+  return float(found.group(1)) if found else None
 
 
 @dataclasses.dataclass

@@ -19,7 +19,8 @@ import os
 import signal
 import threading
 import time
-from typing import Callable
+import dataclasses
+from typing import Callable, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -182,7 +183,14 @@ def _start(config, workdir: workdir_lib.Workdir, lock: workdir_lib.Lock) -> expe
     raise
 
 
-ExtraResults = Callable[[data_lib.Corpus, dict], dict]
+class ExtraResults(Protocol):
+  """Results computed on the host from the best parameters' per-token NLLs (main's n-gram mixture)."""
+
+  def prepare(self, corpus: data_lib.Corpus) -> None:
+    """The work that does not need the network, done before training (inside a time budget)."""
+
+  def __call__(self, corpus: data_lib.Corpus, network_nll: dict) -> dict:
+    """Results from {'valid': nll, 'test': nll}, added to results.json's."""
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir_path: str,
@@ -190,7 +198,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir_path: str,
   """Trains, early-stops on validation, evaluates the best parameters; writes and returns results.json.
 
   `extra_results(corpus, {'valid': nll, 'test': nll})` adds results computed from the best
-  parameters' per-token NLLs (main passes the n-gram mixture). In a multi-process job every
+  parameters' per-token NLLs (main passes the n-gram mixture; its prepare(corpus) runs before
+  training). train.max_seconds counts from this call. In a multi-process job every
   process runs this; start-up errors on any process stop all of them together, and only the
   leader writes the workdir's files. catch_signals: SIGINT and SIGTERM save the step in progress and
   raise Preempted (the command line); False leaves the process's handlers alone (a notebook's
@@ -228,9 +237,12 @@ def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_l
         workdir_vocab.Vocabulary.from_corpus(config.data, run.corpus, run.train_counts).write(workdir)
       workdir.write_integrity((workdir_vocab.VOCAB_FILE, workdir_vocab.TOKENIZER_FILE))
       earlier_seconds = run_state.wall_seconds  # spent by the processes before this one
+      if extra_results is not None and distributed.is_leader():
+        extra_results.prepare(run.corpus)
       writer = metrics_lib.MetricWriter(workdir, resumed_step=int(state.step))
       with Preemption(catch_signals) as preemption:
-        state, best_valid = _train_loop(run, state, run_state, checkpoints, writer, preemption)
+        state, best_valid = _train_loop(run, state, run_state, checkpoints, writer, preemption, started)
+      trained = time.time()
       has_best = run_state.best_step is not None
       params = run.restore_best_params(checkpoints, run_state.best_step) if has_best else steps_lib.evaluated_params(state)
       _signal_point('final_evaluation')
@@ -259,7 +271,8 @@ def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_l
       'epochs': int(state.step) / run.plan['steps_per_epoch'],
       'stopped_early': run_state.stopped_early,
       'stop_reason': run_state.stop_reason,
-      'wall_seconds': earlier_seconds + (time.time() - started),
+      'wall_seconds': None,  # below, when everything else is done
+      'after_training_seconds': None,  # of it, after training stopped: the final evaluation and the mixture
       'checkpoint_save_seconds': checkpoints.save_seconds,  # this process's, in the loop: saves are asynchronous
       'checkpoint_checksum_seconds': checkpoints.checksum_seconds,  # of it (and of the final saves), the checksums
       'mesh': dict(run.mesh.shape),
@@ -272,6 +285,7 @@ def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_l
     results.update(valid_bpc=math.log2(results['valid_ppl']), test_bpc=math.log2(results['test_ppl']))
   if extra_results is not None and distributed.is_leader():  # host work, for the writer alone
     results.update(extra_results(run.corpus, nll))
+  results.update(wall_seconds=earlier_seconds + (time.time() - started), after_training_seconds=time.time() - trained)
   workdir.write_json('results.json', results)
   bpc = f' ({results["valid_bpc"]:.3f} / {results["test_bpc"]:.3f} bits per character)' if 'test_bpc' in results else ''
   metrics_lib.log(f'done: valid ppl {results["valid_ppl"]:.2f}, test ppl {results["test_ppl"]:.2f}{bpc} '
@@ -300,7 +314,6 @@ LOSS_NAMES = {'softmax': 'nll', 'nce': 'nce', 'sampled_softmax': 'sampled'}
 # Why a run stopped early; a resumed run may go on when its new settings allow more.
 PATIENCE_STOP = 'no improvement in {} evaluations'
 ANNEALS_STOP = 'improvement below {:.2%} after {} anneals'
-TIME_STOP = 'train.max_seconds={:g} spent'
 
 
 def _reopen_if_asked(run: experiment_lib.Experiment, state, run_state: run_state_lib.RunState, checkpoints):
@@ -314,9 +327,10 @@ def _reopen_if_asked(run: experiment_lib.Experiment, state, run_state: run_state
   train_config = run.config.train
   if not run_state.stopped_early:
     return state
-  if run_state.stop_reason.startswith('train.max_seconds'):  # out of time, not stalled: go on as it was
+  spent = run_state_lib.spent_budget(run_state.stop_reason)
+  if spent is not None:  # out of time, not stalled: go on as it was
     budget = train_config.get('max_seconds', 0.0)
-    if not budget or run_state.wall_seconds < budget:
+    if not budget or budget > spent:
       run_state.stopped_early, run_state.stop_reason = False, ''
       metrics_lib.log(f'the run had used its time; train.max_seconds={budget:g} lets it go on')
     return state
@@ -501,15 +515,38 @@ def _evaluation_due(step: int, plan: dict, run_state: run_state_lib.RunState) ->
   return scheduled and not run_state.stopped_early and all(h['step'] != step for h in run_state.history)
 
 
+@dataclasses.dataclass
+class _EvaluationClock:
+  """What the evaluations still to run will take: each validation as long as the last one took (before
+  any, evaluation.timing_probe's rate), the final test split at the same rate per token."""
+  valid_tokens: int
+  test_tokens: int
+  seconds_per_token: float = 0.0
+
+  def validated(self, seconds: float) -> None:
+    self.seconds_per_token = seconds / max(self.valid_tokens, 1)
+
+  def final_seconds(self) -> float:
+    """After training stops: that step's validation, then the test split."""
+    return self.seconds_per_token * (self.valid_tokens + self.test_tokens)
+
+  def seconds_left(self, step: int, plan: dict) -> float:
+    """The scheduled validations before the plan's end, then the test split."""
+    validations = plan['total'] // plan['eval_every'] - step // plan['eval_every']
+    return self.seconds_per_token * (validations * self.valid_tokens + self.test_tokens)
+
+
 def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.RunState, checkpoints, writer,
-                preemption) -> tuple:
-  """Trains to the end of the plan, an early stop or the time budget. Returns the state and the best
-  evaluation's per-token validation NLLs when this process computed them (else None)."""
+                preemption, started: float) -> tuple:
+  """Trains to the end of the plan, an early stop or the time budget (counted from `started`, with the
+  final evaluation's measured time left for it). Returns the state and the best evaluation's per-token
+  validation NLLs when this process computed them (else None)."""
   config, plan = run.config, run.plan
   step = int(state.step)
-  segment_start, wall_before = time.time(), run_state.wall_seconds
-  wall = lambda: wall_before + (time.time() - segment_start)
+  wall_before = run_state.wall_seconds
+  wall = lambda: wall_before + (time.time() - started)
   budget = config.train.get('max_seconds', 0.0)
+  clock = _EvaluationClock(run.corpus.num_tokens('valid'), run.corpus.num_tokens('test'))
   last_save = last_line = time.time()
   progress = metrics_lib.Progress(step, plan['total'], config.train.batch_size)
   warm = False
@@ -531,12 +568,14 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
     nonlocal best_valid
     run_state.wall_seconds = wall()  # for the evaluation's record
     with progress.paused():
+      began = time.perf_counter()
       try:
         state, nll = _evaluate_and_track(run, state, run_state, step, checkpoints, writer,
                                          _evaluation_hooks('inside_evaluation', stop_requested))
       except _EvaluationStopped:  # the step is saved, not its evaluation: a resume runs it first
         _save(step, state)
         raise Preempted(preemption.signum, step, run.workdir) from None
+      clock.validated(time.perf_counter() - began)
     if run_state.best_step == step:
       best_valid = (step, nll)
     return state
@@ -562,13 +601,20 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
     step += ran
     if not warm:  # the first dispatch compiled: the rate and ETA start after it (one wait a run)
       jax.block_until_ready(interval)
+      if not clock.seconds_per_token:  # what the evaluations will take, before the first one runs
+        clock.seconds_per_token = evaluation.timing_probe(run, steps_lib.evaluated_params(state))
+        _warn_if_the_budget_is_spent(budget, wall(), clock.final_seconds())
       progress.warmed_up(step)
       warm = True
     profile.after(step, state)
-    out_of_time = bool(budget) and _agreed(wall() >= budget)  # stops within a dispatch of the budget
+    # Stops when the next dispatch would leave the stop step's evaluation and the test split less
+    # than their measured time inside the budget.
+    next_dispatch = progress.seconds_per_step() * min(run.steps_per_dispatch, plan['total'] - step)
+    out_of_time = bool(budget) and _agreed(wall() + next_dispatch + clock.final_seconds() >= budget)
     if out_of_time:
-      run_state.stop(TIME_STOP.format(budget))
-      metrics_lib.log(f'stop at step {step}: {run_state.stop_reason}')
+      run_state.stop(run_state_lib.TIME_STOP.format(budget))
+      metrics_lib.log(f'stop at step {step}: {run_state.stop_reason} (about {clock.final_seconds():.0f} s left for '
+                      'the final evaluation)')
     log_now = step % config.train.log_every == 0 or step == plan['total'] or out_of_time
     line_now = log_now or time.time() - last_line >= PROGRESS_SECONDS  # a line at least this often
     eval_now = step % plan['eval_every'] == 0 or step == plan['total'] or out_of_time
@@ -581,7 +627,8 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
         raise _diverged(run, checkpoints, run_state, f'the training loss is not finite from step {bad_step} on')
     if line_now:
       loss = interval.mean_loss()  # over the steps since the last log boundary
-      rate = progress.report(step, seconds_left=budget - wall() if budget else None)
+      rate = progress.report(step, seconds_left=budget - wall() if budget else None,
+                             after_training=clock.seconds_left(step, plan))
       lr = optim.learning_rate_at(config.optimizer, config.train.batch_size, step, plan['total']) * run_state.lr_scale
       shown_lr = lr / config.train.batch_size if config.optimizer.name == 'paper_sgd' else lr
       metrics_lib.log(f'step {step}/{plan["total"]} epoch {step / plan["steps_per_epoch"]:.2f} '
@@ -608,6 +655,12 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
     raise Preempted(preemption.signum, step, run.workdir)
   run_state.wall_seconds = wall()
   return state, best_valid
+
+
+def _warn_if_the_budget_is_spent(budget: float, spent: float, final_seconds: float) -> None:
+  if budget and spent + final_seconds >= budget:
+    metrics_lib.warn(f'train.max_seconds={budget:g} leaves no time to train: {spent:.0f} s are spent and the final '
+                     f'evaluation takes about {final_seconds:.0f} s; give a larger budget')
 
 
 def _evaluate_and_track(run: experiment_lib.Experiment, state, run_state: run_state_lib.RunState, step, checkpoints,
