@@ -17,6 +17,7 @@ from nplm_jax.models import output_layer
 from nplm_jax.models import family as model_family
 from nplm_jax.training import optim
 from nplm_jax.parallel import sharding
+from nplm_jax.training import experiment as experiment_lib
 from nplm_jax.training import steps as steps_lib
 from nplm_jax.parallel import vocab_softmax
 
@@ -177,6 +178,8 @@ def build_train_step(config, vocab: int, mesh, steps_per_epoch: int = 0):
                                       ema_decay=config.optimizer.get('ema_decay', 0.0),
                                       steps_per_epoch=steps_per_epoch, batch_size=config.train.batch_size,
                                       carry_cast_layer=config.train.get('carry_cast_layer', 'off'),
+                                      column_learning_rate=experiment_lib.column_learning_rate(
+                                          config, mesh.devices.flat[0].platform),
                                       **steps_lib.output_layer_gradient_options(config.train))
   with jax.set_mesh(mesh):
     state = compiled.init()

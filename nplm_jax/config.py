@@ -195,6 +195,10 @@ def base_config() -> ml_collections.ConfigDict:
   # or both. The H200 ran the research size's at 1.15 TB/s, far from its bounds: 'as_traced' until a GPU
   # times the others (benchmarks/gradient_matmul.py alone, gpu_figures.sh loop in the step).
   c.train.output_layer_gradient_form = 'as_traced'
+  # A sampled loss's step on the output layer: 'dense' (its gradient a [K + 1, |V|] array, then the
+  # optimiser's pass over it), 'sampled_columns' (the gradient of the scored columns alone, added after the
+  # weight decay's pass: paper_sgd, untied, no clipping or chunks), 'auto' the backend's default there.
+  c.train.output_layer_update = 'auto'
   # Deterministic GPU reductions (XLA's --xla_gpu_deterministic_ops): the same run gives the same
   # bits, so a resumed run ends bit-equal to an uninterrupted one there too. No effect on CPU/TPU.
   c.train.deterministic = True
@@ -269,10 +273,25 @@ COSINE_4_EPOCHS = {'optimizer.cosine_decay_steps': -1, 'train.num_epochs': 4, 't
 
 # Keys a workdir saved by older code may lack, where the behaviour it was trained with differs from
 # today's default (every other missing key takes base_config's value, which kept the old behaviour).
-LEGACY_DEFAULTS = {'model.compute_dtype': 'float32', 'data.blank_lines': 'skip', 'mix.fit_weight': False}
+LEGACY_DEFAULTS = {'model.compute_dtype': 'float32', 'data.blank_lines': 'skip', 'mix.fit_weight': False,
+                   'train.output_layer_update': 'dense'}
 # The corpus paths of a data section: config.json also stores them absolute (ABSOLUTE_PATHS_KEY).
 DATA_PATH_KEYS = ('path', 'train_file', 'valid_file', 'test_file')
 ABSOLUTE_PATHS_KEY = 'absolute_data_paths'
+
+
+def sampled_columns_refusal(config) -> str:
+  """What keeps a run from train.output_layer_update='sampled_columns' (steps.sampled_columns_step), in
+  words, or '' when nothing does."""
+  if config.loss.name == 'softmax':
+    return "a sampled loss (loss.name='nce' or 'sampled_softmax')"
+  if config.optimizer.name != 'paper_sgd' or config.optimizer.get('clip_norm', 0.0) > 0:
+    return "optimizer.name='paper_sgd' without clipping (an update linear in the gradient)"
+  if config.model.get('tied', False):
+    return 'an output layer of its own (model.tied=False)'
+  if config.train.chunk_size:
+    return 'train.chunk_size=0'
+  return ''
 
 
 def to_saved(config: ml_collections.ConfigDict) -> dict:
@@ -445,6 +464,7 @@ _CHOICES = [
     ('train.carry_cast_layer', ('off', 'rows', 'whole')),
     ('train.output_layer_gradient_dtype', ('float32', 'bfloat16')),
     ('train.output_layer_gradient_form', ('as_traced', 'dlogits_apart', 'rows_padded', 'dlogits_apart_rows_padded')),
+    ('train.output_layer_update', ('auto', 'dense', 'sampled_columns')),
     ('train.softmax_kernel', ('auto', 'xla', 'pallas', 'pallas_loop', 'pallas_loop_dz', 'pallas_mosaic')),
     ('optimizer.name', ('paper_sgd', 'adamw')),
     ('optimizer.mu_dtype', ('float32', 'bfloat16')),
@@ -558,6 +578,10 @@ def _validate_relations(config) -> None:
     if config.loss.name != 'softmax' and value != default:
       raise UserError(f'train.{name}={value!r} is for the exact softmax\'s gradient matmul, not '
                       f'loss.name={config.loss.name!r}; set --config.loss.name=softmax or --config.train.{name}={default}')
+  if train.get('output_layer_update', 'dense') == 'sampled_columns':
+    why = sampled_columns_refusal(config)
+    if why:
+      raise UserError(f"train.output_layer_update='sampled_columns' needs {why}; use --config.train.output_layer_update=auto")
   if config.loss.name != 'softmax' and config.loss.num_samples < 1:
     raise UserError(f'loss.num_samples={config.loss.num_samples} is invalid; use at least 1 noise sample')
   if not 0.0 <= train.anneal_factor < 1.0:

@@ -341,6 +341,18 @@ def test_sampled_losses_match_dense(shape, kind):
     assert rel_err(a, b) <= 1e-5
 
 
+@pytest.mark.parametrize('shape', [(1, 8), (2, 4), (8, 1)], ids=lambda s: f'mesh{s[0]}x{s[1]}')
+def test_the_sampled_columns_update_on_meshes_takes_the_dense_update_s_steps(shape):
+  """Each shard of the vocabulary gathers and adds the sampled columns it owns (vocab_softmax.gather_columns,
+  add_to_columns), a batch split on 'data' gives one gradient of them: the dense update's steps on the same
+  mesh, within the rounding of the two orders (tests/test_steps.py's bound)."""
+  from tests import test_steps  # pylint: disable=g-import-not-at-top
+  mesh = mesh_of(shape)
+  dense, columns = test_steps.sampled_steps('nce', False, mesh), test_steps.sampled_steps('nce', True, mesh)
+  for name in dense:
+    np.testing.assert_allclose(columns[name], dense[name], rtol=1e-5, atol=1e-5, err_msg=name)
+
+
 # ------------------------------------------------------------------- hidden layers split on 'model'
 
 def small_revisited(**kw):

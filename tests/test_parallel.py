@@ -13,7 +13,7 @@ import pytest
 from nplm_jax.parallel import sharding
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXPECTED_CHECKS = 78  # 1 fewer: the moving average's check and the bfloat16 moments' are one run
+EXPECTED_CHECKS = 81  # 1 fewer: the moving average's check and the bfloat16 moments' are one run
 
 
 @pytest.fixture(scope='module')

@@ -559,6 +559,42 @@ def _block_sampled_logits(f, output, targets, samples):
   return target_logit, sample_logits
 
 
+def _owned_columns_of(block, ids):
+  first = lax.axis_index('model') * block.shape[-1]
+  owned, idx = _owned_columns(ids, first, block.shape[-1])
+  return lax.psum(jnp.where(owned[None, :], block[:, idx], 0), 'model')  # one shard's, plus zeros: exact
+
+
+def gather_columns(output, ids, *, mesh):
+  """output[:, ids] ([K + 1, len(ids)], replicated) from the output layer split by vocabulary on 'model':
+  each shard gathers the columns it owns, and a psum combines them."""
+  return jax.shard_map(_owned_columns_of, mesh=mesh, in_specs=(P(None, 'model'), P()), out_specs=P())(output, ids)
+
+
+def _add_to_owned_columns(block, ids, updates):
+  size = block.shape[-1]
+  local = ids - lax.axis_index('model') * size
+  local = jnp.where((local >= 0) & (local < size), local, size)  # another shard's column: out of range, dropped
+  return block.at[:, local].add(updates.astype(block.dtype), mode='drop')
+
+
+def add_to_columns(output, ids, updates, *, mesh):
+  """output with updates [K + 1, len(ids)] added to its columns ids (repeated ids add up), each shard of
+  the vocabulary on 'model' adding those it owns, in place: no pass over the other columns."""
+  return jax.shard_map(_add_to_owned_columns, mesh=mesh, in_specs=(P(None, 'model'), P(), P()),
+                       out_specs=P(None, 'model'))(output, ids, updates)
+
+
+def sampled_loss_of_columns(f, columns, targets, samples, log_q, *, kind):
+  """sampled_token_loss from the output layer's columns gathered already: columns [K + 1, B + k] are the
+  batch's targets' then the samples' (gather_columns of the two concatenated)."""
+  fb = with_bias_column(f)
+  batch = targets.shape[0]
+  target_logit = jnp.einsum('bk,kb->b', fb, columns[:, :batch], preferred_element_type=jnp.float32)
+  sample_logits = jnp.matmul(fb, columns[:, batch:], preferred_element_type=jnp.float32)
+  return sampled_loss_from_logits(kind, target_logit, sample_logits, targets, samples, log_q)
+
+
 def sampled_loss_from_logits(kind, target_logit, sample_logits, targets, samples, log_q):
   """Per-example sampled loss; `log_q` holds log noise probabilities over the vocabulary.
 

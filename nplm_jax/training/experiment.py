@@ -73,6 +73,25 @@ def eval_batch_size(train_config, platform: str) -> int:
   return size
 
 
+def output_layer_update(config, platform: str) -> str:
+  """train.output_layer_update with 'auto' resolved: the backend's default where the run can take the
+  sampled columns' update (config.sampled_columns_refusal), else 'dense'."""
+  requested = config.train.get('output_layer_update', 'dense')
+  if requested != 'auto':
+    return requested
+  if config_lib.sampled_columns_refusal(config):
+    return 'dense'
+  return backend_defaults.backend_default('train.output_layer_update', platform)
+
+
+def column_learning_rate(config, platform: str):
+  """compile_steps' column_learning_rate: paper_sgd's schedule where the output layer's update is
+  'sampled_columns' (output_layer_update), else None."""
+  if output_layer_update(config, platform) != 'sampled_columns':
+    return None
+  return optim.column_learning_rate(config.optimizer, config.train.batch_size)
+
+
 # Shares of the training tokens read as the rare-word symbol above which a run is warned, and refused:
 # a model of almost nothing but <unk> reports a low perplexity that means nothing (every word of a
 # corpus rare gave |V| = 2 and valid ppl 1.20).
@@ -156,6 +175,7 @@ class Experiment:
     sampled = sampled_noise.make_sampled_loss(config.loss, train_counts, config.seed)
     bias_counts = train_counts if config.model.unigram_bias_init else None
     self.steps = steps_lib.compile_steps(self.model, self.optimizer, self.mesh, bias_counts, sampled,
+                                         column_learning_rate=column_learning_rate(config, self.platform),
                                          steps_per_epoch=self.plan['steps_per_epoch'],
                                          batch_size=config.train.batch_size,
                                          ema_decay=config.optimizer.get('ema_decay', 0.0),

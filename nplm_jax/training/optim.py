@@ -81,6 +81,13 @@ def make_optimizer(opt_config, batch_size: int, run_steps: int | None = None,
   return with_gradients_clipped(optimizer, clip_norm) if clip_norm > 0 else optimizer
 
 
+def column_learning_rate(opt_config, batch_size: int) -> optax.Schedule:
+  """paper_sgd's learning rate by step (steps.sampled_columns_step adds the columns' step with it)."""
+  if opt_config.name != 'paper_sgd':
+    raise ValueError(f'optimizer {opt_config.name!r} has no learning rate of the gradient alone')
+  return paper_schedule(opt_config.learning_rate, opt_config.decay_rate, batch_size)
+
+
 def with_gradients_clipped(optimizer: optax.GradientTransformation, max_norm: float) -> optax.GradientTransformation:
   """`optimizer` fed gradients scaled to global norm max_norm where theirs is larger. Its state is
   `optimizer`'s own (clipping keeps none), so the state's layout does not depend on clip_norm."""

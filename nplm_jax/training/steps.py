@@ -188,13 +188,19 @@ def cast_output_layer(model, params, form: str):
 
 def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mesh, optimizer, loss=None,
                chunk_size=0, seed=0, vocab_block=-1, softmax_kernel='xla', softmax_kernel_tuning='', ema_decay=0.0,
-               cast_layer=None, output_layer_gradient_dtype='float32', output_layer_gradient_form='as_traced'):
+               cast_layer=None, output_layer_gradient_dtype='float32', output_layer_gradient_form='as_traced',
+               column_learning_rate=None):
   """One optimiser step on the mean loss of a batch: the exact softmax, or `loss` (sampled), and the
   moving average of the parameters when the state has one. Returns the new state and the batch's loss.
   cast_layer: cast_output_layer(model, state.params, form), made by the caller (the loop that carries it from
   one step's update to the next), which the exact softmax takes instead of casting the layer's rows.
   output_layer_gradient_dtype, output_layer_gradient_form: the exact softmax's vocab_softmax.token_nll
-  gradient_dtype and gradient_form."""
+  gradient_dtype and gradient_form. column_learning_rate (a sampled loss, train.output_layer_update
+  'sampled_columns'): the optimiser's learning rate by step, and the step of sampled_columns_step."""
+  if column_learning_rate is not None:
+    return sampled_columns_step(state, contexts, targets, lr_scale, model=model, mesh=mesh, optimizer=optimizer,
+                                loss=loss, seed=seed, ema_decay=ema_decay, column_learning_rate=column_learning_rate)
+
   def loss_fn(params):
     key = dropout_key(seed, state.step) if model.has_dropout else None
     feats, out = features(model, params, contexts, key), model.output_layer(params)
@@ -212,14 +218,52 @@ def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mes
     return jnp.mean(chunked_map(per_example, (feats, targets), chunk_size))
 
   loss_value, grads = jax.value_and_grad(loss_fn)(state.params)
+  return _updated(state, grads, loss_value, lr_scale, optimizer, ema_decay), loss_value
+
+
+def _updated(state: TrainState, grads, loss_value, lr_scale, optimizer, ema_decay, columns=None) -> TrainState:
+  """The state after the optimiser's step on `grads`; columns (ids, gradients, step size): added to
+  the output layer's columns after it."""
   grads = after_every_read(grads, loss_value)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   # Fused by XLA into the parameter update itself: no extra pass over the parameters.
   params = jax.tree.map(lambda p, u: p + lr_scale * u, state.params, updates)
+  if columns is not None:
+    ids, column_grads, step_size, mesh = columns
+    params = {**params, output_layer.OUTPUT: vocab_softmax.add_to_columns(params[output_layer.OUTPUT], ids,
+                                                                          -step_size * column_grads, mesh=mesh)}
   average = state.average
   if average is not None:
     average = updated_average(average, params, ema_decay_at(ema_decay, state.step))
-  return TrainState(step=state.step + 1, params=params, opt_state=opt_state, average=average), loss_value
+  return TrainState(step=state.step + 1, params=params, opt_state=opt_state, average=average)
+
+
+def sampled_columns_step(state: TrainState, contexts, targets, lr_scale, *, model, mesh, optimizer, loss, seed,
+                         ema_decay, column_learning_rate):
+  """train_step for a sampled loss whose output layer moves in the columns the step scored alone (the
+  batch's targets and the noise samples; train.output_layer_update='sampled_columns').
+
+  The output layer's gradient is zero outside those columns, so it is taken with respect to the
+  gathered columns [K + 1, B + k] instead of the whole layer (whose gradient would be a dense array
+  zero-filled and scattered into), and added to them after the optimiser's step, which with that zero
+  gradient leaves the layer its weight decay alone: one pass over the layer a step, in place. The same
+  step as train_step's in exact arithmetic for an optimiser whose update is -lr (g + decay) (paper_sgd):
+  p + s(-lr (g + wd p)) is p + s(-lr wd p) - s lr g. `column_learning_rate(step)` is its lr.
+  """
+  samples = sampled_noise.draw_noise(loss, state.step)  # shared by the whole batch
+  ids = jnp.concatenate([targets, samples])
+  columns = vocab_softmax.gather_columns(model.output_layer(state.params), ids, mesh=mesh)
+
+  def loss_fn(params, columns):
+    key = dropout_key(seed, state.step) if model.has_dropout else None
+    feats = features(model, params, contexts, key)
+    return jnp.mean(vocab_softmax.sampled_loss_of_columns(feats, columns, targets, samples, loss.log_noise,
+                                                          kind=loss.kind))
+
+  loss_value, (grads, column_grads) = jax.value_and_grad(loss_fn, argnums=(0, 1))(state.params, columns)
+  step_size = lr_scale * column_learning_rate(state.step)
+  return _updated(state, grads, loss_value, lr_scale, optimizer, ema_decay,
+                  columns=(ids, column_grads, step_size, mesh)), loss_value
 
 
 def train_step_in_interval(state: TrainState, contexts, targets, lr_scale, interval: Interval, **step_options):
@@ -336,7 +380,8 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
                   softmax_kernel: str = 'xla', softmax_kernel_tuning: str = '',
                   ema_decay: float = 0.0, carry_cast_layer: str = 'off',
                   output_layer_gradient_dtype: str = 'float32',
-                  output_layer_gradient_form: str = 'as_traced') -> CompiledSteps:
+                  output_layer_gradient_form: str = 'as_traced',
+                  column_learning_rate: optax.Schedule | None = None) -> CompiledSteps:
   """Jitted init/train/eval with explicit shardings; parameters are born sharded, drawn from `seed`.
 
   optimizer None: evaluation only. steps_per_epoch and batch_size shape the resident-data dispatch.
@@ -350,6 +395,8 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
   gradient to bfloat16 where its matmul writes it (vocab_softmax.token_nll); it needs bfloat16 matmuls.
   output_layer_gradient_form (config.train.output_layer_gradient_form): how XLA's paths make that gradient's
   matmul (vocab_softmax.GRADIENT_FORMS; the same numbers). output_layer_gradient_options reads both.
+  column_learning_rate (train.output_layer_update resolved to 'sampled_columns': optim.column_learning_rate):
+  a sampled loss's steps update the output layer in the columns they scored (sampled_columns_step).
   """
   precise = functools.partial(with_matmul_precision, precision=matmul_precision,
                               platform=mesh.devices.flat[0].platform)
@@ -388,7 +435,8 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
   step_options = dict(optimizer=optimizer, loss=loss, chunk_size=chunk_size, seed=seed, vocab_block=vocab_block,
                       softmax_kernel=softmax_kernel, softmax_kernel_tuning=softmax_kernel_tuning, ema_decay=ema_decay,
                       output_layer_gradient_dtype=output_layer_gradient_dtype,
-                      output_layer_gradient_form=output_layer_gradient_form)
+                      output_layer_gradient_form=output_layer_gradient_form,
+                      column_learning_rate=column_learning_rate)
   jitted_train = jax.jit(
       precise(functools.partial(train_step_in_interval, model=model, mesh=mesh, **step_options)),
       in_shardings=(state_sh, ctx_sh, tgt_sh, replicated, replicated),
