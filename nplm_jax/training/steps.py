@@ -253,6 +253,9 @@ def sampled_columns_step(state: TrainState, contexts, targets, lr_scale, *, mode
   samples = sampled_noise.draw_noise(loss, state.step)  # shared by the whole batch
   ids = jnp.concatenate([targets, samples])
   columns = vocab_softmax.gather_columns(model.output_layer(state.params), ids, mesh=mesh)
+  if targets.shape[0] % mesh.devices.size == 0:  # the features and the loss need no vocabulary split: every device
+    every = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(('data', 'model')))  # takes its rows
+    contexts, targets = (jax.lax.with_sharding_constraint(x, every) for x in (contexts, targets))
 
   def loss_fn(params, columns):
     key = dropout_key(seed, state.step) if model.has_dropout else None
