@@ -579,7 +579,9 @@ def test_the_eta_counts_the_evaluations_still_to_run():
   clock.validated(2.0)  # 2 ms a token
   assert clock.final_seconds() == pytest.approx(6.0)
   assert clock.seconds_left(30, plan) == pytest.approx(4 * 2.0 + 4.0)  # validations at 40, 60, 80, 100; test
-  assert clock.seconds_left(100, plan) == pytest.approx(4.0)
+  assert clock.seconds_left(40, plan) == pytest.approx(4 * 2.0 + 4.0)  # 40's own comes after its progress line
+  assert clock.seconds_left(100, plan) == pytest.approx(2.0 + 4.0)
+  assert clock.seconds_left(90, {'total': 90, 'eval_every': 40}) == pytest.approx(2.0 + 4.0)  # the end's, off the 40s
   progress = train.metrics_lib.Progress(0, plan['total'], tokens_per_step=8)
   progress._measured_steps, progress._measured_seconds = 50, 50.0  # a step a second so far
   assert progress.report(50, after_training=3600.0)['eta'].startswith('1h00m')  # 50 steps, then an hour

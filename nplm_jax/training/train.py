@@ -531,8 +531,10 @@ class _EvaluationClock:
     return self.seconds_per_token * (self.valid_tokens + self.test_tokens)
 
   def seconds_left(self, step: int, plan: dict) -> float:
-    """The scheduled validations before the plan's end, then the test split."""
-    validations = plan['total'] // plan['eval_every'] - step // plan['eval_every']
+    """The validations from `step` on (its own, when due, runs after the progress line) to the plan's end
+    (which evaluates whether or not eval_every divides it), then the test split."""
+    every, total = plan['eval_every'], plan['total']
+    validations = total // every - (step - 1) // every + (1 if total % every else 0)
     return self.seconds_per_token * (validations * self.valid_tokens + self.test_tokens)
 
 
