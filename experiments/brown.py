@@ -1,6 +1,6 @@
 """Brown corpus, Bengio et al. (2003) Table 1. Variants: brown.py:mlp1 (default) ... brown.py:mlp10.
 Also brown.py:smoke (about a minute on a 2-core CPU) and brown.py:quick (a usable model in about
-ten minutes): MLP1 tuned trained with noise-contrastive estimation (QUICK below); brown.py:best, the
+five minutes): MLP1 tuned trained with noise-contrastive estimation (QUICK below); brown.py:best, the
 lowest test perplexity recorded (BEST below).
 
 python -m nplm_jax.main --config=experiments/brown.py:mlp1 --workdir=runs/brown_mlp1
@@ -69,7 +69,7 @@ LADDER = [
 
 # README's first runs: MLP1 tuned with noise-contrastive estimation (k = 1000 noise words, batch
 # 512; the fastest to validation 300 in the time_to_quality sweep). 'smoke' checks an installation in
-# about a minute on a 2-core CPU; 'quick' is a usable model in about ten.
+# about a minute on a 2-core CPU; 'quick' is a usable model in about five.
 QUICK = {'loss.name': 'nce', 'loss.num_samples': 1000, 'train.batch_size': 512, 'train.num_epochs': 8}
 SMOKE = {**QUICK, 'train.max_steps': 300, 'train.log_every': 100}
 
