@@ -2,7 +2,8 @@
 
 A results file (results/, written by python -m launch.results collect) keeps the run's whole resolved
 config, so every run RESULTS.md quotes can be trained again by this one command, whether or not its
-config still has a name in brown.py, ptb.py or text.py. Keys newer than the run take today's defaults
+config still has a name in brown.py, ptb.py or text.py. Keys newer than the run take the value that
+keeps its behaviour where a default changed since (config.LEGACY_DEFAULTS), else today's default
 (config.from_saved). The corpus is found as the experiment files find it: a data.path that does not
 exist here is replaced by $PTB_DIR for PTB runs; the workdir defaults to runs/ and the results file's
 name. Add --config.KEY=VALUE to change anything (--config.seed=1 for another seed).

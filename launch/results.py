@@ -106,6 +106,11 @@ def _fitted_mixture(r: dict) -> str:
 
 TABLES = {
     'own_text': [('recipe', _label)] + [c for c in _CHECKS[1:-1] if c[0] != 'steps'] + [_MIX_KN5, ('device', _device_of)],
+    # Test perplexity by time budget: the whole command's seconds (training, evaluation, the mixture) under
+    # train.max_seconds, the recipes' rows side by side.
+    'own_text_curve': [('recipe', _label), ('train.max_seconds', lambda r: _fmt(r['config']['train']['max_seconds'], 0)),
+                       ('command s', _num('command_seconds', 0)), ('epochs', _num('epochs', 2)),
+                       ('test ppl', _num('test_ppl')), _MIX_KN5, ('device', _device_of)],
     # The short runs that show a change kept the numbers (smoke, quick, PTB).
     'checks': _CHECKS,
     # The reference code's options on the ladder's top row, each at the same number of steps (their
