@@ -1,6 +1,6 @@
 """A sampled loss's output-layer update, 'dense' against 'sampled_columns', side by side.
 
-python benchmarks/output_layer_update.py --config=experiments/text.py:quick --vocabs=10000,33278 --rounds=3
+python benchmarks/output_layer_update.py --config=experiments/brown.py:quick --vocabs=10000,33278 --rounds=3
 
 Each round runs benchmarks/throughput.py once per form and |V| (random ids, train.batch_size of the config),
 each in its own process, alternating, so load on a shared machine falls on both alike; prints one JSON line
@@ -34,7 +34,7 @@ def train_rate(config: str, vocab: int, batch_size: int, form: str) -> float:
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--config', default='experiments/text.py:quick')
+  parser.add_argument('--config', default='experiments/brown.py:quick')
   parser.add_argument('--vocabs', default='10000,33278')
   parser.add_argument('--batch_size', type=int, default=512)
   parser.add_argument('--rounds', type=int, default=3)

@@ -47,7 +47,7 @@ TABLE = {
         'benchmarks/gpu_figures.sh eval), its logits block 1.7 GB at |V| 100k; TPUs: not measured'),
     'train.output_layer_update': BackendDefault(
         'sampled_columns', 'dense',
-        '2-core Intel Xeon, text.py:quick (NCE, 1,000 noise words, batch 512), the training step in three rounds '
+        "2-core Intel Xeon, brown.py:quick's model (NCE, 1,000 noise words, batch 512), the training step in three rounds "
         "side by side: 'sampled_columns' 38,994 against 20,185 tokens/s at |V| 10,000 (1.93x), 22,115 against 7,723 "
         'at |V| 33,278 (2.86x; results/bench/output_layer_update.jsonl); accelerators: not measured, dense'),
     # GPUs: (the kernel, the least examples a shard, the least vocabulary columns a shard) where it is picked,

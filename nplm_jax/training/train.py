@@ -13,13 +13,13 @@ change the trajectory (refused), and divergence (stopped at the first non-finite
 non-finite is saved or reported).
 """
 
+import dataclasses
 import json
 import math
 import os
 import signal
 import threading
 import time
-import dataclasses
 from typing import Callable, Protocol
 
 import jax
