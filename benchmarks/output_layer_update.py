@@ -8,28 +8,23 @@ per |V| with the medians over rounds of the training step's tokens/s and their r
 """
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from benchmarks import common  # pylint: disable=wrong-import-position
+from benchmarks import compare  # pylint: disable=wrong-import-position
 
 FORMS = ('dense', 'sampled_columns')
 
 
 def train_rate(config: str, vocab: int, batch_size: int, form: str) -> float:
-  command = [sys.executable, os.path.join('benchmarks', 'throughput.py'), f'--config={config}', f'--vocab={vocab}',
-             f'--batch_sizes={batch_size}', f'--config.train.output_layer_update={form}']
-  done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
-  lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{')]
-  if done.returncode or not lines:
-    sys.exit(f'error: {" ".join(command[1:])} failed: {(done.stderr.strip().splitlines() or ["?"])[-1]}')
-  return lines[0]['train_tokens_per_sec']
+  return compare.json_lines([sys.executable, os.path.join('benchmarks', 'throughput.py'), f'--config={config}',
+                             f'--vocab={vocab}', f'--batch_sizes={batch_size}',
+                             f'--config.train.output_layer_update={form}'])[0]['train_tokens_per_sec']
 
 
 def main(argv=None) -> int:

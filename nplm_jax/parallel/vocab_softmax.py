@@ -573,8 +573,8 @@ def gather_columns(output, ids, *, mesh):
 
 def _add_to_owned_columns(block, ids, updates):
   size = block.shape[-1]
-  local = ids - lax.axis_index('model') * size
-  local = jnp.where((local >= 0) & (local < size), local, size)  # another shard's column: out of range, dropped
+  owned, idx = _owned_columns(ids, lax.axis_index('model') * size, size)
+  local = jnp.where(owned, idx, size)  # another shard's column: out of range, dropped
   return block.at[:, local].add(updates.astype(block.dtype), mode='drop')
 
 
