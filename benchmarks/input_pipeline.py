@@ -33,7 +33,7 @@ def main(argv):
   del argv
   config = FLAGS.config
   config.train.batch_size = FLAGS.batch_size
-  sharding.configure_host_devices(config.mesh)
+  sharding.configure_host_devices(config)
   import jax  # pylint: disable=g-import-not-at-top
   from benchmarks import common  # pylint: disable=g-import-not-at-top
   from nplm_jax.data import input_pipeline  # pylint: disable=g-import-not-at-top

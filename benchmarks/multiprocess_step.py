@@ -45,7 +45,7 @@ def worker() -> None:
   config = FLAGS.config
   config.train.batch_size = FLAGS.batch_size
   if FLAGS.platform == 'cpu':
-    sharding.configure_host_devices(config.mesh)
+    sharding.configure_host_devices(config)
   distributed.maybe_initialize(config)
   import jax  # pylint: disable=g-import-not-at-top
   row = common.time_train_step(config, FLAGS.vocab, sharding.make_mesh(config.mesh), FLAGS.steps, FLAGS.repeats)

@@ -89,7 +89,7 @@ def startup_worker(prepared: str, batch_size: int, chunk_size: int) -> None:
   config.data.path = prepared
   config.train.batch_size = batch_size
   config.train.chunk_size = chunk_size
-  sharding.configure_host_devices(config.mesh)
+  sharding.configure_host_devices(config)
   import jax  # pylint: disable=g-import-not-at-top
   from nplm_jax.training import experiment as experiment_lib  # pylint: disable=g-import-not-at-top
   from nplm_jax.files import workdir as workdir_lib  # pylint: disable=g-import-not-at-top

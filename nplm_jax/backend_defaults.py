@@ -50,6 +50,19 @@ TABLE = {
         "2-core Intel Xeon, brown.py:quick's model (NCE, 1,000 noise words, batch 512), the training step in three rounds "
         "side by side: 'sampled_columns' 38,994 against 20,185 tokens/s at |V| 10,000 (1.93x), 22,115 against 7,723 "
         'at |V| 33,278 (2.86x; results/bench/output_layer_update.jsonl); accelerators: not measured, dense'),
+    # host devices of the CPU backend (config.requested_cpu_devices: -1 = one per core); no effect elsewhere
+    'mesh.cpu_devices': BackendDefault(
+        -1, None,
+        'the 2003 model: one host device per core, each a block of the vocabulary (2-core CPU, Brown MLP1 at batch '
+        '128: 8,083 tokens/s as a (1, 2) mesh against 3,925 on one device, 2.06x; benchmarks/parallel_step.py)'),
+    'mesh.cpu_devices, revisited family': BackendDefault(
+        1, None,
+        "2-core AMD EPYC, text.py:revisited (PTB's ladder4_tied: 4 blocks of inner width 1024 split over 'model', "
+        '240 distant words) at batch 256, three rounds side by side: one device trained 990 against 858 tokens/s at '
+        '|V| 10,000 (1.15x) and 631 against 534 at |V| 33,278 (1.18x), evaluated 0.93x / 0.88x one per core '
+        "(results/bench/host_devices_revisited.jsonl); on the (1, 2) mesh its step spent 25 ms of 220 in "
+        'collectives (benchmarks/profile_step.py), and a (2, 1) mesh trained slower still (726 against 969 at 10k, '
+        'one run each)'),
     # GPUs: (the kernel, the least examples a shard, the least vocabulary columns a shard) where it is picked,
     # on one Hopper GPU in bfloat16 (parallel/vocab_softmax.auto_kernel; a mesh of several devices: XLA)
     'train.softmax_kernel': BackendDefault(

@@ -18,6 +18,7 @@ import re
 
 import ml_collections
 
+from nplm_jax import backend_defaults
 from nplm_jax.errors import UserError
 
 
@@ -235,7 +236,9 @@ def base_config() -> ml_collections.ConfigDict:
   # accelerators (docs/parallelism.md).
   c.mesh.data = -1
   c.mesh.model = -1
-  c.mesh.cpu_devices = -1  # host devices for the CPU backend; -1 = one per core (a power of 2, <= 8)
+  # Host devices for the CPU backend: 0 (auto) = by the model family (backend_defaults.TABLE: one per core for
+  # the 2003 model, one for the revisited family); -1 = one per core (a power of 2, <= 8); or a count.
+  c.mesh.cpu_devices = 0
   # Where parameters live: each logical axis of a parameter (named where the model creates it) on a
   # mesh axis ('model') or replicated (''). 'vocab' (the output layer's columns) is always on 'model':
   # the softmax is vocabulary-parallel. 'hidden': the hidden layers' inner width (Megatron-style
@@ -595,8 +598,9 @@ def _validate_relations(config) -> None:
     if not isinstance(value, int) or value == 0 or value < -1:
       raise UserError(f'mesh.{name}={value!r} is invalid; use a positive size or -1 to fill')
   cpu_devices = config.mesh.cpu_devices
-  if not isinstance(cpu_devices, int) or cpu_devices == 0 or cpu_devices < -1:
-    raise UserError(f'mesh.cpu_devices={cpu_devices!r} is invalid; use a positive count or -1 for one per core')
+  if not isinstance(cpu_devices, int) or cpu_devices < -1:
+    raise UserError(f'mesh.cpu_devices={cpu_devices!r} is invalid; use a positive count, -1 for one per core or 0 '
+                    'for the model family\'s default')
   most = max_cpu_devices()
   if cpu_devices > most:  # XLA starts threads for each: 1,000 aborted in its thread creation under a memory limit
     raise UserError(f'mesh.cpu_devices={cpu_devices} is more host devices than this machine serves ({most}: 4 a core, '
@@ -647,6 +651,19 @@ def _validate_axis_rules(rules) -> None:
   if dict(rules).get('vocab', 'model') != 'model':
     raise UserError("mesh.axis_rules.vocab must be 'model' (the softmax is vocabulary-parallel over 'model'); "
                     'drop the override')
+
+
+def requested_cpu_devices(config) -> int:
+  """mesh.cpu_devices with 0 (auto) resolved by the model family from backend_defaults.TABLE: -1 (one per
+  core) or a count."""
+  requested = config.mesh.cpu_devices
+  if requested:
+    return requested
+  revisited = config.model.get('kind', 'bengio2003') == 'revisited'
+  return backend_defaults.backend_default(CPU_DEVICES_REVISITED if revisited else 'mesh.cpu_devices', 'cpu')
+
+
+CPU_DEVICES_REVISITED = 'mesh.cpu_devices, revisited family'  # its backend_defaults.TABLE entry
 
 
 def max_cpu_devices() -> int:

@@ -97,7 +97,6 @@ CASES = [
     ('latin1_corpus', lambda w: main_args(w, f'--config.data.train_file={w["latin1"]}'), 'is not UTF-8 text'),
     ('folder_as_corpus', lambda w: main_args(w, f'--config.data.train_file={w["base"]}'), 'is a folder'),
     ('missing_corpus', lambda w: main_args(w, f'--config.data.train_file={w["base"] / "nope.txt"}'), 'does not exist'),
-    ('cpu_devices_0', lambda w: main_args(w, '--config.mesh.cpu_devices=0'), 'mesh.cpu_devices=0'),
     ('cpu_devices_negative', lambda w: main_args(w, '--config.mesh.cpu_devices=-5'), 'mesh.cpu_devices=-5'),
     ('patience_negative', lambda w: main_args(w, '--config.train.patience=-1'), 'train.patience=-1'),
     ('max_rare_count_negative', lambda w: main_args(w, '--config.data.max_rare_count=-1'), 'data.max_rare_count=-1'),

@@ -29,14 +29,27 @@ def test_host_device_count(requested, cores, expected):
 
 
 def test_configure_host_devices_keeps_an_explicit_count():
-  mesh = base_config().mesh
+  config = base_config()
   environ = {'XLA_FLAGS': '--xla_force_host_platform_device_count=8'}
-  sharding.configure_host_devices(mesh, environ)
+  sharding.configure_host_devices(config, environ)
   assert environ['XLA_FLAGS'] == '--xla_force_host_platform_device_count=8'
   environ = {}
-  mesh.cpu_devices = 2
-  sharding.configure_host_devices(mesh, environ)
+  config.mesh.cpu_devices = 2
+  sharding.configure_host_devices(config, environ)
   assert environ['XLA_FLAGS'] == '--xla_force_host_platform_device_count=2'
+
+
+def test_the_default_host_devices_follow_the_model_family(monkeypatch):
+  """mesh.cpu_devices=0: one per core for the 2003 model, one device for the revisited family (measured,
+  backend_defaults.TABLE); -1, what runs recorded before the family's default kept, stays one per core."""
+  monkeypatch.setattr(sharding, 'usable_cores', lambda: 4)
+  config = base_config()
+  assert config.mesh.cpu_devices == 0
+  for kind, cpu_devices, flags in (('bengio2003', 0, '--xla_force_host_platform_device_count=4'), ('revisited', 0, None),
+                                   ('revisited', -1, '--xla_force_host_platform_device_count=4')):
+    config.model.kind, config.mesh.cpu_devices, environ = kind, cpu_devices, {}
+    sharding.configure_host_devices(config, environ)
+    assert environ.get('XLA_FLAGS') == flags, (kind, cpu_devices)
 
 
 def test_a_child_process_gets_every_flag_but_the_host_device_count():
@@ -114,5 +127,5 @@ def test_cores_are_counted_where_sched_getaffinity_is_missing(monkeypatch):
   monkeypatch.setattr(os, 'cpu_count', lambda: 6)
   assert sharding.usable_cores() == 6
   environ = {}
-  sharding.configure_host_devices(base_config().mesh, environ)
+  sharding.configure_host_devices(base_config(), environ)
   assert environ['XLA_FLAGS'] == '--xla_force_host_platform_device_count=4'

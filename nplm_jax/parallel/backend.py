@@ -18,7 +18,7 @@ def configure(config, environ=os.environ) -> None:
   same bits on a GPU, so a resumed run ends bit-equal to an uninterrupted one there as on a CPU
   (docs/accelerators.md, "Defaults by backend": its cost); XLA's CPU and TPU backends are deterministic already.
   """
-  sharding.configure_host_devices(config.mesh, environ)
+  sharding.configure_host_devices(config, environ)
   flags = environ.get('XLA_FLAGS', '')
   if config.train.deterministic and 'xla_gpu_deterministic_ops' not in flags:
     environ['XLA_FLAGS'] = f'{flags} {DETERMINISTIC_GPU_FLAG}'.strip()

@@ -12,6 +12,7 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
+from nplm_jax import config as config_lib
 from nplm_jax.errors import UserError
 
 AXES = ('data', 'model')
@@ -35,15 +36,16 @@ def usable_cores() -> int:
   return os.cpu_count() or 1
 
 
-def configure_host_devices(mesh_config, environ=os.environ) -> None:
-  """Splits the CPU backend into host devices; must run before JAX initialises its backends.
+def configure_host_devices(config, environ=os.environ) -> None:
+  """Splits the CPU backend into config.mesh.cpu_devices host devices (0: the model family's default,
+  config.requested_cpu_devices); must run before JAX initialises its backends.
 
   On CPU, blocks of the vocabulary on separate host devices run in parallel on separate cores:
-  2.25x the single-device step on a 2-core machine (benchmarks/parallel_step.py). An explicit
+  2.06x the single-device step of Brown MLP1 on a 2-core machine (benchmarks/parallel_step.py). An explicit
   --xla_force_host_platform_device_count in XLA_FLAGS wins; accelerators are unaffected.
   """
   flags = environ.get('XLA_FLAGS', '')
-  count = host_device_count(mesh_config.cpu_devices, usable_cores())
+  count = host_device_count(config_lib.requested_cpu_devices(config), usable_cores())
   if count > 1 and 'xla_force_host_platform_device_count' not in flags:
     environ['XLA_FLAGS'] = f'{flags} --xla_force_host_platform_device_count={count}'.strip()
 
