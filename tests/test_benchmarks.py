@@ -316,3 +316,19 @@ def test_score_sentences_prints_both_rates_and_their_ratio():
   rows = run('score_sentences.py', '--vocab=2000', '--sentences=50', '--rounds=1', '--train_steps=2')
   assert rows[-1]['sentences'] == 50 and rows[-1]['tokens'] == rows[0]['tokens'] > 50
   assert rows[-1]['separate_tokens_per_sec'] > 0 and rows[-1]['separate_over_stream'] > 0
+
+
+def test_side_by_side_measures_each_form_in_rounds_and_their_ratios():
+  tiny = '--config.model.m=4 --config.model.h=6 --steps=2 --repeats=1 --peak_size=64'
+  rows = run('side_by_side.py', '--config=experiments/brown.py:mlp1', '--vocabs=61', '--batch_size=8', '--rounds=1',
+             f'--form=one_device:--config.mesh.cpu_devices=1 {tiny}', f'--form=two_devices:--config.mesh.cpu_devices=2 {tiny}')
+  [row] = rows
+  assert set(row['forms']) == {'one_device', 'two_devices'} and row['rounds'] == 1 and row['vocab'] == 61
+  assert all(form['train_tokens_per_sec'] > 0 and len(form['eval_tokens_rounds']) == 1 for form in row['forms'].values())
+  assert row['one_device_over_two_devices_train'] > 0 and row['one_device_over_two_devices_eval'] > 0
+
+
+def test_side_by_side_refuses_a_form_without_a_name():
+  proc = subprocess.run([sys.executable, os.path.join('benchmarks', 'side_by_side.py'), '--form=--config.mesh.cpu_devices=1',
+                         '--form=b:'], cwd=REPO, capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 2 and 'needs a name, a colon and its overrides' in proc.stderr

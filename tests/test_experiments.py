@@ -13,8 +13,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDED = os.path.join(REPO, 'experiments', 'recorded.py')
 
 # Keys a recorded config may hold other values of without another run: the run's name, the corpus's folder
-# on the machine it ran on, and the ways of computing the same numbers that 'auto' resolved for its backend.
-SAME_RUN_KEYS = {'name', 'data.path', 'model.embedding_gradient', 'model.distant_gradient'}
+# on the machine it ran on, the ways of computing the same numbers that 'auto' resolved for its backend, and the
+# CPU backend's host devices (these runs trained on GPUs, where the key does nothing; test_best_runs_trained_on_gpus).
+SAME_RUN_KEYS = {'name', 'data.path', 'model.embedding_gradient', 'model.distant_gradient', 'mesh.cpu_devices'}
 
 BEST_RUNS = [
     ('experiments/brown.py:best', 'brown_tune_tune11_dropout0.5_weight_decay0.4_cosine6_ema0.999_seed0'),
@@ -58,6 +59,11 @@ def test_each_best_config_is_its_recorded_run(spec, record_name):
   newer = {k: v for k, v in named.items() if k not in recorded}
   defaults = leaves(json.loads(config_lib.base_config().to_json()))
   assert all(defaults[k] == v for k, v in newer.items()), newer
+
+
+def test_best_runs_trained_on_gpus():
+  """SAME_RUN_KEYS holds mesh.cpu_devices for these runs alone: on a CPU it would be another run."""
+  assert all(read_record(name)['device'].startswith('NVIDIA') for _, name in BEST_RUNS)
 
 
 def test_a_recorded_run_loads_as_its_config():
