@@ -46,34 +46,17 @@ REGULARISED = {'model.m': 200, 'model.h': 500, 'model.hidden_dropout': 0.5, 'opt
 
 ANNEALED = {'train.anneal_factor': 0.5, 'train.anneal_threshold': 0.01, 'train.patience': 1,
             'model.feature_dropout': 0.2, 'optimizer.weight_decay': 0.01}
-ANNEALED_POINTS = [
-    ('n5', {}),
-    ('n8', {'model.n': 8}),
-    ('n8_weight_decay0.1', {'model.n': 8, 'optimizer.weight_decay': 0.1}),
-    ('n8_lr5e-4', {'model.n': 8, 'optimizer.learning_rate': 5e-4}),
-    ('n10', {'model.n': 10}),
-    ('n8_h1000_feature_dropout0.3', {'model.n': 8, 'model.h': 1000, 'model.feature_dropout': 0.3}),
-    ('n6_m300_h1000_dropout0.3_0.6', {'model.n': 6, 'model.m': 300, 'model.h': 1000, 'model.feature_dropout': 0.3,
-                                      'model.hidden_dropout': 0.6}),
-    ('n8_batch64', {'model.n': 8, 'train.batch_size': 64, 'train.eval_every': 7260}),
-    # stronger decay
-    ('n8_weight_decay0.2', {'model.n': 8, 'optimizer.weight_decay': 0.2}),
-    ('n8_weight_decay0.4', {'model.n': 8, 'optimizer.weight_decay': 0.4}),
-    ('n5_weight_decay0.2', {'model.n': 5, 'optimizer.weight_decay': 0.2}),
-    ('n8_h1000_feature_dropout0.3_weight_decay0.2', {'model.n': 8, 'model.h': 1000, 'model.feature_dropout': 0.3,
-                                                     'optimizer.weight_decay': 0.2}),
-]
-
-BEST_ANNEALED = 'n8_h1000_feature_dropout0.3_weight_decay0.2'  # the table network (RESULTS.md, Penn Treebank)
-
-
-TABLE_NETWORK = {**REGULARISED, **ANNEALED, **dict(ANNEALED_POINTS)[BEST_ANNEALED]}
+# The table network (RESULTS.md, "Penn Treebank, words"): the best point of the annealed sweep that changed
+# one thing at a time from n = 8 with annealing; every point of that sweep and of the regularised grid before
+# it retrains from its results file (results/ptb_annealed_*.json, results/ptb_regularised_*.json).
+TABLE_NETWORK = {**REGULARISED, **ANNEALED, 'model.n': 8, 'model.h': 1000, 'model.feature_dropout': 0.3,
+                 'optimizer.weight_decay': 0.2}
 
 # The NPLM revisited (Sun & Iyyer 2021), one change at a time from the table network (each row keeps the
 # rows above it); every row mixed with KN5 too. The family's rows: model.kind='revisited' with AdamW
 # warmed up over 500 steps (post-LayerNorm residual blocks start unstable at the full rate), the blocks'
-# inner width and the distant block split over 'model' (on CPU, where every device is on 'model', a faster
-# step: docs/revisited.md, "Placement by logical axes (both families)").
+# inner width and the distant block split over 'model' (on a mesh with a 'model' axis, a faster step than
+# replicated: docs/revisited.md, "Placement by logical axes (both families)").
 REVISITED = {'model.kind': 'revisited', 'model.depth': 4, 'model.m': 256, 'model.h': 1024,
              'model.feature_dropout': 0.3, 'model.hidden_dropout': 0.3, 'optimizer.warmup_steps': 500,
              'mesh.axis_rules.hidden': 'model', 'mesh.axis_rules.distant': 'model'}
@@ -149,15 +132,5 @@ def get_sweep(name: str):
   if name == 'reference_options':
     return [dict(name=point, kind='train', config='experiments/ptb.py:ladder5_dropout', overrides=o)
             for point, o in REFERENCE_OPTIONS]
-  if name == 'regularised':
-    # Wider, with dropout: context length, feature dropout and weight decay.
-    return [dict(name=f'n{n}_feature_dropout{fd}_weight_decay{wd}', kind='train', config='experiments/ptb.py',
-                 overrides={**REGULARISED, 'model.n': n, 'model.feature_dropout': fd, 'optimizer.weight_decay': wd})
-            for n in (5, 8) for fd in (0.2, 0.4) for wd in (0.0, 0.01)]
-  if name == 'annealed':
-    # The rate halved from the best parameters at each stall (as Brown's tuned setting), with wider and
-    # longer-context networks and stronger decay.
-    return [dict(name=name, kind='train', config='experiments/ptb.py', overrides={**REGULARISED, **ANNEALED, **o})
-            for name, o in ANNEALED_POINTS]
-  raise ValueError(f"unknown PTB sweep {name!r}; use 'ngrams', 'table', 'regularised', 'annealed', 'ladder', "
-                   "'char_ladder' or 'reference_options'")
+  raise ValueError(f"unknown PTB sweep {name!r}; use 'ngrams', 'table', 'ladder', 'char_ladder' or "
+                   "'reference_options'")

@@ -142,6 +142,14 @@ TABLES = {
                     ('valid', _num('valid_ppl', 1)), ('test', _num('test_ppl', 1)),
                     ('mixed valid', _num('mix_valid_ppl', 1)), ('mixed test', _num('mix_test_ppl', 1)),
                     ('fitted weight: test', _fitted_mixture), ('epochs', _num('epochs', 0)), ('device', _device_of)],
+    # PTB words: the 2003 network's regularised grid (AdamW at a constant rate) and the annealed points from
+    # its n = 8 point, each mixed 0.5 / 0.5 with KN5.
+    'ptb_regularised': [('point', _label), ('valid', _num('valid_ppl', 1)), ('test', _num('test_ppl', 1)),
+                        ('mixed valid', _num('mix_valid_ppl', 1)), ('mixed test', _num('mix_test_ppl', 1)),
+                        ('device', _device_of)],
+    'ptb_annealed': [('point', _label), ('valid', _num('valid_ppl', 1)), ('test', _num('test_ppl', 1)),
+                     ('mixed valid', _num('mix_valid_ppl', 1)), ('mixed test', _num('mix_test_ppl', 1)),
+                     ('fitted weight: test', _fitted_mixture), ('epochs', _num('epochs', 1)), ('device', _device_of)],
     'char_ladder': _ladder_columns(*_BITS_PER_CHAR,
                                    ('+ n-gram test bits/char', _Figure('mix_test_ppl', 3, of=math.log2))),
 }
@@ -158,8 +166,36 @@ def _table1_of(table: str):
   return render
 
 
+# PTB words beside Mikolov et al. (2011)'s test figures: (row, their figure, the record, which of its figures).
+PTB_BEST = 'ptb_annealed_n8_h1000_feature_dropout0.3_weight_decay0.2'  # experiments/ptb.py's TABLE_NETWORK
+PTB_WORDS_ROWS = [
+    ('Kneser-Ney 3-gram (modified, interpolated)', '148.3', 'ptb_ngrams_kneser_ney_3', ''),
+    ('Kneser-Ney 5-gram (modified, interpolated)', '141.2', 'ptb_ngrams_kneser_ney_5', ''),
+    ('feed-forward NNLM', '140.2', PTB_BEST, ''),
+    ('NNLM + KN5, weight 0.5', '116.7', PTB_BEST, 'mix_'),
+    ('NNLM + KN5, weight fitted on valid', '', PTB_BEST, 'mix_fitted_'),
+    ("before annealing: the regularised grid's best alone (n = 5)", '',
+     'ptb_regularised_n5_feature_dropout0.2_weight_decay0.01', ''),
+    ("before annealing: the regularised grid's best mixture (n = 8)", '',
+     'ptb_regularised_n8_feature_dropout0.2_weight_decay0.01', 'mix_'),
+]
+
+
+def _ptb_words(records: list[dict]) -> tuple[str, list[dict]]:
+  by_name = {r['name']: r for r in records}
+  lines = ['| model | Mikolov et al. test | ours valid | ours test |', '| --- | --- | --- | --- |']
+  for row, theirs, name, prefix in PTB_WORDS_ROWS:
+    figures = by_name[name]['figures']
+    if prefix == 'mix_fitted_':
+      row = f'{row} ({figures["mix_fitted_weight"]:.2f})'
+    lines.append(f'| {row} | {theirs} | {_fmt(figures.get(prefix + "valid_ppl"), 1)} | '
+                 f'{_fmt(figures.get(prefix + "test_ppl"), 1)} |')
+  used = list(dict.fromkeys(name for _, _, name, _ in PTB_WORDS_ROWS))
+  return '\n'.join(lines), [by_name[name] for name in used]
+
+
 # Tables with a layout of their own: a function of the records giving the table's text and the records it used.
-RENDERERS = {'table1': _table1_of('table1'), 'table1_tuned': _table1_of('table1_tuned')}
+RENDERERS = {'table1': _table1_of('table1'), 'table1_tuned': _table1_of('table1_tuned'), 'ptb_words': _ptb_words}
 
 
 def _git_commit() -> str:

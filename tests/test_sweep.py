@@ -185,7 +185,7 @@ def test_sweep_files_in_a_bucket(tmp_path, monkeypatch):
 
 SWEEPS = {'brown.py': ('table1', 'table1_tuned', 'regularised', 'time_to_quality', 'ablation_h', 'ablation_n',
                        'ablation_optimizer', 'ladder'),
-          'ptb.py': ('ngrams', 'table', 'regularised', 'annealed', 'ladder', 'char_ladder', 'reference_options')}
+          'ptb.py': ('ngrams', 'table', 'ladder', 'char_ladder', 'reference_options')}
 
 
 @pytest.mark.parametrize('experiment,name', [(e, n) for e, names in SWEEPS.items() for n in names])
