@@ -150,6 +150,13 @@ TABLES = {
     'ptb_annealed': [('point', _label), ('valid', _num('valid_ppl', 1)), ('test', _num('test_ppl', 1)),
                      ('mixed valid', _num('mix_valid_ppl', 1)), ('mixed test', _num('mix_test_ppl', 1)),
                      ('fitted weight: test', _fitted_mixture), ('epochs', _num('epochs', 1)), ('device', _device_of)],
+    # The same run retrained with bfloat16 matmuls against float32 (one GPU): end to end from the command to
+    # results.json.
+    'compute_dtype_retrained': [('run', _label), ('compute dtype', lambda r: r['config']['model']['compute_dtype']),
+                                ('valid', _num('valid_ppl')), ('test', _num('test_ppl')),
+                                ('mixed valid', _num('mix_valid_ppl')), ('mixed test', _num('mix_test_ppl')),
+                                ('epochs', _num('epochs', 1)), ('end to end s', _num('wall_seconds', 1)),
+                                ('device', _device_of)],
     'char_ladder': _ladder_columns(*_BITS_PER_CHAR,
                                    ('+ n-gram test bits/char', _Figure('mix_test_ppl', 3, of=math.log2))),
 }
