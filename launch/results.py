@@ -157,6 +157,15 @@ TABLES = {
                                 ('mixed valid', _num('mix_valid_ppl')), ('mixed test', _num('mix_test_ppl')),
                                 ('epochs', _num('epochs', 1)), ('end to end s', _num('wall_seconds', 1)),
                                 ('device', _device_of)],
+    # Brown MLP1 tuned with the exact softmax, sampled softmax or NCE: epochs to validation 300 and where each ends.
+    'time_to_quality': [('point', _label), ('loss', lambda r: _LOSS_NAMES[r['config']['loss']['name']]),
+                        ('k', lambda r: '' if r['config']['loss']['name'] == 'softmax' else
+                         _fmt(r['config']['loss']['num_samples'])),
+                        ('batch', _config_value('train.batch_size')),
+                        ('lr', lambda r: f"{r['config']['optimizer']['learning_rate']:g}"),
+                        ('first epoch < 300', lambda r: _fmt(r['figures']['first_epoch_below_300']) or 'never'),
+                        ('best valid', _num('valid_ppl', 1)), ('test', _num('test_ppl', 1)),
+                        ('epochs', _num('epochs', 0)), ('device', _device_of)],
     'char_ladder': _ladder_columns(*_BITS_PER_CHAR,
                                    ('+ n-gram test bits/char', _Figure('mix_test_ppl', 3, of=math.log2))),
 }
@@ -171,6 +180,24 @@ def _table1_of(table: str):
     return table1.render(lambda point: rows[point]['figures'] if point in rows else None).rstrip('\n'), list(
         rows.values())
   return render
+
+
+_LOSS_NAMES = {'softmax': 'exact', 'sampled_softmax': 'sampled softmax', 'nce': 'NCE'}
+
+
+def _finalists(records: list[dict]) -> tuple[str, list[dict]]:
+  """The time-to-quality finalists alone on a CPU: the time to the first validation below 300, each as a
+  ratio of the first row's."""
+  rows = [r for r in records if r['table'] == 'time_to_quality_finalists']
+  lines = ['| run | first valid < 300 | wall time to it | epoch time (train + evaluation) | ratio | device |',
+           '| --- | --- | --- | --- | --- | --- |']
+  for r in rows:
+    f = r['figures']
+    lines.append(f'| `{r["label"]}` | epoch {f["first_epoch_below_300"]}: {f["first_valid_below_300"]:.2f} | '
+                 f'{_fmt(f["seconds_to_below_300"], 0)} s | {_fmt(f["epoch_seconds_min"], 0)}-'
+                 f'{_fmt(f["epoch_seconds_max"], 0)} s | '
+                 f'{f["seconds_to_below_300"] / rows[0]["figures"]["seconds_to_below_300"]:.2f} | {r["device"]} |')
+  return '\n'.join(lines), rows
 
 
 # PTB words beside Mikolov et al. (2011)'s test figures: (row, their figure, the record, which of its figures).
@@ -202,7 +229,8 @@ def _ptb_words(records: list[dict]) -> tuple[str, list[dict]]:
 
 
 # Tables with a layout of their own: a function of the records giving the table's text and the records it used.
-RENDERERS = {'table1': _table1_of('table1'), 'table1_tuned': _table1_of('table1_tuned'), 'ptb_words': _ptb_words}
+RENDERERS = {'table1': _table1_of('table1'), 'table1_tuned': _table1_of('table1_tuned'), 'ptb_words': _ptb_words,
+             'time_to_quality_finalists': _finalists}
 
 
 def _git_commit() -> str:
