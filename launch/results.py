@@ -200,6 +200,39 @@ def _finalists(records: list[dict]) -> tuple[str, list[dict]]:
   return '\n'.join(lines), rows
 
 
+# Validation perplexity by epoch: each table's rows (row name, record, epochs shown or 0 for all); a table of one
+# run with a learning_rate_curve adds its row (the multiple of the starting rate each epoch trained at).
+CURVES = {
+    'curve_mlp1_paper': [('valid', 'brown_curve_mlp1_paper', 0)],
+    'curve_mlp1_tuned': [('valid', 'brown_curve_mlp1_tuned', 0)],
+    'curve_mlp1_paper_annealed': [('valid', 'brown_curve_mlp1_paper_annealed', 0)],
+    'curve_sampled': [('exact', 'brown_curve_mlp1_paper', 6), ('sampled softmax, k = 100', 'brown_curve_mlp1_sampled', 0)],
+    'curve_tuned_sampled': [('exact', 'brown_curve_mlp1_tuned', 0),
+                            ('sampled softmax, k = 100', 'brown_curve_mlp1_tuned_sampled', 0)],
+    'curve_sampled_rates': [('lr 4e-3, decay 1e-4', 'brown_curve_mlp1_sampled_lr4', 0),
+                            ('lr 4e-3, decay 1e-5', 'brown_curve_mlp1_sampled_lr4_wd5', 0)],
+    'curve_exact_rate': [('exact, lr 4e-3, decay 1e-5', 'brown_curve_mlp1_lr4_wd5', 0)],
+}
+
+
+def _curves_of(table: str):
+  def render(records: list[dict]) -> tuple[str, list[dict]]:
+    by_name = {r['name']: r for r in records}
+    rows = [(label, by_name[name]['figures'], shown) for label, name, shown in CURVES[table]]
+    first = rows[0][1]['first_epoch']
+    width = max(shown or len(f['valid_curve']) for _, f, shown in rows)
+    lines = ['| epoch | ' + ' | '.join(str(first + i) for i in range(width)) + ' |', '| --- ' * (width + 1) + '|']
+    for label, f, shown in rows:
+      for row_label, values in ((label, [_fmt(v, 1) for v in f['valid_curve']]),
+                                ('learning rate', f.get('learning_rate_curve') if len(rows) == 1 else None)):
+        if values:
+          values = values[:shown or width]
+          lines.append(f'| {row_label} | ' + ' | '.join(values + [''] * (width - len(values))) + ' |')
+    used = list(dict.fromkeys(name for _, name, _ in CURVES[table]))
+    return '\n'.join(lines), [by_name[name] for name in used]
+  return render
+
+
 # PTB words beside Mikolov et al. (2011)'s test figures: (row, their figure, the record, which of its figures).
 PTB_BEST = 'ptb_annealed_n8_h1000_feature_dropout0.3_weight_decay0.2'  # experiments/ptb.py's TABLE_NETWORK
 PTB_WORDS_ROWS = [
@@ -230,7 +263,7 @@ def _ptb_words(records: list[dict]) -> tuple[str, list[dict]]:
 
 # Tables with a layout of their own: a function of the records giving the table's text and the records it used.
 RENDERERS = {'table1': _table1_of('table1'), 'table1_tuned': _table1_of('table1_tuned'), 'ptb_words': _ptb_words,
-             'time_to_quality_finalists': _finalists}
+             'time_to_quality_finalists': _finalists, **{table: _curves_of(table) for table in CURVES}}
 
 
 def _git_commit() -> str:
