@@ -13,7 +13,7 @@ rendered from those files, so every figure there traces to its run.
 A results file holds the run's figures (results.json and mix_results.json), the command, the resolved
 config, the commit, the device, the seed and the wall time; never checkpoints. In RESULTS.md a table
 lives between the lines `<!-- results:TABLE -->` and `<!-- /results -->`, and only there is it
-rewritten. Any recorded run trains again with nplm-train --config=experiments/recorded.py:results/NAME.json.
+rewritten; the GPU speed tables are rendered the same way from the benchmark lines under results/bench/. Any recorded run trains again with nplm-train --config=experiments/recorded.py:results/NAME.json.
 """
 
 import argparse
@@ -233,6 +233,81 @@ def _curves_of(table: str):
   return render
 
 
+def _bench_lines(file: str) -> list[dict]:
+  with open(os.path.join(RESULTS_DIR, 'bench', file), encoding='utf-8') as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def _bench(lines: list[dict], name: str, kernel: str = 'xla') -> list[dict]:
+  """The lines of one measurement (its name and softmax kernel), one per run, in the file's order."""
+  found = [r for r in lines if r['name'] == name and r.get('softmax_kernel') == kernel]
+  if not found:
+    raise SystemExit(f'error: no line {name!r} ({kernel}) in the benchmark file; RESULTS.md names a figure it lacks')
+  return found
+
+
+_GPU_VOCABS = (17_905, 100_000, 300_000)
+
+
+def _loop_kernel_table(records) -> tuple[str, list[str]]:
+  """The fused kernel's loop form against XLA all at once and streamed, training step tokens/s and temporaries."""
+  file = 'loop_kernel_and_gradient_forms.jsonl'
+  lines = _bench_lines(file)
+  out = ['| \\|V\\| | XLA all at once | XLA streamed (4,096 columns) | kernel (`pallas_loop`) | kernel / best XLA | '
+         'temporaries MiB: all at once / streamed / kernel |', '| --- | --- | --- | --- | --- | --- |']
+  for vocab in _GPU_VOCABS:
+    whole, streamed = _bench(lines, f'kernel_v{vocab}_bfloat16')[0], _bench(lines, f'streamed_v{vocab}_bfloat16')[0]
+    kernel = _bench(lines, f'kernel_v{vocab}_bfloat16', 'pallas_loop')[0]
+    rates = [r['train_tokens_per_sec'] for r in (whole, streamed, kernel)]
+    out.append(f'| {vocab:,} | ' + ' | '.join(_fmt(v, 0) for v in rates) +
+               f' | {rates[2] / max(rates[:2]):.2f}x | ' + ' / '.join(_fmt(r['train_temp_mib'], 0)
+                                                                     for r in (whole, streamed, kernel)) + ' |')
+  return '\n'.join(out), [f'results/bench/{file}']
+
+
+def _mosaic_kernel_table(records) -> tuple[str, list[str]]:
+  """The Mosaic GPU form against XLA all at once, both runs of each (training and evaluation ratios, temporaries)."""
+  file = 'mosaic_kernel_and_character_forms.jsonl'
+  lines = _bench_lines(file)
+  out = ['| \\|V\\| | XLA all at once | `pallas_mosaic` | ratio | temporaries MiB (XLA / Mosaic) | evaluation ratio |',
+         '| --- | --- | --- | --- | --- | --- |']
+  pair = lambda values, form: ' / '.join(form(v) for v in values)
+  for vocab in _GPU_VOCABS:
+    xla, mosaic = _bench(lines, f'kernel_v{vocab}_bfloat16'), _bench(lines, f'kernel_v{vocab}_bfloat16', 'pallas_mosaic')
+    ratio = lambda key: [m[key] / x[key] for x, m in zip(xla, mosaic)]
+    label = f'{vocab:,} (Brown)' if vocab == 17_905 else f'{vocab:,}'
+    temps = f'{_fmt(xla[0]["train_temp_mib"], 0)} / {_fmt(mosaic[0]["train_temp_mib"], 0)} ' \
+            f'({mosaic[0]["train_temp_mib"] / xla[0]["train_temp_mib"]:.0%})'
+    out.append(f'| {label} | {pair([x["train_tokens_per_sec"] for x in xla], lambda v: _fmt(v, 0))} | '
+               f'{pair([m["train_tokens_per_sec"] for m in mosaic], lambda v: _fmt(v, 0))} | '
+               f'**{pair(ratio("train_tokens_per_sec"), lambda v: f"{v:.2f}x")}** | {temps} | '
+               f'{pair(ratio("eval_tokens_per_sec"), lambda v: f"{v:.2f}x")} |')
+  chunks, xla = _bench(lines, 'kernel_mosaic_chunks8_v300000_bfloat16', 'pallas_mosaic'), _bench(lines, 'kernel_v300000_bfloat16')
+  out.append(f'| 300,000, Mosaic with `dz_chunks=8` | | '
+             f'{pair([c["train_tokens_per_sec"] for c in chunks], lambda v: _fmt(v, 0))} | '
+             f'{chunks[0]["train_tokens_per_sec"] / xla[0]["train_tokens_per_sec"]:.2f}x | '
+             f'{_fmt(chunks[0]["train_temp_mib"], 0)} ({chunks[0]["train_temp_mib"] / xla[0]["train_temp_mib"]:.0%}) | |')
+  return '\n'.join(out), [f'results/bench/{file}']
+
+
+def _vocabulary_chunks_table(records) -> tuple[str, list[str]]:
+  """dz in chunks of the vocabulary against the Mosaic form's default and XLA: tokens/s, ratio to XLA, temporaries."""
+  file = 'mosaic_kernel_vocabulary_chunks.jsonl'
+  lines = _bench_lines(file)
+  out = ['| \\|V\\| | XLA all at once | Mosaic, default | `dz_axis=vocab,dz_chunks=4` | `dz_axis=vocab,dz_chunks=8` |',
+         '| --- | --- | --- | --- | --- |']
+  for vocab in _GPU_VOCABS[1:]:
+    xla = _bench(lines, f'kernel_v{vocab}_bfloat16')[0]
+    cells = [f'{_fmt(xla["train_tokens_per_sec"], 0)} ({_fmt(xla["train_temp_mib"], 0)} MiB)']
+    for name in (f'kernel_v{vocab}_bfloat16', f'kernel_mosaic_vocab4_v{vocab}_bfloat16',
+                 f'kernel_mosaic_vocab8_v{vocab}_bfloat16'):
+      m = _bench(lines, name, 'pallas_mosaic')[0]
+      cells.append(f'{_fmt(m["train_tokens_per_sec"], 0)}, {m["train_tokens_per_sec"] / xla["train_tokens_per_sec"]:.2f}x '
+                   f'({_fmt(m["train_temp_mib"], 0)} MiB, {m["train_temp_mib"] / xla["train_temp_mib"]:.0%})')
+    out.append(f'| {vocab:,} | ' + ' | '.join(cells) + ' |')
+  return '\n'.join(out), [f'results/bench/{file}']
+
+
 # PTB words beside Mikolov et al. (2011)'s test figures: (row, their figure, the record, which of its figures).
 PTB_BEST = 'ptb_annealed_n8_h1000_feature_dropout0.3_weight_decay0.2'  # experiments/ptb.py's TABLE_NETWORK
 PTB_WORDS_ROWS = [
@@ -263,7 +338,9 @@ def _ptb_words(records: list[dict]) -> tuple[str, list[dict]]:
 
 # Tables with a layout of their own: a function of the records giving the table's text and the records it used.
 RENDERERS = {'table1': _table1_of('table1'), 'table1_tuned': _table1_of('table1_tuned'), 'ptb_words': _ptb_words,
-             'time_to_quality_finalists': _finalists, **{table: _curves_of(table) for table in CURVES}}
+             'time_to_quality_finalists': _finalists, **{table: _curves_of(table) for table in CURVES},
+             'gpu_loop_kernel': _loop_kernel_table, 'gpu_mosaic_kernel': _mosaic_kernel_table,
+             'gpu_vocabulary_chunks': _vocabulary_chunks_table}
 
 
 def _git_commit() -> str:
@@ -327,9 +404,9 @@ def load_records() -> list[dict]:
 
 def render_table(table: str, records: list[dict]) -> str:
   if table in RENDERERS:
-    text, rows = RENDERERS[table](records)
+    text, rows = RENDERERS[table](records)  # records, or the paths of the benchmark files read
     return text + '\n\nRendered by `python -m launch.results render --write` from ' + ', '.join(
-        f'`results/{r["name"]}.json`' for r in rows) + '.'
+        f'`{r}`' if isinstance(r, str) else f'`results/{r["name"]}.json`' for r in rows) + '.'
   columns = TABLES[table]
   rows = [r for r in records if r['table'] == table]
   lines = ['| ' + ' | '.join(h for h, _ in columns) + ' |', '| ' + ' | '.join('---' for _ in columns) + ' |']
