@@ -249,63 +249,74 @@ def _bench(lines: list[dict], name: str, kernel: str = 'xla') -> list[dict]:
 _GPU_VOCABS = (17_905, 100_000, 300_000)
 
 
-def _loop_kernel_table(records) -> tuple[str, list[str]]:
-  """The fused kernel's loop form against XLA all at once and streamed, training step tokens/s and temporaries."""
-  file = 'loop_kernel_and_gradient_forms.jsonl'
-  lines = _bench_lines(file)
-  out = ['| \\|V\\| | XLA all at once | XLA streamed (4,096 columns) | kernel (`pallas_loop`) | kernel / best XLA | '
-         'temporaries MiB: all at once / streamed / kernel |', '| --- | --- | --- | --- | --- | --- |']
-  for vocab in _GPU_VOCABS:
-    whole, streamed = _bench(lines, f'kernel_v{vocab}_bfloat16')[0], _bench(lines, f'streamed_v{vocab}_bfloat16')[0]
-    kernel = _bench(lines, f'kernel_v{vocab}_bfloat16', 'pallas_loop')[0]
-    rates = [r['train_tokens_per_sec'] for r in (whole, streamed, kernel)]
-    out.append(f'| {vocab:,} | ' + ' | '.join(_fmt(v, 0) for v in rates) +
-               f' | {rates[2] / max(rates[:2]):.2f}x | ' + ' / '.join(_fmt(r['train_temp_mib'], 0)
-                                                                     for r in (whole, streamed, kernel)) + ' |')
+def _bench_table(file: str, header: list[str], rows_of) -> tuple[str, list[str]]:
+  """A table of results/bench/FILE's lines: `header`'s cells, then rows_of(the file's lines)' rows of cells."""
+  rows = rows_of(_bench_lines(file))
+  out = ['| ' + ' | '.join(header) + ' |', '| --- ' * len(header) + '|'] + ['| ' + ' | '.join(r) + ' |' for r in rows]
   return '\n'.join(out), [f'results/bench/{file}']
 
 
-def _mosaic_kernel_table(records) -> tuple[str, list[str]]:
-  """The Mosaic GPU form against XLA all at once, both runs of each (training and evaluation ratios, temporaries)."""
-  file = 'mosaic_kernel_and_character_forms.jsonl'
-  lines = _bench_lines(file)
-  out = ['| \\|V\\| | XLA all at once | `pallas_mosaic` | ratio | temporaries MiB (XLA / Mosaic) | evaluation ratio |',
-         '| --- | --- | --- | --- | --- | --- |']
-  pair = lambda values, form: ' / '.join(form(v) for v in values)
+def _loop_kernel_rows(lines):
+  """The fused kernel's loop form against XLA all at once and streamed: training tokens/s and temporaries."""
+  for vocab in _GPU_VOCABS:
+    runs = (_bench(lines, f'kernel_v{vocab}_bfloat16')[0], _bench(lines, f'streamed_v{vocab}_bfloat16')[0],
+            _bench(lines, f'kernel_v{vocab}_bfloat16', 'pallas_loop')[0])
+    rates = [r['train_tokens_per_sec'] for r in runs]
+    yield [f'{vocab:,}', *(_fmt(v, 0) for v in rates), f'{rates[2] / max(rates[:2]):.2f}x',
+           ' / '.join(_fmt(r['train_temp_mib'], 0) for r in runs)]
+
+
+def _both(values, form) -> str:
+  return ' / '.join(form(v) for v in values)
+
+
+_rate = lambda v: _fmt(v, 0)
+_times = lambda v: f'{v:.2f}x'
+
+
+def _mosaic_kernel_rows(lines):
+  """The Mosaic GPU form against XLA all at once, both runs of each: rates, ratios, temporaries."""
   for vocab in _GPU_VOCABS:
     xla, mosaic = _bench(lines, f'kernel_v{vocab}_bfloat16'), _bench(lines, f'kernel_v{vocab}_bfloat16', 'pallas_mosaic')
-    ratio = lambda key: [m[key] / x[key] for x, m in zip(xla, mosaic)]
-    label = f'{vocab:,} (Brown)' if vocab == 17_905 else f'{vocab:,}'
-    temps = f'{_fmt(xla[0]["train_temp_mib"], 0)} / {_fmt(mosaic[0]["train_temp_mib"], 0)} ' \
-            f'({mosaic[0]["train_temp_mib"] / xla[0]["train_temp_mib"]:.0%})'
-    out.append(f'| {label} | {pair([x["train_tokens_per_sec"] for x in xla], lambda v: _fmt(v, 0))} | '
-               f'{pair([m["train_tokens_per_sec"] for m in mosaic], lambda v: _fmt(v, 0))} | '
-               f'**{pair(ratio("train_tokens_per_sec"), lambda v: f"{v:.2f}x")}** | {temps} | '
-               f'{pair(ratio("eval_tokens_per_sec"), lambda v: f"{v:.2f}x")} |')
+    ratio = lambda key: [m[key] / x[key] for x, m in zip(xla, mosaic)]  # pylint: disable=cell-var-from-loop
+    yield [f'{vocab:,} (Brown)' if vocab == 17_905 else f'{vocab:,}',
+           _both([x['train_tokens_per_sec'] for x in xla], _rate),
+           _both([m['train_tokens_per_sec'] for m in mosaic], _rate),
+           f'**{_both(ratio("train_tokens_per_sec"), _times)}**',
+           f'{_fmt(xla[0]["train_temp_mib"], 0)} / {_fmt(mosaic[0]["train_temp_mib"], 0)} '
+           f'({mosaic[0]["train_temp_mib"] / xla[0]["train_temp_mib"]:.0%})',
+           _both(ratio('eval_tokens_per_sec'), _times)]
   chunks, xla = _bench(lines, 'kernel_mosaic_chunks8_v300000_bfloat16', 'pallas_mosaic'), _bench(lines, 'kernel_v300000_bfloat16')
-  out.append(f'| 300,000, Mosaic with `dz_chunks=8` | | '
-             f'{pair([c["train_tokens_per_sec"] for c in chunks], lambda v: _fmt(v, 0))} | '
-             f'{chunks[0]["train_tokens_per_sec"] / xla[0]["train_tokens_per_sec"]:.2f}x | '
-             f'{_fmt(chunks[0]["train_temp_mib"], 0)} ({chunks[0]["train_temp_mib"] / xla[0]["train_temp_mib"]:.0%}) | |')
-  return '\n'.join(out), [f'results/bench/{file}']
+  yield ['300,000, Mosaic with `dz_chunks=8`', '', _both([c['train_tokens_per_sec'] for c in chunks], _rate),
+         _times(chunks[0]['train_tokens_per_sec'] / xla[0]['train_tokens_per_sec']),
+         f'{_fmt(chunks[0]["train_temp_mib"], 0)} ({chunks[0]["train_temp_mib"] / xla[0]["train_temp_mib"]:.0%})', '']
 
 
-def _vocabulary_chunks_table(records) -> tuple[str, list[str]]:
+def _vocabulary_chunks_rows(lines):
   """dz in chunks of the vocabulary against the Mosaic form's default and XLA: tokens/s, ratio to XLA, temporaries."""
-  file = 'mosaic_kernel_vocabulary_chunks.jsonl'
-  lines = _bench_lines(file)
-  out = ['| \\|V\\| | XLA all at once | Mosaic, default | `dz_axis=vocab,dz_chunks=4` | `dz_axis=vocab,dz_chunks=8` |',
-         '| --- | --- | --- | --- | --- |']
   for vocab in _GPU_VOCABS[1:]:
     xla = _bench(lines, f'kernel_v{vocab}_bfloat16')[0]
-    cells = [f'{_fmt(xla["train_tokens_per_sec"], 0)} ({_fmt(xla["train_temp_mib"], 0)} MiB)']
+    cells = [f'{vocab:,}', f'{_rate(xla["train_tokens_per_sec"])} ({_fmt(xla["train_temp_mib"], 0)} MiB)']
     for name in (f'kernel_v{vocab}_bfloat16', f'kernel_mosaic_vocab4_v{vocab}_bfloat16',
                  f'kernel_mosaic_vocab8_v{vocab}_bfloat16'):
       m = _bench(lines, name, 'pallas_mosaic')[0]
-      cells.append(f'{_fmt(m["train_tokens_per_sec"], 0)}, {m["train_tokens_per_sec"] / xla["train_tokens_per_sec"]:.2f}x '
+      cells.append(f'{_rate(m["train_tokens_per_sec"])}, {_times(m["train_tokens_per_sec"] / xla["train_tokens_per_sec"])} '
                    f'({_fmt(m["train_temp_mib"], 0)} MiB, {m["train_temp_mib"] / xla["train_temp_mib"]:.0%})')
-    out.append(f'| {vocab:,} | ' + ' | '.join(cells) + ' |')
-  return '\n'.join(out), [f'results/bench/{file}']
+    yield cells
+
+
+_V = '\\|V\\|'
+BENCH_TABLES = {
+    'gpu_loop_kernel': ('loop_kernel_and_gradient_forms.jsonl',
+                        [_V, 'XLA all at once', 'XLA streamed (4,096 columns)', 'kernel (`pallas_loop`)', 'kernel / best XLA',
+                         'temporaries MiB: all at once / streamed / kernel'], _loop_kernel_rows),
+    'gpu_mosaic_kernel': ('mosaic_kernel_and_character_forms.jsonl',
+                          [_V, 'XLA all at once', '`pallas_mosaic`', 'ratio', 'temporaries MiB (XLA / Mosaic)',
+                           'evaluation ratio'], _mosaic_kernel_rows),
+    'gpu_vocabulary_chunks': ('mosaic_kernel_vocabulary_chunks.jsonl',
+                              [_V, 'XLA all at once', 'Mosaic, default', '`dz_axis=vocab,dz_chunks=4`',
+                               '`dz_axis=vocab,dz_chunks=8`'], _vocabulary_chunks_rows),
+}
 
 
 # PTB words beside Mikolov et al. (2011)'s test figures: (row, their figure, the record, which of its figures).
@@ -339,8 +350,7 @@ def _ptb_words(records: list[dict]) -> tuple[str, list[dict]]:
 # Tables with a layout of their own: a function of the records giving the table's text and the records it used.
 RENDERERS = {'table1': _table1_of('table1'), 'table1_tuned': _table1_of('table1_tuned'), 'ptb_words': _ptb_words,
              'time_to_quality_finalists': _finalists, **{table: _curves_of(table) for table in CURVES},
-             'gpu_loop_kernel': _loop_kernel_table, 'gpu_mosaic_kernel': _mosaic_kernel_table,
-             'gpu_vocabulary_chunks': _vocabulary_chunks_table}
+             **{table: lambda records, spec=spec: _bench_table(*spec) for table, spec in BENCH_TABLES.items()}}
 
 
 def _git_commit() -> str:
