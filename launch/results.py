@@ -319,6 +319,29 @@ BENCH_TABLES = {
 }
 
 
+OOV_RECORD = 'brown_oov_extended_mlp1_tuned'  # nplm_jax.tools.extend's vectors for the test split's new words
+
+
+def _oov_pos_agreement(records) -> tuple[str, list[dict]]:
+  """launch.pos_agreement's rows: how often a word's nearest neighbour shares its most frequent tag."""
+  r = next(r for r in records if r['name'] == OOV_RECORD)
+  lines = ['| words, nearest among | count | the nearest shares the most frequent tag |', '| --- | --- | --- |']
+  lines += [f'| {row} | {_fmt(words)} | {100 * share:.1f}% |' for row, words, share in r['figures']['pos_agreement']]
+  return '\n'.join(lines), [r]
+
+
+def _oov_output_columns(records) -> tuple[str, list[dict]]:
+  """The candidate output columns of the new words, scored on the test split: known and new tokens' perplexity."""
+  r = next(r for r in records if r['name'] == OOV_RECORD)
+  rows = r['figures']['output_columns']
+  base = rows[0][1]
+  lines = ["| new words' output columns | known tokens' perplexity | new words' tokens' perplexity |", '| --- | --- | --- |']
+  for row, known, new in rows:
+    kept = ' (+{:.1%})'.format(known / base - 1) if '(kept)' in row else ''
+    lines.append(f'| {row} | {_fmt(known, 1)}{kept} | {_fmt(new, 1 if new is not None and new < 10_000 else 0)} |')
+  return '\n'.join(lines), [r]
+
+
 # PTB words beside Mikolov et al. (2011)'s test figures: (row, their figure, the record, which of its figures).
 PTB_BEST = 'ptb_annealed_n8_h1000_feature_dropout0.3_weight_decay0.2'  # experiments/ptb.py's TABLE_NETWORK
 PTB_WORDS_ROWS = [
@@ -350,7 +373,8 @@ def _ptb_words(records: list[dict]) -> tuple[str, list[dict]]:
 # Tables with a layout of their own: a function of the records giving the table's text and the records it used.
 RENDERERS = {'table1': _table1_of('table1'), 'table1_tuned': _table1_of('table1_tuned'), 'ptb_words': _ptb_words,
              'time_to_quality_finalists': _finalists, **{table: _curves_of(table) for table in CURVES},
-             **{table: lambda records, spec=spec: _bench_table(*spec) for table, spec in BENCH_TABLES.items()}}
+             **{table: lambda records, spec=spec: _bench_table(*spec) for table, spec in BENCH_TABLES.items()},
+             'oov_pos_agreement': _oov_pos_agreement, 'oov_output_columns': _oov_output_columns}
 
 
 def _git_commit() -> str:
