@@ -319,6 +319,18 @@ BENCH_TABLES = {
 }
 
 
+def _seed_statistics(records) -> tuple[str, list[dict]]:
+  """Summaries over seeds (mean ± standard deviation, least-most) of runs whose own records were not kept."""
+  rows = [r for r in records if r['table'] == 'seeds']
+  keys = ('valid_ppl', 'test_ppl', 'mix_valid_ppl', 'mix_test_ppl')
+  lines = ['| model | seeds | valid | test | mixed valid | mixed test |', '| --- | --- | --- | --- | --- | --- |']
+  for r in rows:
+    stats = r['figures']['over_seeds']
+    cells = [f'{s["mean"]:.1f} ± {s["sd"]:.1f} ({s["min"]:.1f}-{s["max"]:.1f})' for s in (stats[k] for k in keys)]
+    lines.append(f'| {r["label"]} | {", ".join(map(str, r["figures"]["seeds"]))} | ' + ' | '.join(cells) + ' |')
+  return '\n'.join(lines), rows
+
+
 OOV_RECORD = 'brown_oov_extended_mlp1_tuned'  # nplm_jax.tools.extend's vectors for the test split's new words
 
 
@@ -374,7 +386,8 @@ def _ptb_words(records: list[dict]) -> tuple[str, list[dict]]:
 RENDERERS = {'table1': _table1_of('table1'), 'table1_tuned': _table1_of('table1_tuned'), 'ptb_words': _ptb_words,
              'time_to_quality_finalists': _finalists, **{table: _curves_of(table) for table in CURVES},
              **{table: lambda records, spec=spec: _bench_table(*spec) for table, spec in BENCH_TABLES.items()},
-             'oov_pos_agreement': _oov_pos_agreement, 'oov_output_columns': _oov_output_columns}
+             'oov_pos_agreement': _oov_pos_agreement, 'oov_output_columns': _oov_output_columns,
+             'seeds': _seed_statistics}
 
 
 def _git_commit() -> str:
