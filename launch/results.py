@@ -29,6 +29,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_DIR = os.path.join(REPO, 'results')
 RESULTS_MD = os.path.join(REPO, 'RESULTS.md')
+README_MD = os.path.join(REPO, 'README.md')  # its headline table
 
 # Each table's columns: (header, a function of a results record giving the cell).
 class _Figure:
@@ -331,6 +332,50 @@ def _seed_statistics(records) -> tuple[str, list[dict]]:
   return '\n'.join(lines), rows
 
 
+# README's headline: (corpus, the anchor's figure, the records of our best config's seeds, the n-gram mixed in,
+# the config). One record of kind 'seeds' is a summary already; several records are seeds averaged here.
+HEADLINE = [
+    ("Brown, the paper's MLP1", '268 (paper)', ['brown_seeds_mlp1_tuned'], '', 'brown.py:mlp1_tuned'),
+    ('Brown, best', "252 (paper's best, MLP10 mixed)",
+     [f'brown_tune_tune11_dropout0.5_weight_decay0.4_cosine6_ema0.999_seed{s}' for s in ('0', '1_2', '2')], 'trigram',
+     'brown.py:best'),
+    ('Penn Treebank, words', '140.2 (Mikolov et al. 2011, feed-forward)',
+     [f'ptb_ladder_ladder5_dropout_seed{s}' for s in ('0_2', '1', '2')], 'KN5', 'ptb.py:best'),
+    ('Penn Treebank, characters', '1.427 (Kneser-Ney 11-gram)', ['ptb_char_tune_char_tune0_dropout0.1_cosine8_seed0'],
+     'KN11', 'ptb.py:char_best'),
+]
+
+
+def _headline_cell(group: list[dict], key: str, count_seeds: bool = True) -> str:
+  """A figure of the group: bits per character for characters (3 digits), perplexity (1 digit); mean ± sd over
+  several seeds, and how many when `count_seeds`."""
+  seeds = lambda n: f' ({n} seeds)' if count_seeds else ''
+  if group[0]['table'] == 'seeds':
+    stats = group[0]['figures']['over_seeds'].get(key)
+    return f'{stats["mean"]:.1f} ± {stats["sd"]:.1f}{seeds(len(group[0]["figures"]["seeds"]))}' if stats else ''
+  chars = 'test_bpc' in group[0]['figures']
+  values = [r['figures'].get(key) for r in group]
+  if any(v is None for v in values):
+    return ''
+  values, digits = ([math.log2(v) for v in values], 3) if chars else (values, 1)
+  if len(values) == 1:
+    return f'{values[0]:.{digits}f}'
+  return f'{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}{seeds(len(values))}'
+
+
+def _headline(records) -> tuple[str, list[dict]]:
+  by_name = {r['name']: r for r in records}
+  lines = ['| corpus | anchor | ours, network alone | ours, mixed with an n-gram | config |', '| --- | --- | --- | --- | --- |']
+  used = []
+  for corpus, anchor, names, ngram, config in HEADLINE:
+    group = [by_name[name] for name in names]
+    used += group
+    mixed = _headline_cell(group, 'mix_test_ppl', count_seeds=False)
+    lines.append(f'| {corpus} | {anchor} | {_headline_cell(group, "test_ppl")} | '
+                 f'{f"{mixed} ({ngram})" if mixed and ngram else ""} | `{config}` |')
+  return '\n'.join(lines), used
+
+
 OOV_RECORD = 'brown_oov_extended_mlp1_tuned'  # nplm_jax.tools.extend's vectors for the test split's new words
 
 
@@ -387,7 +432,7 @@ RENDERERS = {'table1': _table1_of('table1'), 'table1_tuned': _table1_of('table1_
              'time_to_quality_finalists': _finalists, **{table: _curves_of(table) for table in CURVES},
              **{table: lambda records, spec=spec: _bench_table(*spec) for table, spec in BENCH_TABLES.items()},
              'oov_pos_agreement': _oov_pos_agreement, 'oov_output_columns': _oov_output_columns,
-             'seeds': _seed_statistics}
+             'seeds': _seed_statistics, 'headline': _headline}
 
 
 def _git_commit() -> str:
@@ -573,20 +618,26 @@ def main(argv=None) -> int:
       _write(value)
     return 0
   records = load_records()
-  with open(RESULTS_MD, encoding='utf-8') as f:
-    text = f.read()
-  new = rendered_markdown(text, records)
-  if args.check:
+  changed = []
+  for path in (RESULTS_MD, README_MD):
+    with open(path, encoding='utf-8') as f:
+      text = f.read()
+    new = rendered_markdown(text, records)
     if new != text:
-      print('error: RESULTS.md differs from the tables results/ renders; run python -m launch.results render --write',
+      changed.append(path)
+      if args.write:
+        with open(path, 'w', encoding='utf-8') as f:
+          f.write(new)
+  names = ' and '.join(os.path.basename(p) for p in changed)
+  if args.check:
+    if changed:
+      print(f'error: {names} differ from the tables results/ renders; run python -m launch.results render --write',
             file=sys.stderr)
       return 1
-    print(f'RESULTS.md matches results/ ({len(records)} records)')
+    print(f'RESULTS.md and README.md match results/ ({len(records)} records)')
     return 0
   if args.write:
-    with open(RESULTS_MD, 'w', encoding='utf-8') as f:
-      f.write(new)
-    print('rewrote the rendered tables of RESULTS.md')
+    print(f'rewrote the rendered tables of {names}' if changed else 'RESULTS.md and README.md were up to date')
     return 0
   for table in [*TABLES, *RENDERERS]:
     print(f'## {table}\n\n{render_table(table, records)}\n')
