@@ -376,6 +376,22 @@ def _headline(records) -> tuple[str, list[dict]]:
   return '\n'.join(lines), used
 
 
+def _network_and_ngram(records, table: str) -> tuple[str, list[dict]]:
+  """A run mixed with its n-gram in bits per character: the network, the n-gram alone, their mixture at the run's
+  weight and at the weight fitted on validation."""
+  r = next(r for r in records if r['table'] == table)
+  f, bits = r['figures'], lambda key: _fmt(math.log2(r['figures'][key]), 3) if key in r['figures'] else ''
+  order = r['config']['model']['n']
+  ngram = f'Kneser-Ney {order}-gram (interpolated, modified)'
+  lines = ['| model | valid bits/char | test bits/char |', '| --- | --- | --- |',
+           f'| network (n = {order}) | {_fmt(f["valid_bpc"], 3)} | {_fmt(f["test_bpc"], 3)} |',
+           f'| {ngram} | {bits("ngram_valid_ppl")} | {bits("ngram_test_ppl")} |',
+           f'| network + KN{order}, weight {f["mix_weight"]} | {bits("mix_valid_ppl")} | {bits("mix_test_ppl")} |',
+           f'| network + KN{order}, weight fitted on valid ({f["mix_fitted_weight"]:.2f}) | | '
+           f'{bits("mix_fitted_test_ppl")} |']
+  return '\n'.join(lines), [r]
+
+
 OOV_RECORD = 'brown_oov_extended_mlp1_tuned'  # nplm_jax.tools.extend's vectors for the test split's new words
 
 
@@ -432,7 +448,8 @@ RENDERERS = {'table1': _table1_of('table1'), 'table1_tuned': _table1_of('table1_
              'time_to_quality_finalists': _finalists, **{table: _curves_of(table) for table in CURVES},
              **{table: lambda records, spec=spec: _bench_table(*spec) for table, spec in BENCH_TABLES.items()},
              'oov_pos_agreement': _oov_pos_agreement, 'oov_output_columns': _oov_output_columns,
-             'seeds': _seed_statistics, 'headline': _headline}
+             'seeds': _seed_statistics, 'headline': _headline,
+             'char_network_and_ngram': lambda records: _network_and_ngram(records, 'char_network_and_ngram')}
 
 
 def _git_commit() -> str:
@@ -473,8 +490,8 @@ def record(workdir: str, name: str, table: str, label: str, command: str, commit
   figures['tokens_per_sec'] = round(statistics.median(rates), 1) if rates else None
   for source in (results, mix):  # the mixture: in results.json when trained with it, else from nplm-mix
     figures.update({k: source[k] for k in ('mix_valid_ppl', 'mix_test_ppl', 'mix_ngram', 'mix_weight',
-                                           'mix_weight_fitted', 'mix_fitted_weight', 'mix_fitted_test_ppl')
-                    if k in source})
+                                           'mix_weight_fitted', 'mix_fitted_weight', 'mix_fitted_test_ppl',
+                                           'ngram_valid_ppl', 'ngram_test_ppl') if k in source})
   config = results.get('config', {})
   return {'name': name, 'table': table, 'label': label, 'command': command, 'commit': commit or _git_commit(),
           'device': device or _device(results), 'seed': config.get('seed'), 'figures': figures, 'config': config}
@@ -590,7 +607,7 @@ def main(argv=None) -> int:
                                           'labelled "LABEL POINT" (seeds of a point share a label: a summary row)')
   collect.add_argument('--name', required=True, help='the file name under results/ (letters, digits, _, - and ., '
                                                         'not first: as the sweep points name theirs)')
-  collect.add_argument('--table', required=True, choices=sorted(TABLES))
+  collect.add_argument('--table', required=True, choices=sorted([*TABLES, *RENDERERS]))
   collect.add_argument('--label', required=True, help="the row's label in its table")
   collect.add_argument('--command', required=True, help='the command that trained it, as run')
   collect.add_argument('--commit', default=None, help='the commit it ran at (default: HEAD)')

@@ -10,12 +10,24 @@ from launch import results
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_results_md_tables_are_rendered_from_results_files():
-  with open(results.RESULTS_MD, encoding='utf-8') as f:
+@pytest.mark.parametrize('path', [results.RESULTS_MD, results.README_MD])
+def test_results_md_tables_are_rendered_from_results_files(path):
+  with open(path, encoding='utf-8') as f:
     text = f.read()
   assert '<!-- results:' in text
   assert results.rendered_markdown(text, results.load_records()) == text, (
-      'RESULTS.md differs from results/: run python -m launch.results render --write')
+      f'{os.path.basename(path)} differs from results/: run python -m launch.results render --write')
+
+
+def test_every_figure_table_is_rendered():
+  """RESULTS.md holds no table written by hand, and README's tables of figures are rendered too (its others list
+  commands: the test tiers)."""
+  for path, allowed in ((results.RESULTS_MD, ()), (results.README_MD, ('| tier | command | time |',))):
+    with open(path, encoding='utf-8') as f:
+      text = results._SECTION.sub('', f.read())  # pylint: disable=protected-access
+    lines = text.split('\n')
+    headers = [line for line, below in zip(lines, lines[1:]) if below.startswith('| ---')]
+    assert [h for h in headers if not h.startswith(allowed or ('\0',))] == [], path
 
 
 def test_every_results_file_says_where_its_figures_come_from():
