@@ -7,6 +7,7 @@ rendered from those files, so every figure there traces to its run.
       --command='python -m launch.sweep --config=experiments/ptb.py --sweep=ladder --root=runs/ptb_ladder' \
       --device='NVIDIA H100 80GB HBM3'   # every finished point
   python -m launch.results render            # print every table
+  python -m launch.results render --table=char_overfit   # print one
   python -m launch.results render --write    # rewrite RESULTS.md's rendered tables in place
   python -m launch.results render --check    # exit 1 when RESULTS.md differs from results/ (CI runs this)
 
@@ -615,6 +616,8 @@ def main(argv=None) -> int:
   render = sub.add_parser('render', help="print RESULTS.md's tables from results/, or write or check them")
   render.add_argument('--write', action='store_true')
   render.add_argument('--check', action='store_true')
+  render.add_argument('--table', choices=sorted([*TABLES, *RENDERERS]),
+                      help='print this table alone (an exploration RESULTS.md sums up in a few lines)')
   args = parser.parse_args(argv)
   if args.what == 'collect':
     if not re.fullmatch(r'[\w-][\w.-]*', args.name):
@@ -656,7 +659,7 @@ def main(argv=None) -> int:
   if args.write:
     print(f'rewrote the rendered tables of {names}' if changed else 'RESULTS.md and README.md were up to date')
     return 0
-  for table in [*TABLES, *RENDERERS]:
+  for table in [args.table] if args.table else [*TABLES, *RENDERERS]:
     print(f'## {table}\n\n{render_table(table, records)}\n')
   return 0
 

@@ -156,3 +156,10 @@ def test_collecting_over_another_runs_file_is_refused_and_the_same_run_is_rewrit
   with pytest.raises(SystemExit, match=r'already holds point from another run; choose another --name') as e:
     results.main(['collect', *common, '--commit=def'])
   assert '\n' not in str(e.value) and (tmp_path / 'results' / 'point.json').read_text() == kept
+
+
+def test_an_exploration_table_prints_alone(capsys):
+  """RESULTS.md sums some explorations up in a few lines; their whole table prints by name."""
+  assert results.main(['render', '--table=char_overfit']) == 0
+  out = capsys.readouterr().out
+  assert out.startswith('## char_overfit\n') and out.count('| `PTB characters over') >= 40 and '## char_shape' not in out
