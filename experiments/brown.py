@@ -68,7 +68,7 @@ LADDER = [
 ]
 
 # README's first runs: MLP1 tuned with noise-contrastive estimation (k = 1000 noise words, batch
-# 512; the fastest to validation 300 in the time_to_quality sweep). 'smoke' checks an installation in
+# 512; the fastest to validation 300 of the search in RESULTS.md, "Time to quality"). 'smoke' checks an installation in
 # about a minute on a 2-core CPU; 'quick' is a usable model in about five.
 QUICK = {'loss.name': 'nce', 'loss.num_samples': 1000, 'train.batch_size': 512, 'train.num_epochs': 8}
 SMOKE = {**QUICK, 'train.max_steps': 300, 'train.log_every': 100}
@@ -126,28 +126,6 @@ NGRAM_POINTS = [dict(name='interpolated_3', kind='ngram', config='experiments/br
     for n in (3, 4, 5)]
 SEEDS = (1, 2)  # besides seed 0: the spread over three initialisations and data orders
 
-# Time to quality (RESULTS.md): MLP1 tuned with the exact softmax and with sampled losses, over the
-# number of noise words, the batch size and the learning rate (per example, so a batch of B moves B
-# times as far a step): which reaches validation perplexity 300 soonest, and ends near the exact.
-TIME_TO_QUALITY = [
-    ('exact_b128', {}),
-    ('exact_b512', {'train.batch_size': 512}),
-    ('exact_b512_lr2', {'train.batch_size': 512, 'optimizer.learning_rate': 2e-3}),
-    ('sampled_k100_b128', {'loss.name': 'sampled_softmax'}),
-    ('sampled_k500_b128', {'loss.name': 'sampled_softmax', 'loss.num_samples': 500}),
-    ('sampled_k2000_b128', {'loss.name': 'sampled_softmax', 'loss.num_samples': 2000}),
-    ('sampled_k500_b512', {'loss.name': 'sampled_softmax', 'loss.num_samples': 500, 'train.batch_size': 512}),
-    ('sampled_k2000_b512', {'loss.name': 'sampled_softmax', 'loss.num_samples': 2000, 'train.batch_size': 512}),
-    ('sampled_k2000_b512_lr2', {'loss.name': 'sampled_softmax', 'loss.num_samples': 2000, 'train.batch_size': 512,
-                                'optimizer.learning_rate': 2e-3}),
-    ('sampled_k2000_b1024', {'loss.name': 'sampled_softmax', 'loss.num_samples': 2000, 'train.batch_size': 1024}),
-    ('nce_k500_b128', {'loss.name': 'nce', 'loss.num_samples': 500}),
-    ('nce_k2000_b512', {'loss.name': 'nce', 'loss.num_samples': 2000, 'train.batch_size': 512}),
-    # NCE with fewer samples and larger batches
-    ('nce_k1000_b512', {'loss.name': 'nce', 'loss.num_samples': 1000, 'train.batch_size': 512}),
-    ('nce_k2000_b1024', {'loss.name': 'nce', 'loss.num_samples': 2000, 'train.batch_size': 1024}),
-]
-
 
 def get_sweep(name: str):
   """Named sweeps for launch/sweep.py: lists of points (name, kind, config, overrides or n-gram args).
@@ -177,9 +155,6 @@ def get_sweep(name: str):
                           overrides={'seed': s}) for s in SEEDS]
   if name == 'ladder':
     return [dict(name=n, kind='train', config=f'experiments/brown.py:{n}') for n, _ in LADDER]
-  if name == 'time_to_quality':
-    return [dict(name=n, kind='train', config='experiments/brown.py:mlp1_tuned', overrides=o)
-            for n, o in TIME_TO_QUALITY]
   if name == 'ablation_h':
     return [dict(name=f'h{h}', kind='train', config='experiments/brown.py:mlp1', overrides={'model.h': h})
             for h in (0, 25, 50, 100)]
@@ -191,4 +166,4 @@ def get_sweep(name: str):
             dict(name='adamw', kind='train', config='experiments/brown.py:mlp1',
                  overrides={'optimizer.name': 'adamw', 'train.batch_size': 256})]
   raise ValueError(f"unknown Brown sweep {name!r}; use 'table1', 'table1_tuned', 'regularised', 'ladder', "
-                   "'time_to_quality', 'ablation_h', 'ablation_n' or 'ablation_optimizer'")
+                   "'ablation_h', 'ablation_n' or 'ablation_optimizer'")

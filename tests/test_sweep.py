@@ -183,7 +183,7 @@ def test_sweep_files_in_a_bucket(tmp_path, monkeypatch):
   assert not (tmp_path / 'gs:').exists()
 
 
-SWEEPS = {'brown.py': ('table1', 'table1_tuned', 'regularised', 'time_to_quality', 'ablation_h', 'ablation_n',
+SWEEPS = {'brown.py': ('table1', 'table1_tuned', 'regularised', 'ablation_h', 'ablation_n',
                        'ablation_optimizer', 'ladder'),
           'ptb.py': ('ngrams', 'table', 'ladder', 'char_ladder', 'reference_options')}
 
