@@ -23,10 +23,7 @@ FORMS = ('dense', 'sampled_columns')
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--config', default='experiments/brown.py:quick')
-  parser.add_argument('--vocabs', default='10000,33278')
-  parser.add_argument('--batch_size', type=int, default=512)
-  parser.add_argument('--rounds', type=int, default=3)
+  side_by_side.add_round_arguments(parser, batch_size=512)
   args = parser.parse_args(argv)
   vocabs = [int(v) for v in args.vocabs.split(',')]
   forms = {form: [f'--config.train.output_layer_update={form}'] for form in FORMS}

@@ -32,6 +32,14 @@ def parse_form(text: str) -> tuple[str, list[str]]:
   return name, overrides.split()
 
 
+def add_round_arguments(parser: argparse.ArgumentParser, batch_size: int) -> None:
+  """--config, --vocabs, --batch_size and --rounds: what rates_by_round measures."""
+  parser.add_argument('--config', default='experiments/brown.py:quick')
+  parser.add_argument('--vocabs', default='10000,33278')
+  parser.add_argument('--batch_size', type=int, default=batch_size)
+  parser.add_argument('--rounds', type=int, default=3)
+
+
 def rates_by_round(config: str, vocabs, batch_size: int, forms: dict[str, list[str]], rounds: int) -> dict:
   """{(vocab, form): {rate: [one figure per round]}}, the forms alternating within each round."""
   runs = {(v, f): {rate: [] for rate in RATES} for v in vocabs for f in forms}
@@ -64,10 +72,7 @@ def records(config: str, vocabs, batch_size: int, forms: dict[str, list[str]], r
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--config', default='experiments/brown.py:quick')
-  parser.add_argument('--vocabs', default='10000,33278')
-  parser.add_argument('--batch_size', type=int, default=256)
-  parser.add_argument('--rounds', type=int, default=3)
+  add_round_arguments(parser, batch_size=256)
   parser.add_argument('--form', type=parse_form, action='append', required=True,
                       help="name:overrides, at least two; the first is the one the ratios are of")
   args = parser.parse_args(argv)

@@ -14,7 +14,9 @@ rendered from those files, so every figure there traces to its run.
 A results file holds the run's figures (results.json and mix_results.json), the command, the resolved
 config, the commit, the device, the seed and the wall time; never checkpoints. In RESULTS.md a table
 lives between the lines `<!-- results:TABLE -->` and `<!-- /results -->`, and only there is it
-rewritten; the GPU speed tables are rendered the same way from the benchmark lines under results/bench/. Any recorded run trains again with nplm-train --config=experiments/recorded.py:results/NAME.json.
+rewritten; the GPU speed tables are rendered the same way from the benchmark lines under results/bench/, and
+README's headline table too. Any recorded run trains again with
+nplm-train --config=experiments/recorded.py:results/NAME.json.
 """
 
 import argparse
@@ -187,19 +189,22 @@ def _table1_of(table: str):
 _LOSS_NAMES = {'softmax': 'exact', 'sampled_softmax': 'sampled softmax', 'nce': 'NCE'}
 
 
+def _markdown_table(header, rows) -> str:
+  """A Markdown table of `header`'s cells and each row's cells."""
+  return '\n'.join('| ' + ' | '.join(cells) + ' |' for cells in [header, ['---'] * len(header), *rows])
+
+
 def _finalists(records: list[dict]) -> tuple[str, list[dict]]:
   """The time-to-quality finalists alone on a CPU: the time to the first validation below 300, each as a
   ratio of the first row's."""
   rows = [r for r in records if r['table'] == 'time_to_quality_finalists']
-  lines = ['| run | first valid < 300 | wall time to it | epoch time (train + evaluation) | ratio | device |',
-           '| --- | --- | --- | --- | --- | --- |']
-  for r in rows:
-    f = r['figures']
-    lines.append(f'| `{r["label"]}` | epoch {f["first_epoch_below_300"]}: {f["first_valid_below_300"]:.2f} | '
-                 f'{_fmt(f["seconds_to_below_300"], 0)} s | {_fmt(f["epoch_seconds_min"], 0)}-'
-                 f'{_fmt(f["epoch_seconds_max"], 0)} s | '
-                 f'{f["seconds_to_below_300"] / rows[0]["figures"]["seconds_to_below_300"]:.2f} | {r["device"]} |')
-  return '\n'.join(lines), rows
+  first = rows[0]['figures']['seconds_to_below_300']
+  cells = [[f'`{r["label"]}`', f'epoch {f["first_epoch_below_300"]}: {f["first_valid_below_300"]:.2f}',
+            f'{_fmt(f["seconds_to_below_300"], 0)} s',
+            f'{_fmt(f["epoch_seconds_min"], 0)}-{_fmt(f["epoch_seconds_max"], 0)} s',
+            f'{f["seconds_to_below_300"] / first:.2f}', r['device']] for r, f in ((r, r['figures']) for r in rows)]
+  return _markdown_table(['run', 'first valid < 300', 'wall time to it', 'epoch time (train + evaluation)', 'ratio',
+                          'device'], cells), rows
 
 
 # Validation perplexity by epoch: each table's rows (row name, record, epochs shown or 0 for all); a table of one
@@ -223,15 +228,15 @@ def _curves_of(table: str):
     rows = [(label, by_name[name]['figures'], shown) for label, name, shown in CURVES[table]]
     first = rows[0][1]['first_epoch']
     width = max(shown or len(f['valid_curve']) for _, f, shown in rows)
-    lines = ['| epoch | ' + ' | '.join(str(first + i) for i in range(width)) + ' |', '| --- ' * (width + 1) + '|']
+    cells = []
     for label, f, shown in rows:
       for row_label, values in ((label, [_fmt(v, 1) for v in f['valid_curve']]),
                                 ('learning rate', f.get('learning_rate_curve') if len(rows) == 1 else None)):
         if values:
           values = values[:shown or width]
-          lines.append(f'| {row_label} | ' + ' | '.join(values + [''] * (width - len(values))) + ' |')
+          cells.append([row_label, *values, *[''] * (width - len(values))])
     used = list(dict.fromkeys(name for _, name, _ in CURVES[table]))
-    return '\n'.join(lines), [by_name[name] for name in used]
+    return _markdown_table(['epoch', *(str(first + i) for i in range(width))], cells), [by_name[name] for name in used]
   return render
 
 
@@ -253,9 +258,7 @@ _GPU_VOCABS = (17_905, 100_000, 300_000)
 
 def _bench_table(file: str, header: list[str], rows_of) -> tuple[str, list[str]]:
   """A table of results/bench/FILE's lines: `header`'s cells, then rows_of(the file's lines)' rows of cells."""
-  rows = rows_of(_bench_lines(file))
-  out = ['| ' + ' | '.join(header) + ' |', '| --- ' * len(header) + '|'] + ['| ' + ' | '.join(r) + ' |' for r in rows]
-  return '\n'.join(out), [f'results/bench/{file}']
+  return _markdown_table(header, rows_of(_bench_lines(file))), [f'results/bench/{file}']
 
 
 def _loop_kernel_rows(lines):
@@ -325,12 +328,10 @@ def _seed_statistics(records) -> tuple[str, list[dict]]:
   """Summaries over seeds (mean ± standard deviation, least-most) of runs whose own records were not kept."""
   rows = [r for r in records if r['table'] == 'seeds']
   keys = ('valid_ppl', 'test_ppl', 'mix_valid_ppl', 'mix_test_ppl')
-  lines = ['| model | seeds | valid | test | mixed valid | mixed test |', '| --- | --- | --- | --- | --- | --- |']
-  for r in rows:
-    stats = r['figures']['over_seeds']
-    cells = [f'{s["mean"]:.1f} ± {s["sd"]:.1f} ({s["min"]:.1f}-{s["max"]:.1f})' for s in (stats[k] for k in keys)]
-    lines.append(f'| {r["label"]} | {", ".join(map(str, r["figures"]["seeds"]))} | ' + ' | '.join(cells) + ' |')
-  return '\n'.join(lines), rows
+  summary = lambda s: f'{s["mean"]:.1f} ± {s["sd"]:.1f} ({s["min"]:.1f}-{s["max"]:.1f})'
+  cells = [[r['label'], ', '.join(map(str, r['figures']['seeds'])), *(summary(r['figures']['over_seeds'][k]) for k in keys)]
+           for r in rows]
+  return _markdown_table(['model', 'seeds', 'valid', 'test', 'mixed valid', 'mixed test'], cells), rows
 
 
 # README's headline: (corpus, the anchor's figure, the records of our best config's seeds, the n-gram mixed in,
@@ -366,31 +367,28 @@ def _headline_cell(group: list[dict], key: str, count_seeds: bool = True) -> str
 
 def _headline(records) -> tuple[str, list[dict]]:
   by_name = {r['name']: r for r in records}
-  lines = ['| corpus | anchor | ours, network alone | ours, mixed with an n-gram | config |', '| --- | --- | --- | --- | --- |']
-  used = []
+  cells, used = [], []
   for corpus, anchor, names, ngram, config in HEADLINE:
     group = [by_name[name] for name in names]
     used += group
     mixed = _headline_cell(group, 'mix_test_ppl', count_seeds=False)
-    lines.append(f'| {corpus} | {anchor} | {_headline_cell(group, "test_ppl")} | '
-                 f'{f"{mixed} ({ngram})" if mixed and ngram else ""} | `{config}` |')
-  return '\n'.join(lines), used
+    cells.append([corpus, anchor, _headline_cell(group, 'test_ppl'), f'{mixed} ({ngram})' if mixed and ngram else '',
+                  f'`{config}`'])
+  return _markdown_table(['corpus', 'anchor', 'ours, network alone', 'ours, mixed with an n-gram', 'config'], cells), used
 
 
-def _network_and_ngram(records, table: str) -> tuple[str, list[dict]]:
-  """A run mixed with its n-gram in bits per character: the network, the n-gram alone, their mixture at the run's
-  weight and at the weight fitted on validation."""
-  r = next(r for r in records if r['table'] == table)
+def _char_network_and_ngram(records) -> tuple[str, list[dict]]:
+  """The character run mixed with its n-gram, in bits per character: the network, the n-gram alone, their mixture
+  at the run's weight and at the weight fitted on validation."""
+  r = next(r for r in records if r['table'] == 'char_network_and_ngram')
   f, bits = r['figures'], lambda key: _fmt(math.log2(r['figures'][key]), 3) if key in r['figures'] else ''
   order = r['config']['model']['n']
-  ngram = f'Kneser-Ney {order}-gram (interpolated, modified)'
-  lines = ['| model | valid bits/char | test bits/char |', '| --- | --- | --- |',
-           f'| network (n = {order}) | {_fmt(f["valid_bpc"], 3)} | {_fmt(f["test_bpc"], 3)} |',
-           f'| {ngram} | {bits("ngram_valid_ppl")} | {bits("ngram_test_ppl")} |',
-           f'| network + KN{order}, weight {f["mix_weight"]} | {bits("mix_valid_ppl")} | {bits("mix_test_ppl")} |',
-           f'| network + KN{order}, weight fitted on valid ({f["mix_fitted_weight"]:.2f}) | | '
-           f'{bits("mix_fitted_test_ppl")} |']
-  return '\n'.join(lines), [r]
+  return _markdown_table(['model', 'valid bits/char', 'test bits/char'], [
+      [f'network (n = {order})', _fmt(f['valid_bpc'], 3), _fmt(f['test_bpc'], 3)],
+      [f'Kneser-Ney {order}-gram (interpolated, modified)', bits('ngram_valid_ppl'), bits('ngram_test_ppl')],
+      [f'network + KN{order}, weight {f["mix_weight"]}', bits('mix_valid_ppl'), bits('mix_test_ppl')],
+      [f'network + KN{order}, weight fitted on valid ({f["mix_fitted_weight"]:.2f})', '', bits('mix_fitted_test_ppl')],
+  ]), [r]
 
 
 OOV_RECORD = 'brown_oov_extended_mlp1_tuned'  # nplm_jax.tools.extend's vectors for the test split's new words
@@ -399,9 +397,9 @@ OOV_RECORD = 'brown_oov_extended_mlp1_tuned'  # nplm_jax.tools.extend's vectors 
 def _oov_pos_agreement(records) -> tuple[str, list[dict]]:
   """launch.pos_agreement's rows: how often a word's nearest neighbour shares its most frequent tag."""
   r = next(r for r in records if r['name'] == OOV_RECORD)
-  lines = ['| words, nearest among | count | the nearest shares the most frequent tag |', '| --- | --- | --- |']
-  lines += [f'| {row} | {_fmt(words)} | {100 * share:.1f}% |' for row, words, share in r['figures']['pos_agreement']]
-  return '\n'.join(lines), [r]
+  return _markdown_table(['words, nearest among', 'count', 'the nearest shares the most frequent tag'],
+                         [[row, _fmt(words), f'{100 * share:.1f}%'] for row, words, share in r['figures']['pos_agreement']]
+                         ), [r]
 
 
 def _oov_output_columns(records) -> tuple[str, list[dict]]:
@@ -409,11 +407,10 @@ def _oov_output_columns(records) -> tuple[str, list[dict]]:
   r = next(r for r in records if r['name'] == OOV_RECORD)
   rows = r['figures']['output_columns']
   base = rows[0][1]
-  lines = ["| new words' output columns | known tokens' perplexity | new words' tokens' perplexity |", '| --- | --- | --- |']
-  for row, known, new in rows:
-    kept = ' (+{:.1%})'.format(known / base - 1) if '(kept)' in row else ''
-    lines.append(f'| {row} | {_fmt(known, 1)}{kept} | {_fmt(new, 1 if new is not None and new < 10_000 else 0)} |')
-  return '\n'.join(lines), [r]
+  cells = [[row, _fmt(known, 1) + (f' (+{known / base - 1:.1%})' if '(kept)' in row else ''),
+            _fmt(new, 1 if new is not None and new < 10_000 else 0)] for row, known, new in rows]
+  return _markdown_table(["new words' output columns", "known tokens' perplexity", "new words' tokens' perplexity"],
+                         cells), [r]
 
 
 # PTB words beside Mikolov et al. (2011)'s test figures: (row, their figure, the record, which of its figures).
@@ -433,15 +430,14 @@ PTB_WORDS_ROWS = [
 
 def _ptb_words(records: list[dict]) -> tuple[str, list[dict]]:
   by_name = {r['name']: r for r in records}
-  lines = ['| model | Mikolov et al. test | ours valid | ours test |', '| --- | --- | --- | --- |']
+  cells = []
   for row, theirs, name, prefix in PTB_WORDS_ROWS:
     figures = by_name[name]['figures']
     if prefix == 'mix_fitted_':
       row = f'{row} ({figures["mix_fitted_weight"]:.2f})'
-    lines.append(f'| {row} | {theirs} | {_fmt(figures.get(prefix + "valid_ppl"), 1)} | '
-                 f'{_fmt(figures.get(prefix + "test_ppl"), 1)} |')
+    cells.append([row, theirs, _fmt(figures.get(prefix + 'valid_ppl'), 1), _fmt(figures.get(prefix + 'test_ppl'), 1)])
   used = list(dict.fromkeys(name for _, _, name, _ in PTB_WORDS_ROWS))
-  return '\n'.join(lines), [by_name[name] for name in used]
+  return _markdown_table(['model', 'Mikolov et al. test', 'ours valid', 'ours test'], cells), [by_name[name] for name in used]
 
 
 # Tables with a layout of their own: a function of the records giving the table's text and the records it used.
@@ -450,7 +446,7 @@ RENDERERS = {'table1': _table1_of('table1'), 'table1_tuned': _table1_of('table1_
              **{table: lambda records, spec=spec: _bench_table(*spec) for table, spec in BENCH_TABLES.items()},
              'oov_pos_agreement': _oov_pos_agreement, 'oov_output_columns': _oov_output_columns,
              'seeds': _seed_statistics, 'headline': _headline,
-             'char_network_and_ngram': lambda records: _network_and_ngram(records, 'char_network_and_ngram')}
+             'char_network_and_ngram': _char_network_and_ngram}
 
 
 def _git_commit() -> str:

@@ -653,6 +653,9 @@ def _validate_axis_rules(rules) -> None:
                     'drop the override')
 
 
+CPU_DEVICES_REVISITED = 'mesh.cpu_devices, revisited family'  # its backend_defaults.TABLE entry
+
+
 def requested_cpu_devices(config) -> int:
   """mesh.cpu_devices with 0 (auto) resolved by the model family from backend_defaults.TABLE: -1 (one per
   core) or a count."""
@@ -661,9 +664,6 @@ def requested_cpu_devices(config) -> int:
     return requested
   revisited = config.model.get('kind', 'bengio2003') == 'revisited'
   return backend_defaults.backend_default(CPU_DEVICES_REVISITED if revisited else 'mesh.cpu_devices', 'cpu')
-
-
-CPU_DEVICES_REVISITED = 'mesh.cpu_devices, revisited family'  # its backend_defaults.TABLE entry
 
 
 def max_cpu_devices() -> int:
