@@ -22,35 +22,13 @@ import os
 import signal
 import sys
 
+from nplm_jax.signals import Stopped  # pylint: disable=unused-import  # entry.Stopped, as before
+from nplm_jax.signals import raise_stopped as _raise_stopped
+from nplm_jax.signals import raise_swallowed_signal
+
 # What each command's stop leaves behind, for its one line.
 AFTER_TRAINING_STOP = 'run the same command to resume (the checkpoints saved so far are kept)'
 AFTER_TOOL_STOP = 'nothing was written half-way; run it again'
-
-
-class Stopped(BaseException):
-  """SIGINT or SIGTERM, raised where the program is (not an Exception: no `except Exception` stops it)."""
-
-  def __init__(self, signum: int):
-    super().__init__(signum)
-    self.signum = signum
-
-
-# Every signal raised as Stopped. Each one that reached run_command has ended the process, so one
-# found here at a check was swallowed on its way (a broad `except`, an import's fallback).
-_raised_signals: list[int] = []
-
-
-def _raise_stopped(signum, frame):
-  del frame
-  _raised_signals.append(signum)
-  raise Stopped(signum)
-
-
-def raise_swallowed_signal() -> None:
-  """Raises Stopped for a signal that arrived under run_command and that the code it interrupted
-  swallowed; does nothing otherwise (and outside run_command, which alone records signals)."""
-  if _raised_signals:
-    raise Stopped(_raised_signals[0])
 
 
 # Extension modules whose import a signal must not interrupt: Ctrl-C inside numpy's, jaxlib's or
@@ -195,15 +173,15 @@ def embeddings():
 
 
 def extend():
-  run_command('nplm_jax.tools.extend')
+  run_command('nplm_jax.commands.extend')
 
 
 def plot():
-  run_command('nplm_jax.tools.plot', shielded=WITHOUT_JAX)
+  run_command('nplm_jax.commands.plot', shielded=WITHOUT_JAX)
 
 
 def export():
-  run_command('nplm_jax.tools.export')
+  run_command('nplm_jax.commands.export')
 
 
 def ngram():
@@ -211,7 +189,7 @@ def ngram():
 
 
 def mix():
-  run_command('nplm_jax.tools.mix')
+  run_command('nplm_jax.commands.mix')
 
 
 def prepare():

@@ -1,29 +1,32 @@
 """The package's folders are its layers: no module imports from a layer above its own.
 
-Bottom to top: the leaves (config, errors, progress, backend_defaults, cleanup: they import only each other), parallel/
-(mesh, shardings, the vocabulary-sharded softmax, joining processes), files/ (the run folder and its
-logs), data/ and models/, baselines/, training/, tools/, and the command layer (main, entry, cli, and api,
-the Python interface the commands are built on).
-A module may import its own layer and those below it. One exception, by design: a tool with a command
-of its own (`parse_args`/`main`, run as `python -m nplm_jax.tools.score`) uses the command layer's
-argument parser and entry point (cli, entry) for it. Below the tools, a command's flags and main live in
-the command layer (nplm_jax/commands/), and a module run as `python -m` hands over to it from its
-`__main__` block alone. Importing the package leaves Pallas's
-backend modules to the kernels that build with them.
+Bottom to top: the leaves (config, errors, progress, backend_defaults, cleanup, signals: they import only each other),
+parallel/ (mesh, shardings, the vocabulary-sharded softmax, joining processes), files/ (the run folder and its
+logs), data/ and models/, baselines/, training/, tools/, and the command layer (main, entry, cli, commands/, and
+api, the Python interface the commands are built on). A module may import its own layer and those below it.
+Every command's flags and main live in the command layer; a module below it that runs as `python -m` (say
+`python -m nplm_jax.tools.score`) hands over to its command from its `__main__` block, which runs only when the
+module is the program and does nothing else. Importing the package leaves Pallas's backend modules to the
+kernels that build with them.
 """
 
 import ast
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
+import pytest
+
 import nplm_jax
 
+pytestmark = pytest.mark.fast
+
 PACKAGE = pathlib.Path(nplm_jax.__file__).parent
-RANK = {'config': 0, 'errors': 0, 'progress': 0, 'backend_defaults': 0, 'cleanup': 0, 'parallel': 1, 'files': 2, 'data': 3, 'models': 3,
+RANK = {'config': 0, 'errors': 0, 'progress': 0, 'backend_defaults': 0, 'cleanup': 0, 'signals': 0, 'parallel': 1, 'files': 2, 'data': 3, 'models': 3,
         'baselines': 4, 'training': 5, 'tools': 6, 'main': 7, 'entry': 7, 'cli': 7, 'commands': 7, 'api': 7}
-COMMAND_LAYER = {'cli', 'entry'}
+COMMAND_LAYER = {'main', 'entry', 'cli', 'commands', 'api'}
 
 
 def layer(dotted: str) -> str:
@@ -46,28 +49,30 @@ def modules():
       yield dotted, path
 
 
+@pytest.mark.unit
 def test_every_module_sits_in_a_known_layer():
   unknown = {layer(d.removesuffix('.__init__')) for d, _ in modules()} - set(RANK)
   assert not unknown, f'modules outside the layers this test knows: {sorted(unknown)}'
 
 
+@pytest.mark.unit
 def test_no_module_imports_from_a_layer_above_its_own():
   upward = []
   for dotted, path in modules():
     own = RANK[layer(dotted)]
-    for target in imported_modules(path):
-      if layer(target) in COMMAND_LAYER:
-        continue
-      if RANK[layer(target)] > own:
-        upward.append(f'{dotted} imports {target}')
+    upward += [f'{dotted} imports {target}' for target in imports_outside_main_block(path)
+               if RANK[layer(target)] > own]
   assert not upward, '\n'.join(upward)
+
+
+def main_blocks(tree: ast.Module) -> list[ast.If]:
+  return [node for node in tree.body if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)]
 
 
 def imports_outside_main_block(path: pathlib.Path):
   """The nplm_jax modules a file imports anywhere but in its `if __name__ == '__main__':` block."""
   tree = ast.parse(path.read_text())
-  main_blocks = [node for node in tree.body if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)]
-  inside = {id(n) for block in main_blocks for n in ast.walk(block)}
+  inside = {id(n) for block in main_blocks(tree) for n in ast.walk(block)}
   for node in ast.walk(tree):
     if id(node) in inside:
       continue
@@ -77,17 +82,29 @@ def imports_outside_main_block(path: pathlib.Path):
       yield from (a.name for a in node.names if a.name.startswith('nplm_jax.'))
 
 
-def test_below_the_tools_only_a_main_block_reaches_the_command_layer():
-  """data/, baselines/ and the layers under them keep no command of their own: their `python -m` entry hands
-  over to nplm_jax/commands/ from its __main__ block. Control: prepare.py's __main__ block does reach it."""
-  below_tools = [(d, p) for d, p in modules() if RANK[layer(d)] < RANK['training']]
-  reaching = [f'{d} imports {t}' for d, p in below_tools for t in imports_outside_main_block(p)
-              if layer(t) in COMMAND_LAYER | {'commands'}]
-  assert not reaching, reaching
-  prepare = PACKAGE / 'data' / 'prepare.py'
-  assert any(layer(t) in COMMAND_LAYER for t in imported_modules(prepare))
+HAND_OVER = re.compile(r"from nplm_jax import entry\nentry\.run_command\('(nplm_jax\.[\w.]+)'\)")
 
 
+@pytest.mark.unit
+def test_below_the_command_layer_a_main_block_only_hands_over_to_a_command():
+  """No module below the command layer parses flags or has a main(): its `python -m` entry is a __main__ block of
+  two lines, the import of entry and run_command of a module in the command layer. Control: prepare.py's block."""
+  below = [(d, p) for d, p in modules() if RANK[layer(d)] < RANK['main']]
+  wrong = []
+  for dotted, path in below:
+    tree = ast.parse(path.read_text())
+    for block in main_blocks(tree):
+      handed = HAND_OVER.fullmatch('\n'.join(ast.unparse(n) for n in block.body))
+      if not handed or layer(handed.group(1)) not in COMMAND_LAYER:
+        wrong.append(f'{dotted}: {ast.unparse(block)}')
+    wrong += [f'{dotted} defines {n.name}()' for n in tree.body
+              if isinstance(n, ast.FunctionDef) and n.name in ('main', 'parse_args')]
+  assert not wrong, '\n'.join(wrong)
+  prepare = main_blocks(ast.parse((PACKAGE / 'data' / 'prepare.py').read_text()))
+  assert len(prepare) == 1 and HAND_OVER.fullmatch('\n'.join(ast.unparse(n) for n in prepare[0].body))
+
+
+@pytest.mark.unit
 def test_the_check_sees_an_upward_import(tmp_path):
   """Positive control: a training module importing a tool is reported."""
   bad = tmp_path / 'bad.py'
@@ -112,3 +129,16 @@ def test_importing_the_package_leaves_pallas_backends_to_the_kernels_that_use_th
                         check=False, env=dict(os.environ, JAX_PLATFORMS='cpu'))
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout.splitlines() == ['[]', "['jax.experimental.pallas.mosaic_gpu']"], proc.stdout
+
+
+@pytest.mark.unit
+def test_every_test_module_declares_its_tier():
+  """`-m fast` and `-m slow` between them run the whole suite: each module's pytestmark names one of the two."""
+  tests = pathlib.Path(__file__).parent
+  untiered = []
+  for path in sorted(tests.glob('test_*.py')):
+    marks = [ast.unparse(n.value) for n in ast.parse(path.read_text()).body
+             if isinstance(n, ast.Assign) and any(getattr(t, 'id', '') == 'pytestmark' for t in n.targets)]
+    if len(marks) != 1 or ('pytest.mark.fast' in marks[0]) == ('pytest.mark.slow' in marks[0]):
+      untiered.append(path.name)
+  assert not untiered, untiered

@@ -1,2 +1,3 @@
-"""The commands whose work lives in a lower layer (the n-gram baselines, corpus preparation): their flags
-and main here, in the command layer, so that the layers below never import it."""
+"""The commands' flags and main() (nplm-score, nplm-mix, ...; nplm-train's are nplm_jax/main.py): the command
+layer, so that no layer below it parses flags. Each reads its arguments, calls the layer that does the work and
+prints its result or one error line."""

@@ -16,11 +16,9 @@ docs/tools.md ("Exporting a model") shows it loaded and used with numpy only.
 """
 
 import json
-import sys
 
 import numpy as np
 
-from nplm_jax import cli as cli_lib
 from nplm_jax.models import output_layer
 from nplm_jax.models import family as model_family
 from nplm_jax.tools import trained as trained_lib
@@ -78,24 +76,6 @@ def export(workdir_path: str, output: str) -> str:
   return str(folder)
 
 
-def parse_args(argv=None):
-  parser = cli_lib.ArgumentParser('nplm_jax.tools.export', description=__doc__)
-  parser.add_argument('--workdir', required=True, help='a training workdir with a best checkpoint')
-  parser.add_argument('--output', required=True, help='the folder to write model.json and params.npz into (new)')
-  return parser.parse_args(argv)
-
-
-def main(argv=None) -> int:
-  args = parse_args(argv)
-  try:
-    export(args.workdir, args.output)
-  except UserError as e:
-    print(f'error: {e}', file=sys.stderr)
-    return 1
-  print(f'wrote model.json and params.npz to {args.output}')
-  return 0
-
-
-if __name__ == '__main__':
+if __name__ == '__main__':  # the command: nplm_jax/commands/export.py (python -m here keeps working)
   from nplm_jax import entry  # pylint: disable=g-import-not-at-top
-  entry.run_command('__main__')
+  entry.run_command('nplm_jax.commands.export')

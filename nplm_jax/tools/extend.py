@@ -16,17 +16,14 @@ the vocabulary plus the new words (vocab.tsv; added_words.json records them) and
 parameters; score, sample, embeddings and plot read it like any other (it cannot be trained on).
 """
 
-import sys
 
 import jax
 import numpy as np
 
 from nplm_jax.training import checkpoint as ckpt_lib
-from nplm_jax import cli as cli_lib
 from nplm_jax import config as config_lib
 from nplm_jax.data import corpora as data_lib
 from nplm_jax.models import output_layer
-from nplm_jax.data import text_input
 from nplm_jax.tools import trained as trained_lib
 from nplm_jax.files import workdir as workdir_lib
 from nplm_jax.data import workdir_vocab
@@ -102,28 +99,6 @@ def extend(workdir_path: str, lines: list[str], output_path: str) -> dict:
   return summary
 
 
-def parse_args(argv=None):
-  parser = cli_lib.ArgumentParser('nplm_jax.tools.extend', description=__doc__)
-  parser.add_argument('--workdir', required=True, help='a training workdir with a best checkpoint')
-  parser.add_argument('--text', required=True, help="text with the new words in context; '-' = stdin")
-  parser.add_argument('--output_workdir', required=True, help='the new workdir to write (a new folder)')
-  return parser.parse_args(argv)
-
-
-def main(argv=None) -> int:
-  args = parse_args(argv)
-  try:
-    if workdir_lib.as_path(args.output_workdir).resolve() == workdir_lib.as_path(args.workdir).resolve():
-      raise UserError('--output_workdir is --workdir; give a new folder for the extended model')
-    summary = extend(args.workdir, text_input.read_lines(args.text, '--text'), args.output_workdir)
-  except UserError as e:
-    print(f'error: {e}', file=sys.stderr)
-    return 1
-  print(f'added {summary["added_words"]:,} words ({summary["occurrences"]:,} occurrences) to the vocabulary, now '
-        f'{summary["vocab_size"]:,}: {args.output_workdir}')
-  return 0
-
-
-if __name__ == '__main__':
+if __name__ == '__main__':  # the command: nplm_jax/commands/extend.py (python -m here keeps working)
   from nplm_jax import entry  # pylint: disable=g-import-not-at-top
-  entry.run_command('__main__')
+  entry.run_command('nplm_jax.commands.extend')

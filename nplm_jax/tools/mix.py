@@ -4,7 +4,6 @@ Inside training (`config.mix.enabled`), or on a finished workdir without retrain
 python -m nplm_jax.tools.mix --workdir=runs/brown_mlp1   (writes WORKDIR/mix_results.json)
 """
 
-import json
 import math
 import sys
 
@@ -84,7 +83,7 @@ def recorded_weight(workdir: workdir_lib.Workdir, mix_config) -> tuple[float, st
                              'fitted for this n-gram yet (nplm-mix fits one)')
 
 
-def _corpus(data_config, workdir: workdir_lib.Workdir) -> data_lib.Corpus:
+def workdir_corpus(data_config, workdir: workdir_lib.Workdir) -> data_lib.Corpus:
   """The workdir's corpus for the n-gram. Brown without NLTK_DATA: the words cached by an earlier
   read, taken only when they give the corpus the workdir was trained on (its corpus.json)."""
   if data_config.corpus != 'brown' or data_lib.brown_zip_found():
@@ -104,44 +103,6 @@ def _corpus(data_config, workdir: workdir_lib.Workdir) -> data_lib.Corpus:
   return corpus
 
 
-def parse_args(argv=None):
-  from nplm_jax import cli as cli_lib  # pylint: disable=g-import-not-at-top
-  parser = cli_lib.ArgumentParser('nplm_jax.tools.mix', description=__doc__)
-  parser.add_argument('--workdir', required=True, help='a finished training workdir (with best/ and config.json)')
-  parser.add_argument('--order', type=int, default=3, help='n-gram order of the mixed-in model')
-  parser.add_argument('--smoothing', default='interpolated', choices=list(ngram.SMOOTHINGS), help='its smoothing')
-  parser.add_argument('--weight', type=float, default=None,
-                      help="the network's fixed weight, e.g. the paper's 0.5 (default: the weight fitted on "
-                           "validation; its figures are reported either way)")
-  return parser.parse_args(argv)
-
-
-def main(argv=None):
-  from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
-  from nplm_jax.parallel import backend
-  from nplm_jax.training import evaluation  # pylint: disable=g-import-not-at-top
-  cli = parse_args(argv)
-  try:
-    config = evaluation.load_config(cli.workdir)
-    config.mix.update(ngram_order=cli.order, smoothing=cli.smoothing, fit_weight=cli.weight is None)
-    if cli.weight is not None:
-      config.mix.weight = cli.weight
-    try:
-      config_lib.validate(config)
-    except UserError as e:  # name the flag the user gave, not the config key it sets
-      raise UserError(str(e).replace('mix.ngram_order', '--order').replace('mix.weight', '--weight')
-                      .replace('--config.--', '--')) from None
-    backend.configure(config)
-    corpus = _corpus(config.data, workdir_lib.Workdir(cli.workdir))
-    nll = evaluation.evaluate_workdir(cli.workdir, corpus=corpus)
-    results = mixture_results(corpus, nll, config.mix)
-    results.update(valid_ppl=ngram.perplexity(np.exp(-nll['valid'])), test_ppl=ngram.perplexity(np.exp(-nll['test'])))
-    workdir_lib.Workdir(cli.workdir).write_json('mix_results.json', results)
-  except UserError as e:
-    sys.exit(f'error: {e}')
-  print(json.dumps(results), flush=True)
-
-
-if __name__ == '__main__':
+if __name__ == '__main__':  # the command: nplm_jax/commands/mix.py (python -m here keeps working)
   from nplm_jax import entry  # pylint: disable=g-import-not-at-top
-  entry.run_command('__main__')
+  entry.run_command('nplm_jax.commands.mix')

@@ -30,7 +30,7 @@ import numpy as np
 from nplm_jax.training import in_flight as in_flight_lib
 from nplm_jax.training import checkpoint as ckpt_lib
 from nplm_jax import config as config_lib
-from nplm_jax import entry
+from nplm_jax import signals
 from nplm_jax.data import corpora as data_lib
 from nplm_jax.parallel import distributed
 from nplm_jax.training import evaluation
@@ -247,7 +247,7 @@ def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_l
       params = run.restore_best_params(checkpoints, run_state.best_step) if has_best else steps_lib.evaluated_params(state)
       _signal_point('final_evaluation')
       _SignalWhenCollected('collected_at_the_end')  # dropped at once: its destructor runs here
-      between = _evaluation_hooks('inside_final_evaluation')  # a signal here raises entry.Stopped between calls
+      between = _evaluation_hooks('inside_final_evaluation')  # a signal here raises signals.Stopped between calls
       # The best step's validation NLLs are known when this process evaluated it: not computed again.
       known = best_valid is not None and has_best and best_valid[0] == run_state.best_step
       nll = {'valid': best_valid[1] if known else evaluation.split_nll(run, params, 'valid', between),
@@ -364,7 +364,7 @@ class Preemption:
     self._dispatches = 0
 
   def __enter__(self) -> 'Preemption':
-    entry.raise_swallowed_signal()  # a stop asked for during the start-up, lost by a library on its way
+    signals.raise_swallowed_signal()  # a stop asked for during the start-up, lost by a library on its way
     if not self._catch_signals:
       return self
     many = jax.process_count() > 1

@@ -1,0 +1,37 @@
+"""nplm-extend (python -m nplm_jax.tools.extend): the paper's feature vectors for new words, written as a new
+workdir; a thin layer over nplm_jax.tools.extend."""
+
+import sys
+
+from nplm_jax import cli as cli_lib
+from nplm_jax.data import text_input
+from nplm_jax.errors import UserError
+from nplm_jax.files import workdir as workdir_lib
+from nplm_jax.tools import extend as extend_lib
+
+
+def parse_args(argv=None):
+  parser = cli_lib.ArgumentParser('nplm_jax.tools.extend', description=extend_lib.__doc__)
+  parser.add_argument('--workdir', required=True, help='a training workdir with a best checkpoint')
+  parser.add_argument('--text', required=True, help="text with the new words in context; '-' = stdin")
+  parser.add_argument('--output_workdir', required=True, help='the new workdir to write (a new folder)')
+  return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+  args = parse_args(argv)
+  try:
+    if workdir_lib.as_path(args.output_workdir).resolve() == workdir_lib.as_path(args.workdir).resolve():
+      raise UserError('--output_workdir is --workdir; give a new folder for the extended model')
+    summary = extend_lib.extend(args.workdir, text_input.read_lines(args.text, '--text'), args.output_workdir)
+  except UserError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 1
+  print(f'added {summary["added_words"]:,} words ({summary["occurrences"]:,} occurrences) to the vocabulary, now '
+        f'{summary["vocab_size"]:,}: {args.output_workdir}')
+  return 0
+
+
+if __name__ == '__main__':
+  from nplm_jax import entry  # pylint: disable=g-import-not-at-top
+  entry.run_command('__main__')
