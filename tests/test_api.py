@@ -16,6 +16,8 @@ import pytest
 import nplm_jax
 from tests import warm_python
 
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAMILIES = {'paper': 'experiments/text.py:tiny', 'revisited': 'experiments/text.py:tiny_revisited'}
 

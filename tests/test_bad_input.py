@@ -11,6 +11,8 @@ import pytest
 from tests import corpora
 from tests import warm_python
 
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -10,6 +10,8 @@ import pytest
 
 from nplm_jax.parallel import sharding
 
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ['--vocab=61', '--batch_sizes=8,16', '--steps=2', '--repeats=1']
 SMALL_PEAK = ['--peak_size=64']  # the MFU's reference matmul: 2048 on CPU by default, 20 s a run

@@ -14,6 +14,8 @@ from nplm_jax.tools import sample as sample_lib
 from nplm_jax.tools import score as score_lib
 from nplm_jax.tools import trained as trained_lib
 
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -9,6 +9,8 @@ import pytest
 from nplm_jax import config as config_lib
 from nplm_jax.errors import UserError
 
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
+
 FLOAT_KEYS = [key for key, _ in config_lib._float_leaves(config_lib.base_config())]  # pylint: disable=protected-access
 
 

@@ -14,6 +14,8 @@ import pytest
 from tests import corpora
 from tests import warm_python
 
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DAMAGES = ('deleted', 'emptied', 'truncated', 'garbled')
 NOISE = ('Traceback', 'Exception ignored', 'WARNING', 'was never awaited')

@@ -7,6 +7,8 @@ import pytest
 
 from nplm_jax.data import corpora as data
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope='module')
 def brown(nltk_data):

@@ -9,6 +9,8 @@ from nplm_jax.parallel import distributed
 from nplm_jax.config import base_config
 from nplm_jax.errors import UserError
 
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+
 
 def dist(**kw):
   config = base_config().distributed

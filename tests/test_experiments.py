@@ -9,6 +9,8 @@ import pytest
 from nplm_jax import config as config_lib
 from nplm_jax.errors import UserError
 
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDED = os.path.join(REPO, 'experiments', 'recorded.py')
 

@@ -29,7 +29,8 @@ def _has_gpu() -> bool:
     return False
 
 
-pytestmark = pytest.mark.skipif(not _has_gpu(), reason='GPU smoke tests: JAX sees no GPU here (run them on one)')
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not _has_gpu(), reason='GPU smoke tests: JAX sees no GPU here (run them on one)')]
 
 
 def _config(tiny_config, **train_options):

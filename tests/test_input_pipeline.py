@@ -1,9 +1,12 @@
 """grain reads training batches ahead in threads, in exactly the order of Run.train_batch."""
 
 import numpy as np
+import pytest
 
 from nplm_jax.data import corpora as data
 from nplm_jax.data import input_pipeline
+
+pytestmark = pytest.mark.slow
 
 
 def test_grain_batches_are_the_steps_batches_in_order_from_any_step():

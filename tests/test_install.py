@@ -9,6 +9,8 @@ import pytest
 
 from tests import side_by_side
 
+pytestmark = pytest.mark.slow
+
 SCRIPTS = ('nplm-train', 'nplm-score', 'nplm-sample', 'nplm-embeddings', 'nplm-extend', 'nplm-plot', 'nplm-export',
            'nplm-ngram', 'nplm-mix', 'nplm-prepare', 'nplm-sweep', 'nplm-table1')
 

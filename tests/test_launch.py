@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARGS = ['--config=experiments/brown.py:mlp1', '--workdir=gs://bucket/runs/a b']
 

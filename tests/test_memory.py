@@ -11,6 +11,8 @@ from nplm_jax.models import output_layer
 from nplm_jax.training import optim
 from nplm_jax.errors import UserError
 
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
+
 
 @pytest.mark.parametrize('direct,h,optimizer,moment_dtypes,ema_decay', [
     (True, 16, 'adamw', ('float32',) * 2, 0.0), (False, 8, 'paper_sgd', ('float32',) * 2, 0.0),

@@ -18,6 +18,8 @@ from nplm_jax import backend_defaults
 from nplm_jax import config as config_lib
 from nplm_jax.errors import UserError
 
+pytestmark = pytest.mark.fast
+
 AUTO_VOCAB_BLOCK = backend_defaults.TABLE["train.vocab_block"].cpu[1]
 
 
@@ -41,6 +43,7 @@ def separate(model, params) -> dict:
 
 
 @pytest.mark.parametrize('h,direct', [(12, True), (12, False), (0, True)])
+@pytest.mark.unit
 def test_logits_match_numpy_equation(h, direct):
   model = model_lib.NPLM(vocab_size=37, context_size=3, embed_dim=5, hidden_dim=h, direct=direct)
   params = random_params(model)
@@ -50,6 +53,7 @@ def test_logits_match_numpy_equation(h, direct):
   np.testing.assert_allclose(np.asarray(logits), expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.unit
 def test_padding_columns_are_minus_infinity_and_real_ones_match():
   unpadded = model_lib.NPLM(vocab_size=37, context_size=2, embed_dim=4, hidden_dim=6, direct=True)
   padded = unpadded.clone(vocab_pad_multiple=16)
@@ -64,6 +68,7 @@ def test_padding_columns_are_minus_infinity_and_real_ones_match():
 
 @pytest.mark.parametrize('n,m,h,direct', [(5, 60, 50, True), (5, 60, 0, True), (5, 30, 50, True),
                                           (3, 30, 50, True), (5, 30, 100, False)])
+@pytest.mark.unit
 def test_parameter_count_formula(n, m, h, direct):
   vocab = 101
   model = model_lib.NPLM(vocab_size=vocab, context_size=n - 1, embed_dim=m, hidden_dim=h, direct=direct)
@@ -72,6 +77,7 @@ def test_parameter_count_formula(n, m, h, direct):
   assert counted == paper == model_lib.num_parameters(vocab, n, m, h, direct)
 
 
+@pytest.mark.unit
 def test_unigram_bias_init_is_log_unigram():
   model = model_lib.NPLM(vocab_size=4, context_size=1, embed_dim=2, hidden_dim=0, direct=True, vocab_pad_multiple=8)
   counts = np.array([10, 0, 5, 85])
@@ -82,6 +88,7 @@ def test_unigram_bias_init_is_log_unigram():
   np.testing.assert_array_equal(output[:-1], 0)
 
 
+@pytest.mark.unit
 def test_single_device_vocab_softmax_equals_dense_log_softmax():
   model = model_lib.NPLM(vocab_size=50, context_size=2, embed_dim=4, hidden_dim=8, direct=True, vocab_pad_multiple=8)
   params = random_params(model)
@@ -523,6 +530,7 @@ def test_gradient_clipping_scales_every_gradient_by_the_global_norm_before_the_d
   assert jax.tree.structure(optim.make_optimizer(config, 4).init(params)) == plain
 
 
+@pytest.mark.unit
 def test_cosine_decay_falls_from_the_rate_after_the_warm_up_to_zero_and_stays():
   """optimizer.cosine_decay_steps: Sun & Iyyer's schedule, to a given step or (-1) to the run's end; the
   optimiser's state keeps its layout (a constant-rate workdir resumes with the cosine), and configs

@@ -17,6 +17,8 @@ from nplm_jax.parallel import sharding
 from tests import checkpoint_reader
 from tests import corpora
 
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEVICES = 4  # in all, whatever the number of processes
 

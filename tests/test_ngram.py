@@ -13,6 +13,8 @@ from nplm_jax.data import corpora as data
 from nplm_jax.baselines import ngram
 from tests import corpora
 
+pytestmark = pytest.mark.fast
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -24,6 +26,7 @@ def hand_corpus():
                      splits={'train': split('a b a b c a c b d'), 'valid': split('b c'), 'test': split('a')})
 
 
+@pytest.mark.unit
 def test_modified_kneser_ney_bigram_by_hand():
   # Bigram counts: (x,a) (b,a) (b,c) (c,a) (a,c) (c,b) (b,d) once, (a,b) twice: n1 = 7, n2 = 1.
   # Y = 7/9, D1 = 1 - 2Y n2/n1 = 7/9, D2 = 2 - 3Y n3/n2 = 2.
@@ -93,6 +96,7 @@ def naive_kneser_ney(corpus, order):
 
 
 @pytest.mark.parametrize('order', [1, 2, 3, 4, 5])
+@pytest.mark.unit
 def test_kneser_ney_matches_naive_reference(order):
   corpus = random_corpus(seed=order)
   model = ngram.KneserNey(ngram.StreamNgrams(corpus, order))
@@ -101,6 +105,7 @@ def test_kneser_ney_matches_naive_reference(order):
 
 @pytest.mark.parametrize('smoothing', ngram.SMOOTHINGS)
 @pytest.mark.parametrize('order', [1, 2, 3, 4, 5])
+@pytest.mark.unit
 def test_distributions_sum_to_one_and_match_stream_scores(smoothing, order):
   corpus = random_corpus(seed=10 + order)
   model = ngram.build(corpus, order, smoothing)
@@ -120,6 +125,7 @@ def test_distributions_sum_to_one_and_match_stream_scores(smoothing, order):
     assert abs(model.distribution(stream[t - order + 1:t])[stream[t]] - scores[i]) < 1e-12
 
 
+@pytest.mark.unit
 def test_em_never_lowers_the_validation_likelihood():
   model = ngram.DeletedInterpolation(ngram.StreamNgrams(random_corpus(seed=3, sizes=(2000, 400, 100)), 3))
   model.fit('valid', tolerance=0.0, max_iterations=30)
@@ -129,6 +135,7 @@ def test_em_never_lowers_the_validation_likelihood():
   assert ll[-1] > ll[0]
 
 
+@pytest.mark.unit
 def test_mixture_is_never_worse_than_its_worse_part():
   rng = np.random.default_rng(0)
   for _ in range(20):
@@ -202,6 +209,7 @@ def test_discounts_that_cannot_be_estimated_fall_back_and_no_word_gets_zero(tiny
     assert model.token_probs(split).min() > 0
 
 
+@pytest.mark.unit
 def test_a_large_stream_gets_an_eta_before_its_first_order(monkeypatch, capsys):
   """From SAMPLED_ETA_FROM tokens on, the counting time is estimated on a sample and said first (each
   order is one np.unique, with no progress inside it); smaller streams say nothing."""

@@ -12,6 +12,8 @@ import pytest
 
 from nplm_jax.parallel import sharding
 
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPECTED_CHECKS = 81  # 1 fewer: the moving average's check and the bfloat16 moments' are one run
 

@@ -14,6 +14,8 @@ from nplm_jax.data import corpora as data
 from nplm_jax.baselines import ngram
 from nplm_jax.data import prepare
 
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

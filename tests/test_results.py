@@ -7,6 +7,8 @@ import pytest
 
 from launch import results
 
+pytestmark = [pytest.mark.fast, pytest.mark.unit]
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

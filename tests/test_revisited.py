@@ -31,6 +31,8 @@ from tests import jaxprs
 from tests import numpy_reference
 from tests import warm_python
 
+pytestmark = pytest.mark.fast
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB = 37
 
@@ -65,6 +67,7 @@ def perturbed_logits(model):
 
 @pytest.mark.parametrize('kw', [{}, {'tied': True}, {'distant_tokens': 0, 'distant_kernels': 0}, {'depth': 0},
                                 {'layer_norm': False}], ids=['full', 'tied', 'no_distant', 'depth0', 'no_layer_norm'])
+@pytest.mark.unit
 def test_logits_equal_a_numpy_forward(kw):
   model = make(**kw)
   params, contexts, logits = perturbed_logits(model)
@@ -76,6 +79,7 @@ def test_logits_equal_a_numpy_forward(kw):
 @pytest.mark.parametrize('kw', [{'embed_scale': True}, {'initialiser': 'lecun'}, {'first_hidden': 20},
                                 {'embed_scale': True, 'tied': True, 'first_hidden': 20, 'initialiser': 'normal_0.02'}],
                          ids=['embed_scale', 'init_lecun', 'first_hidden', 'all_tied'])
+@pytest.mark.unit
 def test_reference_options_equal_the_numpy_forward(kw):
   """The reference code's choices (embeddings x sqrt(m) on the input side only, N(0, 0.02) initialisation,
   the first layer's own inner width) against the NumPy forward."""
@@ -90,6 +94,7 @@ def test_reference_options_equal_the_numpy_forward(kw):
 
 @pytest.mark.parametrize('kw', [{}, {'tied': True, 'embed_scale': True}, {'distant_tokens': 0, 'distant_kernels': 0}],
                          ids=['full', 'tied_scaled', 'no_distant'])
+@pytest.mark.unit
 def test_the_first_layer_added_to_the_last_vector_equals_the_numpy_forward(kw):
   """first_residual='last': the first layer's branch added to the most recent input vector alone, not the
   sum of the window's and the distant summaries'; the sum stays the default."""
@@ -156,6 +161,7 @@ def test_kernels_start_as_the_distant_blocks_mean():
   np.testing.assert_allclose(np.asarray(params['distant_kernels']), np.full((2, 5), 0.2))
 
 
+@pytest.mark.unit
 def test_tied_output_layer_is_C_and_stores_only_the_bias():
   model = make(tied=True)
   params = perturbed(output_layer.init_params(model))
@@ -186,6 +192,7 @@ def test_parameter_count_and_memory_estimate_match_the_parameters(overrides):
   assert rows == output_rows and replicated == counted - params[output_layer.OUTPUT].size
 
 
+@pytest.mark.unit
 def test_weight_decay_skips_biases_layer_norm_and_kernels():
   model = make()
   params = jax.tree.map(jnp.ones_like, output_layer.init_params(model))

@@ -10,6 +10,8 @@ from nplm_jax.parallel import sharding
 from nplm_jax.config import base_config
 from nplm_jax.errors import UserError
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.mark.parametrize('data,model,devices,expected', [
     (-1, 1, 8, (8, 1)), (1, -1, 8, (1, 8)), (2, 4, 8, (2, 4)), (-1, 2, 8, (4, 2)), (-1, 1, 1, (1, 1))])

@@ -14,6 +14,8 @@ from nplm_jax.parallel import vocab_softmax
 from nplm_jax.errors import UserError
 from tests import jaxprs
 
+pytestmark = pytest.mark.fast
+
 
 def reference(f, w, b, targets, log_z, g):
   z = f.astype(np.float64) @ w.astype(np.float64) + b

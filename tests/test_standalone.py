@@ -16,6 +16,8 @@ from nplm_jax.files import workdir as workdir_lib
 from nplm_jax.data import workdir_vocab
 from tests import side_by_side
 
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -17,6 +17,8 @@ from nplm_jax.training import sampled_noise
 from nplm_jax.training import steps as steps_lib
 from tests import jaxprs
 
+pytestmark = pytest.mark.fast
+
 VOCAB = 41
 FAMILIES = {
     'bengio2003': dict(kind='bengio2003', n=4, m=8, h=16, direct=True, feature_dropout=0.3, hidden_dropout=0.3),

@@ -8,6 +8,8 @@ import pytest
 
 from launch import sweep
 
+pytestmark = pytest.mark.slow
+
 
 def tiny_grid_args(files, root, extra=()):
   data = [f'--set=data.{s}_file={files[s]}' for s in ('train', 'valid', 'test')]

@@ -25,6 +25,8 @@ from nplm_jax.errors import UserError
 from tests import checkpoint_reader
 from tests import corpora
 
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

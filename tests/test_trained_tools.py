@@ -20,6 +20,8 @@ from nplm_jax.tools import score as score_lib
 from nplm_jax.tools import trained as trained_lib
 from tests import warm_python
 
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -12,6 +12,8 @@ from nplm_jax.files import workdir as workdir_lib
 from nplm_jax.errors import UserError
 from tests import fake_gcs
 
+pytestmark = pytest.mark.fast
+
 
 def test_a_run_lives_entirely_in_a_bucket(tiny_config, tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)  # a path mistaken for a local one would appear here as gs:/...
@@ -35,6 +37,7 @@ def test_a_run_lives_entirely_in_a_bucket(tiny_config, tmp_path, monkeypatch):
   assert steps == [10, 15, 20, 30, 30, 40, 45, 45]  # train records every 10 steps, evaluations every 15, once each
 
 
+@pytest.mark.unit
 def test_workdir_json_is_written_atomically_and_never_nan(tmp_path):
   workdir = workdir_lib.Workdir(tmp_path)
   workdir.write_json('a.json', {'x': 1.5})
@@ -48,12 +51,14 @@ def test_workdir_json_is_written_atomically_and_never_nan(tmp_path):
     workdir.read_json('bad.json')
 
 
+@pytest.mark.unit
 def test_local_workdirs_are_absolute(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   assert str(workdir_lib.as_path('runs/x')) == str(tmp_path / 'runs' / 'x')
   assert str(workdir_lib.as_path('gs://bucket/x')) == 'gs://bucket/x'
 
 
+@pytest.mark.unit
 def test_local_metrics_are_appended_not_rewritten(tmp_path):
   from nplm_jax.files import metrics  # pylint: disable=g-import-not-at-top
   workdir = workdir_lib.Workdir(tmp_path)
@@ -83,6 +88,7 @@ def test_tensorboard_events_that_cannot_be_flushed_are_one_line_or_give_way(tmp_
     writer.close()
 
 
+@pytest.mark.unit
 def test_progress_rate_and_eta_count_training_time_only(monkeypatch):
   """An evaluation or save (paused), and the first dispatch's compilation (before warmed_up), change
   neither the rate nor the ETA: 10 steps/s throughout, 1,000 steps in all."""
@@ -103,6 +109,7 @@ def test_progress_rate_and_eta_count_training_time_only(monkeypatch):
   assert first['eta'] == '1m10s' and second['eta'] == '1m00s'  # 700 and 600 steps at 10 steps/s
 
 
+@pytest.mark.unit
 def test_damaged_metrics_lines_are_dropped_not_fatal(tmp_path):
   """A metrics.jsonl with bytes that are not UTF-8 (a damaged disk block) still reads: resume and
   plot keep every good record."""
@@ -113,6 +120,7 @@ def test_damaged_metrics_lines_are_dropped_not_fatal(tmp_path):
   assert [r['step'] for r in metrics.read_jsonl(epath.Path(path))] == [1, 3]
 
 
+@pytest.mark.unit
 def test_a_failed_write_is_one_line_and_leaves_no_temporary_file(tmp_path):
   from nplm_jax.files import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   from nplm_jax.errors import UserError  # pylint: disable=g-import-not-at-top
