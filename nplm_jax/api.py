@@ -11,15 +11,16 @@ the line the command prints. Nothing here installs signal handlers or exits the 
 interrupted train() raises KeyboardInterrupt, and calling it again resumes.
 """
 
+import difflib
 import os
 from collections.abc import Mapping
 from typing import Any
 
 import ml_collections
 
-from nplm_jax import cli
 from nplm_jax import config as config_lib
 from nplm_jax.data import corpora
+from nplm_jax.errors import UserError
 from nplm_jax.files import metrics
 from nplm_jax.files import workdir as workdir_lib
 from nplm_jax.parallel import backend
@@ -41,12 +42,80 @@ def load(workdir: str | os.PathLike) -> LanguageModel:
 def get_config(config: str, overrides: Mapping[str, Any] | None = None) -> ml_collections.ConfigDict:
   """An experiment config, 'experiments/brown.py:quick' as --config takes it, with `overrides`
   {'train.batch_size': 256, 'model.h': 0}: dotted keys as --config.KEY=VALUE takes them (a value
-  may be given as Python or as the text of the flag; unknown keys and bad values are refused)."""
-  flags = [f'--config.{key}={value if isinstance(value, str) else repr(value)}'
-           for key, value in (overrides or {}).items()]
-  loaded = cli.config_from_flags(config, flags)
+  may be given as Python or as text, which is read as the key's type; unknown keys and bad values are refused)."""
+  if not isinstance(config, str):
+    raise UserError(f"config={config!r} is not an experiment's name; give one such as 'experiments/brown.py:smoke'")
+  if overrides is not None and not isinstance(overrides, Mapping):
+    raise UserError(f'overrides is {_a(type(overrides))}; give a dict of dotted keys and values, such as '
+                    "{'train.batch_size': 256}")
+  loaded = _named_config(config)
+  for key, value in (overrides or {}).items():
+    _override(loaded, key, value)
   config_lib.validate(loaded)
   return loaded
+
+
+def _named_config(name: str) -> ml_collections.ConfigDict:
+  """FILE[:VARIANT] read as config_flags reads --config: FILE's get_config(VARIANT), locked (no new keys)."""
+  path, colon, variant = name.partition(':')
+  if not os.path.isfile(config_lib.experiment_file(path)):
+    raise UserError(f'config={name!r}: no such experiment file; give one such as experiments/brown.py')
+  module = config_lib.load_experiment(path)
+  try:
+    loaded = module.get_config(variant) if colon else module.get_config()
+  except (KeyError, ValueError, TypeError) as e:
+    raise UserError(f'config={name!r}: {e.args[0] if e.args else type(e).__name__}') from None
+  if not isinstance(loaded, ml_collections.ConfigDict):
+    raise UserError(f'config={name!r}: its get_config returned a {type(loaded).__name__}, not a ConfigDict')
+  loaded.lock()
+  return loaded
+
+
+def _override(config: ml_collections.ConfigDict, key: str, value: Any) -> None:
+  """config[key] = value for a dotted key; a value given as text is read as the key's type, as a flag is."""
+  if not isinstance(key, str) or not key:
+    raise UserError(f'overrides key {key!r} is not a dotted config key such as "train.batch_size"')
+  *sections, leaf = key.split('.')
+  node = config
+  for depth, name in enumerate(sections + [leaf]):
+    if not isinstance(node, ml_collections.ConfigDict) or name not in node:
+      known = sorted(node.keys()) if isinstance(node, ml_collections.ConfigDict) else []
+      close = difflib.get_close_matches(name, known, n=1)
+      hint = f" (did you mean '{'.'.join(sections[:depth] + close + (sections + [leaf])[depth + 1:])}'?)" if close else ''
+      raise UserError(f'overrides key {key!r} is not a config key{hint}; see --print_config or docs/configs.md')
+    if depth < len(sections):
+      node = node[name]
+  current = node[leaf]
+  if isinstance(current, ml_collections.ConfigDict):
+    raise UserError(f'overrides key {key!r} is a section; name one of its keys, such as {key}.{next(iter(current))}')
+  if isinstance(value, str) and not isinstance(current, str):
+    value = _from_text(key, value, type(current))
+  if isinstance(value, bool) != isinstance(current, bool):
+    raise UserError(f'overrides[{key!r}]={value!r}: the key takes {_a(type(current))}')
+  try:
+    node[leaf] = value
+  except TypeError:
+    raise UserError(f'overrides[{key!r}]={value!r}: the key takes {_a(type(current))}') from None
+
+
+def _a(kind: type) -> str:
+  """'an int', 'a float': a type's name for a message."""
+  return f"{'an' if kind.__name__[0] in 'aeiou' else 'a'} {kind.__name__}"
+
+
+_TRUE, _FALSE = ('true', 't', '1', 'yes'), ('false', 'f', '0', 'no')
+
+
+def _from_text(key: str, text: str, kind: type) -> Any:
+  """A value's text as a flag gives it: 'true' for a bool, '512' for an int, '3e-4' for a float."""
+  try:
+    if kind is bool:
+      if text.strip().lower() in _TRUE + _FALSE:
+        return text.strip().lower() in _TRUE
+      raise ValueError(text)
+    return kind(text)
+  except ValueError:
+    raise UserError(f'overrides[{key!r}]={text!r} is not {_a(kind)}') from None
 
 
 def prepare_devices(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> None:
@@ -67,9 +136,15 @@ def run_training(config: ml_collections.ConfigDict, workdir: str | os.PathLike, 
   return results
 
 
-def train(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> dict:
+def train(config: ml_collections.ConfigDict | str, workdir: str | os.PathLike) -> dict:
   """Trains `config` in `workdir` (created, or resumed from its latest checkpoint) and evaluates its
-  best parameters: the dict results.json holds (valid_ppl, test_ppl, step, wall time, ...)."""
+  best parameters: the dict results.json holds (valid_ppl, test_ppl, step, wall time, ...). `config` may also
+  be an experiment's name, 'experiments/brown.py:smoke', as get_config takes it."""
+  if isinstance(config, str):
+    config = get_config(config)
+  elif not isinstance(config, ml_collections.ConfigDict):
+    raise UserError(f"config is {_a(type(config))}; give a ConfigDict (nplm_jax.get_config) or an experiment's "
+                    "name such as 'experiments/brown.py:smoke'")
   config_lib.validate(config)
   corpora.check_corpus_files(config.data)
   prepare_devices(config, workdir)

@@ -175,7 +175,7 @@ def test_errors_are_one_exception_class_with_the_commands_line(trained, tmp_path
       call()  # refused when called, not when first iterated
   with pytest.raises(nplm_jax.UserError, match='train.batch_size'):
     nplm_jax.get_config('experiments/text.py:tiny', {'train.batch_size': 0, 'data.train_file': 'x'})
-  with pytest.raises(nplm_jax.UserError, match='--config.train.nope is not a config key'):
+  with pytest.raises(nplm_jax.UserError, match="overrides key 'train.nope' is not a config key"):
     nplm_jax.get_config('experiments/text.py:tiny', {'train.nope': 1})
   assert '\n' not in str(e.value)
 

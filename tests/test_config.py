@@ -59,3 +59,39 @@ def test_the_default_workdir_names_the_overrides_that_change_the_run():
   assert fast.startswith('runs/brown_mlp1_tuned-') and len(fast) == len('runs/brown_mlp1_tuned-') + 8
   assert fast == workdir('train.batch_size=512', 'loss.name=nce')  # order does not matter
   assert fast != workdir('loss.name=nce', 'train.batch_size=256') != workdir('seed=1')
+
+
+OVERRIDES = [{}, {'train.batch_size': 256, 'model.m': '32', 'optimizer.learning_rate': 0.5},
+             {'mix.enabled': 'true', 'optimizer.learning_rate': 1, 'data.corpus': 'text', 'seed': '3'},
+             {'train.max_seconds': '600.5', 'model.direct': False, 'loss.name': 'softmax'}]
+
+
+@pytest.mark.parametrize('name', ['experiments/brown.py:quick', 'experiments/ptb.py', 'experiments/text.py:revisited'])
+@pytest.mark.parametrize('overrides', OVERRIDES)
+def test_get_config_reads_overrides_as_the_command_line_does(name, overrides):
+  """nplm_jax.get_config (no flag parser) and the commands' --config.KEY=VALUE (ml_collections' config_flags)
+  give the same config, a value given as Python or as its text."""
+  import nplm_jax  # pylint: disable=g-import-not-at-top
+  from nplm_jax import cli  # pylint: disable=g-import-not-at-top
+  flags = [f'--config.{k}={str(v).lower() if isinstance(v, bool) else v}' for k, v in overrides.items()]
+  assert nplm_jax.get_config(name, overrides).to_json() == cli.config_from_flags(name, flags).to_json()
+
+
+@pytest.mark.parametrize('config, overrides, message', [
+    ('experiments/brown.py:quick', {'trian.batch_size': 1}, "overrides key 'trian.batch_size' is not a config key "
+                                                            "(did you mean 'train.batch_size'?)"),
+    ('experiments/brown.py:quick', {'train.batch_size': 'x'}, "overrides['train.batch_size']='x' is not an int"),
+    ('experiments/brown.py:quick', {'train.batch_size': True}, 'the key takes an int'),
+    ('experiments/brown.py:quick', {'mix.enabled': 1}, 'the key takes a bool'),
+    ('experiments/brown.py:quick', {'mix.enabled': 'maybe'}, 'is not a bool'),
+    ('experiments/brown.py:quick', {'train': 1}, "overrides key 'train' is a section"),
+    ('experiments/brown.py:quick', ['train.batch_size=1'], 'overrides is a list; give a dict'),
+    ('experiments/brown.py:nope', {}, "config='experiments/brown.py:nope': unknown Brown variant 'nope'"),
+    ('experiments/nope.py', {}, "config='experiments/nope.py': no such experiment file"),
+    (3, {}, "config=3 is not an experiment's name"),
+])
+def test_get_config_refuses_bad_arguments_in_one_line_naming_them(config, overrides, message):
+  import nplm_jax  # pylint: disable=g-import-not-at-top
+  with pytest.raises(nplm_jax.UserError) as e:
+    nplm_jax.get_config(config, overrides)
+  assert message in str(e.value) and '\n' not in str(e.value)
