@@ -143,6 +143,10 @@ class ConfigArgumentParser(ArgumentParser):
   def parse_args(self, args=None, namespace=None):  # pylint: disable=signature-differs
     argv = with_experiment_files_found(sys.argv[1:] if args is None else list(args))
     overrides = [a for a in argv if a.startswith('--config.')]
+    for at, flag in enumerate(argv):
+      if flag.startswith('--config.') and '=' not in flag:
+        value = argv[at + 1] if at + 1 < len(argv) and not argv[at + 1].startswith('-') else 'VALUE'
+        sys.exit(f"error: {flag} has no value; write {flag}={value} (with '=', not a space)")
     parsed = super().parse_args([a for a in argv if not a.startswith('--config.')], namespace)
     parsed.config_args = [f'--config={parsed.config}', *overrides]  # as given (the file found)
     parsed.config = load_config(parsed.config, overrides)

@@ -394,6 +394,7 @@ def test_host_devices_beyond_the_cap_are_refused_before_xla_makes_them(world, tm
     (['--config.train.nope=1'], '--config.train.nope is not a config key'),
     (['--config.data.train_file=/no/such/file.txt'], "corpus file '/no/such/file.txt' does not exist"),
     (['--config.train.batch_size=0'], 'train.batch_size=0'),
+    (['--config.train.batch_size', '64'], "--config.train.batch_size has no value; write --config.train.batch_size=64"),
 ])
 def test_a_bad_flag_or_corpus_path_is_refused_before_jax_is_imported(world, tmp_path, extra, expected):
   """nplm-train checks its flags, values and corpus files before the imports that take seconds: the refusal

@@ -138,3 +138,13 @@ def test_blank_lines_are_one_eos_each_as_the_field_counts(tmp_path):
   (tmp_path / 'empty.txt').write_text('\n\n')
   with pytest.raises(data.DataError, match='holds no tokens'):
     data.read_lines_with_eos(str(tmp_path / 'empty.txt'))
+
+
+def test_a_missing_brown_corpus_says_what_nltk_data_names(monkeypatch, tmp_path):
+  """NLTK_DATA naming no folder, or a folder without the zip, is said as such (with how to fetch the corpus)."""
+  monkeypatch.setenv('NLTK_DATA', str(tmp_path / 'nowhere'))
+  assert data.brown_not_found_message().startswith(f"NLTK_DATA={str(tmp_path / 'nowhere')!r} names no folder;")
+  monkeypatch.setenv('NLTK_DATA', str(tmp_path))
+  assert 'holds no corpora/brown.zip' in data.brown_not_found_message()
+  monkeypatch.delenv('NLTK_DATA')
+  assert 'python -m nltk.downloader -d DIR brown' in data.brown_not_found_message()

@@ -138,9 +138,7 @@ def load_brown_words() -> list[str]:
     except Exception:  # pylint: disable=broad-except  # offline: any network error
       ok = False
     if not ok:
-      raise DataError('the NLTK Brown corpus was not found and could not be downloaded; run '
-                      "`python -m nltk.downloader brown` online, or set NLTK_DATA to a folder "
-                      'holding corpora/brown.zip') from None
+      raise DataError(brown_not_found_message()) from None
     cache = None
   from nltk.corpus import brown  # pylint: disable=g-import-not-at-top
   words = list(brown.words())
@@ -172,6 +170,20 @@ def cached_brown_words() -> tuple[list[str], str] | None:
     return None
   with open(caches[-1], encoding='utf-8') as f:
     return f.read().split('\n'), caches[-1]
+
+
+def brown_not_found_message() -> str:
+  """Why NLTK finds no Brown corpus, as one line: NLTK_DATA names no folder, or a folder without the zip."""
+  fetch = '`python -m nltk.downloader -d DIR brown` fetches it into DIR'
+  folders = [f for f in os.environ.get('NLTK_DATA', '').split(os.pathsep) if f]
+  missing = [f for f in folders if not os.path.isdir(f)]
+  if missing:
+    return f'NLTK_DATA={missing[0]!r} names no folder; set it to the folder holding corpora/brown.zip ({fetch})'
+  if folders:
+    return (f"NLTK_DATA={os.environ['NLTK_DATA']!r} holds no corpora/brown.zip and it could not be downloaded; "
+            f'{fetch}, or point NLTK_DATA at the folder that holds it')
+  return (f'the NLTK Brown corpus was not found and could not be downloaded; {fetch} and set NLTK_DATA=DIR, or '
+          'set NLTK_DATA to a folder holding corpora/brown.zip')
 
 
 def brown_zip_found() -> bool:
