@@ -45,6 +45,16 @@ def test_every_script_has_help(installed, tmp_path):
     assert f'{name} {sub}' in out and '--workdir' in out
 
 
+def test_the_installed_package_ships_its_type_hints(installed, tmp_path):
+  """py.typed (PEP 561) is installed beside the modules, so type checkers read the package's hints."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  code = "import importlib.resources as r; print(r.files('nplm_jax').joinpath('py.typed').is_file())"
+  proc = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, env=_installed_env(), capture_output=True,
+                        text=True, timeout=120, check=True)
+  assert proc.stdout.strip() == 'True', proc.stderr
+
+
 def test_the_scripts_train_and_use_a_model_from_another_directory(installed, tmp_path):
   from tests import corpora  # pylint: disable=g-import-not-at-top
   files = corpora.write_markov_corpus(str(tmp_path))
