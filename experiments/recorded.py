@@ -1,8 +1,11 @@
 """Any recorded run again, from its results file: nplm-train --config=experiments/recorded.py:results/NAME.json
 
-A results file (results/, written by python -m launch.results collect) keeps the run's whole resolved
-config, so every run RESULTS.md quotes can be trained again by this one command, whether or not its
-config still has a name in brown.py, ptb.py or text.py. Keys newer than the run take the value that
+A results file written by python -m launch.results collect keeps the run's whole resolved config, so the
+run trains again by this one command, whether or not its config still has a name in brown.py, ptb.py or
+text.py. A transcribed file (its `transcribed` field: figures copied from RESULTS.md as first written, the
+run's own results.json not kept) holds a config rebuilt from the experiment files afterwards, at the commit
+its `config_rebuilt_at` names: what that config trains is the named experiment as it was then, not
+necessarily the run that gave the figures. Keys newer than the run take the value that
 keeps its behaviour where a default changed since (config.LEGACY_DEFAULTS), else today's default
 (config.from_saved). The corpus is found as the experiment files find it: a data.path that does not
 exist here is replaced by $PTB_DIR for PTB runs; the workdir defaults to runs/ and the results file's

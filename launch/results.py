@@ -61,6 +61,22 @@ def _fmt(value, digits: int = 2) -> str:
   return f'{value:,.{digits}f}'
 
 
+# A figure transcribed from RESULTS.md as first written (the run's own results.json was not kept): marked where it is
+# read, with the note under its table.
+TRANSCRIBED = '†'
+TRANSCRIBED_NOTE = (f"{TRANSCRIBED} transcribed: copied from RESULTS.md as first written, the run's own results.json "
+                    'not kept; the config in its results file was rebuilt afterwards (its `config_rebuilt_at`).')
+
+
+def _transcribed(record) -> bool:
+  return isinstance(record, dict) and bool(record.get('transcribed'))
+
+
+def _marked(text: str, records) -> str:
+  """`text` with the transcribed mark when any of `records` was transcribed."""
+  return f'{text} {TRANSCRIBED}' if any(_transcribed(r) for r in records) else text
+
+
 _label = lambda r: f'`{r["label"]}`'
 _device_of = lambda r: r['device']
 def _mixture_test(r: dict) -> str:
@@ -372,7 +388,8 @@ def _headline(records) -> tuple[str, list[dict]]:
     group = [by_name[name] for name in names]
     used += group
     mixed = _headline_cell(group, 'mix_test_ppl', count_seeds=False)
-    cells.append([corpus, anchor, _headline_cell(group, 'test_ppl'), f'{mixed} ({ngram})' if mixed and ngram else '',
+    cells.append([corpus, anchor, _marked(_headline_cell(group, 'test_ppl'), group),
+                  _marked(f'{mixed} ({ngram})', group) if mixed and ngram else '',
                   f'`{config}`'])
   return _markdown_table(['corpus', 'anchor', 'ours, network alone', 'ours, mixed with an n-gram', 'config'], cells), used
 
@@ -435,7 +452,8 @@ def _ptb_words(records: list[dict]) -> tuple[str, list[dict]]:
     figures = by_name[name]['figures']
     if prefix == 'mix_fitted_':
       row = f'{row} ({figures["mix_fitted_weight"]:.2f})'
-    cells.append([row, theirs, _fmt(figures.get(prefix + 'valid_ppl'), 1), _fmt(figures.get(prefix + 'test_ppl'), 1)])
+    cells.append([_marked(row, [by_name[name]]), theirs, _fmt(figures.get(prefix + 'valid_ppl'), 1),
+                  _fmt(figures.get(prefix + 'test_ppl'), 1)])
   used = list(dict.fromkeys(name for _, _, name, _ in PTB_WORDS_ROWS))
   return _markdown_table(['model', 'Mikolov et al. test', 'ours valid', 'ours test'], cells), [by_name[name] for name in used]
 
@@ -511,17 +529,29 @@ def load_records() -> list[dict]:
 def render_table(table: str, records: list[dict]) -> str:
   if table in RENDERERS:
     text, rows = RENDERERS[table](records)  # records, or the paths of the benchmark files read
-    return text + '\n\nRendered by `python -m launch.results render --write` from ' + ', '.join(
-        f'`{r}`' if isinstance(r, str) else f'`results/{r["name"]}.json`' for r in rows) + '.'
+    return text + '\n\n' + _sources_line(table, rows)
   columns = TABLES[table]
   rows = [r for r in records if r['table'] == table]
   lines = ['| ' + ' | '.join(h for h, _ in columns) + ' |', '| ' + ' | '.join('---' for _ in columns) + ' |']
-  lines += ['| ' + ' | '.join(cell(r) for _, cell in columns) + ' |' for r in rows]
+  lines += ['| ' + ' | '.join([_marked(columns[0][1](r), [r]), *(cell(r) for _, cell in columns[1:])]) + ' |'
+            for r in rows]
   lines += [_seed_summary(label, group, columns) for label, group in _seed_groups(rows)]
   lines.append('')
-  lines.append('Rendered by `python -m launch.results render --write` from ' +
-               ', '.join(f'`results/{r["name"]}.json`' for r in rows) + '.')
+  lines.append(_sources_line(table, rows))
   return '\n'.join(lines)
+
+
+def _sources_line(table: str, rows: list) -> str:
+  """Where a table comes from: its results files (README's headline: how many, named in launch/results.py), each
+  transcribed one marked, and the note on transcribed figures when there is one."""
+  if table == 'headline':
+    sources = f'{len(rows)} results files (launch/results.py, HEADLINE)'
+  else:
+    sources = ', '.join(f'`{r}`' if isinstance(r, str) else _marked(f'`results/{r["name"]}.json`', [r]) for r in rows)
+  line = f'Rendered by `python -m launch.results render --write` from {sources}.'
+  if rows and all(_transcribed(r) for r in rows):
+    return f'{line} Every figure of this table is {TRANSCRIBED_NOTE[2:]}'
+  return line + (' ' + TRANSCRIBED_NOTE if any(_transcribed(r) for r in rows) else '')
 
 
 def _seed_groups(rows: list[dict]) -> list[tuple[str, list[dict]]]:
@@ -539,7 +569,7 @@ def _seed_summary(label: str, group: list[dict], columns) -> str:
   cells = []
   for header, cell in columns:
     if header == columns[0][0]:
-      cells.append(f'`{label}`: mean ± sd of {len(group)} seeds')
+      cells.append(_marked(f'`{label}`: mean ± sd of {len(group)} seeds', group))
       continue
     averaged = isinstance(cell, _Figure) and (one_device or not cell.per_device)
     values = [cell.value(r) for r in group] if averaged else []

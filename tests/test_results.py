@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import pytest
 
@@ -165,3 +166,25 @@ def test_an_exploration_table_prints_alone(capsys):
   assert results.main(['render', '--table=char_overfit']) == 0
   out = capsys.readouterr().out
   assert out.startswith('## char_overfit\n') and out.count('| `PTB characters over') >= 40 and '## char_shape' not in out
+
+
+def test_a_transcribed_figure_is_marked_where_it_is_read():
+  """A figure copied from RESULTS.md as first written (its run's results.json not kept) says so wherever a table cites
+  its file, in its row of a table of rows and in README's headline cell; its file names the commit its config was
+  rebuilt at. Control: a run's own record is never marked."""
+  records = results.load_records()
+  transcribed = [r for r in records if r.get('transcribed')]
+  assert transcribed and all(re.fullmatch('[0-9a-f]{40}', r.get('config_rebuilt_at', '')) for r in transcribed)
+  names = {r['name'] for r in transcribed}
+  for path in (results.RESULTS_MD, results.README_MD):
+    with open(path, encoding='utf-8') as f:
+      text = f.read()
+    for cited in re.finditer(r'`results/([^`]+)\.json`( †)?', text):
+      assert bool(cited.group(2)) == (cited.group(1) in names), cited.group(0)
+  table = results.render_table('regularised', records)
+  assert all(line.split(' | ')[0].endswith(results.TRANSCRIBED) for line in table.splitlines()[2:] if '`reg' in line)
+  headline = results.render_table('headline', records).splitlines()
+  by_name = {r['name']: r for r in records}
+  for (corpus, _, group, _, _), line in zip(results.HEADLINE, headline[2:]):
+    cell = line.split(' | ')[2]
+    assert cell.endswith(results.TRANSCRIBED) == any(by_name[n].get('transcribed') for n in group), line
