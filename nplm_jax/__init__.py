@@ -3,7 +3,7 @@
 From Python (README, "Use it from Python"):
 
     import nplm_jax
-    lm = nplm_jax.load('runs/brown_quick')        # a trained workdir
+    lm = nplm_jax.load('runs/brown_quick')        # a trained workdir (lm.close(), or `with`, frees it)
     lm.perplexity('The jury said it did find that many of the voters ...')
     lm.vectors.most_similar('Monday')
     results = nplm_jax.train(nplm_jax.get_config('experiments/brown.py:quick'), 'runs/brown_quick')
@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 _EXPORTS = {
     'load': 'nplm_jax.api', 'get_config': 'nplm_jax.api', 'train': 'nplm_jax.api',
     'LanguageModel': 'nplm_jax.tools.language_model', 'Scored': 'nplm_jax.tools.trained',
-    'WordVectors': 'nplm_jax.tools.word_vectors', 'UserError': 'nplm_jax.errors',
+    'WordVectors': 'nplm_jax.tools.word_vectors', 'UserError': 'nplm_jax.errors', 'UnknownWordError': 'nplm_jax.errors',
 }
-__all__ = ['LanguageModel', 'Scored', 'UserError', 'WordVectors', 'get_config', 'load', 'train']
+__all__ = ['LanguageModel', 'Scored', 'UnknownWordError', 'UserError', 'WordVectors', 'get_config', 'load', 'train']
 
 if TYPE_CHECKING:
   from nplm_jax.api import get_config, load, train  # pylint: disable=g-import-not-at-top
-  from nplm_jax.errors import UserError  # pylint: disable=g-import-not-at-top
+  from nplm_jax.errors import UnknownWordError, UserError  # pylint: disable=g-import-not-at-top
   from nplm_jax.tools.language_model import LanguageModel  # pylint: disable=g-import-not-at-top
   from nplm_jax.tools.trained import Scored  # pylint: disable=g-import-not-at-top
   from nplm_jax.tools.word_vectors import WordVectors  # pylint: disable=g-import-not-at-top

@@ -35,7 +35,8 @@ LanguageModel = language_model.LanguageModel
 def load(workdir: str | os.PathLike) -> LanguageModel:
   """The best parameters of a finished or running training, ready to score, sample and read vectors.
 
-  Loading the same workdir again in this process reuses the functions compiled for it."""
+  Loading the same workdir again in this process reuses the functions compiled for it (for the latest few
+  workdirs loaded); lm.close(), or `with nplm_jax.load(...) as lm:`, frees its parameters and functions."""
   return LanguageModel.load(workdir)
 
 

@@ -8,3 +8,10 @@ class UserError(ValueError):
 class SaveFailed(UserError):
   """A checkpoint could not be written (a full disk, a read-only or lost folder). Here, with the errors,
   so that the command layer tells it apart without importing training."""
+
+
+class UnknownWordError(UserError, KeyError):
+  """A word not in the vocabulary: a KeyError too, as gensim's KeyedVectors raise for one."""
+
+  def __str__(self) -> str:  # KeyError's own would quote the message
+    return str(self.args[0]) if self.args else ''

@@ -62,28 +62,32 @@ def test_score_equals_nplm_score(trained, flags):
   records = [json.loads(line) for line in out.splitlines()]
   words = [r for r in records if 'word' in r]
   lines = pathlib.Path(text).read_text(encoding='utf-8').splitlines()
-  scored = lm.score(lines, independent_lines='--independent_lines' in flags, mix='--mix' in flags)
+  stream, mix = '--independent_lines' not in flags, '--mix' in flags
+  scored = lm.score(lines, stream=stream, mix=mix)
   assert [r['word'] for r in words] == [w for s in scored for w in s.words]
   assert [r['log_prob'] for r in words] == [float(x) for s in scored for x in s.log_probs]  # JSON keeps every digit
   assert [r['oov'] for r in words] == [bool(x) for s in scored for x in s.oov]
   per_line = [r for r in records if 'tokens' in r and 'line' in r]
   assert [r['log_prob'] for r in per_line] == [s.total for s in scored if len(s)]
   summary = records[-1]
-  assert summary['perplexity'] == lm.perplexity(lines, '--independent_lines' in flags, '--mix' in flags)
-  # a string is its lines
-  assert lm.perplexity('\n'.join(lines), '--independent_lines' in flags, '--mix' in flags) == summary['perplexity']
+  assert summary['perplexity'] == lm.perplexity(lines, stream=stream, mix=mix)
+  # a string is its lines; a file is one stream unless asked otherwise, as the command reads it
+  assert lm.perplexity('\n'.join(lines), stream=stream, mix=mix) == summary['perplexity']
+  assert lm.perplexity(pathlib.Path(text), stream=None if stream else False, mix=mix) == summary['perplexity']
+  with open(text, encoding='utf-8') as f:
+    assert lm.perplexity(f, independent_lines=not stream, mix=mix) == summary['perplexity']
 
 
 def test_the_stream_perplexity_of_the_test_file_is_the_training_figure(trained):
   results = json.loads(pathlib.Path(trained['path'], 'results.json').read_text(encoding='utf-8'))
   text = pathlib.Path(trained['files']['test']).read_text(encoding='utf-8')
   # the first n-1 tokens' contexts are boundary symbols here, the end of validation in training
-  assert trained['lm'].perplexity(text) == pytest.approx(results['test_ppl'], rel=2e-3)
+  assert trained['lm'].perplexity(text, stream=True) == pytest.approx(results['test_ppl'], rel=2e-3)
 
 
 def test_oov_words_are_flagged_and_scored_as_the_rare_word(trained):
   lm = trained['lm']
-  s = lm.score(['w1 never_seen_word w2'], independent_lines=True)[0]
+  s = lm.score(['w1 never_seen_word w2'])[0]
   assert s.words == ['w1', 'never_seen_word', 'w2', '<eos>'] and s.oov.tolist() == [False, True, False, False]
   assert s.ids[1] == lm.vocabulary.index('<unk>') and s.total == pytest.approx(float(s.log_probs.sum()))
 
@@ -102,7 +106,7 @@ def test_next_word_distribution_is_normalised_and_its_argmax_is_the_greedy_sampl
   assert [p for _, p in top] == sorted((p for _, p in top), reverse=True)
   assert [w for w, _ in top] == [lm.vocabulary[i] for i in np.argsort(-batch[0], kind='stable')[:4]]
   # the next word's probability is the one scoring gives it after the same words
-  s = lm.score(['w1 w2 ' + top[0][0]], independent_lines=True)[0]
+  s = lm.score(['w1 w2 ' + top[0][0]])[0]
   assert float(np.exp(s.log_probs[2])) == pytest.approx(top[0][1], rel=1e-5)
 
 
@@ -155,7 +159,93 @@ def test_oov_vectors_are_the_papers_expected_feature_vector(trained):
   assert lm.oov_vectors('w1 w2 w3') == {}
 
 
+# ------------------------------------------------------------------ what a kenlm or gensim user expects
+
+def test_sentences_are_scored_alone_and_a_file_as_one_stream(trained, tmp_path):
+  lm = trained['lm']
+  sentences = ['w1 w2 w3', 'w3 w1', 'w2']
+  alone = [lm.score([s])[0] for s in sentences]
+  together = lm.score(sentences)
+  assert [list(s.nll) for s in together] == [list(s.nll) for s in alone]
+  streamed = lm.score(sentences, stream=True)
+  assert streamed[1].words == alone[1].words and list(streamed[1].nll) != list(alone[1].nll)  # context runs back
+  file = tmp_path / 'three.txt'
+  file.write_text('\n'.join(sentences) + '\n', encoding='utf-8')
+  assert [list(s.nll) for s in lm.score(file)] == [list(s.nll) for s in streamed]
+  # a byte-order mark is not a word, in a file or a string
+  file.write_bytes(b'\xef\xbb\xbf' + file.read_bytes())
+  assert [s.words for s in lm.score(file)] == [s.words for s in streamed]
+  assert lm.score('\ufeffw1 w2 w3')[0].words == alone[0].words
+
+
+def test_kenlm_calls_in_kenlms_units(trained):
+  lm = trained['lm']
+  scored = lm.score(['w1 w2 w3'])[0]  # ends with <eos>, kenlm's </s>
+  assert lm.kenlm.score('w1 w2 w3') == pytest.approx(float(scored.log_probs.sum()) / np.log(10), rel=1e-12)
+  assert lm.kenlm.score('w1 w2 w3', eos=False) == pytest.approx(float(scored.log_probs[:-1].sum()) / np.log(10))
+  full = list(lm.kenlm.full_scores('w1 zzz w3'))
+  assert [oov for _, _, oov in full] == [False, True, False, False] and {n for _, n, _ in full} == {lm.order}
+  assert sum(p for p, _, _ in full) == pytest.approx(lm.kenlm.score('w1 zzz w3'))
+  assert lm.kenlm.perplexity('w1 w2 w3') == pytest.approx(10 ** (-lm.kenlm.score('w1 w2 w3') / 4))
+  assert lm.kenlm.order == lm.order == lm.context_size + 1 and 'w1' in lm.kenlm and 'w1' in lm and 'zzz' not in lm
+
+
+def test_a_loaded_model_says_what_it_is_and_frees_itself(trained):
+  lm = trained['lm']
+  text = repr(lm)
+  assert f'|V| {len(lm.vocabulary):,}' in text and f'order {lm.order}' in text and f'step {lm.step}' in text
+  assert f'{lm.num_parameters:,} parameters' in text and lm.config.name in text
+  with nplm_jax.load(trained['path']) as other:
+    expected = other.perplexity('w1 w2 w3')
+  assert repr(other) == 'LanguageModel(closed)'
+  with pytest.raises(nplm_jax.UserError, match='this model was closed'):
+    other.perplexity('w1 w2 w3')
+  assert lm.perplexity('w1 w2 w3') == expected  # the first model keeps working, compiling again where needed
+
+
+def test_next_word_log_probs_in_batches_of_any_count(trained):
+  lm = trained['lm']
+  assert lm.next_word_log_probs([]).shape == (0, len(lm.vocabulary))
+  contexts = ['w1 w2', 'w3', ''] * 70  # past one evaluation batch, its last batch padded
+  many = lm.next_word_log_probs(contexts, dtype=np.float32)
+  assert many.shape == (210, len(lm.vocabulary)) and many.dtype == np.float32
+  np.testing.assert_allclose(many[:3], lm.next_word_log_probs(contexts[:3]), rtol=1e-6, atol=1e-6)
+  np.testing.assert_array_equal(many[3:6], many[:3])
+
+
+@pytest.mark.parametrize('call, message', [
+    (lambda lm: lm.score(b'w1 w2'), 'text is bytes'),
+    (lambda lm: lm.score(None), 'text is a NoneType'),
+    (lambda lm: lm.score([1, 2]), 'text is a list holding an int'),
+    (lambda lm: lm.perplexity('\n\n  \n'), 'text holds no words'),
+    (lambda lm: lm.next_words(5), 'context is an int'),
+    (lambda lm: lm.next_words('w1', topn=True), 'topn=True is not a whole number'),
+    (lambda lm: lm.next_words('w1', topn='5'), "topn='5' is not a whole number"),
+    (lambda lm: lm.sample(num_tokens='20'), "num_tokens='20' is not a whole number"),
+    (lambda lm: lm.sample(seed=1.5), 'seed=1.5 is not a whole number'),
+    (lambda lm: lm.sample(stop_at_eos='no'), "stop_at_eos='no' is not True or False"),
+    (lambda lm: lm.vectors.most_similar(positive=[np.full(lm.vectors.vector_size, np.nan)]), 'NaN or infinity'),
+    (lambda lm: lm.vectors.similar_by_vector(np.zeros(lm.vectors.vector_size)), 'all zeros'),
+    (lambda lm: lm.vectors.similar_by_vector(np.ones((2, lm.vectors.vector_size))), 'this one has shape (2,'),
+    (lambda lm: nplm_jax.load(3), 'workdir is an int'),
+])
+def test_a_wrong_argument_is_refused_in_one_line_naming_it(trained, call, message):
+  with pytest.raises(nplm_jax.UserError) as e:
+    call(trained['lm'])
+  assert message in str(e.value) and '\n' not in str(e.value)
+
+
+def test_a_path_given_as_a_string_is_text_and_says_so(trained):
+  with pytest.warns(UserWarning, match='pass pathlib.Path'):
+    trained['lm'].score(trained['files']['test'])
+
+
 # ------------------------------------------------------------------------------ errors, notebooks
+
+def in_api_words(line: str) -> str:
+  """A command's error line as the API says it: flags named as arguments (--top_p=1.5 -> top_p=1.5)."""
+  return re.sub(r'(?<![\w-])--([a-z]\w*)', r'\1', line)
+
 
 def test_errors_are_one_exception_class_with_the_commands_line(trained, tmp_path):
   lm, path = trained['lm'], trained['path']
@@ -163,13 +253,19 @@ def test_errors_are_one_exception_class_with_the_commands_line(trained, tmp_path
     lm.vectors.most_similar('not_a_word')
   assert str(e.value) == command_error('nplm_jax.tools.embeddings', 'neighbours', f'--workdir={path}',
                                        '--words=not_a_word')
+  assert isinstance(e.value, KeyError) and isinstance(e.value, nplm_jax.UnknownWordError)  # gensim raises KeyError
+  with pytest.raises(KeyError):
+    lm.vectors['not_a_word']  # pylint: disable=pointless-statement
   with pytest.raises(nplm_jax.UserError) as e:
     nplm_jax.load(tmp_path / 'missing')
-  assert str(e.value) == command_error('nplm_jax.tools.score', f'--workdir={tmp_path / "missing"}',
-                                       f'--text={trained["files"]["test"]}')
+  assert str(e.value) == in_api_words(command_error('nplm_jax.tools.score', f'--workdir={tmp_path / "missing"}',
+                                                    f'--text={trained["files"]["test"]}'))
+  assert str(e.value).startswith('workdir=')
   with pytest.raises(nplm_jax.UserError) as e:
     lm.sample(num_tokens=5, top_p=1.5)
-  assert str(e.value) == command_error('nplm_jax.tools.sample', f'--workdir={path}', '--num_tokens=5', '--top_p=1.5')
+  assert str(e.value) == in_api_words(command_error('nplm_jax.tools.sample', f'--workdir={path}', '--num_tokens=5',
+                                                    '--top_p=1.5'))
+  assert str(e.value).startswith('top_p=1.5 is invalid')
   for call in (lambda: lm.samples(num_samples=0), lambda: lm.generate(temperature=-1)):
     with pytest.raises(nplm_jax.UserError):
       call()  # refused when called, not when first iterated

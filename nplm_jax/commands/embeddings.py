@@ -50,7 +50,7 @@ def main(argv=None) -> int:
       workdir_lib.output_file(args.output, '--output')
     elif args.output:
       workdir_lib.output_folder(args.output, '--output')
-    model = api.load(args.workdir)
+    model = api.LanguageModel.load(args.workdir, flag_messages=True)
     if args.command == 'neighbours':
       for word, found in embeddings.neighbours(model.vectors, words, args.topn).items():
         print(f'{word}: ' + ', '.join(f'{w} {s:.3f}' for w, s in found))

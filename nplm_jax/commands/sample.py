@@ -52,7 +52,7 @@ def main(argv=None) -> int:
   args = parse_args(argv)
   try:
     sample_lib.check_settings(args.num_tokens, args.temperature, args.top_k, args.top_p, args.num_samples, args.seed)
-    model = api.load(args.workdir)
+    model = api.LanguageModel.load(args.workdir, flag_messages=True)
     progress = progress_lib.StderrProgress('words drawn')
     drawing = dict(num_tokens=args.num_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                    seed=args.seed, allow_unk=args.allow_unk, stop_at_eos=args.stop_at_eos, progress=progress)

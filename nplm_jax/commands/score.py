@@ -32,8 +32,8 @@ def main(argv=None) -> int:
     if args.format == 'kenlm' and args.log_base != '10':
       raise UserError(f"--format=kenlm prints log10 probabilities, as KenLM's query does; leave out --log_base={args.log_base}")
     lines = text_input.read_lines(args.text, '--text')
-    model = api.load(args.workdir)
-    scored = model.score(lines, args.independent_lines, args.mix)
+    model = api.LanguageModel.load(args.workdir, flag_messages=True)
+    scored = model.score(lines, stream=not args.independent_lines, mix=args.mix)
     if not sum(len(s.ids) for s in scored):
       raise UserError(f'--text={args.text!r} holds no tokens; give non-empty text')
   except UserError as e:

@@ -326,7 +326,7 @@ def stream_lines(path: str, what: str = 'read') -> Iterator[str]:
   check_text_file(path)
   total = os.path.getsize(path)
   progress = StderrProgress(f'bytes of {os.path.basename(path)} {what}')
-  with open(path, encoding='utf-8') as f:
+  with open(path, encoding='utf-8-sig') as f:  # a byte-order mark at the start is not a word
     try:
       for i, line in enumerate(f):
         if not i % PROGRESS_LINES:

@@ -25,7 +25,7 @@ def read_lines(path: str | None, flag: str) -> list[str]:
         raise UserError(f'{flag}={path!r} does not exist; give an existing text file')
       with open(path, 'rb') as f:
         raw = f.read()
-    text = raw.decode('utf-8')
+    text = raw.decode('utf-8-sig')  # a byte-order mark at the start is not a word
   except UnicodeDecodeError as e:
     raise corpora.not_utf8_error(e, path, source, head=raw[:corpora.HEAD_BYTES]) from None
   except OSError as e:

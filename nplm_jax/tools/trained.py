@@ -8,10 +8,12 @@ the mesh the config asks for on this machine (any shape, as checkpoints move bet
 all work is batched through jitted, sharded functions, never a Python loop over the vocabulary.
 """
 
+import collections
 import dataclasses
 import functools
 import json
 import os
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -202,10 +204,22 @@ class TrainedModel:
   def _log_probs_fn(self):
     return _compiled(self.run, 'log_probs', lambda: self._jit(functools.partial(next_word_log_probs, self.run.model)))
 
-  def next_word_log_probs(self, contexts: np.ndarray) -> np.ndarray:
-    """log P(w | context) for every word of the vocabulary: [batch, |V|], float64, exactly normalised."""
+  def next_word_log_probs(self, contexts: np.ndarray, dtype=np.float64) -> np.ndarray:
+    """log P(w | context) for every word of the vocabulary: [N, |V|] as `dtype`, exactly normalised; computed in
+    batches of the evaluation's size (the last one padded), so any N runs the one compiled shape."""
+    contexts = np.asarray(contexts, np.int32)
+    out = np.empty((len(contexts), len(self.vocab)), dtype)
+    batch = self.run.eval_batch_size
     with jax.set_mesh(self.run.mesh):
-      return np.asarray(self._log_probs_fn(self.params, np.asarray(contexts, np.int32)), np.float64)
+      for positions, weights in data_lib.padded_positions(len(contexts), batch):
+        kept = int(weights.sum())
+        out[positions[:kept]] = np.asarray(self._log_probs_fn(self.params, contexts[positions]))[:kept]
+    return out
+
+  @property
+  def num_parameters(self) -> int:
+    """The model's parameters, the vocabulary's padding left out (results.json's num_parameters)."""
+    return self.run.num_parameters
 
   @property
   def _expected_fns(self) -> dict:
@@ -243,9 +257,12 @@ class TrainedModel:
 
 
 # The evaluation runs built in this process, with the functions jitted for them: a workdir loaded again
-# (a notebook's cell run twice, a running training's newer best parameters) reuses what was compiled.
-_RUNS: dict[tuple, experiment_lib.Experiment] = {}
-_COMPILED: dict[tuple[int, str], object] = {}
+# (a notebook's cell run twice, a running training's newer best parameters) reuses what was compiled. The
+# latest RUNS_KEPT are kept, so that loading many workdirs in one process holds a bounded memory;
+# LanguageModel.close() releases its own at once.
+RUNS_KEPT = 4
+_RUNS: collections.OrderedDict[tuple, experiment_lib.Experiment] = collections.OrderedDict()
+_COMPILED: 'weakref.WeakKeyDictionary[experiment_lib.Experiment, dict]' = weakref.WeakKeyDictionary()
 
 
 def _evaluation_run(config, workdir: workdir_lib.Workdir, vocabulary) -> experiment_lib.Experiment:
@@ -253,14 +270,42 @@ def _evaluation_run(config, workdir: workdir_lib.Workdir, vocabulary) -> experim
   key = (where, json.dumps(config_lib.to_saved(config), sort_keys=True), vocabulary.words)
   if key not in _RUNS:
     _RUNS[key] = experiment_lib.Experiment(config, workdir, training=False, corpus=vocabulary.as_corpus())
+    while len(_RUNS) > RUNS_KEPT:
+      del _RUNS[next(iter(_RUNS))]  # its functions go with the last model that holds it
+  _RUNS.move_to_end(key)
   return _RUNS[key]
 
 
+# How many open models (LanguageModel) hold each run: the last one closed releases it.
+_HOLDERS: 'weakref.WeakKeyDictionary[experiment_lib.Experiment, int]' = weakref.WeakKeyDictionary()
+
+
+def hold(run: experiment_lib.Experiment) -> None:
+  _HOLDERS[run] = _HOLDERS.get(run, 0) + 1
+
+
+def let_go(run: experiment_lib.Experiment) -> None:
+  """One holder of `run` is done with it; the last releases it."""
+  left = _HOLDERS.get(run, 1) - 1
+  if left > 0:
+    _HOLDERS[run] = left
+  else:
+    _HOLDERS.pop(run, None)
+    release(run)
+
+
+def release(run: experiment_lib.Experiment) -> None:
+  """Forgets a run and the functions compiled for it (a model still holding it keeps working, compiling again)."""
+  for key in [k for k, r in _RUNS.items() if r is run]:
+    del _RUNS[key]
+  _COMPILED.pop(run, None)
+
+
 def _compiled(run: experiment_lib.Experiment, name: str, build):
-  key = (id(run), name)  # the runs are kept in _RUNS, so an id is never reused for another
-  if key not in _COMPILED:
-    _COMPILED[key] = build()
-  return _COMPILED[key]
+  functions = _COMPILED.setdefault(run, {})
+  if name not in functions:
+    functions[name] = build()
+  return functions[name]
 
 
 def next_word_log_probs(model, params, contexts):

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nplm_jax.errors import UserError
+from nplm_jax.errors import UnknownWordError, UserError
 from nplm_jax.files import workdir as workdir_lib
 
 
@@ -63,8 +63,10 @@ class WordVectors:
 
   def get_index(self, word: str) -> int:
     """The word's id; UserError naming it when it is not in the vocabulary."""
+    if not isinstance(word, str):
+      raise UserError(f'{word!r} is not a word; give a string')
     if word not in self.key_to_index:
-      raise UserError(unknown_word_message(word, len(self), self._corpus))
+      raise UnknownWordError(unknown_word_message(word, len(self), self._corpus))
     return self.key_to_index[word]
 
   def __getitem__(self, words: str | Sequence[str]) -> np.ndarray:
@@ -86,6 +88,8 @@ class WordVectors:
     negative = [negative] if isinstance(negative, (str, np.ndarray)) else list(negative)
     if not positive and not negative:
       raise UserError('most_similar needs at least one word or vector, e.g. most_similar("king")')
+    if isinstance(topn, bool) or not isinstance(topn, (int, np.integer)):
+      raise UserError(f'topn={topn!r} is not a whole number; give an int')
     if topn < 1:
       raise UserError(f'topn={topn} is invalid; list at least 1 word')
     query, skip = np.zeros(self.vector_size, np.float32), []
@@ -94,13 +98,29 @@ class WordVectors:
         if isinstance(entry, str):
           skip.append(self.get_index(entry))
           entry = self.vectors[skip[-1]]
-        query = query + sign * unit_rows(np.asarray(entry, np.float32))
+        query = query + sign * unit_rows(self._query_vector(entry))
+    if not np.any(query):
+      raise UserError('the query vector is zero (the words or vectors given cancel out); give another query')
     found = nearest(self.vectors, query[None], topn, [skip])[0]
     return [(self.index_to_key[i], s) for i, s in found]
 
+  def _query_vector(self, entry) -> np.ndarray:
+    """A vector of a query: [m] numbers, finite, not all zero (a cosine needs a direction)."""
+    if isinstance(entry, (bool, np.bool_)) or not isinstance(entry, (np.ndarray, list, tuple)):
+      raise UserError(f'{entry!r} is neither a word nor a vector; give a string or an array of {self.vector_size} numbers')
+    vector = np.asarray(entry)
+    if vector.dtype.kind not in 'iuf' or vector.shape != (self.vector_size,):
+      raise UserError(f'a query vector must be {self.vector_size} numbers (shape ({self.vector_size},)); this one has '
+                      f'shape {vector.shape} and dtype {vector.dtype}')
+    if not np.all(np.isfinite(vector)):
+      raise UserError('a query vector holds NaN or infinity; give finite numbers')
+    if not np.any(vector):
+      raise UserError('a query vector is all zeros, which has no direction to compare; give another vector')
+    return vector.astype(np.float32)
+
   def similar_by_vector(self, vector: np.ndarray, topn: int = 10) -> list[tuple[str, float]]:
     """The `topn` words of highest cosine to a vector [m] (none left out)."""
-    return self.most_similar(positive=[np.asarray(vector)], topn=topn)
+    return self.most_similar(positive=[vector if isinstance(vector, (list, tuple)) else np.asarray(vector)], topn=topn)
 
   def similarity(self, first: str, second: str) -> float:
     """The cosine of two words' vectors."""
