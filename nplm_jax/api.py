@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import jax
 import ml_collections
 
 from nplm_jax import config as config_lib
@@ -123,8 +124,9 @@ def prepare_devices(config: ml_collections.ConfigDict, workdir: str | os.PathLik
   """What comes before the first device is touched: the workdir is no file, XLA's settings from the
   config, and the processes of a multi-process job joined."""
   workdir_lib.check_not_a_file(os.fspath(workdir))
-  backend.configure(config)
-  distributed.maybe_initialize(config)
+  with backend.configured(config):  # XLA_FLAGS as the caller had it once the backends have started
+    distributed.maybe_initialize(config)
+    jax.devices()
 
 
 def run_training(config: ml_collections.ConfigDict, workdir: str | os.PathLike, catch_signals: bool) -> dict:

@@ -284,10 +284,10 @@ def test_get_config_takes_overrides_as_the_command_line_does():
 
 
 NOTEBOOK = textwrap.dedent('''
-    import json, signal, sys
+    import json, os, signal, sys
     import nplm_jax
     handlers = lambda: (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
-    before = handlers()
+    before, flags_before = handlers(), os.environ.get('XLA_FLAGS')
     config = nplm_jax.get_config('experiments/text.py:tiny', json.loads(sys.argv[2]))
     results = nplm_jax.train(config, sys.argv[1])
     lm = nplm_jax.load(sys.argv[1])
@@ -298,6 +298,7 @@ NOTEBOOK = textwrap.dedent('''
     except nplm_jax.UserError:
       pass
     assert handlers() == before, (before, handlers())
+    assert os.environ.get('XLA_FLAGS') == flags_before, (flags_before, os.environ.get('XLA_FLAGS'))  # nothing inherited
     print(json.dumps({'results': results, 'again': again}))
 ''')
 
@@ -321,6 +322,32 @@ def test_train_in_a_notebook_gives_the_commands_run_and_touches_no_signal(traine
   assert ran['again'] == ran['results']
   for key in ('valid_ppl', 'test_ppl', 'step'):
     assert ran['results'][key] == from_cli[key], key
+
+
+def test_a_device_count_fixed_by_an_earlier_start_of_jax_is_said(trained):
+  """JAX started by the caller with one CPU device: loading a workdir whose config asks for 2 warns that the count
+  cannot change now, runs on the one, and leaves XLA_FLAGS as it was."""
+  script = textwrap.dedent('''
+      import os, sys, warnings
+      import jax
+      jax.devices()
+      import nplm_jax
+      before = os.environ.get('XLA_FLAGS')
+      with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        lm = nplm_jax.load(sys.argv[1])
+        lm.perplexity('w1 w2 w3')
+      assert os.environ.get('XLA_FLAGS') == before
+      print([str(w.message) for w in caught if 'cannot change' in str(w.message)])
+  ''')
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  env['XLA_FLAGS'] = ' '.join(f for f in env.get('XLA_FLAGS', '').split() if 'device_count' not in f)
+  proc = subprocess.run([sys.executable, '-c', script, trained['path'], ], cwd=REPO, env=env, capture_output=True,
+                        text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  wanted = trained['lm'].trained.run.mesh.devices.size
+  said = proc.stdout.strip()
+  assert ('JAX started in this process with 1 CPU device(s)' in said) == (wanted > 1), (wanted, said)
 
 
 def test_a_second_load_compiles_nothing(trained):

@@ -1,10 +1,13 @@
 """Settings of JAX's backends that a run makes before any device is touched: host devices on CPU,
 deterministic GPU reductions, and the persistent compilation cache."""
 
+import contextlib
 import os
+import warnings
 
 import jax
 
+from nplm_jax import config as config_lib
 from nplm_jax.parallel import sharding
 
 DETERMINISTIC_GPU_FLAG = '--xla_gpu_deterministic_ops=true'
@@ -26,3 +29,38 @@ def configure(config, environ=os.environ) -> None:
   if cache:
     jax.config.update('jax_compilation_cache_dir', cache)
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 1.0)
+
+
+def backends_started() -> bool:
+  """Whether JAX has started its backends in this process (after which XLA_FLAGS is read no more)."""
+  from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top  # no public way to ask
+  return xla_bridge.backends_are_initialized()
+
+
+@contextlib.contextmanager
+def configured(config, environ=os.environ):
+  """configure(config) for the backends started inside the block, then environ's XLA_FLAGS as it was: what a
+  library call (nplm_jax.load, nplm_jax.train) must not leave behind for the caller's later subprocesses. Where
+  JAX started earlier in the process with another count of host devices than the config asks for, says so."""
+  before = environ.get('XLA_FLAGS')
+  if backends_started():
+    _warn_of_a_fixed_device_count(config)
+  configure(config, environ)
+  try:
+    yield
+  finally:
+    if before is None:
+      environ.pop('XLA_FLAGS', None)
+    else:
+      environ['XLA_FLAGS'] = before
+
+
+def _warn_of_a_fixed_device_count(config) -> None:
+  if jax.default_backend() != 'cpu':
+    return
+  wanted = sharding.host_device_count(config_lib.requested_cpu_devices(config), sharding.usable_cores())
+  have = jax.local_device_count()
+  if wanted != have:
+    warnings.warn(f'JAX started in this process with {have} CPU device(s) and cannot change that; this config asks '
+                  f'for {wanted} (mesh.cpu_devices): it runs on {have}. Restart the Python process (the kernel) to '
+                  'get the config\'s count', UserWarning, stacklevel=4)

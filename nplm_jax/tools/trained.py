@@ -77,8 +77,8 @@ class TrainedModel:
     if not workdir.file('best').exists():
       raise UserError(f'--workdir={workdir_path!r} holds no best checkpoint yet; train it until its first evaluation')
     vocabulary = workdir_vocab.load(workdir, config)
-    backend.configure(config)  # before anything starts JAX's backends
-    run = _evaluation_run(config, workdir, vocabulary)
+    with backend.configured(config):  # before anything starts JAX's backends; XLA_FLAGS left as it was
+      run = _evaluation_run(config, workdir, vocabulary)
     checkpoints = ckpt_lib.Checkpoints(workdir, read_only=True)
     try:
       step = evaluation.best_step(run, checkpoints)
