@@ -34,6 +34,32 @@ def sections(relative: str) -> set[str]:
   return {m.strip() for m in re.findall(r'^#+ (.+)$', text, re.M)} | set(re.findall(r'\*\*([^*]+)\*\*', text))
 
 
+@pytest.mark.parametrize('document', DOCUMENTS)
+def test_every_link_to_a_file_exists(document):
+  folder = os.path.dirname(os.path.join(REPO, document))
+  links = re.findall(r'\]\(([^)#\s]+)(?:#[^)]*)?\)', read(document))
+  missing = [link for link in links if '://' not in link and not os.path.exists(os.path.join(folder, link))]
+  assert not missing, missing
+
+
+def test_every_reference_to_a_section_names_one_that_exists():
+  """References to README's sections went stale once the sections moved to docs/: every reference of the
+  form README or docs/PAGE.md, then a section's name in quotes, in the code, tests, experiments, launchers
+  and documents names a heading (or a bold label) of that document."""
+  files = project_files(SOURCES)
+  assert len(files) > 50
+  stale = []
+  for path in files:
+    with open(path, encoding='utf-8', errors='replace') as f:
+      text = ' '.join(f.read().split())  # references wrap across lines and comment markers
+    text = re.sub(r' ?# ', ' ', text)
+    for document, section in SECTION_REFERENCE.findall(text):
+      target = 'README.md' if document == 'README' else document
+      if section not in sections(target):
+        stale.append(f'{os.path.relpath(path, REPO)}: {document}, "{section}"')
+  assert not stale, stale
+
+
 def test_the_key_reference_lists_every_config_key_with_its_default():
   """docs/configs.md's two tables (the keys every run sets, the tuning knobs) name each key of base_config once,
   with today's default: a key added, removed or given another default without the page is caught here."""
