@@ -68,7 +68,7 @@ LADDER = [
 ]
 
 # README's first runs: MLP1 tuned with noise-contrastive estimation (k = 1000 noise words, batch
-# 512; the fastest to validation 300 of the search in RESULTS.md, "Time to quality"). 'smoke' checks an installation in
+# 512; the fastest to validation 300 of the search in docs/studies/time_to_quality.md). 'smoke' checks an installation in
 # about a minute on a 2-core CPU; 'quick' is a usable model in about five.
 QUICK = {'loss.name': 'nce', 'loss.num_samples': 1000, 'train.batch_size': 512, 'train.num_epochs': 8}
 SMOKE = {**QUICK, 'train.max_steps': 300, 'train.log_every': 100}

@@ -33,6 +33,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_DIR = os.path.join(REPO, 'results')
 RESULTS_MD = os.path.join(REPO, 'RESULTS.md')
 README_MD = os.path.join(REPO, 'README.md')  # its headline table
+STUDIES_DIR = os.path.join(REPO, 'docs', 'studies')  # a page per study, its tables rendered as RESULTS.md's
+
+
+def rendered_documents() -> list[str]:
+  """The documents whose marked tables are rendered from results/: RESULTS.md, README.md, the study pages."""
+  studies = sorted(os.path.join(STUDIES_DIR, n) for n in os.listdir(STUDIES_DIR) if n.endswith('.md')) if (
+      os.path.isdir(STUDIES_DIR)) else []
+  return [RESULTS_MD, README_MD, *studies]
 
 # Each table's columns: (header, a function of a results record giving the cell).
 class _Figure:
@@ -189,6 +197,37 @@ TABLES = {
     'char_ladder': _ladder_columns(*_BITS_PER_CHAR,
                                    ('+ n-gram test bits/char', _Figure('mix_test_ppl', 3, of=math.log2))),
 }
+# A ladder's tuning and time-budget points: the study page's table, with the ladder's columns.
+TABLES.update({f'{table}_points': TABLES[table] for table in ('ladder', 'char_ladder')})
+
+
+def _ladder_split(records: list[dict], table: str) -> tuple[list[dict], list[dict]]:
+  """A ladder's records as (one row per rung and the headline's best rows, every other point). A rung's row is
+  its last run not stopped by a time budget (else its longest); the best rows keep all their seeds."""
+  rows = [r for r in records if r['table'] == table]
+  best = {name for _, _, names, _, _ in HEADLINE for name in names}
+  rungs = {}
+  for r in rows:
+    rung = re.match(r'(\w+?_ladder)_(?:\d+s_)?((?:char_)?ladder\d+)(?:_|$)', r['name'])  # ptb_ladder_[360s_]ladder4_...
+    if rung:
+      rungs.setdefault(rung.groups(), []).append(r)
+  kept = {r['name'] for r in rows if r['name'] in best}
+  for group in rungs.values():
+    if any(r['name'] in best for r in group):
+      continue
+    converged = [r for r in group if not r['figures'].get('stop_reason', '').startswith('train.max_seconds')]
+    kept.add((converged[-1] if converged else max(group, key=lambda r: r['figures'].get('epochs', 0)))['name'])
+  rung_of = {r['name']: key for key, group in rungs.items() for r in group}
+  def ladder_order(r):  # by corpus, then rung by rung, the tuned rows last
+    corpus, rung = rung_of.get(r['name'], (r['name'].split('_')[0], 'ladder99'))
+    return corpus.split('_')[0], int(re.sub(r'\D', '', rung)), r['name']
+  return sorted((r for r in rows if r['name'] in kept), key=ladder_order), [r for r in rows if r['name'] not in kept]
+
+
+# Tables whose rows are a selection of another table's records.
+ROWS_OF = {**{table: (lambda records, table=table: _ladder_split(records, table)[0]) for table in ('ladder', 'char_ladder')},
+           **{f'{table}_points': (lambda records, table=table: _ladder_split(records, table)[1])
+              for table in ('ladder', 'char_ladder')}}
 
 
 def _table1_of(table: str):
@@ -355,10 +394,12 @@ def _seed_statistics(records) -> tuple[str, list[dict]]:
 HEADLINE = [
     ("Brown, the paper's MLP1", '268 (paper)', ['brown_seeds_mlp1_tuned'], '', 'brown.py:mlp1_tuned'),
     ('Brown, best', "252 (paper's best, MLP10 mixed)",
-     [f'brown_tune_tune11_dropout0.5_weight_decay0.4_cosine6_ema0.999_seed{s}' for s in ('0', '1_2', '2')], 'trigram',
-     'brown.py:best'),
+     ['brown_tune_tune11_dropout0.5_weight_decay0.4_cosine6_ema0.999_seed0',
+      'brown_tune_243s_tune11_dropout0.5_weight_decay0.4_cosine6_ema0.999_seed1',
+      'brown_tune_tune11_dropout0.5_weight_decay0.4_cosine6_ema0.999_seed2'], 'trigram', 'brown.py:best'),
     ('Penn Treebank, words', '140.2 (Mikolov et al. 2011, feed-forward)',
-     [f'ptb_ladder_ladder5_dropout_seed{s}' for s in ('0_2', '1', '2')], 'KN5', 'ptb.py:best'),
+     ['ptb_ladder_1170s_ladder5_dropout_seed0', 'ptb_ladder_ladder5_dropout_seed1', 'ptb_ladder_ladder5_dropout_seed2'],
+     'KN5', 'ptb.py:best'),
     ('Penn Treebank, characters', '1.427 (Kneser-Ney 11-gram)', ['ptb_char_tune_char_tune0_dropout0.1_cosine8_seed0'],
      'KN11', 'ptb.py:char_best'),
 ]
@@ -531,7 +572,7 @@ def render_table(table: str, records: list[dict]) -> str:
     text, rows = RENDERERS[table](records)  # records, or the paths of the benchmark files read
     return text + '\n\n' + _sources_line(table, rows)
   columns = TABLES[table]
-  rows = [r for r in records if r['table'] == table]
+  rows = ROWS_OF[table](records) if table in ROWS_OF else [r for r in records if r['table'] == table]
   lines = ['| ' + ' | '.join(h for h, _ in columns) + ' |', '| ' + ' | '.join('---' for _ in columns) + ' |']
   lines += ['| ' + ' | '.join([_marked(columns[0][1](r), [r]), *(cell(r) for _, cell in columns[1:])]) + ' |'
             for r in rows]
@@ -665,7 +706,7 @@ def main(argv=None) -> int:
     return 0
   records = load_records()
   changed = []
-  for path in (RESULTS_MD, README_MD):
+  for path in rendered_documents():
     with open(path, encoding='utf-8') as f:
       text = f.read()
     new = rendered_markdown(text, records)
@@ -674,16 +715,16 @@ def main(argv=None) -> int:
       if args.write:
         with open(path, 'w', encoding='utf-8') as f:
           f.write(new)
-  names = ' and '.join(os.path.basename(p) for p in changed)
+  names = ', '.join(os.path.relpath(p, REPO) for p in changed)
   if args.check:
     if changed:
       print(f'error: {names} differ from the tables results/ renders; run python -m launch.results render --write',
             file=sys.stderr)
       return 1
-    print(f'RESULTS.md and README.md match results/ ({len(records)} records)')
+    print(f'RESULTS.md, README.md and the study pages match results/ ({len(records)} records)')
     return 0
   if args.write:
-    print(f'rewrote the rendered tables of {names}' if changed else 'RESULTS.md and README.md were up to date')
+    print(f'rewrote the rendered tables of {names}' if changed else 'RESULTS.md, README.md and the study pages were up to date')
     return 0
   for table in [args.table] if args.table else [*TABLES, *RENDERERS]:
     print(f'## {table}\n\n{render_table(table, records)}\n')

@@ -61,8 +61,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.distant_tokens = 0  # revisited: words before the window summarised by kernels; 0 = off
   c.model.distant_kernels = 0  # revisited: learned weightings of the distant block (each gives one m-vector)
   c.model.tied = False  # revisited: the output layer's word vectors are C (only the bias is separate)
-  # revisited, the reference code's choices (SimengSun/revisit-nplm), measured on PTB (RESULTS.md, "The
-  # reference code's options"): its initialisation is the default (4.1% lower valid perplexity after 1.5
+  # revisited, the reference code's choices (SimengSun/revisit-nplm), measured on PTB (docs/studies/revisited_parts.md,
+  # "The reference code's options"): its initialisation is the default (4.1% lower valid perplexity after 1.5
   # epochs); the other three changed nothing measurable at 0.41 epoch and stay off
   c.model.embed_scale = False  # input word vectors times sqrt(m) (not the tied output's)
   c.model.initialiser = 'normal_0.02'  # C and kernels ~ N(0, 0.02); 'lecun': C ~ N(0, 1/m), kernels lecun-normal
@@ -121,7 +121,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.optimizer.cosine_decay_steps = 0
   # adamw: the first moment's dtype; 'bfloat16' halves its memory and its traffic in every update (optax's
   # mu_dtype, rounded to nearest). Both moments in bfloat16 cost the revisited family 0.6-0.8% of test
-  # perplexity early in training (RESULTS.md, "AdamW's moments in bfloat16"), the 2003 family 0.1%
+  # perplexity early in training (docs/studies/precision.md, "AdamW's moments in bfloat16"), the 2003 family 0.1%
   c.optimizer.mu_dtype = 'float32'
   # adamw: the second moment's dtype; 'bfloat16' halves its memory and traffic too, stochastically rounded
   # (to nearest, b2 = 0.999's 0.1% a step would be lost under bfloat16's 0.4% steps; nplm_jax/training/optim.py)

@@ -21,7 +21,7 @@ SAME_RUN_KEYS = {'name', 'data.path', 'model.embedding_gradient', 'model.distant
 
 BEST_RUNS = [
     ('experiments/brown.py:best', 'brown_tune_tune11_dropout0.5_weight_decay0.4_cosine6_ema0.999_seed0'),
-    ('experiments/ptb.py:best', 'ptb_ladder_ladder5_dropout_seed0_2'),
+    ('experiments/ptb.py:best', 'ptb_ladder_1170s_ladder5_dropout_seed0'),
     ('experiments/ptb.py:char_best', 'ptb_char_tune_char_tune0_dropout0.1_cosine8_seed0'),
 ]
 
@@ -83,7 +83,7 @@ def test_a_recorded_run_loads_as_its_config():
 def test_a_recorded_ptb_run_finds_the_corpus_here(monkeypatch, tmp_path):
   monkeypatch.setenv('PTB_DIR', str(tmp_path))
   config = config_lib.load_experiment(RECORDED).get_config(
-      os.path.join(REPO, 'results', 'ptb_ladder_ladder5_dropout_seed0_2.json'))
+      os.path.join(REPO, 'results', 'ptb_ladder_1170s_ladder5_dropout_seed0.json'))
   assert config.data.path == str(tmp_path)
 
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import pathlib
 import re
 
 import pytest
@@ -13,7 +14,7 @@ pytestmark = [pytest.mark.fast, pytest.mark.unit]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.parametrize('path', [results.RESULTS_MD, results.README_MD])
+@pytest.mark.parametrize('path', results.rendered_documents())
 def test_results_md_tables_are_rendered_from_results_files(path):
   with open(path, encoding='utf-8') as f:
     text = f.read()
@@ -24,7 +25,7 @@ def test_results_md_tables_are_rendered_from_results_files(path):
 
 def test_every_figure_table_is_rendered():
   """RESULTS.md and README.md hold no table written by hand."""
-  for path in (results.RESULTS_MD, results.README_MD):
+  for path in results.rendered_documents():
     with open(path, encoding='utf-8') as f:
       text = results._SECTION.sub('', f.read())  # pylint: disable=protected-access
     lines = text.split('\n')
@@ -48,8 +49,7 @@ def test_every_results_file_says_where_its_figures_come_from():
 
 def test_a_changed_figure_is_caught(tmp_path):
   """Positive control: a results file whose figure changed renders another table."""
-  with open(results.RESULTS_MD, encoding='utf-8') as f:
-    text = f.read()
+  text = ''.join(pathlib.Path(path).read_text(encoding='utf-8') for path in results.rendered_documents())
   records = json.loads(json.dumps(results.load_records()))
   records[0]['figures']['test_ppl'] += 1.0
   assert results.rendered_markdown(text, records) != text
@@ -66,7 +66,7 @@ def test_a_trained_workdir_becomes_a_record_and_a_ladder_row(tmp_path):
        'epochs': 4.5, 'wall_seconds': 480.2, 'stop_reason': 'early stopping', 'platform': 'gpu', 'config': config}))
   (workdir / 'mix_results.json').write_text(json.dumps({'mix_test_ppl': 2.5}))
   (workdir / 'metrics.jsonl').write_text('\n'.join(json.dumps({'tokens_per_sec': r}) for r in (90e3, 100e3, 110e3)))
-  record = results.record(str(workdir), 'ptb_char_ladder5', 'char_ladder', 'char_ladder5_dropout', 'python -m ...',
+  record = results.record(str(workdir), 'ptb_char_ladder_char_ladder5', 'char_ladder', 'char_ladder5_dropout', 'python -m ...',
                           commit='abc', device='NVIDIA H100 80GB HBM3')
   assert record['seed'] == 3 and record['figures']['tokens_per_sec'] == 100e3
   table = results.render_table('char_ladder', [record])
@@ -81,7 +81,7 @@ def test_a_row_run_over_several_seeds_gets_a_mean_and_spread():
                'num_parameters': 1000, 'tokens_per_sec': 5e4}
     return {'name': f'r{seed}', 'table': 'ladder', 'label': 'ladder5_dropout', 'seed': seed, 'device': 'GPU',
             'figures': figures}
-  table = results.render_table('ladder', [record(0, 100.0), record(1, 102.0), record(2, 104.0)])
+  table = results.render_table('ladder_points', [record(0, 100.0), record(1, 102.0), record(2, 104.0)])
   summary = [line for line in table.splitlines() if 'mean ± sd of 3 seeds' in line]
   assert len(summary) == 1 and '| 112.00 ± 2.00 | 102.00 ± 2.00 |' in summary[0]
   assert '| 50,000 ± 0 | 100 ± 0 |' in summary[0]
@@ -94,7 +94,8 @@ def test_a_summary_over_devices_leaves_out_the_speeds():
                'num_parameters': 1000, 'tokens_per_sec': tokens_per_sec}
     return {'name': f'r{seed}', 'table': 'ladder', 'label': 'tune9', 'seed': seed, 'device': device,
             'figures': figures}
-  table = results.render_table('ladder', [record(0, 'CPU', 500.0), record(1, 'H200', 1.4e5), record(2, 'H200', 1.4e5)])
+  table = results.render_table('ladder_points', [record(0, 'CPU', 500.0), record(1, 'H200', 1.4e5),
+                                                 record(2, 'H200', 1.4e5)])
   summary = [line for line in table.splitlines() if 'mean ± sd of 3 seeds' in line]
   assert len(summary) == 1 and '| 4.00 ± 0.00 |  |  |  | 110.00 ± 0.00 | 101.00 ± 1.00 |' in summary[0], summary
 
@@ -174,7 +175,7 @@ def test_a_transcribed_figure_is_marked_where_it_is_read():
   transcribed = [r for r in records if r.get('transcribed')]
   assert transcribed and all(re.fullmatch('[0-9a-f]{40}', r.get('config_rebuilt_at', '')) for r in transcribed)
   names = {r['name'] for r in transcribed}
-  for path in (results.RESULTS_MD, results.README_MD):
+  for path in results.rendered_documents():
     with open(path, encoding='utf-8') as f:
       text = f.read()
     for cited in re.finditer(r'`results/([^`]+)\.json`( †)?', text):
@@ -186,3 +187,20 @@ def test_a_transcribed_figure_is_marked_where_it_is_read():
   for (corpus, _, group, _, _), line in zip(results.HEADLINE, headline[2:]):
     cell = line.split(' | ')[2]
     assert cell.endswith(results.TRANSCRIBED) == any(by_name[n].get('transcribed') for n in group), line
+
+
+def test_a_ladder_shows_one_row_per_rung_and_its_points_apart():
+  """A rung's run to early stopping is its row in RESULTS.md; its time-budget run goes to the points' table, as
+  does a tuning point outside any rung."""
+  def record(name, stop_reason, epochs):
+    figures = {'test_ppl': 100.0, 'valid_ppl': 110.0, 'epochs': epochs, 'stop_reason': stop_reason}
+    return {'name': name, 'table': 'ladder', 'label': name, 'seed': 0, 'device': 'GPU', 'figures': figures}
+  records = [record('ptb_ladder_ladder2_depth4_seed0', 'train.max_seconds=360 spent', 1.0),
+             record('ptb_ladder_ladder2_depth4_seed0_2', 'improvement below 1.00% after 4 anneals', 5.5),
+             record('ptb_ladder_ladder3_distant_seed0', 'train.max_seconds=360 spent', 0.5),
+             record('brown_tune_tune99_seed0', '', 4.0)]
+  rungs = results.render_table('ladder', records)
+  points = results.render_table('ladder_points', records)
+  assert '`ptb_ladder_ladder2_depth4_seed0_2`' in rungs and '`ptb_ladder_ladder2_depth4_seed0`' in points
+  assert '`ptb_ladder_ladder3_distant_seed0`' in rungs  # a rung with only a budget run keeps it
+  assert '`brown_tune_tune99_seed0`' in points and '`brown_tune_tune99_seed0`' not in rungs

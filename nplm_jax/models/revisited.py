@@ -55,7 +55,7 @@ INITIALISERS = {
 # model.first_residual: the first layer's residual from x [batch, window (+ kernels), m], most recent first.
 # 'sum' is Sun & Iyyer's (a bag of the context's vectors); 'last' the most recent vector alone: on characters
 # the bag of a 40-character window drowns the one that matters most (0.108 bits lower on test over one epoch
-# of PTB's characters at a quarter of the width: RESULTS.md, "Where the character row's parameters sit"; 0.026
+# of PTB's characters at a quarter of the width: docs/studies/revisited_parts.md, "Where the character row's parameters sit"; 0.026
 # at 11 characters). On PTB's words the sum is better ('last' 7.0% higher in test perplexity after 1.5
 # epochs), so it is the default.
 FIRST_RESIDUALS = {
