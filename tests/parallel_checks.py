@@ -23,6 +23,7 @@ from nplm_jax.parallel import vocab_softmax
 from nplm_jax.config import base_config
 from nplm_jax.errors import UserError
 from tests import corpora
+from tests.dense_reference import dense_token_nll
 
 MESHES = [(1, 1), (8, 1), (1, 8), (2, 4), (4, 2)]
 VOCAB, PAD, BATCH = 61, 8, 16  # |V| = 61 pads to 64: every model-axis size here gets padding
@@ -55,7 +56,7 @@ def batch(seed, size=BATCH):
 
 
 def dense_loss(model, params, contexts, targets):
-  return jnp.mean(vocab_softmax.dense_token_nll(model.apply({'params': params}, contexts), targets))
+  return jnp.mean(dense_token_nll(model.apply({'params': params}, contexts), targets))
 
 
 def rel_err(a, b) -> float:
@@ -109,7 +110,7 @@ def test_sharded_training_matches_dense(shape, chunk, vocab_block, dense_referen
   with jax.set_mesh(mesh):  # the (chunked) eval step gives the dense per-token NLL, in batch order
     contexts, targets = batch(9)
     nll = compiled.eval(state.params, sharding.put_batch(mesh, contexts), sharding.put_batch(mesh, targets))
-  dense_nll = vocab_softmax.dense_token_nll(model.apply({'params': dense_reference['params']}, contexts), targets)
+  dense_nll = dense_token_nll(model.apply({'params': dense_reference['params']}, contexts), targets)
   np.testing.assert_allclose(np.asarray(nll), np.asarray(dense_nll), rtol=1e-4)
   for k, g in dense_reference['grads'].items():
     assert rel_err(grads[k], g) <= 1e-5, (k, rel_err(grads[k], g))
@@ -137,13 +138,13 @@ def test_vocab_parallel_softmax_equals_dense(shape, vocab):
     return jnp.sum(vocab_softmax.token_nll(f, o, targets, mesh=mesh) * jnp.arange(1.0, BATCH + 1))
 
   def dense(f, o):
-    return jnp.sum(vocab_softmax.dense_token_nll(masked(output_layer.dense_logits(f, o)), targets) *
+    return jnp.sum(dense_token_nll(masked(output_layer.dense_logits(f, o)), targets) *
                    jnp.arange(1.0, BATCH + 1))
 
   with jax.set_mesh(mesh):
     nll = jax.jit(lambda f, o: vocab_softmax.token_nll(f, o, targets, mesh=mesh))(feats, out)
     g_sharded = jax.jit(jax.grad(sharded, argnums=(0, 1)))(feats, out)
-  np.testing.assert_allclose(np.asarray(nll), np.asarray(vocab_softmax.dense_token_nll(logits, targets)), rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(nll), np.asarray(dense_token_nll(logits, targets)), rtol=1e-5)
   g_dense = jax.jit(jax.grad(dense, argnums=(0, 1)))(feats, out)
   for a, b in zip(jax.tree.leaves(g_sharded), jax.tree.leaves(g_dense)):
     assert rel_err(a, b) <= 1e-5
@@ -586,7 +587,7 @@ def test_pallas_softmax_kernel_equals_dense(shape, dtype, kernel, monkeypatch):
     return jnp.sum(nll * jnp.linspace(0.5, 1.5, len(targets))), nll  # unequal weights: g differs per row
 
   def dense(f, out):
-    nll = vocab_softmax.dense_token_nll(output_layer.dense_logits(f, out)[:, :vocab], targets)
+    nll = dense_token_nll(output_layer.dense_logits(f, out)[:, :vocab], targets)
     return jnp.sum(nll * jnp.linspace(0.5, 1.5, len(targets))), nll
 
   with jax.set_mesh(mesh):

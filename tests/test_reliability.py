@@ -158,8 +158,10 @@ def test_resuming_a_finished_run_says_so_unless_asked_for_more(finished, capsys)
 
 # -------------------------------------------------------------------- preemption and kills
 
-def cli(workdir, files, *extra, env=None, **popen):
-  args = [sys.executable, '-m', 'nplm_jax.main', '--config=experiments/text.py:tiny', f'--workdir={workdir}',
+def cli(workdir, files, *extra, env=None, fault=None, **popen):
+  """nplm-train on the tiny config; with `fault`, one injected into its saves (tests/faulty_train.py)."""
+  program = ['tests.faulty_train', fault, '--'] if fault else ['nplm_jax.main']
+  args = [sys.executable, '-m', *program, '--config=experiments/text.py:tiny', f'--workdir={workdir}',
           *(f'--config.data.{s}_file={files[s]}' for s in ('train', 'valid', 'test')), *extra]
   environment = dict(os.environ, JAX_PLATFORMS='cpu', **(env or {}))
   return subprocess.Popen(args, cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -215,9 +217,10 @@ def test_kills_inside_the_saves_resume_to_the_uninterrupted_result(long_referenc
   crashes = [('best_writing', 100), ('between_saves', 200), ('latest_writing', 300), ('best_writing', 400),
              ('latest_writing', 500), ('between_saves', 600)]
   from nplm_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
-  assert {point for point, _ in crashes} == set(ckpt_lib.CRASH_POINTS)  # every point the saves have
+  crash_points = {p for p in ckpt_lib.FAULT_POINTS if not p.endswith('_starting')}
+  assert {point for point, _ in crashes} == crash_points  # every point of the saves where a kill can land
   for point, step in crashes:
-    proc = cli(tmp_path / 'run', files, *LONG, env={'NPLM_CRASH_AT': f'{point}:{step}'})
+    proc = cli(tmp_path / 'run', files, *LONG, fault=f'crash_at={point}:{step}')
     proc.communicate(timeout=600)
     assert proc.returncode == -signal.SIGKILL, (point, step)
   finish_and_compare(tmp_path / 'run', files, reference)
@@ -233,7 +236,7 @@ def test_best_saves_between_checkpoints_keep_the_step_a_checkpoint_names(tmp_pat
            '--config.train.log_every=5')
   reference = cli(tmp_path / 'reference', files, *every)
   assert reference.wait(timeout=600) == 0, reference.communicate()[1]
-  crashed = cli(tmp_path / 'run', files, *every, env={'NPLM_CRASH_AT': 'best_writing:30'})
+  crashed = cli(tmp_path / 'run', files, *every, fault='crash_at=best_writing:30')
   crashed.communicate(timeout=600)
   assert crashed.returncode == -signal.SIGKILL
   assert sorted(os.listdir(tmp_path / 'run' / 'checkpoints')) == ['15']
@@ -565,7 +568,7 @@ def assert_resumes_to(args, workdir, env, reference):
 
 
 def _stopped_by_a_signal(tiny_files, tmp_path, signal_at: str, *extra):
-  """The tiny run stopped by NPLM_SIGNAL_AT=signal_at (its args, env, workdir and the stopped process),
+  """The tiny run stopped by a signal at signal_at, POINT:SIGNAL[:COUNT] (tests/faulty_train.py; its args, env, workdir and the stopped process),
   beside its uninterrupted reference; asserts one line, exit 128 + the signal, no traceback, no results."""
   args = [sys.executable, '-m', 'nplm_jax.main', '--config=' + os.path.join(REPO, 'experiments', 'text.py:tiny'),
           *(f'--config.data.{s}_file={tiny_files[s]}' for s in ('train', 'valid', 'test')),
@@ -575,8 +578,9 @@ def _stopped_by_a_signal(tiny_files, tmp_path, signal_at: str, *extra):
                              timeout=300)
   assert reference.returncode == 0, reference.stderr
   workdir = tmp_path / 'stopped'
-  stopped = subprocess.run([*args, f'--workdir={workdir}'], env=dict(env, NPLM_SIGNAL_AT=signal_at),
-                           capture_output=True, text=True, timeout=300)
+  faulty = [sys.executable, '-m', 'tests.faulty_train', f'signal_at={signal_at}', '--', *args[3:]]
+  stopped = subprocess.run([*faulty, f'--workdir={workdir}'], env=env, cwd=REPO, capture_output=True, text=True,
+                           timeout=300)
   signame = signal_at.split(':')[1]
   assert stopped.returncode == 128 + getattr(signal, signame), stopped.stderr
   lines = stopped.stderr.strip().splitlines()
@@ -625,8 +629,8 @@ def test_the_lock_is_released_on_every_exit_path_of_a_signal(tiny_files, tmp_pat
           *(f'--config.data.{s}_file={tiny_files[s]}' for s in ('train', 'valid', 'test')),
           '--config.train.max_steps=20', '--config.train.eval_every=10', '--config.train.eval_batch_size=8',
           f'--workdir={workdir}']
-  stopped = subprocess.run(args, env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO,
-                                          NPLM_SIGNAL_AT=f'{point}:SIGTERM'),
+  faulty = [sys.executable, '-m', 'tests.faulty_train', f'signal_at={point}:SIGTERM', '--', *args[3:]]
+  stopped = subprocess.run(faulty, env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO), cwd=REPO,
                            capture_output=True, text=True, timeout=300)
   lines = stopped.stderr.strip().splitlines()
   assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr
@@ -829,11 +833,12 @@ def test_a_full_disk_stops_training_in_one_line_and_resumes_exactly(tiny_files, 
                              timeout=300)
   assert reference.returncode == 0, reference.stderr
   if small_disk is not None:
-    workdir, failing_env = small_disk / 'run', env
+    workdir, failing = small_disk / 'run', args
   else:
     workdir = tmp_path / 'run'
-    failing_env = dict(env, NPLM_SAVES_FAIL_FROM='60')
-  full = subprocess.run([*args, f'--workdir={workdir}'], env=failing_env, capture_output=True, text=True, timeout=300)
+    failing = [sys.executable, '-m', 'tests.faulty_train', 'saves_fail_from=60', '--', *args[3:]]
+  full = subprocess.run([*failing, f'--workdir={workdir}'], env=env, cwd=REPO, capture_output=True, text=True,
+                        timeout=300)
   assert full.returncode == 1, full.stderr
   lines = full.stderr.strip().splitlines()
   assert len(lines) == 1 and 'No space left on device' in lines[0] and 'free space' in lines[0], full.stderr

@@ -531,12 +531,6 @@ def token_nll(f, output, targets, *, mesh, compute_dtype='float32', recompute=Fa
                              gradient_dtype=jnp.dtype(gradient_dtype), gradient_form=gradient_form)
 
 
-def dense_token_nll(logits, targets):
-  """The reference: -log_softmax(logits)[target] on the full logits."""
-  log_p = jax.nn.log_softmax(logits, axis=-1)
-  return -jnp.take_along_axis(log_p, targets[:, None], axis=-1)[:, 0]
-
-
 def _owned_columns(ids, first, block):
   local = ids - first
   return (local >= 0) & (local < block), jnp.clip(local, 0, block - 1)

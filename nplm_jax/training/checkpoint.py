@@ -23,7 +23,6 @@ import contextlib
 import gc
 import logging as logging_lib
 import os
-import signal
 import sys
 import threading
 import time
@@ -125,24 +124,19 @@ class _UnretrievedOrbaxWrites(logging_lib.Filter):
 logging_lib.getLogger('asyncio').addFilter(_UnretrievedOrbaxWrites())
 
 
-# Fault injection for tests/test_reliability.py: NPLM_CRASH_AT=POINT:STEP kills the process with
-# SIGKILL at that point of the saves of STEP (inside a save, between the two), where a timed kill
-# would rarely land.
-CRASH_POINTS = ('best_writing', 'between_saves', 'latest_writing')
+# The points of a save where the tests inject faults (tests/faulty_train.py replaces `fault_hook`): a crash
+# inside a save or between two, where a timed kill would rarely land, and a full disk when a save starts.
+FAULT_POINTS = ('latest_starting', 'best_starting', 'between_saves', 'latest_writing', 'best_writing')
 
 
-def _injected_disk_full(step: int) -> None:
-  """NPLM_SAVES_FAIL_FROM=STEP (tests): saves of STEP and later fail as on a full disk, where a test
-  cannot mount a small filesystem."""
-  first = os.environ.get('NPLM_SAVES_FAIL_FROM')
-  if first and step >= int(first):
-    raise OSError(28, 'No space left on device')
+def fault_hook(point: str, step: int) -> None:
+  """Called at each of FAULT_POINTS of the saves of `step`; does nothing (a seam the tests replace)."""
+  del point, step
 
 
-def _crash_point(point: str, step: int) -> None:
-  assert point in CRASH_POINTS, point
-  if os.environ.get('NPLM_CRASH_AT') == f'{point}:{step}':
-    os.kill(os.getpid(), signal.SIGKILL)
+def _fault_point(point: str, step: int) -> None:
+  assert point in FAULT_POINTS, point
+  fault_hook(point, step)
 
 
 @contextlib.contextmanager
@@ -273,13 +267,13 @@ class Checkpoints:
         manager.check_for_errors()
 
   def save_latest(self, step: int, state, run_state: run_state_lib.RunState) -> None:
-    _crash_point('between_saves', step)
+    _fault_point('between_saves', step)
     with self._writing(self.latest, step):
-      _injected_disk_full(step)
+      _fault_point('latest_starting', step)
       self.latest.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                      meta=ocp.args.JsonSave(run_state.to_json())),
                        custom_metadata={CHECKSUMS: self._checksums(state)}, force=True)
-    _crash_point('latest_writing', step)
+    _fault_point('latest_writing', step)
     self._prune_best(step, run_state.best_step)
 
   def _prune_best(self, saving: int, best_step: int | None) -> None:
@@ -310,10 +304,10 @@ class Checkpoints:
   def save_best(self, step: int, params) -> None:
     """Starts saving the best parameters; it commits in the background (module docstring)."""
     with self._writing(self.best, step):
-      _injected_disk_full(step)
+      _fault_point('best_starting', step)
       self.best.save(step, args=ocp.args.StandardSave(params),
                      custom_metadata={CHECKSUMS: self._checksums(params)}, force=True)
-    _crash_point('best_writing', step)
+    _fault_point('best_writing', step)
 
   def _checksums(self, tree) -> dict[str, str]:
     """integrity.checksums, its time added to checksum_seconds."""

@@ -18,7 +18,6 @@ import json
 import math
 import os
 import signal
-import threading
 import time
 from typing import Callable, Protocol
 
@@ -56,38 +55,24 @@ RESUME_KEYS = ('seed', 'data', 'model', 'optimizer', 'loss', 'train.batch_size')
 RESUME_FREE_KEYS = ('model.embedding_gradient', 'model.distant_gradient')
 
 
-# Fault injection for tests/test_reliability.py: NPLM_SIGNAL_AT=POINT:SIGNAL[:COUNT] sends this
-# process SIGNAL (COUNT times, 20 ms apart, from a thread: a user pressing Ctrl-C twice) at POINT:
-# 'start' (the experiment built, nothing trained), 'final_evaluation' (before it), or
-# 'inside_evaluation' / 'inside_final_evaluation' (after the first call of the loop's first
-# evaluation, or of the final one's first split).
+# The points of a run where the tests send it a signal (tests/faulty_train.py replaces `fault_hook`): 'start' (the
+# experiment built, nothing trained), 'final_evaluation' (before it), 'inside_evaluation' /
+# 'inside_final_evaluation' (after the first call of the loop's first evaluation, or of the final one's first
+# split), 'collected_at_the_end' (in a destructor, where a handler's exception cannot propagate: Python reports it
+# as unraisable, and entry stops the process there and then) and 'after_the_loop'.
+def fault_hook(point: str) -> None:
+  """Called at each of those points; does nothing (a seam the tests replace)."""
+  del point
 
 
-class _SignalWhenCollected:
-  """Fault injection: sends NPLM_SIGNAL_AT's signal from this object's destructor, where the handler's
-  exception cannot propagate (Python reports it as unraisable, and entry stops the process there and then)."""
+class _CalledWhenCollected:
+  """Calls fault_hook(point) from this object's destructor."""
 
   def __init__(self, point: str):
     self.point = point
 
   def __del__(self):
-    _signal_point(self.point)
-
-
-def _signal_point(point: str) -> None:
-  spec = os.environ.get('NPLM_SIGNAL_AT', '').split(':')
-  if spec[0] != point:
-    return
-  signum, count = getattr(signal, spec[1]), int(spec[2]) if len(spec) > 2 else 1
-
-  def send():
-    for _ in range(count):
-      os.kill(os.getpid(), signum)
-      time.sleep(0.02)
-  sender = threading.Thread(target=send, daemon=True)
-  sender.start()
-  sender.join()  # the signal is handled in this (the main) thread, at its next instruction
-  time.sleep(1.0)  # never reached: the handler raises first
+    fault_hook(self.point)
 
 
 class TrainingDiverged(UserError):
@@ -170,7 +155,7 @@ def _start(config, workdir: workdir_lib.Workdir, lock: workdir_lib.Lock) -> expe
       raise UserError(f'{str(workdir)!r} was made by nplm_jax.tools.extend (its vocabulary outgrew its corpus): score, '
                       'sample and embeddings read it; train in another --workdir')
     run = experiment_lib.Experiment(config, workdir)
-    _signal_point('start')
+    fault_hook('start')
     check_corpus(workdir, run.corpus)
     if config.mix.enabled:  # the mixture's n-gram is estimated after training: refuse now if it cannot be
       ngram.check_memory(run.corpus, config.mix.ngram_order, config.mix.max_memory_gb,
@@ -245,8 +230,8 @@ def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_l
       trained = time.time()
       has_best = run_state.best_step is not None
       params = run.restore_best_params(checkpoints, run_state.best_step) if has_best else steps_lib.evaluated_params(state)
-      _signal_point('final_evaluation')
-      _SignalWhenCollected('collected_at_the_end')  # dropped at once: its destructor runs here
+      fault_hook('final_evaluation')
+      _CalledWhenCollected('collected_at_the_end')  # dropped at once: its destructor runs here
       between = _evaluation_hooks('inside_final_evaluation')  # a signal here raises signals.Stopped between calls
       # The best step's validation NLLs are known when this process evaluated it: not computed again.
       known = best_valid is not None and has_best and best_valid[0] == run_state.best_step
@@ -428,7 +413,7 @@ def _evaluation_hooks(point: str, stop_requested: Callable[[], bool] | None = No
     progress(done, total)
     calls[0] += 1
     if calls[0] == 1:
-      _signal_point(point)
+      fault_hook(point)
     if stop_requested is not None and stop_requested():
       raise _EvaluationStopped()
   return between
@@ -652,7 +637,7 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
       last_save = time.time()
     if preempted:
       raise Preempted(preemption.signum, step, run.workdir)
-  _signal_point('after_the_loop')
+  fault_hook('after_the_loop')
   if stop_requested is not None and stop_requested():  # came after the last step's check: that step is saved
     raise Preempted(preemption.signum, step, run.workdir)
   run_state.wall_seconds = wall()
