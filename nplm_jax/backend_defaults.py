@@ -68,7 +68,7 @@ TABLE = {
     'train.softmax_kernel': BackendDefault(
         'xla', ('pallas_mosaic', 4096, 17_905),
         'the Pallas kernel runs in interpret mode on CPUs (a test vehicle); its Mosaic GPU form (pallas_mosaic) in '
-        'the training step on an H200 (2026-11-26; bfloat16, batch 4096, brown.py:mlp1, K 290, two calls, '
+        'the training step on an H200 (bfloat16, batch 4096, brown.py:mlp1, K 290, two calls, '
         'results/bench/mosaic_kernel_and_character_forms.jsonl) ran 1.31x / 1.35x, 1.73x / 1.73x and 2.09x / 2.09x XLA all at once at '
         '|V| 17,905 / 100k / 300k (evaluation 2.2x-3.0x), in 17-28% of its temporaries; smaller batches and '
         'vocabularies, float32, meshes of several devices and GPUs before Hopper: not measured, XLA. Its loop form '
@@ -97,7 +97,7 @@ TABLE = {
         "three rounds side by side): the distant block's one-hot form trained 2,609 tokens/s against the rows' "
         '2,160 (1.21x) and evaluated 12,377 against 6,722 (1.84x), temporaries 93 against 138 MiB; on random '
         'corpora of |V| 100 / 128 / 256 it trained 1.15x / 1.11x / 0.91x and evaluated 1.12x / 1.03x / 0.83x '
-        '(one round at 100 and 128, two at 256; results/bench/char_distant_forms.jsonl); H200 (2026-11-26, '
+        '(one round at 100 and 128, two at 256; results/bench/char_distant_forms.jsonl); H200 ('
         "bfloat16, deterministic), the character rows' step (char_tune0, |V| 50, batch 512): both gradients one-hot "
         "(the next entry) 329,723 / 328,821 tokens/s against 'sorted' + 'counts' 236,165 / 236,986 (1.40x / 1.39x, "
         'two calls), evaluation 1.23x / 1.08x, temporaries 197 against 231 MiB (results/bench/mosaic_kernel_and_character_forms.jsonl); '

@@ -45,7 +45,7 @@ Three forms of the same passes (`form`):
   streamed through a pipeline of TMA copies, WGMMA products), its gradients from dz as the loop form's
   backward='dz'; bfloat16 or float16 operands, or float32 ones in TF32 (model.matmul_precision='default'
   only: read transposed, softmax_kernel_mosaic.k_major). Checked on CPUs (its interpret mode, its CUDA
-  lowering); on an H100 (2026-11-26) it compiled and matched NumPy (tests/test_gpu.py); in the training
+  lowering); on an H100 it compiled and matched NumPy (tests/test_gpu.py); in the training
   step on an H200 it ran 1.31x-2.09x XLA all at once at |V| 17,905-300k in bfloat16 (batch 4096), and
   train.softmax_kernel='auto' takes it there (vocab_softmax.auto_kernel).
 On a CPU every form runs in an interpret mode (Pallas's; Mosaic GPU's for the 'mosaic' form), where the
@@ -54,13 +54,10 @@ default (jax_pallas_use_mosaic_gpu), whose async copies and shared memory the lo
 exceed; the loop form names Triton through its compiler parameters instead and pads the feature width K with
 zeros to a power of two (Triton loads no other size), or with LoopTuning.k_chunk to a multiple of that
 chunk, loaded and multiplied chunk by chunk (290 becomes 320 rather than 512). JAX 0.11 deprecates Pallas's
-Triton backend (its warning on the H100, JAX 0.11.2): the 'mosaic' form is the one a later JAX keeps.
-Float32 matmuls name full precision (Triton's dot defaults to TF32). What the H100 showed (JAX 0.11.2,
-2026-11-26, before the splits, the chunks and the precision): the loop form compiled and matched NumPy in
-bfloat16 (float32 missed by 2.5e-4: TF32) and, inside the training step at batch 4096, ran about a third of
-XLA's all-at-once rate with an eighth of its temporaries (docs/accelerators.md, "Fused softmax kernels"), so 'auto' never
-picks it (backend_defaults). Its tiles shrink with K and the operand size to fit the chip's shared memory
-(loop_tile). The grid form is for TPUs only (vocab_softmax refuses it elsewhere): its first grid axis
+Triton backend: the 'mosaic' form is the one a later JAX keeps. Float32 matmuls name full precision (Triton's
+dot defaults to TF32). The loop form runs about a third of XLA's rate on an H100, so 'auto' never picks it
+(docs/accelerators.md, "What has run where"). Its tiles shrink with K and the operand size to fit the chip's
+shared memory (loop_tile). The grid form is for TPUs only (vocab_softmax refuses it elsewhere): its first grid axis
 parallel, its last in order; it lowers through Mosaic for TPU v4, v5e and v6e (a CPU test builds it for an
 abstract TPU device) but has not been compiled or run on a TPU.
 """
@@ -90,7 +87,7 @@ PROGRAMS_PER_CORE = 2  # loop_splits' aim for the statistics and df passes
 BACKWARDS = ('fused', 'dz')
 DZ_AXES = ('batch', 'vocab')  # what the dz backwards chunk: the batch's rows or the vocabulary's tiles
 # Why the Mosaic GPU form takes one compute warpgroup at most: its kernels are written for several, but with
-# two the bias gradient came out wrong on an H100 (2026-11-26, tests/test_gpu.py; one warpgroup was right).
+# two the bias gradient came out wrong on an H100 (tests/test_gpu.py; one warpgroup was right).
 WRONG_DB = ("with two compute warpgroups the Mosaic GPU form's bias gradient was wrong on an H100: Mosaic GPU's "
             "reductions across a warpgroup's warps (db's column sums) share one scratch buffer between "
             "warpgroups; it was also the slowest setting, 0.78x of warpgroups=1")
@@ -668,8 +665,8 @@ def _dz_grads_by_rows(f, w, b, rows, block_b: int, block_v: int, columns: int, b
 def vocab_chunk_tiles(num_v: int, num_b: int, tuning: LoopTuning, whole_splits: bool) -> int:
   """Vocabulary tiles in each chunk of dz_axis='vocab' but a shorter last one: num_v in at most dz_chunks
   chunks; whole_splits (the Mosaic GPU form, whose dz pass runs as many vocabulary splits as divide a chunk's
-  tiles evenly): rounded up to a multiple of the splits it wants, so that it runs them all. On the H200
-  (2026-11-27) 300,032 columns (2,344 tiles) in 8 chunks of 293, a prime, ran one split, 64 programs on 132
+  tiles evenly): rounded up to a multiple of the splits it wants, so that it runs them all. On an H200
+  300,032 columns (2,344 tiles) in 8 chunks of 293, a prime, ran one split, 64 programs on 132
   multiprocessors: 0.71x the speed of 4 chunks, where 2 of the 4 splits of 586 tiles ran."""
   per_chunk = -(-num_v // min(tuning.dz_chunks, num_v))
   if whole_splits:

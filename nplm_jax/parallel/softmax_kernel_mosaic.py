@@ -99,7 +99,7 @@ def mosaic_block_v(features: int, itemsize: int, shared_bytes: int, stages: int 
   """The widest vocabulary tile of 128, 64 and 32 whose program fits in shared memory by shared_bytes_needed's
   count (256 holds a [64, 256] float32 tile in a warpgroup's registers: a tuning to time, not a default;
   32 is for float32 operands, whose tiles are twice the bytes: 32 at K = 320 in 2 stages, 172 KiB);
-  UserError where none does. No margin beyond the count's own 4 KiB: on the H100 (2026-11-26) tiles of
+  UserError where none does. No margin beyond the count's own 4 KiB: on an H100 tiles of
   128 at K = 320 in bfloat16, 2 stages (225 of its 227 KiB by this count), compiled and ran the output
   layer 1.6x as fast as tiles of 64, which a 10% margin had chosen."""
   for block_v in (128, 64, 32):
