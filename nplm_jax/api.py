@@ -7,8 +7,9 @@
 The same run and the same figures as nplm-train, which is built on these functions: resumable (a
 second call on the workdir goes on from its latest checkpoint, or returns the results of a finished
 run), checkpointed, one results.json. A bad config, value or workdir raises nplm_jax.UserError with
-the line the command prints. Nothing here installs signal handlers or exits the process: an
-interrupted train() raises KeyboardInterrupt, and calling it again resumes.
+the line the command prints. Nothing here leaves a signal handler installed or exits the process: while
+train() trains, Ctrl-C saves the step in progress and then raises KeyboardInterrupt, and calling it again
+resumes from that step.
 """
 
 import difflib
@@ -151,4 +152,10 @@ def train(config: ml_collections.ConfigDict | str, workdir: str | os.PathLike) -
   config_lib.validate(config)
   corpora.check_corpus_files(config.data)
   prepare_devices(config, workdir)
-  return run_training(config, workdir, catch_signals=False)
+  try:
+    # Ctrl-C (a notebook's interrupt) saves the step in progress, as nplm-train does, then reaches the caller as
+    # KeyboardInterrupt; the process's own handlers are back in place once training returns or stops.
+    return run_training(config, workdir, catch_signals=True)
+  except train_lib.Preempted as stop:
+    raise KeyboardInterrupt(str(stop).replace('run the same command to resume',
+                                              'call nplm_jax.train again to resume')) from None

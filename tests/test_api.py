@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import nplm_jax
+from tests import side_by_side
 from tests import warm_python
 
 pytestmark = pytest.mark.slow
@@ -322,6 +323,51 @@ def test_train_in_a_notebook_gives_the_commands_run_and_touches_no_signal(traine
   assert ran['again'] == ran['results']
   for key in ('valid_ppl', 'test_ppl', 'step'):
     assert ran['results'][key] == from_cli[key], key
+
+
+INTERRUPTED = textwrap.dedent('''
+    import json, os, pathlib, signal, sys, threading, time
+    import nplm_jax
+    workdir, overrides = sys.argv[1], json.loads(sys.argv[2])
+    config = nplm_jax.get_config('experiments/text.py:tiny', overrides)
+    handlers = lambda: (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+    before = handlers()
+
+    def interrupt_once_training():
+      metrics = pathlib.Path(workdir, 'metrics.jsonl')
+      while not (metrics.exists() and metrics.read_text().strip()):  # the first progress line: training runs
+        time.sleep(0.01)
+      os.kill(os.getpid(), signal.SIGINT)
+    if sys.argv[3] == 'interrupt':
+      threading.Thread(target=interrupt_once_training, daemon=True).start()
+    try:
+      nplm_jax.train(config, workdir)
+      stopped = None
+    except KeyboardInterrupt as e:
+      stopped = str(e)
+    assert handlers() == before, (before, handlers())
+    resumed = nplm_jax.train(config, workdir)
+    print(json.dumps({'stopped': stopped, 'resumed': resumed}))
+''')
+
+
+def test_an_interrupted_train_saves_its_step_and_resumes_to_the_uninterrupted_figures(trained, tmp_path):
+  """Ctrl-C inside nplm_jax.train: the step in progress saved, KeyboardInterrupt raised, the handlers as they were;
+  train() again resumes from that step and ends on the figures of a run never interrupted."""
+  files = trained['files']
+  overrides = {f'data.{s}_file': files[s] for s in ('train', 'valid', 'test')}
+  overrides.update({'train.max_steps': 2000, 'train.log_every': 10, 'train.eval_every': 1000, 'mesh.cpu_devices': 1})
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  runs = {name: [sys.executable, '-c', INTERRUPTED, str(tmp_path / name), json.dumps(overrides), name]
+          for name in ('interrupt', 'whole')}
+  procs = side_by_side.run(runs, REPO, env, timeout=600)
+  ran, whole = (json.loads(procs[name].stdout.splitlines()[-1]) for name in ('interrupt', 'whole'))
+  assert ran['stopped'] and 'SIGINT' in ran['stopped'] and 'call nplm_jax.train again' in ran['stopped'], ran
+  assert 'resumed from step' in procs['interrupt'].stdout, procs['interrupt'].stdout[-2000:]
+  assert whole['stopped'] is None
+  whole = whole['resumed']
+  for key in ('valid_ppl', 'test_ppl', 'step'):
+    assert ran['resumed'][key] == whole[key], key
 
 
 def test_a_device_count_fixed_by_an_earlier_start_of_jax_is_said(trained):
