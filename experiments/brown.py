@@ -14,7 +14,7 @@ the mixture of a finished odd-row run needs no retraining: python -m nplm_jax.to
 Sweeps (python -m launch.sweep --config=experiments/brown.py --sweep=NAME): see get_sweep.
 """
 
-from nplm_jax.config import COSINE_4_EPOCHS, apply_overrides, base_config, cumulative_overrides
+from nplm_jax.config import COSINE_TO_ZERO, apply_overrides, base_config, cumulative_overrides
 
 # The paper's network rows (without the trigram mixture): n, h, m, direct connections.
 VARIANTS = {
@@ -77,7 +77,7 @@ SMOKE = {**QUICK, 'train.max_steps': 300, 'train.log_every': 100}
 # The lowest test perplexity on Brown (RESULTS.md, three seeds): the revisited family's top row with
 # dropout 0.5, weight decay 0.4, a cosine over 6 epochs and a moving average of the parameters.
 BEST = ('ladder5_dropout', {'model.feature_dropout': 0.5, 'model.hidden_dropout': 0.5, 'optimizer.weight_decay': 0.4,
-                            **COSINE_4_EPOCHS, 'train.num_epochs': 6, 'optimizer.ema_decay': 0.999})
+                            **COSINE_TO_ZERO, 'train.num_epochs': 6, 'optimizer.ema_decay': 0.999})
 
 
 def get_config(variant: str = 'mlp1'):

@@ -11,7 +11,7 @@ experiments/ptb.py:best and experiments/ptb.py:char_best are the lowest test fig
 
 import os
 
-from nplm_jax.config import CHAR_REVISITED, COSINE_4_EPOCHS, apply_overrides, base_config, char_level, cumulative_overrides
+from nplm_jax.config import CHAR_REVISITED, COSINE_TO_ZERO, apply_overrides, base_config, char_level, cumulative_overrides
 
 
 def get_config(arg: str = ''):
@@ -105,7 +105,7 @@ REFERENCE_OPTIONS = [
 # every 2,000 steps as the recorded run was.
 BEST = {'best': ('ladder5_dropout', {}),
         'char_best': ('char_ladder5_dropout', {'model.feature_dropout': 0.1, 'model.hidden_dropout': 0.1,
-                                               **COSINE_4_EPOCHS, 'train.num_epochs': 8, 'train.eval_every': 2000})}
+                                               **COSINE_TO_ZERO, 'train.num_epochs': 8, 'train.eval_every': 2000})}
 
 
 def ladder_config(row: str):

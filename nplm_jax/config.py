@@ -181,20 +181,21 @@ def base_config() -> ml_collections.ConfigDict:
   # by each step after its update, carried to the next step, instead of each step casting the layer's rows
   # (a pass over them: 480 MB read and written at the research size): 'rows' (its weight rows, the matmuls'
   # operand) or 'whole' (bias row included: the shape of the update, which XLA may then write it with).
-  # The same numbers within float32's rounding; 'off' until a GPU times them (steps.train_resident_steps).
+  # The same numbers within float32's rounding; 'off' on every backend: a CPU matmul casts its operands itself,
+  # and no GPU has timed it (steps.train_resident_steps; docs/accelerators.md, "Defaults by backend").
   c.train.carry_cast_layer = 'off'
   # With bfloat16 matmuls and the exact softmax: 'bfloat16' rounds the output layer's gradient to bfloat16
   # where its matmul writes it (f^T dlogits, still summed in float32), so that matmul writes half the bytes
   # and the update reads half (0.32 GB less a step at the research size), and sums it over 'data' in
   # bfloat16. Test perplexity within 0.01% on the CPU (RESULTS.md), which saves nothing (XLA there rounds
-  # after a float32 matmul); 'float32' until a GPU times it (vocab_softmax._layer_gradient; the fused
+  # after a float32 matmul); 'float32' on every backend, no GPU having timed it (vocab_softmax._layer_gradient; the fused
   # kernels' dz in chunks of the vocabulary write it so too: half the layer's size fewer temporaries).
   c.train.output_layer_gradient_dtype = 'float32'
   # How XLA's paths make that gradient's matmul, every form the same numbers (vocab_softmax.GRADIENT_FORMS):
   # 'as_traced' (dlogits made where both matmuls read them; f with one column of zeros: K + 1 rows),
   # 'dlogits_apart' (made once behind a barrier), 'rows_padded' (K + 1 rounded up to a multiple of 8 rows),
-  # or both. The H200 ran the research size's at 1.15 TB/s, far from its bounds: 'as_traced' until a GPU
-  # times the others (benchmarks/gradient_matmul.py alone, gpu_figures.sh loop in the step).
+  # or both. The H200 ran the research size's at 1.15 TB/s, far from its bounds: 'as_traced' on every backend,
+  # the others not timed on a GPU (benchmarks/gradient_matmul.py alone, gpu_figures.sh loop in the step).
   c.train.output_layer_gradient_form = 'as_traced'
   # A sampled loss's step on the output layer: 'dense' (its gradient a [K + 1, |V|] array, then the
   # optimiser's pass over it), 'sampled_columns' (the gradient of the scored columns alone, added after the
@@ -267,10 +268,11 @@ CHAR_REVISITED = {'model.kind': 'revisited', 'model.n': 41, 'model.depth': 4, 'm
                   'model.feature_dropout': 0.1, 'model.hidden_dropout': 0.1, 'optimizer.warmup_steps': 1000,
                   'mesh.axis_rules.hidden': 'model', 'mesh.axis_rules.distant': 'model'}
 CHAR_TRAINING = {'optimizer.name': 'adamw', 'train.batch_size': 512, 'train.num_epochs': 10, 'train.patience': 2}
-# AdamW's rate along a cosine to 0 over 4 epochs (Sun & Iyyer's schedule) instead of halvings at stalls:
-# the run's end, not patience, stops it, and its best validation step is the one tested. On Brown's CPU
-# run (RESULTS.md) its best came at 3.0 epochs, 2% below the halved run's best at 5.0.
-COSINE_4_EPOCHS = {'optimizer.cosine_decay_steps': -1, 'train.num_epochs': 4, 'train.anneal_factor': 0.0,
+# AdamW's rate along a cosine to 0 over the run's epochs (Sun & Iyyer's schedule; 4 unless train.num_epochs
+# says otherwise) instead of halvings at stalls: the run's end, not patience, stops it, and its best validation
+# step is the one tested. On Brown's CPU run (RESULTS.md) its best came at 3.0 of 4 epochs, 2% below the halved
+# run's best at 5.0.
+COSINE_TO_ZERO = {'optimizer.cosine_decay_steps': -1, 'train.num_epochs': 4, 'train.anneal_factor': 0.0,
                    'train.patience': 0}
 
 

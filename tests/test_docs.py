@@ -91,3 +91,10 @@ def test_results_file_names_carry_no_run_tags():
   assert not tagged, tagged
   attempts = [n for n in names if re.search(r'_seed\d+_\d+\.json', n)]  # a second try is named by what differs
   assert not attempts, attempts
+
+
+def test_the_best_configs_differences_from_the_defaults_are_current():
+  """docs/configs.md's table of what each named best changes is what the configs resolve to today."""
+  from launch import config_diff  # pylint: disable=g-import-not-at-top
+  assert config_diff.main(['--check']) == 0, 'run python -m launch.config_diff --write'
+  assert ('model.kind', 'bengio2003', 'revisited') in config_diff.differences('experiments/brown.py:best')
