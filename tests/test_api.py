@@ -391,7 +391,9 @@ def test_a_device_count_fixed_by_an_earlier_start_of_jax_is_said(trained):
   proc = subprocess.run([sys.executable, '-c', script, trained['path'], ], cwd=REPO, env=env, capture_output=True,
                         text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
-  wanted = trained['lm'].trained.run.mesh.devices.size
+  from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.parallel import sharding  # pylint: disable=g-import-not-at-top
+  wanted = sharding.host_device_count(config_lib.requested_cpu_devices(trained['lm'].config), sharding.usable_cores())
   said = proc.stdout.strip()
   assert ('JAX started in this process with 1 CPU device(s)' in said) == (wanted > 1), (wanted, said)
 

@@ -182,7 +182,7 @@ CASES = [
     ('config_syntax_error', lambda w: ['nplm_jax.main', f'--config={w["broken"]}', f'--workdir={w["base"] / "new"}'],
      'syntax error at line 1'),
     ('no_brown_data', lambda w: ['nplm_jax.main', '--config=experiments/brown.py', f'--workdir={w["base"] / "new"}'],
-     'Brown corpus was not found', {'NLTK_DATA': '{base}/no_such_folder'}),
+     "no_such_folder' names no folder", {'NLTK_DATA': '{base}/no_such_folder'}),
     ('no_ptb_folder', lambda w: ['nplm_jax.main', '--config=experiments/ptb.py', f'--workdir={w["base"] / "new"}',
                                  f'--config.data.path={w["base"]}/no_such_folder'], 'no_such_folder\' is not a folder'),
     # Binary and inconsistent inputs, values bounded by the corpus and machine

@@ -410,7 +410,7 @@ def test_cli_end_to_end_writes_results(tiny_files, tmp_path):
 @pytest.mark.parametrize('args,env,match', [
     (['--config=experiments/brown.py', '--config.model.hh=3'], {}, '--config.model.hh is not a config key'),
     (['--config=experiments/brown.py:mlp11'], {}, "unknown Brown variant 'mlp11'"),
-    (['--config=experiments/brown.py'], {'NLTK_DATA': '{tmp}/no_such_folder'}, 'Brown corpus was not found'),
+    (['--config=experiments/brown.py'], {'NLTK_DATA': '{tmp}/no_such_folder'}, "no_such_folder' names no folder"),
     (['--config=experiments/ptb.py', '--config.data.path={tmp}/no_such_folder'], {}, 'data.path'),
     (['--config=experiments/brown.py', '--config.model.n=1'], {}, 'model.n=1'),
 ])
