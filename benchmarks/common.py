@@ -213,3 +213,13 @@ def time_train_step(config, vocab: int, mesh, steps: int, repeats: int) -> dict:
           'train_tokens_per_sec': round(batch_size / seconds, 1), **memory_mib(executable),
           'output_layer_mib_per_device': round(
               holder[0].params[output_layer.OUTPUT].addressable_shards[0].data.nbytes / 2**20, 2)}
+
+
+def zipf_lines(rng: np.random.Generator, vocab: int, count: int) -> list[str]:
+  """`count` lines of 5-40 words w0 ... w{vocab-1}, drawn with probability proportional to 1/rank."""
+  probs = 1.0 / np.arange(1, vocab + 1)
+  probs /= probs.sum()
+  lengths = rng.integers(5, 41, size=count)
+  ids = rng.choice(vocab, size=int(lengths.sum()), p=probs)
+  cuts = np.cumsum(lengths)[:-1]
+  return [' '.join(f'w{i}' for i in line) for line in np.split(ids, cuts)]

@@ -31,21 +31,12 @@ flags.DEFINE_integer('seed', 0, 'Seed of the synthetic corpus.')
 FLAGS = flags.FLAGS
 
 
-def zipf_lines(rng: np.random.Generator, vocab: int, count: int) -> list[str]:
-  """`count` lines of 5-40 words w0 ... w{vocab-1}, drawn with probability proportional to 1/rank."""
-  probs = 1.0 / np.arange(1, vocab + 1)
-  probs /= probs.sum()
-  lengths = rng.integers(5, 41, size=count)
-  ids = rng.choice(vocab, size=int(lengths.sum()), p=probs)
-  cuts = np.cumsum(lengths)[:-1]
-  return [' '.join(f'w{i}' for i in line) for line in np.split(ids, cuts)]
-
-
 def main(argv):
   del argv
   import jax  # pylint: disable=g-import-not-at-top
   import nplm_jax  # pylint: disable=g-import-not-at-top
   from benchmarks import common  # pylint: disable=g-import-not-at-top
+  zipf_lines = common.zipf_lines
   rng = np.random.default_rng(FLAGS.seed)
   folder = tempfile.mkdtemp(prefix='nplm_score_sentences_')
   files = {}

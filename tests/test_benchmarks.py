@@ -334,3 +334,9 @@ def test_side_by_side_refuses_a_form_without_a_name():
   proc = subprocess.run([sys.executable, os.path.join('benchmarks', 'side_by_side.py'), '--form=--config.mesh.cpu_devices=1',
                          '--form=b:'], cwd=REPO, capture_output=True, text=True, timeout=60)
   assert proc.returncode == 2 and 'needs a name, a colon and its overrides' in proc.stderr
+
+
+def test_load_memory_prints_the_rss_of_every_load_and_its_growth():
+  rows = run('load_memory.py', '--loads=3', '--workdirs=2', '--vocab=200')
+  assert [r['way'] for r in rows[:-1]] == ['closed'] * 3 + ['never_closed'] * 3 and all(r['rss_mib'] > 0 for r in rows[:-1])
+  assert {'rss_growth_mib_closed', 'rss_growth_mib_never_closed'} <= set(rows[-1])
