@@ -23,11 +23,12 @@ LEFT_OUT = ('name', 'data.path')
 _SECTION = re.compile(r'(<!-- config_diff -->\n)(.*?)(<!-- /config_diff -->)', re.S)
 
 
-def _leaves(tree: dict, prefix: str = '') -> dict:
+def leaves(tree: dict, prefix: str = '') -> dict:
+  """A nested dict's leaves by dotted key: {'train.batch_size': 128, ...}."""
   out = {}
   for key, value in tree.items():
     if isinstance(value, dict):
-      out.update(_leaves(value, f'{prefix}{key}.'))
+      out.update(leaves(value, f'{prefix}{key}.'))
     else:
       out[f'{prefix}{key}'] = value
   return out
@@ -37,8 +38,8 @@ def differences(name: str) -> list[tuple[str, object, object]]:
   """(key, default, the config's value) for every key the named config sets otherwise than base_config."""
   import nplm_jax  # pylint: disable=g-import-not-at-top
   from nplm_jax import config as config_lib  # pylint: disable=g-import-not-at-top
-  base = _leaves(json.loads(config_lib.base_config().to_json()))
-  named = _leaves(json.loads(nplm_jax.get_config(name).to_json()))
+  base = leaves(json.loads(config_lib.base_config().to_json()))
+  named = leaves(json.loads(nplm_jax.get_config(name).to_json()))
   return [(k, base.get(k), v) for k, v in sorted(named.items()) if base.get(k) != v and k not in LEFT_OUT]
 
 

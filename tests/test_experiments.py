@@ -8,6 +8,7 @@ import pytest
 
 from nplm_jax import config as config_lib
 from nplm_jax.errors import UserError
+from launch.config_diff import leaves
 
 pytestmark = [pytest.mark.fast, pytest.mark.unit]
 
@@ -24,16 +25,6 @@ BEST_RUNS = [
     ('experiments/ptb.py:best', 'ptb_ladder_1170s_ladder5_dropout_seed0'),
     ('experiments/ptb.py:char_best', 'ptb_char_tune_char_tune0_dropout0.1_cosine8_seed0'),
 ]
-
-
-def leaves(tree: dict, prefix: str = '') -> dict:
-  out = {}
-  for key, value in tree.items():
-    if isinstance(value, dict):
-      out.update(leaves(value, f'{prefix}{key}.'))
-    else:
-      out[f'{prefix}{key}'] = value
-  return out
 
 
 def read_record(name: str) -> dict:
