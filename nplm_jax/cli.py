@@ -126,7 +126,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 CONFIG_EPILOG = ('--config.SECTION.KEY=VALUE sets any key of the config (e.g. --config.train.batch_size=512); '
-                 '--print_config (nplm-train) lists every key with its value and meaning; defaults and comments: '
+                 '--print_config (nplm-train) lists the keys a run sets with their values and meanings (=all: the '
+                 'tuning knobs too); defaults and comments: '
                  'nplm_jax/config.py')
 
 

@@ -353,8 +353,34 @@ def key_comments() -> dict[str, str]:
   return comments
 
 
-def describe(config: ml_collections.ConfigDict) -> str:
-  """The resolved config, a key a line with its value and its comment (--print_config)."""
+# The tuning knobs: keys that choose how the same numbers are computed, placed or fed (speed, memory,
+# determinism), Brown's fixed split sizes, and the placement and joining of devices and processes. --print_config
+# lists the keys a run sets and names these only by count (--print_config=all lists them too); docs/configs.md
+# gives them a table of their own.
+ADVANCED_KEYS = frozenset({
+    'data.train_tokens', 'data.valid_tokens',
+    'model.embed_scale', 'model.initialiser', 'model.first_hidden', 'model.feature_dropout_at',
+    'model.embedding_gradient', 'model.distant_gradient', 'model.vocab_pad_multiple', 'model.matmul_precision',
+    'model.unigram_bias_init',
+    'optimizer.mu_dtype', 'optimizer.nu_dtype',
+    'train.chunk_size', 'train.vocab_block', 'train.softmax_kernel', 'train.softmax_kernel_tuning',
+    'train.device_data', 'train.steps_per_dispatch', 'train.carry_cast_layer', 'train.output_layer_gradient_dtype',
+    'train.output_layer_gradient_form', 'train.output_layer_update', 'train.deterministic', 'train.profile_steps',
+    'train.compilation_cache_dir', 'train.input_threads', 'train.check_memory', 'train.eval_batch_size',
+    'mix.max_memory_gb',
+    'mesh.cpu_devices', 'mesh.axis_rules.vocab', 'mesh.axis_rules.hidden', 'mesh.axis_rules.words',
+    'mesh.axis_rules.embed', 'mesh.axis_rules.context', 'mesh.axis_rules.features', 'mesh.axis_rules.kernels',
+    'mesh.axis_rules.distant',
+    'distributed.initialize', 'distributed.coordinator_address', 'distributed.num_processes',
+    'distributed.process_id', 'distributed.timeout_seconds',
+})
+
+
+def describe(config: ml_collections.ConfigDict, advanced: bool = False) -> str:
+  """The resolved config, a key a line with its value and its comment (--print_config): the keys a run sets and
+  the tuning knobs (ADVANCED_KEYS) this config sets otherwise than the defaults; with `advanced` every knob, else a
+  last line counting those left out."""
+  defaults = base_config()
   comments = key_comments()
   lines = []
 
@@ -364,10 +390,24 @@ def describe(config: ml_collections.ConfigDict) -> str:
       if isinstance(value, ml_collections.ConfigDict):
         walk(value, f'{key}.')
         continue
+      if key in ADVANCED_KEYS and not advanced and _value_at(defaults, key) == value:
+        hidden.append(key)
+        continue
       comment = comments.get(key, '')
       lines.append(f'{key} = {value!r}' + (f'  # {comment}' if comment else ''))
+  hidden = []
   walk(config, '')
+  if hidden:
+    lines.append(f'# and {len(hidden)} tuning knobs at their defaults (--print_config=all lists them; docs/configs.md, '
+                 '"Advanced: tuning knobs")')
   return '\n'.join(lines)
+
+
+def _value_at(config: ml_collections.ConfigDict, key: str):
+  node = config
+  for name in key.split('.'):
+    node = node[name]
+  return node
 
 
 def apply_overrides(config: ml_collections.ConfigDict, overrides: dict) -> ml_collections.ConfigDict:

@@ -51,8 +51,9 @@ def parse_args(argv=None):
                                     description=__doc__)
   parser.add_argument('--workdir', default='', help='folder (or gs://...) for checkpoints, metrics and results.json '
                       '(default: runs/NAME, or runs/NAME-HASH when --config.* overrides change the run)')
-  parser.add_argument('--print_config', action='store_true',
-                      help='print the resolved config, each key with its value and meaning, and exit')
+  parser.add_argument('--print_config', nargs='?', const='keys', default=None, choices=['keys', 'all'],
+                      help="print the resolved config, each key a run sets with its value and meaning, and exit; "
+                           "'all': the tuning knobs too")
   return parser.parse_args(argv)
 
 
@@ -91,7 +92,7 @@ def main(argv=None):
   args = parse_args(argv)
   config = args.config
   if args.print_config:
-    print(config_lib.describe(config))
+    print(config_lib.describe(config, advanced=args.print_config == 'all'))
     return
   workdir = args.workdir or default_workdir(config, args.config_args)
   try:

@@ -95,3 +95,20 @@ def test_get_config_refuses_bad_arguments_in_one_line_naming_them(config, overri
   with pytest.raises(nplm_jax.UserError) as e:
     nplm_jax.get_config(config, overrides)
   assert message in str(e.value) and '\n' not in str(e.value)
+
+
+def test_print_config_lists_the_keys_a_run_sets_and_counts_the_tuning_knobs():
+  config = config_lib.base_config()
+  keys_only, everything = config_lib.describe(config), config_lib.describe(config, advanced=True)
+  assert 'train.batch_size = 128' in keys_only and 'train.softmax_kernel =' not in keys_only
+  assert f'# and {len(config_lib.ADVANCED_KEYS)} tuning knobs' in keys_only.splitlines()[-1]
+  assert 'train.softmax_kernel =' in everything and 'tuning knobs at their defaults' not in everything
+  assert len(everything.splitlines()) == len(keys_only.splitlines()) - 1 + len(config_lib.ADVANCED_KEYS)
+  config.train.softmax_kernel = 'xla'  # a knob set otherwise than the default is shown
+  assert "train.softmax_kernel = 'xla'" in config_lib.describe(config)
+
+
+def test_print_config_takes_all():
+  from nplm_jax import main  # pylint: disable=g-import-not-at-top
+  assert main.parse_args(['--config=experiments/text.py:tiny', '--print_config']).print_config == 'keys'
+  assert main.parse_args(['--config=experiments/text.py:tiny', '--print_config=all']).print_config == 'all'

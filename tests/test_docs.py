@@ -80,6 +80,9 @@ def test_the_key_reference_lists_every_config_key_with_its_default():
   assert set(listed) == set(defaults), (set(defaults) - set(listed), set(listed) - set(defaults))
   wrong = {key: shown for key, shown in rows if shown != repr(defaults[key])}
   assert not wrong, wrong
+  text = read('docs/configs.md')
+  advanced = re.findall(r'^\| `([\w.]+)` \| `', text[text.index('## Advanced: tuning knobs'):], re.M)
+  assert set(advanced) == config_lib.ADVANCED_KEYS  # the page's second table is what --print_config leaves out
 
 
 def test_results_file_names_carry_no_run_tags():
