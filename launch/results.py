@@ -198,8 +198,8 @@ TABLES = {
                                    ('+ n-gram test bits/char', _Figure('mix_test_ppl', 3, of=math.log2))),
 }
 # A transcribed row trained again from today's code, each seed its own results file: beside the seeds' summary.
-TABLES['seeds_rerun'] = [('run', _label), ('epochs', _num('epochs', 0)), ('wall s', _num('wall_seconds', 0, per_device=True)),
-                         ('valid ppl', _num('valid_ppl')), ('test ppl', _num('test_ppl')), _SEED, ('device', _device_of)]
+TABLES['seeds_rerun'] = [('run', _label), ('epochs', _num('epochs', 0)), ('valid ppl', _num('valid_ppl')),
+                         ('test ppl', _num('test_ppl')), _SEED, ('device', _device_of)]
 # A ladder's tuning and time-budget points: the study page's table, with the ladder's columns.
 TABLES.update({f'{table}_points': TABLES[table] for table in ('ladder', 'char_ladder')})
 
