@@ -101,3 +101,18 @@ def test_the_best_configs_differences_from_the_defaults_are_current():
   from launch import config_diff  # pylint: disable=g-import-not-at-top
   assert config_diff.main(['--check']) == 0, 'run python -m launch.config_diff --write'
   assert ('model.kind', 'bengio2003', 'revisited') in config_diff.differences('experiments/brown.py:best')
+
+
+def test_the_public_workflow_runs_ci_with_the_corpora_where_ci_reads_them():
+  """.github/workflows/ci.yml fetches the corpora into the folders .ci/run reads (../shared/data/nltk_data and
+  ../shared/data/ptb beside the clone) and runs .ci/run itself."""
+  import yaml  # pylint: disable=g-import-not-at-top
+  workflow = yaml.safe_load(read('.github/workflows/ci.yml'))
+  steps = workflow['jobs']['tests']['steps']
+  assert steps[-1]['run'].strip() == 'bash .ci/run'
+  fetch = next(s['run'] for s in steps if s.get('name') == 'Fetch the corpora')
+  ci = read('.ci/run')
+  assert 'shared_data="$(cd .. && pwd)/shared/data"' in ci and 'NLTK_DATA="$shared_data/nltk_data"' in ci
+  assert 'PTB_DIR="$shared_data/ptb"' in ci
+  assert 'data="$GITHUB_WORKSPACE/../shared/data"' in fetch and '"$data/nltk_data" brown' in fetch
+  assert all(f'ptb.{split}.txt' in fetch for split in ('train', 'valid', 'test')) and '"$data/ptb/"' in fetch
