@@ -33,10 +33,32 @@ if TYPE_CHECKING:
 def __getattr__(name: str):
   if name not in _EXPORTS:
     raise AttributeError(f'module nplm_jax has no attribute {name!r}')
-  value = getattr(importlib.import_module(_EXPORTS[name]), name)
+  value = getattr(_import_whole(_EXPORTS[name]), name)
   globals()[name] = value  # once: later look-ups find it directly
   return value
 
 
 def __dir__():
   return sorted(list(globals()) + __all__)
+
+
+def _import_whole(module: str):
+  """Imports `module` (JAX and all: seconds, the first time) with Ctrl-C held until the import is done: an
+  interrupt in the middle of JAX's import would leave it half-imported for the rest of the process (a notebook's
+  kernel then fails every later call). The interrupt is raised once the import is in, and SIGINT's handler is
+  the caller's again."""
+  import signal  # pylint: disable=g-import-not-at-top
+  import threading  # pylint: disable=g-import-not-at-top
+  previous = signal.getsignal(signal.SIGINT)
+  if threading.current_thread() is not threading.main_thread() or previous is None:
+    return importlib.import_module(module)  # only the main thread sets handlers; None: one set outside Python
+  asked = []
+  signal.signal(signal.SIGINT, lambda signum, frame: asked.append(signum))
+  try:
+    imported = importlib.import_module(module)
+  finally:
+    signal.signal(signal.SIGINT, previous)
+  if asked:
+    raise KeyboardInterrupt('interrupted while nplm_jax imported its modules; the import finished, so the next call '
+                            'works')
+  return imported

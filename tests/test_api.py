@@ -414,6 +414,30 @@ def test_a_second_load_compiles_nothing(trained):
   assert compiled == []
 
 
+def test_an_interrupt_during_the_first_import_leaves_the_process_usable():
+  """Ctrl-C while the first call imports JAX: KeyboardInterrupt once the import is done, the handler the caller's
+  again, and the next call works (a half-imported JAX failed every later call with "no attribute 'core'")."""
+  script = textwrap.dedent('''
+      import os, signal, sys, threading, time
+      import nplm_jax
+      before = signal.getsignal(signal.SIGINT)
+      threading.Timer(0.05, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+      try:
+        nplm_jax.get_config('experiments/text.py:tiny')
+        print('not interrupted')
+      except KeyboardInterrupt:
+        print('interrupted')
+      assert signal.getsignal(signal.SIGINT) is before
+      import jax
+      assert hasattr(jax, 'core') and nplm_jax.get_config('experiments/text.py:tiny').name
+      print('usable')
+  ''')
+  proc = subprocess.run([sys.executable, '-c', script], cwd=REPO, env=dict(os.environ, JAX_PLATFORMS='cpu'),
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert proc.stdout.split() == ['interrupted', 'usable'], proc.stdout
+
+
 def test_importing_the_package_imports_no_jax():
   proc = subprocess.run([sys.executable, '-c', 'import sys, nplm_jax; print("jax" in sys.modules)'], cwd=REPO,
                         capture_output=True, text=True, timeout=60)
