@@ -22,7 +22,7 @@ import ml_collections
 
 from nplm_jax import config as config_lib
 from nplm_jax.data import corpora
-from nplm_jax.errors import UserError
+from nplm_jax.errors import UserError, a_kind
 from nplm_jax.files import metrics
 from nplm_jax.files import workdir as workdir_lib
 from nplm_jax.parallel import backend
@@ -49,7 +49,7 @@ def get_config(config: str, overrides: Mapping[str, Any] | None = None) -> ml_co
   if not isinstance(config, str):
     raise UserError(f"config={config!r} is not an experiment's name; give one such as 'experiments/brown.py:smoke'")
   if overrides is not None and not isinstance(overrides, Mapping):
-    raise UserError(f'overrides is {_a(type(overrides))}; give a dict of dotted keys and values, such as '
+    raise UserError(f'overrides is {a_kind(overrides)}; give a dict of dotted keys and values, such as '
                     "{'train.batch_size': 256}")
   loaded = _named_config(config)
   for key, value in (overrides or {}).items():
@@ -94,16 +94,11 @@ def _override(config: ml_collections.ConfigDict, key: str, value: Any) -> None:
   if isinstance(value, str) and not isinstance(current, str):
     value = _from_text(key, value, type(current))
   if isinstance(value, bool) != isinstance(current, bool):
-    raise UserError(f'overrides[{key!r}]={value!r}: the key takes {_a(type(current))}')
+    raise UserError(f'overrides[{key!r}]={value!r}: the key takes {a_kind(current)}')
   try:
     node[leaf] = value
   except TypeError:
-    raise UserError(f'overrides[{key!r}]={value!r}: the key takes {_a(type(current))}') from None
-
-
-def _a(kind: type) -> str:
-  """'an int', 'a float': a type's name for a message."""
-  return f"{'an' if kind.__name__[0] in 'aeiou' else 'a'} {kind.__name__}"
+    raise UserError(f'overrides[{key!r}]={value!r}: the key takes {a_kind(current)}') from None
 
 
 _TRUE, _FALSE = ('true', 't', '1', 'yes'), ('false', 'f', '0', 'no')
@@ -118,7 +113,7 @@ def _from_text(key: str, text: str, kind: type) -> Any:
       raise ValueError(text)
     return kind(text)
   except ValueError:
-    raise UserError(f'overrides[{key!r}]={text!r} is not {_a(kind)}') from None
+    raise UserError(f'overrides[{key!r}]={text!r} is not {a_kind(kind)}') from None
 
 
 def prepare_devices(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> None:
@@ -147,7 +142,7 @@ def train(config: ml_collections.ConfigDict | str, workdir: str | os.PathLike) -
   if isinstance(config, str):
     config = get_config(config)
   elif not isinstance(config, ml_collections.ConfigDict):
-    raise UserError(f"config is {_a(type(config))}; give a ConfigDict (nplm_jax.get_config) or an experiment's "
+    raise UserError(f"config is {a_kind(config)}; give a ConfigDict (nplm_jax.get_config) or an experiment's "
                     "name such as 'experiments/brown.py:smoke'")
   config_lib.validate(config)
   corpora.check_corpus_files(config.data)

@@ -28,7 +28,7 @@ import numpy as np
 
 from nplm_jax.data import corpora as data_lib
 from nplm_jax.data import text_input
-from nplm_jax.errors import UserError
+from nplm_jax.errors import UserError, a_kind
 from nplm_jax.tools import extend as extend_lib
 from nplm_jax.tools import sample as sample_lib
 from nplm_jax.tools import score as score_lib
@@ -45,7 +45,7 @@ Text = str | Sequence[str] | os.PathLike | io.TextIOBase
 def _lines(text, argument: str = 'text') -> list[str]:
   """A string's lines, a list's items, or a file's lines (a pathlib.Path or an open file), each without a
   byte-order mark at its start; one line of error for anything else."""
-  if isinstance(text, (os.PathLike, io.IOBase)) or hasattr(text, 'read'):
+  if _is_file(text):
     return _file_lines(text, argument)
   if isinstance(text, (bytes, bytearray)):
     raise UserError(f"{argument} is bytes; decode it first ({argument}.decode('utf-8')) or give a pathlib.Path")
@@ -55,11 +55,11 @@ def _lines(text, argument: str = 'text') -> list[str]:
                     f'pathlib.Path({text!r}) to read the file', UserWarning, stacklevel=3)
     return text.removeprefix('\ufeff').splitlines()
   if not isinstance(text, Sequence):
-    raise UserError(f'{argument} is {_a(text)}; give a string, a list of strings, a pathlib.Path or an open file')
+    raise UserError(f'{argument} is {a_kind(text)}; give a string, a list of strings, a pathlib.Path or an open file')
   lines = list(text)
   for line in lines:
     if not isinstance(line, str):
-      raise UserError(f'{argument} is a list holding {_a(line)}; give a string or a list of strings')
+      raise UserError(f'{argument} is a list holding {a_kind(line)}; give a string or a list of strings')
   return [line.removeprefix('\ufeff') for line in lines]
 
 
@@ -75,12 +75,6 @@ def _file_lines(file, argument: str) -> list[str]:
 
 def _is_file(text) -> bool:
   return isinstance(text, (os.PathLike, io.IOBase)) or hasattr(text, 'read')
-
-
-def _a(value) -> str:
-  """'an int', 'a NoneType': a value's type for a message."""
-  name = type(value).__name__
-  return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def _whole_number(value, argument: str) -> int:
@@ -105,8 +99,13 @@ def _flag(value, argument: str) -> bool:
 _FLAG_NAME = re.compile(r'(?<![\w-])--(?!config\.)([a-z]\w*)')
 
 
+def _in_argument_words(error: UserError) -> UserError:
+  """A command's one-line error with its flags named as the API's arguments (--top_p=1.5 -> top_p=1.5)."""
+  return type(error)(_FLAG_NAME.sub(r'\1', str(error)))
+
+
 def _in_api_words(method):
-  """The commands' one-line errors, their flags named as this method's arguments (--top_p=1.5 -> top_p=1.5)."""
+  """The method's errors in the API's words, unless the model serves a command (flag_messages)."""
   @functools.wraps(method)
   def wrapped(self, *args, **kwargs):
     try:
@@ -114,7 +113,7 @@ def _in_api_words(method):
     except UserError as e:
       if self.flag_messages:
         raise
-      raise type(e)(_FLAG_NAME.sub(r'\1', str(e))) from None
+      raise _in_argument_words(e) from None
   return wrapped
 
 
@@ -131,13 +130,13 @@ class LanguageModel:
   @classmethod
   def load(cls, workdir: str | os.PathLike, flag_messages: bool = False) -> 'LanguageModel':
     if not isinstance(workdir, (str, os.PathLike)):
-      raise UserError(f'workdir is {_a(workdir)}; give the folder of a training, e.g. runs/brown_quick')
+      raise UserError(f'workdir is {a_kind(workdir)}; give the folder of a training, e.g. runs/brown_quick')
     try:
       return cls(trained_lib.TrainedModel.load(os.fspath(workdir)), flag_messages)
     except UserError as e:
       if flag_messages:
         raise
-      raise type(e)(_FLAG_NAME.sub(r'\1', str(e))) from None
+      raise _in_argument_words(e) from None
 
   @property
   def trained(self) -> trained_lib.TrainedModel:
@@ -213,7 +212,7 @@ class LanguageModel:
   def tokenize(self, line: str) -> list[str]:
     """A line's tokens as the corpus reader made them (text and PTB corpora: <eos> at the end)."""
     if not isinstance(line, str):
-      raise UserError(f'line is {_a(line)}; give a string')
+      raise UserError(f'line is {a_kind(line)}; give a string')
     return self.trained.line_tokens(line.removeprefix('\ufeff'))
 
   def detokenize(self, tokens: Sequence[str]) -> str:
@@ -297,7 +296,7 @@ class LanguageModel:
   def next_words(self, context: str, topn: int = 10) -> list[tuple[str, float]]:
     """The `topn` most likely next words after `context`, with their probabilities, most likely first."""
     if not isinstance(context, str):
-      raise UserError(f'context is {_a(context)}; give the text the next word follows, as a string')
+      raise UserError(f'context is {a_kind(context)}; give the text the next word follows, as a string')
     topn = _whole_number(topn, 'topn')
     if topn < 1:
       raise UserError(f'topn={topn} is invalid; list at least 1 word')
@@ -362,7 +361,7 @@ def _sample_arguments(prompt, num_tokens, temperature, top_k, top_p, num_samples
   """The sampling arguments checked by type (an int as an int, True or False as a bool) and then by value, as
   nplm-sample checks its flags: here, not at the first word drawn."""
   if not isinstance(prompt, str):
-    raise UserError(f'prompt is {_a(prompt)}; give the text to continue, as a string')
+    raise UserError(f'prompt is {a_kind(prompt)}; give the text to continue, as a string')
   checked = (_whole_number(num_tokens, 'num_tokens'), _real_number(temperature, 'temperature'),
              _whole_number(top_k, 'top_k'), _real_number(top_p, 'top_p'), _whole_number(num_samples, 'num_samples'),
              _whole_number(seed, 'seed'), _flag(allow_unk, 'allow_unk'),
@@ -390,7 +389,7 @@ class KenlmView:
 
   def _scored(self, sentence: str, bos: bool, eos: bool) -> Scored:
     if not isinstance(sentence, str):
-      raise UserError(f'sentence is {_a(sentence)}; give one sentence as a string')
+      raise UserError(f'sentence is {a_kind(sentence)}; give one sentence as a string')
     _flag(bos, 'bos')
     scored = self._lm.score([sentence.replace('\n', ' ')], stream=False)[0]
     if not _flag(eos, 'eos') and scored.words and scored.words[-1] == data_lib.EOS:

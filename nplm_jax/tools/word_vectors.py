@@ -120,7 +120,7 @@ class WordVectors:
 
   def similar_by_vector(self, vector: np.ndarray, topn: int = 10) -> list[tuple[str, float]]:
     """The `topn` words of highest cosine to a vector [m] (none left out)."""
-    return self.most_similar(positive=[vector if isinstance(vector, (list, tuple)) else np.asarray(vector)], topn=topn)
+    return self.most_similar(positive=[np.asarray(vector)], topn=topn)
 
   def similarity(self, first: str, second: str) -> float:
     """The cosine of two words' vectors."""
