@@ -55,6 +55,13 @@ TABLE = {
         -1, None,
         'the 2003 model: one host device per core, each a block of the vocabulary (2-core CPU, Brown MLP1 at batch '
         '128: 8,083 tokens/s as a (1, 2) mesh against 3,925 on one device, 2.06x; benchmarks/parallel_step.py)'),
+    'mesh.cpu_devices, sampled loss': BackendDefault(
+        1, None,
+        "2-core AMD EPYC, text.py:quick (the 2003 model, NCE with 1,000 noise words, batch 512, the sampled columns' "
+        'update), three rounds side by side: one device trained 1.48x one per core at |V| 10,000 (47,052 against '
+        '31,731 tokens/s) and 2.55x at |V| 33,278 (27,299 against 10,706), evaluated 1.10x / 1.70x '
+        '(results/bench/host_devices_sampled.jsonl); one per core, the replicated C\'s dense gradient is summed '
+        'over the two devices every step (9 ms of a 44 ms step at 33k, benchmarks/profile_step.py)'),
     'mesh.cpu_devices, revisited family': BackendDefault(
         1, None,
         "2-core AMD EPYC, text.py:revisited (PTB's ladder4_tied: 4 blocks of inner width 1024 split over 'model', "

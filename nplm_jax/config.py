@@ -237,8 +237,9 @@ def base_config() -> ml_collections.ConfigDict:
   # accelerators (docs/parallelism.md).
   c.mesh.data = -1
   c.mesh.model = -1
-  # Host devices for the CPU backend: 0 (auto) = by the model family (backend_defaults.TABLE: one per core for
-  # the 2003 model, one for the revisited family); -1 = one per core (a power of 2, <= 8); or a count.
+  # Host devices for the CPU backend: 0 (auto) = by the model and loss (backend_defaults.TABLE: one per core for
+  # the 2003 model with the exact softmax, one with a sampled loss and for the revisited family); -1 = one per
+  # core (a power of 2, <= 8); or a count.
   c.mesh.cpu_devices = 0
   # Where parameters live: each logical axis of a parameter (named where the model creates it) on a
   # mesh axis ('model') or replicated (''). 'vocab' (the output layer's columns) is always on 'model':
@@ -696,16 +697,20 @@ def _validate_axis_rules(rules) -> None:
 
 
 CPU_DEVICES_REVISITED = 'mesh.cpu_devices, revisited family'  # its backend_defaults.TABLE entry
+CPU_DEVICES_SAMPLED = 'mesh.cpu_devices, sampled loss'  # the 2003 model trained with a sampled loss
 
 
 def requested_cpu_devices(config) -> int:
-  """mesh.cpu_devices with 0 (auto) resolved by the model family from backend_defaults.TABLE: -1 (one per
-  core) or a count."""
+  """mesh.cpu_devices with 0 (auto) resolved by the model family and loss from backend_defaults.TABLE: -1 (one
+  per core) or a count."""
   requested = config.mesh.cpu_devices
   if requested:
     return requested
-  revisited = config.model.get('kind', 'bengio2003') == 'revisited'
-  return backend_defaults.backend_default(CPU_DEVICES_REVISITED if revisited else 'mesh.cpu_devices', 'cpu')
+  if config.model.get('kind', 'bengio2003') == 'revisited':
+    entry = CPU_DEVICES_REVISITED
+  else:
+    entry = 'mesh.cpu_devices' if config.loss.name == 'softmax' else CPU_DEVICES_SAMPLED
+  return backend_defaults.backend_default(entry, 'cpu')
 
 
 def max_cpu_devices() -> int:
