@@ -74,13 +74,17 @@ class NPLM(OutputLayerModel, nn.Module):
     self.drop_hidden = nn.Dropout(self.hidden_dropout)
     self.drop_words = word_dropout(self.word_dropout)
 
-  def features(self, contexts: jax.Array, deterministic: bool = True) -> jax.Array:
+  def features(self, contexts: jax.Array, deterministic: bool = True, context_rows: jax.Array | None = None) -> jax.Array:
     """f = [tanh(d + H x), x] [batch, K]: the inputs of the output layer's U and W rows.
 
     deterministic=False (training) applies dropout, drawn from the 'dropout' rng, to whole word
     vectors (word_dropout), to x's features before both H and W, and to the hidden layer's output.
+    context_rows: C[contexts] gathered by the caller, read instead of C (whose gradient is then theirs
+    alone: steps.sampled_columns_step).
     """
-    vectors = self.drop_words(lookup.rows(self.C, contexts, self.embedding_gradient), deterministic=deterministic)
+    if context_rows is None:
+      context_rows = lookup.rows(self.C, contexts, self.embedding_gradient)
+    vectors = self.drop_words(context_rows, deterministic=deterministic)
     x = self.drop_features(vectors.reshape(contexts.shape[0], -1), deterministic=deterministic)
     parts = []
     if self.hidden_dim:

@@ -30,6 +30,7 @@ from jax.sharding import Mesh
 from nplm_jax.errors import UserError
 from nplm_jax.training import device_data
 from nplm_jax.training import sampled_noise
+from nplm_jax.models import bengio2003
 from nplm_jax.models import output_layer
 from nplm_jax.parallel import sharding
 from nplm_jax.parallel import vocab_softmax
@@ -81,11 +82,11 @@ def updated_average(average, params, decay):
   return jax.tree.map(lambda a, p: a + ((1.0 - decay) * (p - a)).astype(a.dtype), average, params)
 
 
-def features(model, params, contexts, dropout_key=None):
+def features(model, params, contexts, dropout_key=None, **options):
   """The output layer's inputs f [batch, K] (either model family). With a dropout key (training) the
-  model's dropout applies to them; without, none does."""
+  model's dropout applies to them; without, none does. options: the model's own (bengio2003's context_rows)."""
   return model.apply({'params': params}, contexts, dropout_key is None, method='features',
-                     rngs=None if dropout_key is None else {'dropout': dropout_key})
+                     rngs=None if dropout_key is None else {'dropout': dropout_key}, **options)
 
 
 def token_nll(model, mesh: Mesh, params, contexts, targets):
@@ -221,9 +222,10 @@ def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mes
   return _updated(state, grads, loss_value, lr_scale, optimizer, ema_decay), loss_value
 
 
-def _updated(state: TrainState, grads, loss_value, lr_scale, optimizer, ema_decay, columns=None) -> TrainState:
-  """The state after the optimiser's step on `grads`; columns (ids, gradients, step size): added to
-  the output layer's columns after it."""
+def _updated(state: TrainState, grads, loss_value, lr_scale, optimizer, ema_decay, columns=None,
+             rows=None) -> TrainState:
+  """The state after the optimiser's step on `grads`; columns (ids, gradients, step size, mesh): added to
+  the output layer's columns after it; rows (ids, gradients, step size): added to C's rows after it."""
   grads = after_every_read(grads, loss_value)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   # Fused by XLA into the parameter update itself: no extra pass over the parameters.
@@ -232,6 +234,9 @@ def _updated(state: TrainState, grads, loss_value, lr_scale, optimizer, ema_deca
     ids, column_grads, step_size, mesh = columns
     params = {**params, output_layer.OUTPUT: vocab_softmax.add_to_columns(params[output_layer.OUTPUT], ids,
                                                                           -step_size * column_grads, mesh=mesh)}
+  if rows is not None:
+    ids, row_grads, step_size = rows
+    params = {**params, 'C': params['C'].at[ids].add(-step_size * row_grads)}
   average = state.average
   if average is not None:
     average = updated_average(average, params, ema_decay_at(ema_decay, state.step))
@@ -249,6 +254,11 @@ def sampled_columns_step(state: TrainState, contexts, targets, lr_scale, *, mode
   gradient leaves the layer its weight decay alone: one pass over the layer a step, in place. The same
   step as train_step's in exact arithmetic for an optimiser whose update is -lr (g + decay) (paper_sgd):
   p + s(-lr (g + wd p)) is p + s(-lr wd p) - s lr g. `column_learning_rate(step)` is its lr.
+
+  C is moved the same way where the model reads it only through a gather (the 2003 model with the
+  scatter's gradient, `rows_apart`): the context's rows are gathered here and the model reads them, so
+  their gradient is [batch, n - 1, m], added to C's rows after the decay's pass, instead of a [|V|, m]
+  array of zeros scattered into (and, on several devices, summed over them).
   """
   samples = sampled_noise.draw_noise(loss, state.step)  # shared by the whole batch
   ids = jnp.concatenate([targets, samples])
@@ -257,16 +267,28 @@ def sampled_columns_step(state: TrainState, contexts, targets, lr_scale, *, mode
     every = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(('data', 'model')))  # takes its rows
     contexts, targets = (jax.lax.with_sharding_constraint(x, every) for x in (contexts, targets))
 
-  def loss_fn(params, columns):
+  apart = rows_apart(model)
+  # The context's rows of C, gathered here: the model reads them instead of C, whose gradient is then zero
+  context_rows = state.params['C'][contexts] if apart else None
+
+  def loss_fn(params, columns, context_rows):
     key = dropout_key(seed, state.step) if model.has_dropout else None
-    feats = features(model, params, contexts, key)
+    feats = features(model, params, contexts, key, **({} if context_rows is None else {'context_rows': context_rows}))
     return jnp.mean(vocab_softmax.sampled_loss_of_columns(feats, columns, targets, samples, loss.log_noise,
                                                           kind=loss.kind))
 
-  loss_value, (grads, column_grads) = jax.value_and_grad(loss_fn, argnums=(0, 1))(state.params, columns)
+  loss_value, (grads, column_grads, row_grads) = jax.value_and_grad(loss_fn, argnums=(0, 1, 2))(
+      state.params, columns, context_rows)
   step_size = lr_scale * column_learning_rate(state.step)
   return _updated(state, grads, loss_value, lr_scale, optimizer, ema_decay,
-                  columns=(ids, column_grads, step_size, mesh)), loss_value
+                  columns=(ids, column_grads, step_size, mesh),
+                  rows=(contexts, row_grads, step_size) if apart else None), loss_value
+
+
+def rows_apart(model) -> bool:
+  """Whether sampled_columns_step can move C by the context's rows alone: the 2003 model, which reads C
+  only through its gather, with the scatter's gradient (the other forms are for deterministic GPUs)."""
+  return isinstance(model, bengio2003.NPLM) and model.embedding_gradient == 'scatter'
 
 
 def train_step_in_interval(state: TrainState, contexts, targets, lr_scale, interval: Interval, **step_options):
