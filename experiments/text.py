@@ -22,6 +22,7 @@ revisited family on characters (config.CHAR_REVISITED).
 
 from nplm_jax.config import CHAR_REVISITED, apply_overrides, base_config, char_level, load_experiment
 
+BUDGET_DECAY = 0.5  # text.py:quick's: the last half of a budget's training time (chosen on PTB; RESULTS.md)
 TEXT_DATA = {'data.corpus': 'text', 'data.max_rare_count': 0, 'data.vocab_scope': 'train', 'data.path': ''}
 
 
@@ -38,6 +39,9 @@ def get_config(arg: str = ''):
     config = recipe('experiments/brown.py', 'quick', 'text_quick', epochs=40)
     config.model.update(n=6, m=100, h=200, direct=False)
     config.mix.update(enabled=True, ngram_order=5, smoothing='kneser_ney')
+    # Under train.max_seconds the budget decides the course: the rate falls to 0 when training must stop,
+    # and the validations during training take at most a tenth of the budget (docs/own_data.md)
+    config.train.update(budget_decay=BUDGET_DECAY, budget_eval_share=0.1)
     return config
   if arg == 'revisited':
     config = recipe('experiments/ptb.py', 'ladder4_tied', 'text_revisited', epochs=20)

@@ -146,6 +146,15 @@ def base_config() -> ml_collections.ConfigDict:
   # next dispatch would leave the final evaluation less than its measured time, that step is evaluated and
   # saved, then the run ends on its best parameters; a larger budget goes on.
   c.train.max_seconds = 0.0
+  # With max_seconds: > 0, the learning rate falls linearly to 0 over this last fraction of the training time,
+  # reaching 0 when training must stop (the budget less the final evaluation's measured time, re-estimated every
+  # dispatch, or the plan's end when sooner); annealing and patience then do not act. 1.0: the whole run
+  # (budgeted training, Li et al. 2020). 0 = off: the optimiser's schedule, cut by the budget
+  c.train.budget_decay = 0.0
+  # With max_seconds: > 0, the validations during training read the validation split's first tokens, as many as
+  # keep those the budget has room for within this share of it (chosen at the first; the final figures are
+  # over the whole splits). 0 = each reads the whole split
+  c.train.budget_eval_share = 0.0
   c.train.eval_every = -1  # steps; -1 = once an epoch
   c.train.chunk_size = 0  # > 0: steps process batches in chunks (bounds memory; on CPU speeds evaluation at >= 1024)
   # > 0: the softmax goes over each shard's vocabulary this many columns at a time (online log-sum-exp,
@@ -488,6 +497,8 @@ _RANGES = [
     ('train.log_every', 'int', 1, None, 'log every that many steps'),
     ('train.checkpoint_every_seconds', 'float', 0.0, None, 'use 0 to save at evaluations only'),
     ('train.max_seconds', 'float', 0.0, None, 'use 0 for no time budget'),
+    ('train.budget_decay', 'float', 0.0, 1.0, "the last fraction of a budget's training time the rate falls over"),
+    ('train.budget_eval_share', 'float', 0.0, 0.9, "the share of the budget validations during training may take"),
     ('mix.ngram_order', 'int', 1, None, 'the n-gram order of the mixed-in model'),
     ('distributed.timeout_seconds', 'int', 1, None, 'how long joining waits for every process'),
     ('mix.weight', 'float', 0.0, 1.0, "the network's weight in the mixture"),

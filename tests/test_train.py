@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -533,9 +534,16 @@ def test_regularised_variants_add_one_change_at_a_time():
   assert (previous.model.n, previous.model.m, previous.model.h) == (7, 100, 300)
 
 
-def test_a_time_budget_stops_at_the_next_dispatch_and_a_larger_one_goes_on(tiny_config, tmp_path):
+def allow_any_budget(monkeypatch):
+  """Lets a budget too small to train in run its first step (a run refuses it otherwise), so that a test
+  reaches the budget's stop at once."""
+  monkeypatch.setattr(train, '_refuse_a_budget_too_small', lambda *args: None)
+
+
+def test_a_time_budget_stops_at_the_next_dispatch_and_a_larger_one_goes_on(tiny_config, tmp_path, monkeypatch):
   """train.max_seconds is checked after every dispatch, not at the next scheduled evaluation: a spent
   budget stops after the first step, which is then evaluated (the run's one final evaluation)."""
+  allow_any_budget(monkeypatch)
   tiny_config.train.update(max_seconds=1e-3, eval_every=40, num_epochs=2)
   budgeted = train.train_and_evaluate(tiny_config, str(tmp_path))
   assert budgeted['stopped_early'] and budgeted['steps_trained'] == 1  # before the first evaluation at 40
@@ -555,6 +563,7 @@ def test_a_time_budget_leaves_the_final_evaluation_its_measured_time(tiny_files,
   take all but 0.1 s of 600 stops training after its first dispatch (the start-up alone takes longer;
   the run itself far less than 600 s, so it is the reserve that stops it); the same budget again is
   finished, a larger one goes on."""
+  allow_any_budget(monkeypatch)  # the start-up and 599.9 s exceed 600: the reserve, not the refusal, is tested
   tiny_config.train.update(max_seconds=600.0, eval_every=40, num_epochs=2)
   tokens = data.text_corpus(tiny_files).num_tokens
   slow = 599.9 / (tokens('valid') + tokens('test'))  # seconds a token: the final evaluation takes 599.9 s
@@ -569,12 +578,30 @@ def test_a_time_budget_leaves_the_final_evaluation_its_measured_time(tiny_files,
   assert train.train_and_evaluate(tiny_config, str(tmp_path / 'run'))['epochs'] == 2
 
 
-def test_a_budget_too_small_for_the_final_evaluation_is_told(tiny_config, tmp_path, monkeypatch, capsys):
+def test_a_budget_decides_the_learning_rate_and_the_validations_size(tiny_config, tmp_path, monkeypatch, capsys):
+  """With train.budget_decay the rate falls to 0 by the budget's stop (annealing off), and with
+  train.budget_eval_share the validations during training read a subset, the final ones the whole split."""
+  tiny_config.train.update(max_seconds=12.0, num_epochs=5000, eval_every=200, log_every=100, eval_batch_size=16,
+                           budget_decay=1.0, budget_eval_share=0.001, anneal_factor=0.5, anneal_threshold=0.9)
+  results = train.train_and_evaluate(tiny_config, str(tmp_path))
+  out = capsys.readouterr().out
+  assert 'decides the learning rate' in out and 'validations during training read the first 256 of the 795' in out
+  rates = [float(r) for r in re.findall(r' lr (\S+) ', out)]
+  assert len(rates) >= 3 and rates[0] > 0 and rates[-1] < 0.25 * rates[0]  # near 0 at the stop
+  assert results['stop_reason'] == 'train.max_seconds=12 spent' and 'anneal 1/' not in out
+  assert all(h['lr_scale'] == 1.0 for h in results['history'])  # no annealing
+  assert results['valid_tokens'] == 795  # the final figures: the whole split
+
+
+def test_a_budget_too_small_for_the_final_evaluation_is_refused_with_the_least_that_holds(tiny_config, tmp_path,
+                                                                                          monkeypatch):
   tiny_config.train.update(max_seconds=10.0, num_epochs=1)
-  monkeypatch.setattr(train.evaluation, 'timing_probe', lambda run, params: 1.0)
-  train.train_and_evaluate(tiny_config, str(tmp_path))
-  err = capsys.readouterr().err
-  assert 'train.max_seconds=10 leaves no time to train' in err and 'give a larger budget' in err
+  monkeypatch.setattr(train.evaluation, 'timing_probe', lambda run, params: 1.0)  # a second a token
+  with pytest.raises(UserError, match=r'train.max_seconds=10 leaves no time to train: .* final evaluation takes '
+                     r'about \d+ s; give at least --config.train.max_seconds=\d+$') as refused:
+    train.train_and_evaluate(tiny_config, str(tmp_path))
+  tiny_config.train.max_seconds = float(str(refused.value).rsplit('=', 1)[1])  # the least it named: trains
+  assert train.train_and_evaluate(tiny_config, str(tmp_path))['epochs'] == 1
 
 
 def test_the_eta_counts_the_evaluations_still_to_run():
@@ -607,12 +634,13 @@ def test_an_evaluation_of_the_first_batches_is_the_full_one_s_beginning(tiny_con
 
 
 def test_the_extra_evaluation_of_a_time_budget_leaves_the_resumed_run_on_the_uninterrupted_course(tiny_config,
-                                                                                                 tmp_path):
+                                                                                                 tmp_path, monkeypatch):
   """The evaluation at a time-budget stop (off the eval_every schedule) may be the best so far, but what
   annealing and patience judge by moves only at scheduled evaluations: stopped after step 1 and
   resumed, the run anneals where the uninterrupted one does and ends with its numbers. A threshold of
   90% makes every scheduled evaluation after the first stall, so judging the first against step 1's
   figure (as the code once did) would anneal there."""
+  allow_any_budget(monkeypatch)
   tiny_config.train.update(eval_every=20, num_epochs=1, anneal_factor=0.5, anneal_threshold=0.9, max_anneals=10)
   uninterrupted = train.train_and_evaluate(tiny_config, str(tmp_path / 'uninterrupted'))
   tiny_config.train.max_seconds = 1e-3

@@ -38,6 +38,11 @@ class RunState:
   # between two boundaries logs the mean over the whole interval, as the uninterrupted run does.
   interval_loss_sum: float = 0.0
   interval_steps: int = 0
+  # A budgeted run (training/budget.py): the wall seconds at which training's first dispatch had run (the
+  # start of the learning rate's course), and the validation split's first batches that each validation
+  # during training reads (0: all of them), both fixed once chosen so that a resumed run keeps them.
+  training_started: float | None = None
+  valid_batches: int = 0
 
   def to_json(self) -> dict:
     return dataclasses.asdict(self)

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from nplm_jax.training import budget as budget_lib
 from nplm_jax.training import in_flight as in_flight_lib
 from nplm_jax.training import checkpoint as ckpt_lib
 from nplm_jax import config as config_lib
@@ -507,20 +508,25 @@ class _EvaluationClock:
   valid_tokens: int
   test_tokens: int
   seconds_per_token: float = 0.0
+  loop_valid_tokens: int | None = None  # what a validation during training reads (a budget's subset); None: all
 
-  def validated(self, seconds: float) -> None:
-    self.seconds_per_token = seconds / max(self.valid_tokens, 1)
+  def validated(self, seconds: float, tokens: int | None = None) -> None:
+    self.seconds_per_token = seconds / max(tokens or self.valid_tokens, 1)
 
   def final_seconds(self) -> float:
-    """After training stops: that step's validation, then the test split."""
-    return self.seconds_per_token * (self.valid_tokens + self.test_tokens)
+    """After training stops: that step's validation, then the test split (and, when validations during
+    training read a subset, the whole validation split of the best parameters)."""
+    extra = self.valid_tokens if self.loop_valid_tokens else 0
+    return self.seconds_per_token * ((self.loop_valid_tokens or self.valid_tokens) + self.test_tokens + extra)
 
   def seconds_left(self, step: int, plan: dict) -> float:
     """The validations from `step` on (its own, when due, runs after the progress line) to the plan's end
     (which evaluates whether or not eval_every divides it), then the test split."""
     every, total = plan['eval_every'], plan['total']
     validations = total // every - (step - 1) // every + (1 if total % every else 0)
-    return self.seconds_per_token * (validations * self.valid_tokens + self.test_tokens)
+    each = self.loop_valid_tokens or self.valid_tokens
+    final = self.valid_tokens + self.test_tokens if self.loop_valid_tokens else self.test_tokens
+    return self.seconds_per_token * (validations * each + final)
 
 
 def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.RunState, checkpoints, writer,
@@ -534,6 +540,14 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
   wall = lambda: wall_before + (time.time() - started)
   budget = config.train.get('max_seconds', 0.0)
   clock = _EvaluationClock(run.corpus.num_tokens('valid'), run.corpus.num_tokens('test'))
+  course = budget_lib.BudgetCourse(budget, config.train.get('budget_decay', 0.0),
+                                   config.train.get('budget_eval_share', 0.0), started=run_state.training_started)
+  if run_state.valid_batches:  # a resumed budgeted run validates on the subset it chose
+    clock.loop_valid_tokens = min(run_state.valid_batches * run.eval_batch_size, clock.valid_tokens)
+  if course.decaying:
+    metrics_lib.log(f'train.max_seconds={budget:g} decides the learning rate: it falls linearly to 0 over the last '
+                    f'{course.decay:.0%} of the training time, ending when training must stop (annealing and patience '
+                    'do not act)')
   last_save = last_line = time.time()
   progress = metrics_lib.Progress(step, plan['total'], config.train.batch_size)
   warm = False
@@ -554,16 +568,19 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
   def evaluate(state):
     nonlocal best_valid
     run_state.wall_seconds = wall()  # for the evaluation's record
+    if course.eval_share and budget and not run_state.valid_batches and clock.seconds_per_token:
+      _choose_validation_subset(run, run_state, course, clock, step, wall(), progress.seconds_per_step())
     with progress.paused():
       began = time.perf_counter()
       try:
         state, nll = _evaluate_and_track(run, state, run_state, step, checkpoints, writer,
-                                         _evaluation_hooks('inside_evaluation', stop_requested))
+                                         _evaluation_hooks('inside_evaluation', stop_requested),
+                                         judge=not course.decaying)
       except _EvaluationStopped:  # the step is saved, not its evaluation: a resume runs it first
         _save(step, state)
         raise Preempted(preemption.signum, step, run.workdir) from None
-      clock.validated(time.perf_counter() - began)
-    if run_state.best_step == step:
+      clock.validated(time.perf_counter() - began, len(nll))
+    if run_state.best_step == step and not run_state.valid_batches:  # a subset's NLLs are not the split's
       best_valid = (step, nll)
     return state
 
@@ -582,15 +599,18 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
     # Every dispatch as long as it can be: up to steps_per_dispatch, never past the next boundary.
     boundary = next_boundary(step, plan, config.train.log_every, profile.boundaries)
     profile.before(step)
-    state, interval, ran = run_steps(state, step, min(run.steps_per_dispatch, boundary - step), run_state.lr_scale,
-                                     interval)
+    lr_factor = course.lr_factor(wall(), _training_end(course, clock, plan, step, wall(), progress))
+    state, interval, ran = run_steps(state, step, min(run.steps_per_dispatch, boundary - step),
+                                     run_state.lr_scale * lr_factor, interval)
     in_flight.push(interval)  # not the state: it is donated to the next dispatch
     step += ran
     if not warm:  # the first dispatch compiled: the rate and ETA start after it (one wait a run)
       jax.block_until_ready(interval)
       if not clock.seconds_per_token:  # what the evaluations will take, before the first one runs
         clock.seconds_per_token = evaluation.timing_probe(run, steps_lib.evaluated_params(state))
-        _warn_if_the_budget_is_spent(budget, wall(), clock.final_seconds())
+        _refuse_a_budget_too_small(budget, wall(), clock)
+      if course.started is None:
+        course.started = run_state.training_started = wall()
       progress.warmed_up(step)
       warm = True
     profile.after(step, state)
@@ -616,7 +636,8 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
       loss = interval.mean_loss()  # over the steps since the last log boundary
       rate = progress.report(step, seconds_left=budget - wall() if budget else None,
                              after_training=clock.seconds_left(step, plan))
-      lr = optim.learning_rate_at(config.optimizer, config.train.batch_size, step, plan['total']) * run_state.lr_scale
+      lr = (optim.learning_rate_at(config.optimizer, config.train.batch_size, step, plan['total']) * run_state.lr_scale
+            * lr_factor)
       shown_lr = lr / config.train.batch_size if config.optimizer.name == 'paper_sgd' else lr
       metrics_lib.log(f'step {step}/{plan["total"]} epoch {step / plan["steps_per_epoch"]:.2f} '
                       f'mean {loss_name} {loss:.4f} lr {shown_lr:.4g} {rate["tokens_per_sec"]:,.0f} tok/s '
@@ -644,23 +665,61 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
   return state, best_valid
 
 
-def _warn_if_the_budget_is_spent(budget: float, spent: float, final_seconds: float) -> None:
-  if budget and spent + final_seconds >= budget:
-    metrics_lib.warn(f'train.max_seconds={budget:g} leaves no time to train: {spent:.0f} s are spent and the final '
-                     f'evaluation takes about {final_seconds:.0f} s; give a larger budget')
+def _refuse_a_budget_too_small(budget: float, spent: float, clock: _EvaluationClock) -> None:
+  """Stops a run at its first step when the time spent and the final evaluation's measured time leave
+  the budget nothing to train in, naming the least budget that would."""
+  if budget and _agreed(spent + clock.final_seconds() >= budget):
+    least = budget_lib.shortest_budget(spent, clock.final_seconds(), clock.seconds_per_token * clock.valid_tokens)
+    raise UserError(f'train.max_seconds={budget:g} leaves no time to train: {spent:.0f} s went to the start and the '
+                    f'final evaluation takes about {clock.final_seconds():.0f} s; give at least '
+                    f'--config.train.max_seconds={least:g}')
+
+
+def _training_end(course: budget_lib.BudgetCourse, clock: _EvaluationClock, plan: dict, step: int, now: float,
+                  progress: metrics_lib.Progress) -> float:
+  """The wall second training will stop at, by the rates measured so far (the budget's end less the
+  final evaluation, or the plan's last step)."""
+  if not course.decaying or not progress.seconds_per_step():
+    return math.inf
+  return course.training_end(now, clock.final_seconds(), (plan['total'] - step) * progress.seconds_per_step())
+
+
+def _choose_validation_subset(run: experiment_lib.Experiment, run_state: run_state_lib.RunState,
+                              course: budget_lib.BudgetCourse, clock: _EvaluationClock, step: int, now: float,
+                              seconds_per_step: float) -> None:
+  """At the first validation of a budgeted run: how many of the split's first batches every validation
+  during training reads, so that those the budget has room for take at most train.budget_eval_share
+  of it (the final figures are always over the whole splits)."""
+  if not seconds_per_step:
+    return
+  end = course.training_end(now, clock.final_seconds(), (run.plan['total'] - step) * seconds_per_step)
+  validations = 2 + int(max(end - now, 0.0) / (run.plan['eval_every'] * seconds_per_step))  # this one, the stop's
+  split_batches = -(-clock.valid_tokens // run.eval_batch_size)
+  batches = course.validation_batches(clock.seconds_per_token, run.eval_batch_size, validations, split_batches)
+  batches = max(batches, evaluation.EVAL_BATCHES_A_CALL)  # an evaluation's least (one call's program)
+  if batches >= split_batches:
+    return
+  run_state.valid_batches = batches
+  clock.loop_valid_tokens = min(batches * run.eval_batch_size, clock.valid_tokens)
+  metrics_lib.log(f'validations during training read the first {clock.loop_valid_tokens:,} of the '
+                  f'{clock.valid_tokens:,} validation tokens: about {validations} of them fit '
+                  f'{course.eval_share:.0%} of train.max_seconds={course.budget:g} (the final figures are over the '
+                  'whole splits)')
 
 
 def _evaluate_and_track(run: experiment_lib.Experiment, state, run_state: run_state_lib.RunState, step, checkpoints,
-                        writer, between=None):
+                        writer, between=None, judge: bool = True):
   """Validation perplexity, the best parameters so far, annealing, and early stopping with patience.
 
   Returns the state to go on from (the best parameters when the learning rate was just annealed
   after an evaluation that did not improve) and the per-token validation NLLs. With annealing on, a
-  stalled evaluation after the last anneal ends training. The time budget is the loop's.
+  stalled evaluation after the last anneal ends training. The time budget is the loop's. judge=False:
+  neither annealing nor patience acts (a budget's schedule decides the course). A budgeted run's
+  validations read the subset run_state.valid_batches names, when set.
   """
   train_config = run.config.train
   params = steps_lib.evaluated_params(state)  # with optimizer.ema_decay, the moving average
-  nll = evaluation.split_nll(run, params, 'valid', between)
+  nll = evaluation.split_nll(run, params, 'valid', between, max_batches=run_state.valid_batches or None)
   valid_ppl = evaluation.perplexity(nll)
   if not math.isfinite(valid_ppl):
     raise _diverged(run, checkpoints, run_state, f'the validation perplexity overflows at step {step}')
@@ -678,7 +737,7 @@ def _evaluate_and_track(run: experiment_lib.Experiment, state, run_state: run_st
   metrics_lib.log(f'eval step {step} epoch {epoch:.2f}: valid ppl {valid_ppl:.2f} '
                   f'(best {run_state.best_valid_ppl:.2f} at step {run_state.best_step})')
   stalled = previous_best is not None and valid_ppl > previous_best * (1.0 - train_config.anneal_threshold)
-  if train_config.anneal_factor > 0 and stalled and scheduled:
+  if judge and train_config.anneal_factor > 0 and stalled and scheduled:
     if run_state.anneals < train_config.max_anneals:
       run_state.anneal(train_config.anneal_factor)
       if not improved:  # a moving average goes on from them too
@@ -690,7 +749,7 @@ def _evaluate_and_track(run: experiment_lib.Experiment, state, run_state: run_st
       run_state.stop(ANNEALS_STOP.format(train_config.anneal_threshold, train_config.max_anneals))
       metrics_lib.log(f'early stop: {run_state.stop_reason}')  # every rate cut spent and still stalled
   patience = train_config.patience
-  if patience > 0 and run_state.evals_since_best >= patience and not run_state.stopped_early:
+  if judge and patience > 0 and run_state.evals_since_best >= patience and not run_state.stopped_early:
     run_state.stop(PATIENCE_STOP.format(patience))
     metrics_lib.log(f'early stop: {run_state.stop_reason}')
   return state, nll
