@@ -148,7 +148,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.max_seconds = 0.0
   # With max_seconds: > 0, the learning rate falls linearly to 0 over this last fraction of the training time,
   # reaching 0 when training must stop (the budget less the final evaluation's measured time, re-estimated every
-  # dispatch, or the plan's end when sooner); annealing and patience then do not act. 1.0: the whole run
+  # dispatch, or the plan's end when sooner); a stall still anneals, but neither it nor patience ends the run. 1.0: the whole run
   # (budgeted training, Li et al. 2020). 0 = off: the optimiser's schedule, cut by the budget
   c.train.budget_decay = 0.0
   # With max_seconds: > 0, the validations during training read the validation split's first tokens, as many as

@@ -546,8 +546,8 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
     clock.loop_valid_tokens = min(run_state.valid_batches * run.eval_batch_size, clock.valid_tokens)
   if course.decaying:
     metrics_lib.log(f'train.max_seconds={budget:g} decides the learning rate: it falls linearly to 0 over the last '
-                    f'{course.decay:.0%} of the training time, ending when training must stop (annealing and patience '
-                    'do not act)')
+                    f'{course.decay:.0%} of the training time, ending when training must stop (a stall still anneals; '
+                    'the budget, not patience, ends the run)')
   last_save = last_line = time.time()
   progress = metrics_lib.Progress(step, plan['total'], config.train.batch_size)
   warm = False
@@ -575,7 +575,7 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
       try:
         state, nll = _evaluate_and_track(run, state, run_state, step, checkpoints, writer,
                                          _evaluation_hooks('inside_evaluation', stop_requested),
-                                         judge=not course.decaying)
+                                         may_stop=not course.decaying)
       except _EvaluationStopped:  # the step is saved, not its evaluation: a resume runs it first
         _save(step, state)
         raise Preempted(preemption.signum, step, run.workdir) from None
@@ -708,13 +708,14 @@ def _choose_validation_subset(run: experiment_lib.Experiment, run_state: run_sta
 
 
 def _evaluate_and_track(run: experiment_lib.Experiment, state, run_state: run_state_lib.RunState, step, checkpoints,
-                        writer, between=None, judge: bool = True):
+                        writer, between=None, may_stop: bool = True):
   """Validation perplexity, the best parameters so far, annealing, and early stopping with patience.
 
   Returns the state to go on from (the best parameters when the learning rate was just annealed
   after an evaluation that did not improve) and the per-token validation NLLs. With annealing on, a
-  stalled evaluation after the last anneal ends training. The time budget is the loop's. judge=False:
-  neither annealing nor patience acts (a budget's schedule decides the course). A budgeted run's
+  stalled evaluation after the last anneal ends training. The time budget is the loop's. may_stop=False:
+  neither patience nor a stall after the last anneal stops training (a budget's schedule decides its
+  end; annealing still answers a stall, from the best parameters). A budgeted run's
   validations read the subset run_state.valid_batches names, when set.
   """
   train_config = run.config.train
@@ -737,7 +738,7 @@ def _evaluate_and_track(run: experiment_lib.Experiment, state, run_state: run_st
   metrics_lib.log(f'eval step {step} epoch {epoch:.2f}: valid ppl {valid_ppl:.2f} '
                   f'(best {run_state.best_valid_ppl:.2f} at step {run_state.best_step})')
   stalled = previous_best is not None and valid_ppl > previous_best * (1.0 - train_config.anneal_threshold)
-  if judge and train_config.anneal_factor > 0 and stalled and scheduled:
+  if train_config.anneal_factor > 0 and stalled and scheduled:
     if run_state.anneals < train_config.max_anneals:
       run_state.anneal(train_config.anneal_factor)
       if not improved:  # a moving average goes on from them too
@@ -745,11 +746,11 @@ def _evaluate_and_track(run: experiment_lib.Experiment, state, run_state: run_st
         state = state.replace(params=best, average=None if state.average is None else jax.tree.map(jnp.copy, best))
       metrics_lib.log(f'anneal {run_state.anneals}/{train_config.max_anneals}: learning rate '
                       f'x{run_state.lr_scale:.4g}, from the parameters of step {run_state.best_step}')
-    else:
+    elif may_stop:
       run_state.stop(ANNEALS_STOP.format(train_config.anneal_threshold, train_config.max_anneals))
       metrics_lib.log(f'early stop: {run_state.stop_reason}')  # every rate cut spent and still stalled
   patience = train_config.patience
-  if judge and patience > 0 and run_state.evals_since_best >= patience and not run_state.stopped_early:
+  if may_stop and patience > 0 and run_state.evals_since_best >= patience and not run_state.stopped_early:
     run_state.stop(PATIENCE_STOP.format(patience))
     metrics_lib.log(f'early stop: {run_state.stop_reason}')
   return state, nll
