@@ -95,6 +95,12 @@ def _mixture_test(r: dict) -> str:
 
 
 _MIX_KN5 = ('+ KN5 test ppl (weight 0.5 unless named)', _mixture_test)
+
+
+def _over_kn5(key: str):
+  """A test perplexity over the run's own KN5's."""
+  return lambda r: _fmt(r['figures'][key] / r['figures']['ngram_test_ppl']) if key in r['figures'] else ''
+
 _CHECKS = [('run', _label), ('parameters', _num('num_parameters', 0)), ('steps', _num('step', 0)),
            ('epochs', _num('epochs', 2)), ('tokens/s', _num('tokens_per_sec', 0)), ('wall s', _num('wall_seconds', 0)),
            ('valid ppl', _num('valid_ppl')), ('test ppl', _num('test_ppl')), ('device', _device_of)]
@@ -139,6 +145,15 @@ TABLES = {
     'own_text_curve': [('recipe', _label), ('train.max_seconds', lambda r: _fmt(r['config']['train']['max_seconds'], 0)),
                        ('command s', _num('command_seconds', 0)), ('epochs', _num('epochs', 2)),
                        ('test ppl', _num('test_ppl')), _MIX_KN5, ('device', _device_of)],
+    # The own-text recipe under a time budget on corpora of several sizes, each against its own KN5: the
+    # whole command's seconds, the network alone and mixed, and both over KN5's test perplexity.
+    'own_text_budget': [('corpus, recipe', _label),
+                        ('train.max_seconds', lambda r: _fmt(r['config']['train']['max_seconds'], 0)),
+                        ('command s', _num('command_seconds', 0)), ('epochs', _num('epochs', 2)),
+                        ('tokens/s', _num('tokens_per_sec', 0)), ('test ppl', _num('test_ppl')),
+                        ('KN5 test ppl', _num('ngram_test_ppl')), _MIX_KN5,
+                        ('alone / KN5', _over_kn5('test_ppl')), ('mixed / KN5', _over_kn5('mix_test_ppl')),
+                        ('device', _device_of)],
     # The short runs that show a change kept the numbers (smoke, quick, PTB).
     'checks': _CHECKS,
     # The reference code's options on the ladder's top row, each at the same number of steps (their
@@ -527,8 +542,9 @@ def _device(results: dict) -> str:
 
 
 def record(workdir: str, name: str, table: str, label: str, command: str, commit: str | None = None,
-           device: str | None = None) -> dict:
-  """A finished workdir's results as a results/ record."""
+           device: str | None = None, command_seconds: float | None = None) -> dict:
+  """A finished workdir's results as a results/ record; command_seconds: the whole command's, timed
+  outside it (start-up included), where the question is a time budget."""
   def read(file):
     path = os.path.join(workdir, file)
     if not os.path.exists(path):
@@ -551,6 +567,8 @@ def record(workdir: str, name: str, table: str, label: str, command: str, commit
     figures.update({k: source[k] for k in ('mix_valid_ppl', 'mix_test_ppl', 'mix_ngram', 'mix_weight',
                                            'mix_weight_fitted', 'mix_fitted_weight', 'mix_fitted_test_ppl',
                                            'ngram_valid_ppl', 'ngram_test_ppl') if k in source})
+  if command_seconds is not None:
+    figures['command_seconds'] = round(command_seconds, 1)
   config = results.get('config', {})
   return {'name': name, 'table': table, 'label': label, 'command': command, 'commit': commit or _git_commit(),
           'device': device or _device(results), 'seed': config.get('seed'), 'figures': figures, 'config': config}
@@ -683,6 +701,8 @@ def main(argv=None) -> int:
   collect.add_argument('--command', required=True, help='the command that trained it, as run')
   collect.add_argument('--commit', default=None, help='the commit it ran at (default: HEAD)')
   collect.add_argument('--device', default=None, help='where it ran (default: from results.json and this machine)')
+  collect.add_argument('--command_seconds', type=float, default=None,
+                       help="the whole command's wall seconds, timed outside it (a time budget's question)")
   render = sub.add_parser('render', help="print RESULTS.md's tables from results/, or write or check them")
   render.add_argument('--write', action='store_true')
   render.add_argument('--check', action='store_true')
@@ -693,7 +713,8 @@ def main(argv=None) -> int:
     if not re.fullmatch(r'[\w-][\w.-]*', args.name):
       raise SystemExit(f'error: --name={args.name!r}: use letters, digits, _, - and . only, not . first')
     if args.workdir:
-      values = [record(args.workdir, args.name, args.table, args.label, args.command, args.commit, args.device)]
+      values = [record(args.workdir, args.name, args.table, args.label, args.command, args.commit, args.device,
+                       args.command_seconds)]
     else:
       points = finished_points(args.sweep_root)
       if not points:
