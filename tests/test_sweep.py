@@ -39,12 +39,12 @@ def test_grid_runs_resumes_and_tabulates(tiny_files, tmp_path, capsys):
 def test_a_point_out_of_time_goes_on_when_the_budget_grows(tiny_files, tmp_path, capsys):
   """A point stopped by train.max_seconds is finished for a re-run with the same budget, and goes on
   from its checkpoint when --set gives it more. Budgets of 20 and 40 s hold the start-up and the final
-  evaluation (a run refuses a budget that leaves nothing to train), and far fewer than the 5,000
-  epochs fit them."""
+  evaluation (a run refuses a budget that leaves nothing to train), far fewer than the 5,000 epochs
+  fit them, and no patience stops them first."""
   import json  # pylint: disable=g-import-not-at-top
   root = str(tmp_path / 'sweep')
   args = lambda budget: [a.replace('model.h=0,8', 'model.h=8') for a in tiny_grid_args(tiny_files, root)] + [
-      f'--set=train.max_seconds={budget}', '--set=train.num_epochs=5000']
+      f'--set=train.max_seconds={budget}', '--set=train.num_epochs=5000', '--set=train.patience=0']
   read = lambda: json.loads(pathlib.Path(root, 'h8', 'results.json').read_text(encoding='utf-8'))
   assert sweep.main(args(20)) == 0
   timed = read()
