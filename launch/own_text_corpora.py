@@ -26,10 +26,8 @@ MIXED_BROWN_SPLIT = (1_000_000, 80_000)  # brown_ptb's Brown part: with PTB's, a
 
 
 def brown_sentences() -> list[list[str]]:
-  import nltk  # pylint: disable=g-import-not-at-top
   corpora.load_brown_words()  # fails in one line when NLTK_DATA holds no Brown corpus
   from nltk.corpus import brown  # pylint: disable=g-import-not-at-top
-  del nltk
   return [list(s) for s in brown.sents()]
 
 

@@ -101,6 +101,7 @@ def _over_kn5(key: str):
   """A test perplexity over the run's own KN5's."""
   return lambda r: _fmt(r['figures'][key] / r['figures']['ngram_test_ppl']) if key in r['figures'] else ''
 
+
 _CHECKS = [('run', _label), ('parameters', _num('num_parameters', 0)), ('steps', _num('step', 0)),
            ('epochs', _num('epochs', 2)), ('tokens/s', _num('tokens_per_sec', 0)), ('wall s', _num('wall_seconds', 0)),
            ('valid ppl', _num('valid_ppl')), ('test ppl', _num('test_ppl')), ('device', _device_of)]

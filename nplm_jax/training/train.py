@@ -510,6 +510,10 @@ class _EvaluationClock:
   seconds_per_token: float = 0.0
   loop_valid_tokens: int | None = None  # what a validation during training reads (a budget's subset); None: all
 
+  def read_subset(self, batches: int, batch_size: int) -> None:
+    """Validations during training read the split's first `batches` batches (run_state.valid_batches)."""
+    self.loop_valid_tokens = min(batches * batch_size, self.valid_tokens)
+
   def validated(self, seconds: float, tokens: int | None = None) -> None:
     self.seconds_per_token = seconds / max(tokens or self.valid_tokens, 1)
 
@@ -543,7 +547,7 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
   course = budget_lib.BudgetCourse(budget, config.train.get('budget_decay', 0.0),
                                    config.train.get('budget_eval_share', 0.0), started=run_state.training_started)
   if run_state.valid_batches:  # a resumed budgeted run validates on the subset it chose
-    clock.loop_valid_tokens = min(run_state.valid_batches * run.eval_batch_size, clock.valid_tokens)
+    clock.read_subset(run_state.valid_batches, run.eval_batch_size)
   if course.decaying:
     metrics_lib.log(f'train.max_seconds={budget:g} decides the learning rate: it falls linearly to 0 over the last '
                     f'{course.decay:.0%} of the training time, ending when training must stop (a stall still anneals; '
@@ -599,7 +603,8 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
     # Every dispatch as long as it can be: up to steps_per_dispatch, never past the next boundary.
     boundary = next_boundary(step, plan, config.train.log_every, profile.boundaries)
     profile.before(step)
-    lr_factor = course.lr_factor(wall(), _training_end(course, clock, plan, step, wall(), progress))
+    now = wall()
+    lr_factor = course.lr_factor(now, _training_end(course, clock, plan, step, now, progress.seconds_per_step()))
     state, interval, ran = run_steps(state, step, min(run.steps_per_dispatch, boundary - step),
                                      run_state.lr_scale * lr_factor, interval)
     in_flight.push(interval)  # not the state: it is donated to the next dispatch
@@ -676,12 +681,12 @@ def _refuse_a_budget_too_small(budget: float, spent: float, clock: _EvaluationCl
 
 
 def _training_end(course: budget_lib.BudgetCourse, clock: _EvaluationClock, plan: dict, step: int, now: float,
-                  progress: metrics_lib.Progress) -> float:
+                  seconds_per_step: float) -> float:
   """The wall second training will stop at, by the rates measured so far (the budget's end less the
-  final evaluation, or the plan's last step)."""
-  if not course.decaying or not progress.seconds_per_step():
+  final evaluation, or the plan's last step); infinity before a step has been timed."""
+  if not seconds_per_step:
     return math.inf
-  return course.training_end(now, clock.final_seconds(), (plan['total'] - step) * progress.seconds_per_step())
+  return course.training_end(now, clock.final_seconds(), (plan['total'] - step) * seconds_per_step)
 
 
 def _choose_validation_subset(run: experiment_lib.Experiment, run_state: run_state_lib.RunState,
@@ -690,9 +695,9 @@ def _choose_validation_subset(run: experiment_lib.Experiment, run_state: run_sta
   """At the first validation of a budgeted run: how many of the split's first batches every validation
   during training reads, so that those the budget has room for take at most train.budget_eval_share
   of it (the final figures are always over the whole splits)."""
-  if not seconds_per_step:
+  end = _training_end(course, clock, run.plan, step, now, seconds_per_step)
+  if not math.isfinite(end):
     return
-  end = course.training_end(now, clock.final_seconds(), (run.plan['total'] - step) * seconds_per_step)
   validations = 2 + int(max(end - now, 0.0) / (run.plan['eval_every'] * seconds_per_step))  # this one, the stop's
   split_batches = -(-clock.valid_tokens // run.eval_batch_size)
   batches = course.validation_batches(clock.seconds_per_token, run.eval_batch_size, validations, split_batches)
@@ -700,7 +705,7 @@ def _choose_validation_subset(run: experiment_lib.Experiment, run_state: run_sta
   if batches >= split_batches:
     return
   run_state.valid_batches = batches
-  clock.loop_valid_tokens = min(batches * run.eval_batch_size, clock.valid_tokens)
+  clock.read_subset(batches, run.eval_batch_size)
   metrics_lib.log(f'validations during training read the first {clock.loop_valid_tokens:,} of the '
                   f'{clock.valid_tokens:,} validation tokens: about {validations} of them fit '
                   f'{course.eval_share:.0%} of train.max_seconds={course.budget:g} (the final figures are over the '
