@@ -178,8 +178,7 @@ def build_train_step(config, vocab: int, mesh, steps_per_epoch: int = 0):
                                       ema_decay=config.optimizer.get('ema_decay', 0.0),
                                       steps_per_epoch=steps_per_epoch, batch_size=config.train.batch_size,
                                       carry_cast_layer=config.train.get('carry_cast_layer', 'off'),
-                                      column_learning_rate=experiment_lib.column_learning_rate(
-                                          config, mesh.devices.flat[0].platform),
+                                      **experiment_lib.column_step_options(config, mesh.devices.flat[0].platform),
                                       **steps_lib.output_layer_gradient_options(config.train))
   with jax.set_mesh(mesh):
     state = compiled.init()

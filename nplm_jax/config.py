@@ -185,6 +185,8 @@ def base_config() -> ml_collections.ConfigDict:
   # evaluation, checkpoints and signals act between dispatches, which never cross log_every,
   # eval_every, checkpoint_every or an epoch's end. -1: 1 on CPU (older than a measurement of 10 there at
   # 1.3x-1.7x), backend_defaults.TABLE's most on GPUs and TPUs (docs/accelerators.md, "Defaults by backend").
+  # With output_layer_update's 'sampled_columns', a dispatch of several steps also defers their weight decay
+  # to its end (steps.DeferredDecay: one pass over the output layer and C a dispatch, not a step).
   c.train.steps_per_dispatch = -1
   # In a dispatch of several steps, with matmuls in bfloat16: the output layer cast once a dispatch and then
   # by each step after its update, carried to the next step, instead of each step casting the layer's rows

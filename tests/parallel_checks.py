@@ -354,6 +354,17 @@ def test_the_sampled_columns_update_on_meshes_takes_the_dense_update_s_steps(sha
     np.testing.assert_allclose(columns[name], dense[name], rtol=1e-5, atol=1e-5, err_msg=name)
 
 
+@pytest.mark.parametrize('shape', [(1, 8), (2, 4)], ids=lambda s: f'mesh{s[0]}x{s[1]}')
+def test_the_deferred_weight_decay_on_meshes_takes_the_steps_one_a_call(shape):
+  """A dispatch's deferred weight decay (steps.DeferredDecay) scales the output layer split by vocabulary and
+  the replicated C alike: the steps run one a call on the same mesh (tests/test_steps.py's bound)."""
+  from tests import test_steps  # pylint: disable=g-import-not-at-top
+  mesh = mesh_of(shape)
+  one, six = test_steps.deferred_dispatch(1, 0.3, mesh=mesh), test_steps.deferred_dispatch(6, 0.3, mesh=mesh)
+  for name in one:
+    np.testing.assert_allclose(six[name], one[name], rtol=1e-5, atol=1e-5, err_msg=name)
+
+
 # ------------------------------------------------------------------- hidden layers split on 'model'
 
 def small_revisited(**kw):

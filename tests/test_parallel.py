@@ -15,7 +15,7 @@ from nplm_jax.parallel import sharding
 pytestmark = pytest.mark.slow
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXPECTED_CHECKS = 81  # 1 fewer: the moving average's check and the bfloat16 moments' are one run
+EXPECTED_CHECKS = 83  # 1 fewer: the moving average's check and the bfloat16 moments' are one run
 
 
 @pytest.fixture(scope='module')
@@ -47,6 +47,7 @@ def test_all_parallel_checks_ran(check_results):
                                     'test_output_layer_bytes_split_over_the_model_axis',
                                     'test_bad_mesh_and_batch_shapes_are_one_line_errors',
                                     'test_checkpoint_moves_between_meshes', 'test_sampled_losses_match_dense',
+                                    'test_the_deferred_weight_decay_on_meshes',
                                     'test_hidden_layers_split_on_model_match_one_device',
                                     'test_distant_block_split_on_model_matches_one_device',
                                     'test_tied_output_layer_is_padded_without_an_exchange_between_devices',

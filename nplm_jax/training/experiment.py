@@ -84,12 +84,13 @@ def output_layer_update(config, platform: str) -> str:
   return backend_defaults.backend_default('train.output_layer_update', platform)
 
 
-def column_learning_rate(config, platform: str):
-  """compile_steps' column_learning_rate: paper_sgd's schedule where the output layer's update is
-  'sampled_columns' (output_layer_update), else None."""
+def column_step_options(config, platform: str) -> dict:
+  """compile_steps' column_learning_rate and column_weight_decay: paper_sgd's schedule and decay where the
+  output layer's update is 'sampled_columns' (output_layer_update), else nothing."""
   if output_layer_update(config, platform) != 'sampled_columns':
-    return None
-  return optim.column_learning_rate(config.optimizer, config.train.batch_size)
+    return {}
+  return {'column_learning_rate': optim.column_learning_rate(config.optimizer, config.train.batch_size),
+          'column_weight_decay': config.optimizer.weight_decay}
 
 
 # Shares of the training tokens read as the rare-word symbol above which a run is warned, and refused:
@@ -175,7 +176,7 @@ class Experiment:
     sampled = sampled_noise.make_sampled_loss(config.loss, train_counts, config.seed)
     bias_counts = train_counts if config.model.unigram_bias_init else None
     self.steps = steps_lib.compile_steps(self.model, self.optimizer, self.mesh, bias_counts, sampled,
-                                         column_learning_rate=column_learning_rate(config, self.platform),
+                                         **column_step_options(config, self.platform),
                                          steps_per_epoch=self.plan['steps_per_epoch'],
                                          batch_size=config.train.batch_size,
                                          ema_decay=config.optimizer.get('ema_decay', 0.0),

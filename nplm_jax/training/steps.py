@@ -190,17 +190,19 @@ def cast_output_layer(model, params, form: str):
 def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mesh, optimizer, loss=None,
                chunk_size=0, seed=0, vocab_block=-1, softmax_kernel='xla', softmax_kernel_tuning='', ema_decay=0.0,
                cast_layer=None, output_layer_gradient_dtype='float32', output_layer_gradient_form='as_traced',
-               column_learning_rate=None):
+               column_learning_rate=None, column_weight_decay=0.0):
   """One optimiser step on the mean loss of a batch: the exact softmax, or `loss` (sampled), and the
   moving average of the parameters when the state has one. Returns the new state and the batch's loss.
   cast_layer: cast_output_layer(model, state.params, form), made by the caller (the loop that carries it from
   one step's update to the next), which the exact softmax takes instead of casting the layer's rows.
   output_layer_gradient_dtype, output_layer_gradient_form: the exact softmax's vocab_softmax.token_nll
   gradient_dtype and gradient_form. column_learning_rate (a sampled loss, train.output_layer_update
-  'sampled_columns'): the optimiser's learning rate by step, and the step of sampled_columns_step."""
+  'sampled_columns'): the optimiser's learning rate by step, and the step of sampled_columns_step;
+  column_weight_decay its weight decay (what train_resident_steps defers within a dispatch)."""
   if column_learning_rate is not None:
     return sampled_columns_step(state, contexts, targets, lr_scale, model=model, mesh=mesh, optimizer=optimizer,
-                                loss=loss, seed=seed, ema_decay=ema_decay, column_learning_rate=column_learning_rate)
+                                loss=loss, seed=seed, ema_decay=ema_decay,
+                                column_learning_rate=column_learning_rate)
 
   def loss_fn(params):
     key = dropout_key(seed, state.step) if model.has_dropout else None
@@ -223,20 +225,23 @@ def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mes
 
 
 def _updated(state: TrainState, grads, loss_value, lr_scale, optimizer, ema_decay, columns=None,
-             rows=None) -> TrainState:
-  """The state after the optimiser's step on `grads`; columns (ids, gradients, step size, mesh): added to
-  the output layer's columns after it; rows (ids, gradients, step size): added to C's rows after it."""
+             rows=None, kept=()) -> TrainState:
+  """The state after the optimiser's step on `grads`; columns (ids, their updates, mesh): added to the
+  output layer's columns after it; rows (ids, their updates): added to C's rows after it. `kept`: names of
+  parameters the optimiser's step leaves as they were (their weight decay deferred: DeferredDecay), XLA
+  then dropping its pass over them."""
   grads = after_every_read(grads, loss_value)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   # Fused by XLA into the parameter update itself: no extra pass over the parameters.
   params = jax.tree.map(lambda p, u: p + lr_scale * u, state.params, updates)
+  params = {**params, **{name: state.params[name] for name in kept}}
   if columns is not None:
-    ids, column_grads, step_size, mesh = columns
+    ids, column_updates, mesh = columns
     params = {**params, output_layer.OUTPUT: vocab_softmax.add_to_columns(params[output_layer.OUTPUT], ids,
-                                                                          -step_size * column_grads, mesh=mesh)}
+                                                                          column_updates, mesh=mesh)}
   if rows is not None:
-    ids, row_grads, step_size = rows
-    params = {**params, 'C': params['C'].at[ids].add(-step_size * row_grads)}
+    ids, row_updates = rows
+    params = {**params, 'C': params['C'].at[ids].add(row_updates)}
   average = state.average
   if average is not None:
     average = updated_average(average, params, ema_decay_at(ema_decay, state.step))
@@ -244,7 +249,7 @@ def _updated(state: TrainState, grads, loss_value, lr_scale, optimizer, ema_deca
 
 
 def sampled_columns_step(state: TrainState, contexts, targets, lr_scale, *, model, mesh, optimizer, loss, seed,
-                         ema_decay, column_learning_rate):
+                         ema_decay, column_learning_rate, deferred: 'DeferredDecay | None' = None):
   """train_step for a sampled loss whose output layer moves in the columns the step scored alone (the
   batch's targets and the noise samples; train.output_layer_update='sampled_columns').
 
@@ -259,10 +264,16 @@ def sampled_columns_step(state: TrainState, contexts, targets, lr_scale, *, mode
   scatter's gradient, `rows_apart`): the context's rows are gathered here and the model reads them, so
   their gradient is [batch, n - 1, m], added to C's rows after the decay's pass, instead of a [|V|, m]
   array of zeros scattered into (and, on several devices, summed over them).
+
+  deferred (a DeferredDecay): the state holds the output layer's weight rows and C divided by its scale,
+  and the step multiplies the scale by its decay instead of passing over them; returns (state, loss,
+  the new DeferredDecay).
   """
   samples = sampled_noise.draw_noise(loss, state.step)  # shared by the whole batch
   ids = jnp.concatenate([targets, samples])
   columns = vocab_softmax.gather_columns(model.output_layer(state.params), ids, mesh=mesh)
+  if deferred is not None:
+    columns = columns * deferred.row_scales(columns.shape[0])
   if targets.shape[0] % mesh.devices.size == 0:  # the features and the loss need no vocabulary split: every device
     every = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(('data', 'model')))  # takes its rows
     contexts, targets = (jax.lax.with_sharding_constraint(x, every) for x in (contexts, targets))
@@ -270,6 +281,8 @@ def sampled_columns_step(state: TrainState, contexts, targets, lr_scale, *, mode
   apart = rows_apart(model)
   # The context's rows of C, gathered here: the model reads them instead of C, whose gradient is then zero
   context_rows = state.params['C'][contexts] if apart else None
+  if deferred is not None and apart:
+    context_rows = context_rows * deferred.scale
 
   def loss_fn(params, columns, context_rows):
     key = dropout_key(seed, state.step) if model.has_dropout else None
@@ -280,9 +293,60 @@ def sampled_columns_step(state: TrainState, contexts, targets, lr_scale, *, mode
   loss_value, (grads, column_grads, row_grads) = jax.value_and_grad(loss_fn, argnums=(0, 1, 2))(
       state.params, columns, context_rows)
   step_size = lr_scale * column_learning_rate(state.step)
-  return _updated(state, grads, loss_value, lr_scale, optimizer, ema_decay,
-                  columns=(ids, column_grads, step_size, mesh),
-                  rows=(contexts, row_grads, step_size) if apart else None), loss_value
+  if deferred is None:
+    return _updated(state, grads, loss_value, lr_scale, optimizer, ema_decay,
+                    columns=(ids, -step_size * column_grads, mesh),
+                    rows=(contexts, -step_size * row_grads) if apart else None), loss_value
+  # p' = (1 - step wd) p - step g, with p = scale q: the new scale, and q moved by -step g / new scale
+  deferred = deferred.decayed(step_size)
+  state = _updated(state, grads, loss_value, lr_scale, optimizer, ema_decay,
+                   columns=(ids, -step_size * column_grads / deferred.row_scales(column_grads.shape[0]), mesh),
+                   rows=(contexts, -step_size * row_grads / deferred.scale) if apart else None,
+                   kept=deferred.names(apart))
+  return state, loss_value, deferred
+
+
+@flax.struct.dataclass
+class DeferredDecay:
+  """paper_sgd's weight decay of the output layer's weight rows and C, deferred within a dispatch of
+  sampled_columns_step's steps (Carpenter 2008's lazy regularisation, with one scale for every row): the
+  parameters are `scale` times what the state holds. A step multiplies the scale by (1 - step wd) and
+  adds its gradients divided by the new scale, in place of a pass over the whole layer and C a step;
+  `applied` makes the parameters whole again at the dispatch's end, one pass for all its steps. The
+  same steps in exact arithmetic; in float32 a few ulps apart (the scale stays near 1: a dispatch decays
+  it by far less than 1%)."""
+  scale: jax.Array
+  weight_decay: float = flax.struct.field(pytree_node=False)
+
+  @classmethod
+  def start(cls, weight_decay: float) -> 'DeferredDecay':
+    return cls(scale=jnp.ones((), jnp.float32), weight_decay=weight_decay)
+
+  def decayed(self, step_size) -> 'DeferredDecay':
+    return self.replace(scale=self.scale * (1.0 - step_size * self.weight_decay))
+
+  def row_scales(self, rows: int) -> jax.Array:
+    """[rows, 1]: the scale on the output layer's weight rows, 1 on its bias row (not decayed)."""
+    return jnp.where(jnp.arange(rows)[:, None] == rows - 1, 1.0, self.scale)
+
+  @staticmethod
+  def names(apart: bool) -> tuple[str, ...]:
+    return (output_layer.OUTPUT, 'C') if apart else (output_layer.OUTPUT,)
+
+  def applied(self, state: TrainState, apart: bool) -> TrainState:
+    params = dict(state.params)
+    params[output_layer.OUTPUT] = params[output_layer.OUTPUT] * self.row_scales(params[output_layer.OUTPUT].shape[0])
+    if apart:
+      params['C'] = params['C'] * self.scale
+    return state.replace(params=params)
+
+
+def defers_decay(model, step_options: dict) -> bool:
+  """Whether a dispatch of several steps defers their weight decay (DeferredDecay): sampled_columns_step's
+  steps with a decay, the 2003 model's (whose output layer holds no tied C), and no moving average (which
+  reads every parameter every step)."""
+  return (step_options.get('column_learning_rate') is not None and step_options.get('column_weight_decay', 0.0) > 0
+          and not step_options.get('ema_decay', 0.0) and isinstance(model, bengio2003.NPLM))
 
 
 def rows_apart(model) -> bool:
@@ -331,8 +395,21 @@ def train_resident_steps(state: TrainState, ids, order, lr_scale, interval: Inte
     return (state, interval.add(loss, state.step),
             None if cast is None else cast_output_layer(model, state.params, carry_cast_layer))
 
+  def one_deferred(_, carry):
+    state, interval, deferred = carry
+    contexts, targets = device_data.step_batch(ids, order, state.step % steps_per_epoch, batch_size=batch_size,
+                                               context_size=model.context_size, mesh=mesh)
+    state, loss, deferred = sampled_columns_step(
+        state, contexts, targets, lr_scale, model=model, mesh=mesh, deferred=deferred,
+        **{key: step_options[key] for key in ('optimizer', 'loss', 'seed', 'ema_decay', 'column_learning_rate')})
+    return state, interval.add(loss, state.step), deferred
+
   if max_steps == 1:
     return one(0, (state, interval, None))[:2]
+  if defers_decay(model, step_options):
+    state, interval, deferred = jax.lax.fori_loop(
+        0, num_steps, one_deferred, (state, interval, DeferredDecay.start(step_options['column_weight_decay'])))
+    return deferred.applied(state, rows_apart(model)), interval
   carried = carry_cast_layer != 'off' and step_options.get('loss') is None
   cast = cast_output_layer(model, state.params, carry_cast_layer) if carried else None
   return jax.lax.fori_loop(0, num_steps, one, (state, interval, cast))[:2]
@@ -406,7 +483,8 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
                   ema_decay: float = 0.0, carry_cast_layer: str = 'off',
                   output_layer_gradient_dtype: str = 'float32',
                   output_layer_gradient_form: str = 'as_traced',
-                  column_learning_rate: optax.Schedule | None = None) -> CompiledSteps:
+                  column_learning_rate: optax.Schedule | None = None,
+                  column_weight_decay: float = 0.0) -> CompiledSteps:
   """Jitted init/train/eval with explicit shardings; parameters are born sharded, drawn from `seed`.
 
   optimizer None: evaluation only. steps_per_epoch and batch_size shape the resident-data dispatch.
@@ -421,7 +499,8 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
   output_layer_gradient_form (config.train.output_layer_gradient_form): how XLA's paths make that gradient's
   matmul (vocab_softmax.GRADIENT_FORMS; the same numbers). output_layer_gradient_options reads both.
   column_learning_rate (train.output_layer_update resolved to 'sampled_columns': optim.column_learning_rate):
-  a sampled loss's steps update the output layer in the columns they scored (sampled_columns_step).
+  a sampled loss's steps update the output layer in the columns they scored (sampled_columns_step);
+  column_weight_decay (optimizer.weight_decay there): a dispatch of several steps defers it (DeferredDecay).
   """
   precise = functools.partial(with_matmul_precision, precision=matmul_precision,
                               platform=mesh.devices.flat[0].platform)
@@ -461,7 +540,7 @@ def compile_steps(model, optimizer: optax.GradientTransformation | None, mesh: M
                       softmax_kernel=softmax_kernel, softmax_kernel_tuning=softmax_kernel_tuning, ema_decay=ema_decay,
                       output_layer_gradient_dtype=output_layer_gradient_dtype,
                       output_layer_gradient_form=output_layer_gradient_form,
-                      column_learning_rate=column_learning_rate)
+                      column_learning_rate=column_learning_rate, column_weight_decay=column_weight_decay)
   jitted_train = jax.jit(
       precise(functools.partial(train_step_in_interval, model=model, mesh=mesh, **step_options)),
       in_shardings=(state_sh, ctx_sh, tgt_sh, replicated, replicated),
