@@ -590,6 +590,8 @@ def test_a_budget_decides_the_learning_rate_and_the_validations_size(tiny_config
   assert len(rates) >= 3 and rates[0] > 0 and rates[-1] < 0.25 * rates[0]  # near 0 at the stop
   assert results['stop_reason'] == 'train.max_seconds=12 spent'  # not patience
   assert results['valid_tokens'] == 795  # the final figures: the whole split
+  # the validations during training are timed: more than nothing, less than the run's time before the final ones
+  assert 0 < results['validation_seconds'] < results['wall_seconds'] - results['after_training_seconds']
 
 
 def test_a_budget_too_small_for_the_final_evaluation_is_refused_with_the_least_that_holds(tiny_config, tmp_path,

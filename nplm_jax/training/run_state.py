@@ -43,6 +43,7 @@ class RunState:
   # during training reads (0: all of them), both fixed once chosen so that a resumed run keeps them.
   training_started: float | None = None
   valid_batches: int = 0
+  validation_seconds: float = 0.0  # the wall seconds the validations during training took, all processes' runs
 
   def to_json(self) -> dict:
     return dataclasses.asdict(self)

@@ -259,6 +259,7 @@ def _train_and_report(run: experiment_lib.Experiment, config, workdir: workdir_l
       'stop_reason': run_state.stop_reason,
       'wall_seconds': None,  # below, when everything else is done
       'after_training_seconds': None,  # of it, after training stopped: the final evaluation and the mixture
+      'validation_seconds': run_state.validation_seconds,  # of it, the validations during training
       'checkpoint_save_seconds': checkpoints.save_seconds,  # this process's, in the loop: saves are asynchronous
       'checkpoint_checksum_seconds': checkpoints.checksum_seconds,  # of it (and of the final saves), the checksums
       'mesh': dict(run.mesh.shape),
@@ -584,6 +585,7 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
         _save(step, state)
         raise Preempted(preemption.signum, step, run.workdir) from None
       clock.validated(time.perf_counter() - began, len(nll))
+      run_state.validation_seconds += time.perf_counter() - began
     if run_state.best_step == step and not run_state.valid_batches:  # a subset's NLLs are not the split's
       best_valid = (step, nll)
     return state
