@@ -10,6 +10,7 @@ rendered from those files, so every figure there traces to its run.
   python -m launch.results render --table=char_overfit   # print one
   python -m launch.results render --write    # rewrite RESULTS.md's rendered tables in place
   python -m launch.results render --check    # exit 1 when RESULTS.md differs from results/ (CI runs this)
+  python -m launch.results plot --table=own_text_budget --corpus='PTB as text' --output=docs/own_text_budget.png
 
 A results file holds the run's figures (results.json and mix_results.json), the command, the resolved
 config, the commit, the device, the seed and the wall time; never checkpoints. In RESULTS.md a table
@@ -655,6 +656,48 @@ def rendered_markdown(text: str, records: list[dict]) -> str:
   return _SECTION.sub(replace, text)
 
 
+def budget_curves(records: list[dict], table: str, corpus: str) -> dict[str, list[tuple[float, float, float]]]:
+  """A budget table's rows for one corpus (labels 'CORPUS, RECIPE') by recipe: (minutes of train.max_seconds,
+  test ppl, mixed test ppl) in order of budget; the recipes with at least two budgets, a curve each."""
+  curves = {}
+  for r in records:
+    if r['table'] == table and r['label'].startswith(corpus + ', '):
+      figures = r['figures']
+      curves.setdefault(r['label'][len(corpus) + 2:], []).append(
+          (r['config']['train']['max_seconds'] / 60, figures['test_ppl'], figures.get('mix_test_ppl', math.nan)))
+  return {recipe: sorted(points) for recipe, points in curves.items() if len(points) > 1}
+
+
+def plot_budget_curves(records: list[dict], table: str, corpus: str, output: str) -> str:
+  """Test perplexity by time budget, each recipe alone (solid) and mixed with KN5 (dashed), KN5 a line."""
+  from nplm_jax.tools import plot  # pylint: disable=g-import-not-at-top  # matplotlib only for a plot
+  curves = budget_curves(records, table, corpus)
+  if not curves:
+    raise SystemExit(f'error: no recipe of table {table!r} has rows for {corpus!r} at two budgets or more')
+  ngram = [r['figures']['ngram_test_ppl'] for r in records if r['table'] == table and
+           r['label'].startswith(corpus + ', ') and 'ngram_test_ppl' in r['figures']]
+  fig, ax = plot.plt.subplots(figsize=(7, 4.5))
+  for recipe, points in curves.items():
+    minutes, alone, mixed = zip(*points)
+    line, = ax.plot(minutes, alone, marker='o', label=f'{recipe}, alone')
+    ax.plot(minutes, mixed, marker='o', linestyle='--', color=line.get_color(), label=f'{recipe}, mixed with KN5')
+  if ngram:
+    ax.axhline(ngram[0], linestyle=':', color='grey', linewidth=1)
+    ax.annotate(f'KN5 {ngram[0]:.1f}', (1, ngram[0]), xycoords=('axes fraction', 'data'), ha='right', va='bottom',
+                fontsize=8, color='grey')
+  ax.set_xlabel('train.max_seconds (minutes): the whole command, training, evaluation and mixture')
+  ax.set_ylabel('test perplexity')
+  ax.set_title(f'{corpus}: test perplexity by time budget', fontsize=10)
+  budgets = sorted({m for points in curves.values() for m, _, _ in points})
+  ax.set_xticks(budgets)
+  ax.xaxis.set_major_formatter(plot.ticker.FuncFormatter(plot.plain_tick))
+  ax.yaxis.set_major_formatter(plot.ticker.FuncFormatter(plot.plain_tick))
+  ax.grid(True, alpha=0.3)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  return plot.save_figure(fig, output)
+
+
 def finished_points(sweep_root: str) -> list[str]:
   return sorted(p for p in os.listdir(sweep_root) if os.path.exists(os.path.join(sweep_root, p, 'results.json')))
 
@@ -709,7 +752,14 @@ def main(argv=None) -> int:
   render.add_argument('--check', action='store_true')
   render.add_argument('--table', choices=sorted([*TABLES, *RENDERERS]),
                       help='print this table alone (an exploration RESULTS.md sums up in a few lines)')
+  drawn = sub.add_parser('plot', help="a budget table's test perplexity by train.max_seconds, as a PNG")
+  drawn.add_argument('--table', default='own_text_budget', choices=sorted(TABLES))
+  drawn.add_argument('--corpus', required=True, help="the rows whose labels start 'CORPUS, ' (e.g. 'PTB as text')")
+  drawn.add_argument('--output', required=True, help='the PNG to write')
   args = parser.parse_args(argv)
+  if args.what == 'plot':
+    print(f'wrote {plot_budget_curves(load_records(), args.table, args.corpus, args.output)}')
+    return 0
   if args.what == 'collect':
     if not re.fullmatch(r'[\w-][\w.-]*', args.name):
       raise SystemExit(f'error: --name={args.name!r}: use letters, digits, _, - and . only, not . first')

@@ -167,6 +167,25 @@ def test_an_exploration_table_prints_alone(capsys):
   assert out.startswith('## char_overfit\n') and out.count('| `PTB characters over') >= 40 and '## char_shape' not in out
 
 
+def budget_row(label: str, seconds: float, alone: float, mixed: float) -> dict:
+  return {'table': 'own_text_budget', 'label': label, 'config': {'train': {'max_seconds': seconds}},
+          'figures': {'test_ppl': alone, 'mix_test_ppl': mixed, 'ngram_test_ppl': 141.0}}
+
+
+def test_a_budget_table_draws_each_recipe_s_curve_by_budget(tmp_path):
+  """`plot` draws a corpus's recipes at two budgets or more, points in order of budget; a recipe at one budget,
+  another corpus's rows and a corpus with no curve are left out or refused."""
+  rows = [budget_row('PTB as text, new', 600, 128.0, 112.0), budget_row('PTB as text, new', 120, 155.0, 121.0),
+          budget_row('PTB as text, old', 300, 145.0, 117.0), budget_row('PTB as text, old', 120, 169.0, 123.0),
+          budget_row('PTB as text, once', 600, 130.0, 111.0), budget_row('Brown as text, new', 120, 300.0, 280.0)]
+  curves = results.budget_curves(rows, 'own_text_budget', 'PTB as text')
+  assert curves == {'new': [(2.0, 155.0, 121.0), (10.0, 128.0, 112.0)], 'old': [(2.0, 169.0, 123.0), (5.0, 145.0, 117.0)]}
+  written = results.plot_budget_curves(rows, 'own_text_budget', 'PTB as text', str(tmp_path / 'curve.png'))
+  assert pathlib.Path(written).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+  with pytest.raises(SystemExit, match="no recipe of table 'own_text_budget' has rows for 'Brown as text'"):
+    results.plot_budget_curves(rows, 'own_text_budget', 'Brown as text', str(tmp_path / 'none.png'))
+
+
 def test_a_transcribed_figure_is_marked_where_it_is_read():
   """A figure copied from RESULTS.md as first written (its run's results.json not kept) says so wherever a table cites
   its file, in its row of a table of rows and in README's headline cell; its file names the commit its config was

@@ -116,7 +116,7 @@ def plot_curves(curves: list[dict], ngrams: list[tuple[str, float]], output: str
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, title='run (workdir)', title_fontsize=8)
   fig.tight_layout()
-  return _save(fig, output)
+  return save_figure(fig, output)
 
 
 def plain_tick(value: float, position=None) -> str:
@@ -137,7 +137,7 @@ def plot_embeddings(words: list[str], vectors: np.ndarray, output: str, title: s
   ax.set_ylabel(f'second principal component ({100 * explained[1]:.1f}%)')
   ax.set_title(f'{title} ({labelled} labelled where they fit)' if labelled < len(words) else title)
   fig.tight_layout()
-  return _save(fig, output)
+  return save_figure(fig, output)
 
 
 # Where a word's label may sit around its point (offsets in points): right, left, above, below.
@@ -163,7 +163,8 @@ def place_labels(fig, ax, words: list[str], xy: np.ndarray) -> int:
   return len(taken)
 
 
-def _save(fig, output: str) -> str:
+def save_figure(fig, output: str) -> str:
+  """`fig` written as a PNG at `output` (any filesystem etils.epath reaches), then closed; returns the path."""
   path = workdir_lib.as_path(output)
   if path.is_dir():
     raise UserError(f'--output={output!r} is a folder; give the path of the PNG file to write')
