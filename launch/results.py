@@ -134,6 +134,12 @@ def _config_value(key: str):
   return lambda r: f'{r["config"][section][name]:,}'
 
 
+def _validation_share(r: dict) -> str:
+  """The validations during training over the run's train.max_seconds, where the run timed them."""
+  seconds = r['figures'].get('validation_seconds')
+  return '' if seconds is None else f"{seconds / r['config']['train']['max_seconds']:.1%}"
+
+
 def _fitted_mixture(r: dict) -> str:
   """The mixture at the weight fitted on validation: 'weight: test ppl'."""
   f = r['figures']
@@ -155,7 +161,7 @@ TABLES = {
                         ('tokens/s', _num('tokens_per_sec', 0)), ('test ppl', _num('test_ppl')),
                         ('KN5 test ppl', _num('ngram_test_ppl')), _MIX_KN5,
                         ('alone / KN5', _over_kn5('test_ppl')), ('mixed / KN5', _over_kn5('mix_test_ppl')),
-                        ('device', _device_of)],
+                        ('validations / budget', _validation_share), ('device', _device_of)],
     # The short runs that show a change kept the numbers (smoke, quick, PTB).
     'checks': _CHECKS,
     # The reference code's options on the ladder's top row, each at the same number of steps (their
@@ -214,6 +220,8 @@ TABLES = {
     'char_ladder': _ladder_columns(*_BITS_PER_CHAR,
                                    ('+ n-gram test bits/char', _Figure('mix_test_ppl', 3, of=math.log2))),
 }
+# The own-text recipe's explorations under a budget (other sizes, no annealing): printed alone by render --table.
+TABLES['own_text_budget_points'] = TABLES['own_text_budget']
 # A transcribed row trained again from today's code, each seed its own results file: beside the seeds' summary.
 TABLES['seeds_rerun'] = [('run', _label), ('epochs', _num('epochs', 0)), ('valid ppl', _num('valid_ppl')),
                          ('test ppl', _num('test_ppl')), _SEED, ('device', _device_of)]
@@ -563,7 +571,8 @@ def record(workdir: str, name: str, table: str, label: str, command: str, commit
     with open(metrics_path, encoding='utf-8') as f:
       rates = [r['tokens_per_sec'] for r in map(json.loads, f) if r.get('tokens_per_sec')]
   figures = {k: results[k] for k in ('valid_ppl', 'test_ppl', 'valid_bpc', 'test_bpc', 'num_parameters', 'epochs',
-                                     'steps_trained', 'step', 'wall_seconds', 'stop_reason') if k in results}
+                                     'steps_trained', 'step', 'wall_seconds', 'validation_seconds', 'stop_reason')
+             if k in results}
   figures['tokens_per_sec'] = round(statistics.median(rates), 1) if rates else None
   for source in (results, mix):  # the mixture: in results.json when trained with it, else from nplm-mix
     figures.update({k: source[k] for k in ('mix_valid_ppl', 'mix_test_ppl', 'mix_ngram', 'mix_weight',

@@ -646,9 +646,10 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
       lr = (optim.learning_rate_at(config.optimizer, config.train.batch_size, step, plan['total']) * run_state.lr_scale
             * lr_factor)
       shown_lr = lr / config.train.batch_size if config.optimizer.name == 'paper_sgd' else lr
+      # no rate on the line of the first dispatch, whose steps ran while it compiled
+      speed = f'{rate["tokens_per_sec"]:,.0f} tok/s ' if rate['tokens_per_sec'] else ''
       metrics_lib.log(f'step {step}/{plan["total"]} epoch {step / plan["steps_per_epoch"]:.2f} '
-                      f'mean {loss_name} {loss:.4f} lr {shown_lr:.4g} {rate["tokens_per_sec"]:,.0f} tok/s '
-                      f'ETA {rate["eta"]}')
+                      f'mean {loss_name} {loss:.4f} lr {shown_lr:.4g} {speed}ETA {rate["eta"]}')
       last_line = time.time()
     if log_now:
       writer.write(step, {'train_loss_mean': loss, 'learning_rate': lr, 'tokens_per_sec': rate['tokens_per_sec']})
