@@ -385,6 +385,8 @@ def train_resident_steps(state: TrainState, ids, order, lr_scale, interval: Inte
   whole, 320 MB at the research size) at its start; the same numbers (within float32's rounding: 'whole'
   adds a term of 0 to each sum), the cast where XLA can make it in the update's own pass over the layer
   ('whole' has that pass's shape). Nothing is carried for float32 matmuls (no cast) or a sampled loss.
+  A loop of sampled_columns_step's steps with a weight decay defers it to the call's end (defers_decay,
+  DeferredDecay): one pass over the output layer and C a call instead of one a step.
   """
   def one(_, carry):
     state, interval, cast = carry
