@@ -331,7 +331,7 @@ def main(argv):
     print(f'{name} | {ms:.3f} | {ms / step_ms:.0%} | {mb:.1f} | {mb / ms if ms else 0.0:.1f} | '
           f'{mb / ms / peak_gbps if ms else 0.0:.0%}')
   gbytes = sum(sizes.get(op, 0) for op in per_step) / 1e9  # each operation the trace saw, once a step
-  gflop = flops_of(hlo) / 1e9 / dispatch
+  gflop = flops_of(hlo) / 1e9  # a resident dispatch's loop body holds one step's dots, counted once
   row = {'config': ARGS['config'].serialize(), 'vocab': ARGS.vocab, 'platform': jax.devices()[0].platform,
          'mesh': f'{mesh.shape["data"]}x{mesh.shape["model"]}', 'batch_size': ARGS.batch_size, 'wall_step_ms': round(wall_ms, 3), 'step_ms': round(step_ms, 3),
          **{f'{c}_ms': round(totals[c], 3) for c in ('matmul', 'collective', 'other')},

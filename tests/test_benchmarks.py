@@ -220,6 +220,11 @@ def test_profile_step_attributes_a_dispatch_of_several_steps_to_a_steps_operatio
   assert row['dispatch_steps'] == 3 and row['step_ms'] > 0 and row['matmul_ms'] > 0
   assert abs(row['matmul_ms'] + row['collective_ms'] + row['other_ms'] - row['step_ms']) < 1e-2
   assert row['ops_per_step'] >= 1 and row['wall_step_ms'] > 0
+  # the loop's body is one step: its matmuls, a training step's (the forward pass's and about twice that
+  # backward, as in the test above), not a third of them
+  m, h, batch = 4, 6, 8
+  forward = 2 * batch * (4 * m * h + (4 * m + h) * 64)
+  assert 2 * forward <= row['gflop'] * 1e9 <= 4 * forward, row['gflop']
 
 
 def test_an_operation_names_the_bytes_of_its_operands_and_results():
