@@ -665,15 +665,19 @@ def rendered_markdown(text: str, records: list[dict]) -> str:
   return _SECTION.sub(replace, text)
 
 
+def _corpus_rows(records: list[dict], table: str, corpus: str) -> list[dict]:
+  """A budget table's rows for one corpus: labels 'CORPUS, RECIPE'."""
+  return [r for r in records if r['table'] == table and r['label'].startswith(corpus + ', ')]
+
+
 def budget_curves(records: list[dict], table: str, corpus: str) -> dict[str, list[tuple[float, float, float]]]:
-  """A budget table's rows for one corpus (labels 'CORPUS, RECIPE') by recipe: (minutes of train.max_seconds,
-  test ppl, mixed test ppl) in order of budget; the recipes with at least two budgets, a curve each."""
+  """A budget table's rows for one corpus by recipe: (minutes of train.max_seconds, test ppl, mixed test ppl)
+  in order of budget; the recipes with at least two budgets, a curve each."""
   curves = {}
-  for r in records:
-    if r['table'] == table and r['label'].startswith(corpus + ', '):
-      figures = r['figures']
-      curves.setdefault(r['label'][len(corpus) + 2:], []).append(
-          (r['config']['train']['max_seconds'] / 60, figures['test_ppl'], figures.get('mix_test_ppl', math.nan)))
+  for r in _corpus_rows(records, table, corpus):
+    figures = r['figures']
+    curves.setdefault(r['label'][len(corpus) + 2:], []).append(
+        (r['config']['train']['max_seconds'] / 60, figures['test_ppl'], figures.get('mix_test_ppl', math.nan)))
   return {recipe: sorted(points) for recipe, points in curves.items() if len(points) > 1}
 
 
@@ -683,8 +687,8 @@ def plot_budget_curves(records: list[dict], table: str, corpus: str, output: str
   curves = budget_curves(records, table, corpus)
   if not curves:
     raise SystemExit(f'error: no recipe of table {table!r} has rows for {corpus!r} at two budgets or more')
-  ngram = [r['figures']['ngram_test_ppl'] for r in records if r['table'] == table and
-           r['label'].startswith(corpus + ', ') and 'ngram_test_ppl' in r['figures']]
+  ngram = [r['figures']['ngram_test_ppl'] for r in _corpus_rows(records, table, corpus)
+           if 'ngram_test_ppl' in r['figures']]
   fig, ax = plot.plt.subplots(figsize=(7, 4.5))
   for recipe, points in curves.items():
     minutes, alone, mixed = zip(*points)

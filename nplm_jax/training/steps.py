@@ -302,7 +302,7 @@ def sampled_columns_step(state: TrainState, contexts, targets, lr_scale, *, mode
   state = _updated(state, grads, loss_value, lr_scale, optimizer, ema_decay,
                    columns=(ids, -step_size * column_grads / deferred.row_scales(column_grads.shape[0]), mesh),
                    rows=(contexts, -step_size * row_grads / deferred.scale) if apart else None,
-                   kept=deferred.names(apart))
+                   kept=deferred.names())
   return state, loss_value, deferred
 
 
@@ -317,10 +317,11 @@ class DeferredDecay:
   it by far less than 1%)."""
   scale: jax.Array
   weight_decay: float = flax.struct.field(pytree_node=False)
+  covers_c: bool = flax.struct.field(pytree_node=False)  # C too (rows_apart), not the output layer alone
 
   @classmethod
-  def start(cls, weight_decay: float) -> 'DeferredDecay':
-    return cls(scale=jnp.ones((), jnp.float32), weight_decay=weight_decay)
+  def start(cls, weight_decay: float, model) -> 'DeferredDecay':
+    return cls(scale=jnp.ones((), jnp.float32), weight_decay=weight_decay, covers_c=rows_apart(model))
 
   def decayed(self, step_size) -> 'DeferredDecay':
     return self.replace(scale=self.scale * (1.0 - step_size * self.weight_decay))
@@ -329,14 +330,13 @@ class DeferredDecay:
     """[rows, 1]: the scale on the output layer's weight rows, 1 on its bias row (not decayed)."""
     return jnp.where(jnp.arange(rows)[:, None] == rows - 1, 1.0, self.scale)
 
-  @staticmethod
-  def names(apart: bool) -> tuple[str, ...]:
-    return (output_layer.OUTPUT, 'C') if apart else (output_layer.OUTPUT,)
+  def names(self) -> tuple[str, ...]:
+    return (output_layer.OUTPUT, 'C') if self.covers_c else (output_layer.OUTPUT,)
 
-  def applied(self, state: TrainState, apart: bool) -> TrainState:
+  def applied(self, state: TrainState) -> TrainState:
     params = dict(state.params)
     params[output_layer.OUTPUT] = params[output_layer.OUTPUT] * self.row_scales(params[output_layer.OUTPUT].shape[0])
-    if apart:
+    if self.covers_c:
       params['C'] = params['C'] * self.scale
     return state.replace(params=params)
 
@@ -388,10 +388,13 @@ def train_resident_steps(state: TrainState, ids, order, lr_scale, interval: Inte
   A loop of sampled_columns_step's steps with a weight decay defers it to the call's end (defers_decay,
   DeferredDecay): one pass over the output layer and C a call instead of one a step.
   """
+  def batch(state):
+    return device_data.step_batch(ids, order, state.step % steps_per_epoch, batch_size=batch_size,
+                                  context_size=model.context_size, mesh=mesh)
+
   def one(_, carry):
     state, interval, cast = carry
-    contexts, targets = device_data.step_batch(ids, order, state.step % steps_per_epoch, batch_size=batch_size,
-                                               context_size=model.context_size, mesh=mesh)
+    contexts, targets = batch(state)
     state, loss = train_step(state, contexts, targets, lr_scale, model=model, mesh=mesh, cast_layer=cast,
                              **step_options)
     return (state, interval.add(loss, state.step),
@@ -399,8 +402,7 @@ def train_resident_steps(state: TrainState, ids, order, lr_scale, interval: Inte
 
   def one_deferred(_, carry):
     state, interval, deferred = carry
-    contexts, targets = device_data.step_batch(ids, order, state.step % steps_per_epoch, batch_size=batch_size,
-                                               context_size=model.context_size, mesh=mesh)
+    contexts, targets = batch(state)
     state, loss, deferred = sampled_columns_step(
         state, contexts, targets, lr_scale, model=model, mesh=mesh, deferred=deferred,
         **{key: step_options[key] for key in ('optimizer', 'loss', 'seed', 'ema_decay', 'column_learning_rate')})
@@ -410,8 +412,8 @@ def train_resident_steps(state: TrainState, ids, order, lr_scale, interval: Inte
     return one(0, (state, interval, None))[:2]
   if defers_decay(model, step_options):
     state, interval, deferred = jax.lax.fori_loop(
-        0, num_steps, one_deferred, (state, interval, DeferredDecay.start(step_options['column_weight_decay'])))
-    return deferred.applied(state, rows_apart(model)), interval
+        0, num_steps, one_deferred, (state, interval, DeferredDecay.start(step_options['column_weight_decay'], model)))
+    return deferred.applied(state), interval
   carried = carry_cast_layer != 'off' and step_options.get('loss') is None
   cast = cast_output_layer(model, state.params, carry_cast_layer) if carried else None
   return jax.lax.fori_loop(0, num_steps, one, (state, interval, cast))[:2]

@@ -584,8 +584,9 @@ def _train_loop(run: experiment_lib.Experiment, state, run_state: run_state_lib.
       except _EvaluationStopped:  # the step is saved, not its evaluation: a resume runs it first
         _save(step, state)
         raise Preempted(preemption.signum, step, run.workdir) from None
-      clock.validated(time.perf_counter() - began, len(nll))
-      run_state.validation_seconds += time.perf_counter() - began
+      seconds = time.perf_counter() - began
+      clock.validated(seconds, len(nll))
+      run_state.validation_seconds += seconds
     if run_state.best_step == step and not run_state.valid_batches:  # a subset's NLLs are not the split's
       best_valid = (step, nll)
     return state
