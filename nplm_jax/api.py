@@ -14,7 +14,7 @@ resumes from that step.
 
 import difflib
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -34,12 +34,15 @@ from nplm_jax.training import train as train_lib
 LanguageModel = language_model.LanguageModel
 
 
-def load(workdir: str | os.PathLike) -> LanguageModel:
+def load(workdir: str | os.PathLike, devices: int | Sequence[jax.Device] | None = None) -> LanguageModel:
   """The best parameters of a finished or running training, ready to score, sample and read vectors.
 
+  devices: None for every device of the default backend (the mesh the training used where it fits them), a
+  count (the first that many; on CPU, when this call starts JAX, that many host devices) or a list of jax
+  devices; any count works, whatever mesh the model was trained on, with the same figures.
   Loading the same workdir again in this process reuses the functions compiled for it (for the latest few
   workdirs loaded); lm.close(), or `with nplm_jax.load(...) as lm:`, frees its parameters and functions."""
-  return LanguageModel.load(workdir)
+  return LanguageModel.load(workdir, devices=devices)
 
 
 def get_config(config: str, overrides: Mapping[str, Any] | None = None) -> ml_collections.ConfigDict:
@@ -116,12 +119,12 @@ def _from_text(key: str, text: str, kind: type) -> Any:
     raise UserError(f'overrides[{key!r}]={text!r} is not {a_kind(kind)}') from None
 
 
-def prepare_devices(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> None:
+def prepare_devices(config: ml_collections.ConfigDict, workdir: str | os.PathLike, join: bool = True) -> None:
   """What comes before the first device is touched: the workdir is no file, XLA's settings from the
-  config, and the processes of a multi-process job joined."""
+  config, and the processes of a multi-process job joined (join=False: only when the config says 'yes')."""
   workdir_lib.check_not_a_file(os.fspath(workdir))
   with backend.configured(config):  # XLA_FLAGS as the caller had it once the backends have started
-    distributed.maybe_initialize(config)
+    distributed.maybe_initialize(config, detect=join)
     jax.devices()
 
 
@@ -135,10 +138,14 @@ def run_training(config: ml_collections.ConfigDict, workdir: str | os.PathLike, 
   return results
 
 
-def train(config: ml_collections.ConfigDict | str, workdir: str | os.PathLike) -> dict:
+def train(config: ml_collections.ConfigDict | str, workdir: str | os.PathLike, join: bool = False) -> dict:
   """Trains `config` in `workdir` (created, or resumed from its latest checkpoint) and evaluates its
   best parameters: the dict results.json holds (valid_ppl, test_ppl, step, wall time, ...). `config` may also
-  be an experiment's name, 'experiments/brown.py:smoke', as get_config takes it."""
+  be an experiment's name, 'experiments/brown.py:smoke', as get_config takes it.
+
+  This process trains alone unless asked to join others: join=True joins the processes a launcher started
+  (SLURM, Open MPI, a TPU pod, or config.distributed's address), as nplm-train does by itself, and
+  distributed.initialize='yes' always joins; a notebook inside an allocation is never joined by surprise."""
   if isinstance(config, str):
     config = get_config(config)
   elif not isinstance(config, ml_collections.ConfigDict):
@@ -146,7 +153,9 @@ def train(config: ml_collections.ConfigDict | str, workdir: str | os.PathLike) -
                     "name such as 'experiments/brown.py:smoke'")
   config_lib.validate(config)
   corpora.check_corpus_files(config.data)
-  prepare_devices(config, workdir)
+  if not isinstance(join, bool):
+    raise UserError(f'join={join!r} is not True or False')
+  prepare_devices(config, workdir, join=join)
   try:
     # Ctrl-C (a notebook's interrupt) saves the step in progress, as nplm-train does, then reaches the caller as
     # KeyboardInterrupt; the process's own handlers are back in place once training returns or stops.

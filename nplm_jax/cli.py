@@ -113,6 +113,22 @@ class ArgumentParser(argparse.ArgumentParser):
     sys.exit(f'error: {message} (see {self.prog} --help)')
 
 
+def module_doc(module: str) -> str:
+  """A module's docstring read from its source, not imported: a command's --help and its early checks need
+  its tool's text, not the tool's imports (JAX's take seconds)."""
+  import ast  # pylint: disable=g-import-not-at-top
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  with open(importlib.util.find_spec(module).origin, encoding='utf-8') as f:
+    return ast.get_docstring(ast.parse(f.read()), clean=False) or ''
+
+
+def add_devices_flag(parser: argparse.ArgumentParser) -> None:
+  """--devices for the commands that load a trained model (nplm_jax.load's devices)."""
+  parser.add_argument('--devices', type=int, default=None, metavar='N',
+                      help="how many of the backend's devices to run on, whatever mesh the model was trained on "
+                           '(default: all, on the mesh of its training where that fits them)')
+
+
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
   """--help with each optional flag's default (unless its help says it), and the module
   docstring's layout (its usage lines) kept."""

@@ -161,19 +161,19 @@ def train():
 
 
 def score():
-  run_command('nplm_jax.commands.score')
+  run_command('nplm_jax.commands.score', early='check_flags')
 
 
 def sample():
-  run_command('nplm_jax.commands.sample')
+  run_command('nplm_jax.commands.sample', early='check_flags')
 
 
 def embeddings():
-  run_command('nplm_jax.commands.embeddings')
+  run_command('nplm_jax.commands.embeddings', early='check_flags')
 
 
 def extend():
-  run_command('nplm_jax.commands.extend')
+  run_command('nplm_jax.commands.extend', early='check_flags')
 
 
 def plot():
@@ -181,7 +181,7 @@ def plot():
 
 
 def export():
-  run_command('nplm_jax.commands.export')
+  run_command('nplm_jax.commands.export', early='check_flags')
 
 
 def ngram():

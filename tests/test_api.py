@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -370,6 +371,51 @@ def test_an_interrupted_train_saves_its_step_and_resumes_to_the_uninterrupted_fi
     assert ran['resumed'][key] == whole[key], key
 
 
+def test_train_in_a_jupyter_kernel_shows_progress_and_an_interrupt_resumes(trained, tmp_path):
+  """In a real Jupyter kernel (nbclient, ipykernel): train() prints its progress lines with their ETA into the
+  cell's output; the kernel's interrupt (what the stop button sends) ends the cell with KeyboardInterrupt, the
+  kernel lives, and running train() again resumes to the figures of a run never interrupted."""
+  import threading  # pylint: disable=g-import-not-at-top
+  import nbclient  # pylint: disable=g-import-not-at-top
+  import nbformat  # pylint: disable=g-import-not-at-top
+  from jupyter_core.utils import run_sync  # pylint: disable=g-import-not-at-top
+  files = trained['files']
+  overrides = {f'data.{s}_file': files[s] for s in ('train', 'valid', 'test')}
+  overrides.update({'train.max_steps': 2000, 'train.log_every': 10, 'train.eval_every': 1000, 'mesh.cpu_devices': 1})
+  workdir = tmp_path / 'notebook'
+  cells = [f'import json, nplm_jax\nconfig = nplm_jax.get_config("experiments/text.py:tiny", {overrides!r})',
+           f'nplm_jax.train(config, {str(workdir)!r})',
+           f'print(json.dumps(nplm_jax.train(config, {str(workdir)!r})))']
+  notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+  client = nbclient.NotebookClient(notebook, timeout=600, allow_errors=True, kernel_name='python3',
+                                   resources={'metadata': {'path': REPO}})
+
+  def interrupt_once_training():
+    metrics = workdir / 'metrics.jsonl'
+    while not (metrics.exists() and metrics.read_text().strip()):  # the first progress line: training runs
+      time.sleep(0.05)
+    run_sync(client.km.interrupt_kernel)()  # as the stop button asks it: SIGINT to the kernel's process group
+
+  with client.setup_kernel(env=dict(os.environ, JAX_PLATFORMS='cpu')):
+    client.execute_cell(notebook.cells[0], 0)
+    threading.Thread(target=interrupt_once_training, daemon=True).start()
+    client.execute_cell(notebook.cells[1], 1)
+    client.execute_cell(notebook.cells[2], 2)
+  text = lambda cell: ''.join(o.get('text', '') for o in cell.outputs if o.output_type == 'stream')
+  stopped, resumed = notebook.cells[1], notebook.cells[2]
+  assert re.search(r'step \d+/2000 .* ETA', text(stopped)), text(stopped)[-2000:]
+  errors = [o for o in stopped.outputs if o.output_type == 'error']
+  assert errors and errors[0].ename == 'KeyboardInterrupt' and 'call nplm_jax.train again' in errors[0].evalue, errors
+  assert 'resumed from step' in text(resumed) and not [o for o in resumed.outputs if o.output_type == 'error']
+  ran = json.loads(text(resumed).strip().splitlines()[-1])
+  whole = subprocess.run([sys.executable, '-c', INTERRUPTED, str(tmp_path / 'whole'), json.dumps(overrides), 'whole'],
+                         cwd=REPO, env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=600)
+  assert whole.returncode == 0, whole.stderr[-3000:]
+  whole = json.loads(whole.stdout.splitlines()[-1])['resumed']
+  for key in ('valid_ppl', 'test_ppl', 'step'):
+    assert ran[key] == whole[key], key
+
+
 def test_a_device_count_fixed_by_an_earlier_start_of_jax_is_said(trained):
   """JAX started by the caller with one CPU device: loading a workdir whose config asks for 2 warns that the count
   cannot change now, runs on the one, and leaves XLA_FLAGS as it was."""
@@ -396,6 +442,85 @@ def test_a_device_count_fixed_by_an_earlier_start_of_jax_is_said(trained):
   wanted = sharding.host_device_count(config_lib.requested_cpu_devices(trained['lm'].config), sharding.usable_cores())
   said = proc.stdout.strip()
   assert ('JAX started in this process with 1 CPU device(s)' in said) == (wanted > 1), (wanted, said)
+
+
+ON_DEVICES = textwrap.dedent('''
+    import json, pathlib, sys
+    import nplm_jax
+    lm = nplm_jax.load(sys.argv[1], devices=int(sys.argv[2]))
+    lines = pathlib.Path(sys.argv[3]).read_text(encoding='utf-8').splitlines()
+    print(json.dumps({'mesh': [lm.trained.run.mesh.shape[a] for a in ('data', 'model')],
+                      'stream': lm.perplexity(lines, stream=True), 'sentences': lm.perplexity(lines)}))
+''')
+
+
+def test_a_model_loads_on_any_device_count_whatever_mesh_it_trained_on(trained, tmp_path):
+  """Trained on a (1, 2) and a (2, 2) mesh of host devices, loaded in fresh processes on 1 and on 3 devices (3
+  splits no padded vocabulary: the evaluation goes on 'data'): the figures of the same model loaded here, and
+  nplm-score --devices=3 prints what nplm-score prints."""
+  workdirs = {(1, 2): trained['path']}
+  files = trained['files']
+  if 'tiny_revisited' not in json.loads(pathlib.Path(trained['path'], 'config.json').read_text())['name']:
+    path = tmp_path / 'mesh_2x2'
+    proc = subprocess.run(
+        [sys.executable, '-m', 'nplm_jax.main', f'--config={FAMILIES["paper"]}', f'--workdir={path}',
+         *(f'--config.data.{s}_file={files[s]}' for s in ('train', 'valid', 'test')), '--config.train.num_epochs=1',
+         '--config.mesh.cpu_devices=4', '--config.mesh.data=2', '--config.mesh.model=2'],
+        cwd=REPO, env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    workdirs[(2, 2)] = str(path)
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  env['XLA_FLAGS'] = ' '.join(f for f in env.get('XLA_FLAGS', '').split() if 'device_count' not in f)
+  lines = pathlib.Path(files['test']).read_text(encoding='utf-8').splitlines()
+  for trained_on, workdir in workdirs.items():
+    with nplm_jax.load(workdir) as lm:  # on the devices of this process
+      own = {'stream': lm.perplexity(lines, stream=True), 'sentences': lm.perplexity(lines)}
+    for count in (1, 3):
+      proc = subprocess.run([sys.executable, '-c', ON_DEVICES, workdir, str(count), files['test']], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=300)
+      assert proc.returncode == 0, (trained_on, count, proc.stderr[-3000:])
+      got = json.loads(proc.stdout.strip().splitlines()[-1])
+      assert got['mesh'] == ([1, 1] if count == 1 else [3, 1]), got
+      # float32 log-softmax over other blocks of the vocabulary: each token's log P moves by a few ulps
+      for key, figure in own.items():
+        assert got[key] == pytest.approx(figure, rel=1e-5), (trained_on, count, key)
+  summary = lambda *flags: json.loads(command('nplm_jax.tools.score', f'--workdir={trained["path"]}',
+                                              f'--text={files["test"]}', '--format=json', *flags).splitlines()[-1])
+  default, on_three = summary(), summary('--devices=3')
+  assert on_three['perplexity'] == pytest.approx(default['perplexity'], rel=1e-5)
+  assert on_three['tokens'] == default['tokens']
+
+
+def test_a_device_count_the_process_cannot_have_is_refused_in_one_line(trained):
+  present = len(__import__('jax').devices())
+  with pytest.raises(nplm_jax.UserError, match=rf'^devices={present + 1} is more than the {present} CPU device'):
+    nplm_jax.load(trained['path'], devices=present + 1)
+  for bad in (0, True, 'two', [1, 2]):
+    with pytest.raises(nplm_jax.UserError, match='^devices='):
+      nplm_jax.load(trained['path'], devices=bad)
+
+
+def test_a_vocabulary_trained_with_a_byte_order_mark_reads_the_word_without_it(trained, tmp_path):
+  """A workdir whose vocabulary holds its training file's first word with the file's byte-order mark (as training
+  wrote it before text was read as 'utf-8-sig'): that word scores as the word, with the same figures."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  from nplm_jax.data import workdir_vocab  # pylint: disable=g-import-not-at-top
+  from nplm_jax.files import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  copy = tmp_path / 'marked'
+  shutil.copytree(trained['path'], copy)
+  workdir = workdir_lib.Workdir(str(copy))
+  stored = workdir_vocab.Vocabulary.read(workdir)
+  word = next(w for w in stored.words if w.startswith('w'))
+  marked = tuple('\ufeff' + w if w == word else w for w in stored.words)
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  dataclasses.replace(stored, words=marked).write(workdir)
+  record = json.loads((copy / workdir_lib.INTEGRITY_FILE).read_text())  # as training recorded that vocabulary
+  record.pop('digest')
+  record['files'][workdir_vocab.VOCAB_FILE] = workdir.file_digest(workdir_vocab.VOCAB_FILE)
+  workdir.write_json(workdir_lib.INTEGRITY_FILE, {**record, 'digest': workdir_lib._record_digest(record)})  # pylint: disable=protected-access
+  with nplm_jax.load(copy) as lm:
+    assert word in lm and lm.vocabulary.index(word) == trained['lm'].vocabulary.index(word)
+    assert lm.perplexity(f'{word} w2 {word}') == trained['lm'].perplexity(f'{word} w2 {word}')
 
 
 def test_a_second_load_compiles_nothing(trained):

@@ -407,3 +407,28 @@ def test_a_bad_flag_or_corpus_path_is_refused_before_jax_is_imported(world, tmp_
               if line.startswith('import time:')}
   assert proc.returncode == 1 and len(errors) == 1 and expected in errors[0], proc.stderr[-2000:]
   assert 'jax' not in imported and 'orbax' not in imported and 'numpy' in imported, sorted(imported)[:50]
+
+
+@pytest.mark.parametrize('tool,args,expected', [
+    ('score', ['--workdir=/no/such/run', '--text=x'], "--workdir='/no/such/run' does not exist"),
+    ('score', ['--text=/no/such/text.txt'], "--text='/no/such/text.txt' does not exist"),
+    ('sample', ['--workdir=/no/such/run'], "--workdir='/no/such/run' does not exist"),
+    ('embeddings', ['neighbours', '--workdir=/no/such/run', '--words=a'], "--workdir='/no/such/run' does not exist"),
+    ('extend', ['--text=/no/such/text.txt', '--output_workdir=/no/new'], "--text='/no/such/text.txt' does not exist"),
+    ('export', ['--workdir={corpus}', '--output=/no/new'], 'holds no config.json'),
+])
+def test_the_tools_refuse_a_wrong_workdir_or_text_before_jax_is_imported(world, tool, args, expected):
+  """nplm-score, -sample, -embeddings, -extend and -export (their console scripts: entry.TOOL) check the workdir and
+  text they are given before the imports that take seconds, as nplm-train checks its config (the same
+  -X importtime reading as above)."""
+  args = [a.format(corpus=world['base']) for a in args]
+  if not any(a.startswith('--workdir') for a in args):
+    args.insert(0, f'--workdir={world["finished"]}')
+  script = f'from nplm_jax import entry; entry.{tool}()'
+  proc = subprocess.run([sys.executable, '-X', 'importtime', '-c', script, *args], cwd=REPO,
+                        env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=120)
+  errors = [line for line in proc.stderr.splitlines() if not line.startswith('import time:')]
+  imported = {line.rsplit('|', 1)[-1].strip().split('.')[0] for line in proc.stderr.splitlines()
+              if line.startswith('import time:')}
+  assert proc.returncode == 1 and len(errors) == 1 and expected in errors[0], proc.stderr[-2000:]
+  assert 'jax' not in imported and 'orbax' not in imported, sorted(imported)[:50]

@@ -63,3 +63,50 @@ def test_agree_on_errors_alone_raises_the_error_itself():
   with pytest.raises(UserError, match='bad'):
     distributed.agree_on_errors(fail)
   assert distributed.agree_on_errors(lambda: 7) == 7
+
+
+def test_a_library_call_joins_only_when_asked():
+  """detect=False (nplm_jax.train without join=True): 'auto' never joins, whatever the launcher says; 'yes' does."""
+  environ = {'SLURM_NTASKS': '4'}
+  assert distributed.wanted(dist(), environ) and not distributed.wanted(dist(), environ, detect=False)
+  assert distributed.wanted(dist(initialize='yes'), {}, detect=False)
+
+
+def free_port() -> int:
+  import socket  # pylint: disable=g-import-not-at-top
+  with socket.socket() as s:
+    s.bind(('localhost', 0))
+    return s.getsockname()[1]
+
+
+def meet(address: str, count: int, indices, timeout: float) -> dict:
+  """rendezvous of the processes `indices` of `count`, each in a thread: index -> None or the error's text."""
+  import threading  # pylint: disable=g-import-not-at-top
+  outcome = {}
+
+  def one(index):
+    try:
+      distributed.rendezvous(address, count, index, timeout, 'not every process arrived')
+      outcome[index] = None
+    except UserError as e:
+      outcome[index] = str(e)
+  threads = [threading.Thread(target=one, args=(i,)) for i in indices]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join(timeout + 10)
+  return outcome
+
+
+def test_processes_meet_before_jax_joins_them_and_a_missing_one_is_an_exception():
+  """Every process there: each rendezvous returns, and the port is free again for JAX's coordinator. One of three
+  missing: process 0 raises naming it, the one that came raises too, both within the timeout (no process exits)."""
+  import socket  # pylint: disable=g-import-not-at-top
+  port = free_port()
+  assert meet(f'localhost:{port}', 3, (0, 1, 2), timeout=20) == {0: None, 1: None, 2: None}
+  with socket.create_server(('', port)):  # what JAX's coordinator does next
+    pass
+  outcome = meet(f'localhost:{free_port()}', 3, (0, 1), timeout=2)
+  assert 'missing: process 2' in outcome[0] and 'not every process arrived' in outcome[1], outcome
+  alone = meet(f'localhost:{free_port()}', 2, (1,), timeout=1)
+  assert alone[1].startswith('no coordinator answered'), alone

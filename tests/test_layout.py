@@ -82,7 +82,7 @@ def imports_outside_main_block(path: pathlib.Path):
       yield from (a.name for a in node.names if a.name.startswith('nplm_jax.'))
 
 
-HAND_OVER = re.compile(r"from nplm_jax import entry\nentry\.run_command\('(nplm_jax\.[\w.]+)'\)")
+HAND_OVER = re.compile(r"from nplm_jax import entry\nentry\.run_command\('(nplm_jax\.[\w.]+)'(?:, early='check_flags')?\)")
 
 
 @pytest.mark.unit

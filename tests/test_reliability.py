@@ -762,7 +762,11 @@ def test_a_signal_swallowed_in_the_start_up_stops_training_before_its_loop(tiny_
 
 
 def test_ctrl_c_during_a_tools_imports_is_one_line(tmp_path):
-  """The commands take their signals before importing JAX (nplm_jax.entry): a Ctrl-C at once is one line."""
+  """The commands take their signals before importing JAX (nplm_jax.entry): a Ctrl-C at once is one line. (The
+  workdir and text look right to the checks made before the imports, so the signal lands inside them.)"""
+  (tmp_path / 'x' / 'best').mkdir(parents=True)
+  (tmp_path / 'x' / 'config.json').write_text('{}')
+  (tmp_path / 'y').write_text('the cat sat\n')
   proc = subprocess.Popen([sys.executable, '-c', 'from nplm_jax import entry; entry.score()', '--workdir=x', '--text=y'],
                           cwd=tmp_path, env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -5,15 +5,16 @@ import sys
 
 from etils import epath
 
-from nplm_jax import api
 from nplm_jax import cli as cli_lib
 from nplm_jax.errors import UserError
-from nplm_jax.files import workdir as workdir_lib
-from nplm_jax.tools import embeddings
+from nplm_jax.files import trained_workdir
+
+# JAX and the model code are imported in main(), after check_flags has answered a wrong flag or workdir.
+TOOL = 'nplm_jax.tools.embeddings'
 
 
 def parse_args(argv=None):
-  parser = cli_lib.ArgumentParser('nplm_jax.tools.embeddings', description=embeddings.__doc__)
+  parser = cli_lib.ArgumentParser(TOOL, description=cli_lib.module_doc(TOOL))
   commands = parser.add_subparsers(dest='command', required=True, metavar='{neighbours,analogy,export}',
                                    parser_class=cli_lib.ArgumentParser)
   for name, words_help, about in (
@@ -23,19 +24,29 @@ def parse_args(argv=None):
     command.add_argument('--workdir', required=True, help='a training workdir with a best checkpoint')
     command.add_argument('--words', required=True, help=words_help)
     command.add_argument('--topn', type=int, default=10, help='how many words to list')
+    cli_lib.add_devices_flag(command)
   export = commands.add_parser('export', help='write C for gensim (word2vec text) or TensorBoard (projector)',
                                description='write C for gensim (word2vec text) or TensorBoard (projector)')
   export.add_argument('--workdir', required=True, help='a training workdir with a best checkpoint')
   export.add_argument('--format', default='word2vec', choices=['word2vec', 'projector'], help='export format')
   export.add_argument('--output', default='', help='the word2vec file (required), or the projector folder '
                                                    '(default WORKDIR/tensorboard)')
+  cli_lib.add_devices_flag(export)
   args = parser.parse_args(argv)
   args.words, args.topn = getattr(args, 'words', ''), getattr(args, 'topn', 10)
   args.format, args.output = getattr(args, 'format', 'word2vec'), getattr(args, 'output', '')
   return args
 
 
+def check_flags(argv=None) -> None:
+  """What is wrong with the command line's workdir, said before JAX loads (entry.run_command's early check)."""
+  trained_workdir.check(parse_args(argv).workdir)
+
+
 def main(argv=None) -> int:
+  from nplm_jax import api  # pylint: disable=g-import-not-at-top
+  from nplm_jax.files import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.tools import embeddings  # pylint: disable=g-import-not-at-top
   args = parse_args(argv)
   words = [w for w in args.words.split(',') if w]
   try:
@@ -50,7 +61,7 @@ def main(argv=None) -> int:
       workdir_lib.output_file(args.output, '--output')
     elif args.output:
       workdir_lib.output_folder(args.output, '--output')
-    model = api.LanguageModel.load(args.workdir, flag_messages=True)
+    model = api.LanguageModel.load(args.workdir, flag_messages=True, devices=args.devices)
     if args.command == 'neighbours':
       for word, found in embeddings.neighbours(model.vectors, words, args.topn).items():
         print(f'{word}: ' + ', '.join(f'{w} {s:.3f}' for w, s in found))
@@ -72,4 +83,4 @@ def main(argv=None) -> int:
 
 if __name__ == '__main__':
   from nplm_jax import entry  # pylint: disable=g-import-not-at-top
-  entry.run_command('__main__')
+  entry.run_command('__main__', early='check_flags')

@@ -5,20 +5,30 @@ import sys
 
 from nplm_jax import cli as cli_lib
 from nplm_jax.errors import UserError
-from nplm_jax.tools import export as export_lib
+from nplm_jax.files import trained_workdir
+
+# JAX and the model code are imported in main(), after check_flags has answered a wrong flag or workdir.
+TOOL = 'nplm_jax.tools.export'
 
 
 def parse_args(argv=None):
-  parser = cli_lib.ArgumentParser('nplm_jax.tools.export', description=export_lib.__doc__)
+  parser = cli_lib.ArgumentParser(TOOL, description=cli_lib.module_doc(TOOL))
   parser.add_argument('--workdir', required=True, help='a training workdir with a best checkpoint')
   parser.add_argument('--output', required=True, help='the folder to write model.json and params.npz into (new)')
+  cli_lib.add_devices_flag(parser)
   return parser.parse_args(argv)
 
 
+def check_flags(argv=None) -> None:
+  """What is wrong with the command line's workdir, said before JAX loads (entry.run_command's early check)."""
+  trained_workdir.check(parse_args(argv).workdir)
+
+
 def main(argv=None) -> int:
+  from nplm_jax.tools import export as export_lib  # pylint: disable=g-import-not-at-top
   args = parse_args(argv)
   try:
-    export_lib.export(args.workdir, args.output)
+    export_lib.export(args.workdir, args.output, devices=args.devices)
   except UserError as e:
     print(f'error: {e}', file=sys.stderr)
     return 1
@@ -28,4 +38,4 @@ def main(argv=None) -> int:
 
 if __name__ == '__main__':
   from nplm_jax import entry  # pylint: disable=g-import-not-at-top
-  entry.run_command('__main__')
+  entry.run_command('__main__', early='check_flags')

@@ -6,24 +6,37 @@ import sys
 from nplm_jax import cli as cli_lib
 from nplm_jax.data import text_input
 from nplm_jax.errors import UserError
-from nplm_jax.files import workdir as workdir_lib
-from nplm_jax.tools import extend as extend_lib
+from nplm_jax.files import trained_workdir
+
+# JAX and the model code are imported in main(), after check_flags has answered a wrong flag, workdir or text.
+TOOL = 'nplm_jax.tools.extend'
 
 
 def parse_args(argv=None):
-  parser = cli_lib.ArgumentParser('nplm_jax.tools.extend', description=extend_lib.__doc__)
+  parser = cli_lib.ArgumentParser(TOOL, description=cli_lib.module_doc(TOOL))
   parser.add_argument('--workdir', required=True, help='a training workdir with a best checkpoint')
   parser.add_argument('--text', required=True, help="text with the new words in context; '-' = stdin")
   parser.add_argument('--output_workdir', required=True, help='the new workdir to write (a new folder)')
+  cli_lib.add_devices_flag(parser)
   return parser.parse_args(argv)
 
 
+def check_flags(argv=None) -> None:
+  """What is wrong with the command line, said before JAX loads (entry.run_command's early check)."""
+  args = parse_args(argv)
+  trained_workdir.check(args.workdir)
+  text_input.check_path(args.text, '--text')
+
+
 def main(argv=None) -> int:
+  from nplm_jax.files import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from nplm_jax.tools import extend as extend_lib  # pylint: disable=g-import-not-at-top
   args = parse_args(argv)
   try:
     if workdir_lib.as_path(args.output_workdir).resolve() == workdir_lib.as_path(args.workdir).resolve():
       raise UserError('--output_workdir is --workdir; give a new folder for the extended model')
-    summary = extend_lib.extend(args.workdir, text_input.read_lines(args.text, '--text'), args.output_workdir)
+    summary = extend_lib.extend(args.workdir, text_input.read_lines(args.text, '--text'), args.output_workdir,
+                                 devices=args.devices)
   except UserError as e:
     print(f'error: {e}', file=sys.stderr)
     return 1
@@ -34,4 +47,4 @@ def main(argv=None) -> int:
 
 if __name__ == '__main__':
   from nplm_jax import entry  # pylint: disable=g-import-not-at-top
-  entry.run_command('__main__')
+  entry.run_command('__main__', early='check_flags')

@@ -25,8 +25,10 @@ def parse_args(argv=None):
   embeddings.add_argument('--workdir', action='append', default=[], help='a training workdir')
   embeddings.add_argument('--output', required=True, help='the PNG file to write')
   embeddings.add_argument('--top', type=int, default=300, help='how many of the most frequent words')
+  cli_lib.add_devices_flag(embeddings)
   args = parser.parse_args(argv)
   args.ngram, args.top = getattr(args, 'ngram', []), getattr(args, 'top', 300)
+  args.devices = getattr(args, 'devices', None)
   return args
 
 
@@ -47,7 +49,7 @@ def main(argv=None) -> int:
       if args.top < 2:
         raise UserError(f'--top={args.top} is invalid; plot at least 2 words')
       from nplm_jax.tools import trained as trained_lib  # pylint: disable=g-import-not-at-top  # JAX only here
-      model = trained_lib.TrainedModel.load(args.workdir[0])
+      model = trained_lib.TrainedModel.load(args.workdir[0], args.devices)
       counts = model.train_counts
       skip = {model.rare_id, model.boundary_id}
       top = [int(i) for i in np.argsort(-counts, kind='stable') if int(i) not in skip][:args.top]

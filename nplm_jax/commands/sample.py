@@ -5,16 +5,17 @@ import argparse
 import sys
 import time
 
-from nplm_jax import api
 from nplm_jax import cli as cli_lib
 from nplm_jax import progress as progress_lib
 from nplm_jax.errors import UserError
-from nplm_jax.tools import sample as sample_lib
+from nplm_jax.files import trained_workdir
 
+# JAX and the model code are imported in main(), after check_flags has answered a wrong flag or workdir.
+TOOL = 'nplm_jax.tools.sample'
 FLUSH_SECONDS = 0.2  # a streamed sample reaches the terminal at least this often
 
 
-def _print_streamed(model: api.LanguageModel, prompt: str, words) -> None:
+def _print_streamed(model, prompt: str, words) -> None:
   """One sample's text as its words come: the same line model.sample makes of them all."""
   separator = '' if model.char_level else ' '
   prompt_tokens = model.trained.prompt_tokens(prompt)
@@ -32,7 +33,7 @@ def _print_streamed(model: api.LanguageModel, prompt: str, words) -> None:
 
 
 def parse_args(argv=None):
-  parser = cli_lib.ArgumentParser('nplm_jax.tools.sample', description=sample_lib.__doc__)
+  parser = cli_lib.ArgumentParser(TOOL, description=cli_lib.module_doc(TOOL))
   parser.add_argument('--workdir', required=True, help='a training workdir with a best checkpoint')
   parser.add_argument('--prompt', default='', help='the words to continue (default: none, the start of a text)')
   parser.add_argument('--num_tokens', type=int, default=50, help='words to draw per sample (at most, with --stop_at_eos)')
@@ -45,14 +46,22 @@ def parse_args(argv=None):
                       help='end each sample at its first <eos> (default: on when the corpus has <eos>, i.e. '
                            'text and PTB models)')
   parser.add_argument('--allow_unk', action='store_true', help='let the rare-word and boundary symbols be drawn')
+  cli_lib.add_devices_flag(parser)
   return parser.parse_args(argv)
 
 
+def check_flags(argv=None) -> None:
+  """What is wrong with the command line's workdir, said before JAX loads (entry.run_command's early check)."""
+  trained_workdir.check(parse_args(argv).workdir)
+
+
 def main(argv=None) -> int:
+  from nplm_jax import api  # pylint: disable=g-import-not-at-top
+  from nplm_jax.tools import sample as sample_lib  # pylint: disable=g-import-not-at-top
   args = parse_args(argv)
   try:
     sample_lib.check_settings(args.num_tokens, args.temperature, args.top_k, args.top_p, args.num_samples, args.seed)
-    model = api.LanguageModel.load(args.workdir, flag_messages=True)
+    model = api.LanguageModel.load(args.workdir, flag_messages=True, devices=args.devices)
     progress = progress_lib.StderrProgress('words drawn')
     drawing = dict(num_tokens=args.num_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                    seed=args.seed, allow_unk=args.allow_unk, stop_at_eos=args.stop_at_eos, progress=progress)
@@ -69,4 +78,4 @@ def main(argv=None) -> int:
 
 if __name__ == '__main__':
   from nplm_jax import entry  # pylint: disable=g-import-not-at-top
-  entry.run_command('__main__')
+  entry.run_command('__main__', early='check_flags')

@@ -9,20 +9,26 @@ from nplm_jax.data import corpora
 from nplm_jax.errors import UserError
 
 
+def check_path(path: str | None, flag: str) -> None:
+  """One line of error for a text path that is missing, a folder or not there ('-' = stdin is fine): what can be
+  said before anything is read."""
+  if not path:
+    raise UserError(f"{flag} is required; give a text file, or '-' to read standard input")
+  if path != '-' and os.path.isdir(path):
+    raise UserError(f'{flag}={path!r} is a folder; give a text file')
+  if path != '-' and not os.path.isfile(path):
+    raise UserError(f'{flag}={path!r} does not exist; give an existing text file')
+
+
 def read_lines(path: str | None, flag: str) -> list[str]:
   """The lines of `path` ('-' = stdin); one line of error for a missing, unreadable, empty, binary or
   non-UTF-8 text."""
-  if not path:
-    raise UserError(f"{flag} is required; give a text file, or '-' to read standard input")
+  check_path(path, flag)
   source = f'{flag}={path!r}'  # the messages read: --text='x.txt' is not UTF-8 text ...
   try:
     if path == '-':
       raw = sys.stdin.buffer.read()
     else:
-      if os.path.isdir(path):
-        raise UserError(f'{flag}={path!r} is a folder; give a text file')
-      if not os.path.isfile(path):
-        raise UserError(f'{flag}={path!r} does not exist; give an existing text file')
       with open(path, 'rb') as f:
         raw = f.read()
     text = raw.decode('utf-8-sig')  # a byte-order mark at the start is not a word

@@ -25,6 +25,7 @@ FORMAT_VERSION = 1
 # Written by nplm_jax.tools.extend: {'words': [...]} appended to the corpus's vocabulary, in id order.
 # A workdir with vocab.tsv holds them there too; this file stays as the record of what was added.
 ADDED_WORDS_FILE = 'added_words.json'
+BYTE_ORDER_MARK = '\ufeff'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +111,26 @@ class Vocabulary:
       ok = False
     if not ok:
       raise UserError(f'{str(path)!r} or {TOKENIZER_FILE} beside it is damaged; restore them from a copy of the workdir')
-    return vocabulary
+    return vocabulary.without_byte_order_marks()
+
+  def without_byte_order_marks(self) -> 'Vocabulary':
+    """A vocabulary trained before text was read as 'utf-8-sig' may hold its training file's first word with the
+    file's byte-order mark ('\ufeffThe'), which text read now never gives: that entry becomes the word without
+    it where the vocabulary lacks that word, and is left, unreachable, where it has it (both said once)."""
+    marked = [i for i, w in enumerate(self.words) if w.startswith(BYTE_ORDER_MARK)]
+    if not marked:
+      return self
+    words = list(self.words)
+    for i in marked:
+      bare = words[i].lstrip(BYTE_ORDER_MARK)
+      if bare and bare not in self.words:
+        words[i] = bare
+        metrics_lib.note(f'vocabulary word {i} is {bare!r} with the byte-order mark its training file began with; '
+                         f'it is read as {bare!r}')
+      else:
+        metrics_lib.note(f'vocabulary word {i} is {bare!r} with the byte-order mark its training file began with, '
+                         f'and {bare!r} is a word of its own: text gives that one, never the marked entry')
+    return dataclasses.replace(self, words=tuple(words))
 
   @classmethod
   def from_corpus(cls, data_config, corpus: data_lib.Corpus, train_counts: np.ndarray) -> 'Vocabulary':

@@ -38,12 +38,13 @@ def backends_started() -> bool:
 
 
 @contextlib.contextmanager
-def configured(config, environ=os.environ):
+def configured(config, environ=os.environ, warn: bool = True):
   """configure(config) for the backends started inside the block, then environ's XLA_FLAGS as it was: what a
   library call (nplm_jax.load, nplm_jax.train) must not leave behind for the caller's later subprocesses. Where
-  JAX started earlier in the process with another count of host devices than the config asks for, says so."""
+  JAX started earlier in the process with another count of host devices than the config asks for, says so
+  (warn=False: the caller says what the count it has means)."""
   before = environ.get('XLA_FLAGS')
-  if backends_started():
+  if warn and backends_started():
     _warn_of_a_fixed_device_count(config)
   configure(config, environ)
   try:

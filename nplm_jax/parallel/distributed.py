@@ -10,8 +10,10 @@ process are agreed on by all, so the user reads them once.
 """
 
 import os
+import socket
 import sys
 import threading
+import time
 
 import jax
 import numpy as np
@@ -27,8 +29,12 @@ PROCESS_ID_VARIABLES = config_lib.PROCESS_ID_VARIABLES
 ERROR_BYTES = 2048  # the longest error message exchanged between processes
 
 
-def wanted(dist_config, environ=os.environ) -> bool:
+def wanted(dist_config, environ=os.environ, detect: bool = True) -> bool:
+  """Whether to join other processes: distributed.initialize 'yes' or 'no', or 'auto': when a launcher or the
+  config says there are several (detect=False: never, for a library call that was not asked to join)."""
   mode = dist_config.initialize
+  if mode == 'auto' and not detect:
+    return False
   if mode == 'auto':
     many_tasks = any(int(environ.get(v, '1') or 1) > 1 for v in TASK_COUNT_VARIABLES)
     return many_tasks or bool(dist_config.coordinator_address) or any(v in environ for v in COORDINATOR_VARIABLES)
@@ -55,9 +61,9 @@ def initialize_arguments(dist_config) -> dict:
   return args
 
 
-def maybe_initialize(config) -> None:
-  """Joins the processes of a multi-process job before any device is touched."""
-  if not wanted(config.distributed):
+def maybe_initialize(config, detect: bool = True) -> None:
+  """Joins the processes of a multi-process job before any device is touched (see wanted)."""
+  if not wanted(config.distributed, detect=detect):
     return
   args = initialize_arguments(config.distributed)
   timeout = config.distributed.timeout_seconds
@@ -67,12 +73,14 @@ def maybe_initialize(config) -> None:
            if args else 'the processes the cluster launched')
   if declared_process_id(config) == 0:
     print(f'joining {where} (waiting up to {timeout} s for every process)', flush=True)
-  elif args:
-    wait_for_coordinator(args['coordinator_address'], timeout)
   advice = ('check distributed.coordinator_address, that every process was started with the same settings, and '
             'that the port is free')
+  if args:  # a missing process is an exception here, before JAX's join (which would abort from C++)
+    rendezvous(args['coordinator_address'], args['num_processes'], args['process_id'], timeout,
+               f'could not join {where} within {timeout} s: not every process arrived; {advice}')
   # Past its own deadline JAX's join aborts the process from C++ (a stack trace, exit 134): a watchdog
-  # says it in one line first, and C++ is given a later deadline than ours.
+  # says it in one line first, and C++ is given a later deadline than ours. After the rendezvous every
+  # process is there, so this is for a process that dies between the two, or a cluster's own join.
   watchdog = threading.Timer(timeout, _give_up, args=(f'could not join {where} within {timeout} s: not every '
                                                       f'process arrived; {advice}',))
   watchdog.daemon = True
@@ -95,22 +103,73 @@ def _give_up(message: str) -> None:
   os._exit(1)  # pylint: disable=protected-access
 
 
-def wait_for_coordinator(address: str, timeout: float) -> None:
-  """Waits until process 0's coordinator accepts connections, or stops with one line: past its
-  timeout, JAX's own join aborts the process from C++ with a stack trace instead."""
-  import socket  # pylint: disable=g-import-not-at-top
-  import time  # pylint: disable=g-import-not-at-top
+def rendezvous(address: str, count: int, index: int, timeout: float, not_all_came: str) -> None:
+  """Meets every process over a plain TCP connection on the coordinator's port before JAX's join, so that a
+  process that never comes is a JoinError (a notebook's kernel lives) instead of JAX's abort from C++.
+
+  Process 0 listens there and waits for each other process's hello (its index); when all have come it
+  answers each 'go', waits for them to hang up and frees the port for JAX's coordinator, which the others
+  then reach at once (JAX's client retries until that server is up)."""
   host, _, port = address.rpartition(':')
   deadline = time.monotonic() + timeout
+  left = lambda: max(deadline - time.monotonic(), 0.01)
+  if index == 0:
+    _await_everyone(int(port), count, left, not_all_came)
+    return
   while True:
     try:
-      with socket.create_connection((host, int(port)), timeout=2):
-        return
+      connection = socket.create_connection((host, int(port)), timeout=min(2.0, left()))
+      break
     except (OSError, ValueError) as e:
       if time.monotonic() >= deadline:
         raise JoinError(f'no coordinator answered at distributed.coordinator_address={address!r} within {timeout} s '
                         f'({getattr(e, "strerror", None) or e}); start process 0 first, or check the address') from None
       time.sleep(0.5)
+  with connection:
+    try:
+      connection.sendall(f'{index}\n'.encode())
+      connection.settimeout(left())
+      answer = connection.recv(16)
+    except OSError:
+      answer = b''
+    if answer.strip() != b'go':
+      raise JoinError(not_all_came)
+
+
+def _await_everyone(port: int, count: int, left, not_all_came: str) -> None:
+  """Process 0's half of rendezvous: the others' hellos on `port`, then 'go' to each."""
+  arrived: dict[int, socket.socket] = {}
+  # every interface, as JAX's coordinator listens: the address may name this host by any of them
+  dual = socket.has_dualstack_ipv6()
+  listener = socket.create_server(('', port), family=socket.AF_INET6 if dual else socket.AF_INET, dualstack_ipv6=dual)
+  try:
+    while len(arrived) < count - 1:
+      listener.settimeout(left())
+      try:
+        connection, _ = listener.accept()
+        connection.settimeout(min(5.0, left()))
+        hello = connection.recv(16).decode('ascii', 'replace').strip()
+      except OSError:  # the deadline passed (socket.timeout), or a caller that hung up at once
+        if left() <= 0.01:
+          missing = sorted(set(range(1, count)) - set(arrived))
+          raise JoinError(f'{not_all_came} (missing: process {", ".join(map(str, missing))})') from None
+        continue
+      if hello.isdigit() and 0 < int(hello) < count and int(hello) not in arrived:
+        arrived[int(hello)] = connection
+      else:  # not one of ours (a port scan, a process from another job): ignored
+        connection.close()
+    for connection in arrived.values():
+      connection.sendall(b'go\n')
+    for connection in arrived.values():  # they hang up first, so no closed connection holds the port
+      try:
+        connection.settimeout(5.0)
+        connection.recv(16)
+      except OSError:
+        pass
+  finally:
+    for connection in arrived.values():
+      connection.close()
+    listener.close()
 
 
 def declared_process_id(config=None, environ=os.environ) -> int:

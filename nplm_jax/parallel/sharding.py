@@ -78,6 +78,16 @@ def mesh_shape(data: int, model: int, num_devices: int, platform: str = 'cpu') -
   return data, model
 
 
+def evaluation_mesh_shape(num_devices: int, padded_vocab: int, platform: str = 'cpu') -> tuple[int, int]:
+  """(data, model) for evaluating a trained model on `num_devices` devices, whatever mesh it was trained on
+  (checkpoints move between meshes): on CPU as many of them on 'model' as split the padded vocabulary (its
+  size is in the checkpoint, so it cannot be padded again) and the rest on 'data'; on accelerators all on 'data'."""
+  if platform != 'cpu':
+    return num_devices, 1
+  model = max(d for d in range(1, num_devices + 1) if num_devices % d == 0 and padded_vocab % d == 0)
+  return num_devices // model, model
+
+
 def make_mesh(mesh_config, devices=None) -> Mesh:
   devices = jax.devices() if devices is None else devices
   shape = mesh_shape(mesh_config.data, mesh_config.model, len(devices), devices[0].platform)

@@ -52,4 +52,4 @@ def export_projector(vectors: word_vectors_lib.WordVectors, output: str) -> str:
 
 if __name__ == '__main__':  # the command: nplm_jax/commands/embeddings.py (python -m here keeps working)
   from nplm_jax import entry  # pylint: disable=g-import-not-at-top
-  entry.run_command('nplm_jax.commands.embeddings')
+  entry.run_command('nplm_jax.commands.embeddings', early='check_flags')

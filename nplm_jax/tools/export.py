@@ -58,9 +58,9 @@ def header(model: trained_lib.TrainedModel, arrays: dict[str, np.ndarray]) -> di
   }
 
 
-def export(workdir_path: str, output: str) -> str:
+def export(workdir_path: str, output: str, devices=None) -> str:
   folder = workdir_lib.output_folder(output, '--output')
-  model = trained_lib.TrainedModel.load(workdir_path)
+  model = trained_lib.TrainedModel.load(workdir_path, devices)
   if model_family.kind(model.config.model) != model_family.BENGIO2003:
     raise UserError(f"--workdir={workdir_path!r} holds a model.kind={model.config.model.kind!r} model; export writes "
                     "the 2003 model's arrays (C, H, d, U, W, b) only: use nplm-score, nplm-sample and "
@@ -78,4 +78,4 @@ def export(workdir_path: str, output: str) -> str:
 
 if __name__ == '__main__':  # the command: nplm_jax/commands/export.py (python -m here keeps working)
   from nplm_jax import entry  # pylint: disable=g-import-not-at-top
-  entry.run_command('nplm_jax.commands.export')
+  entry.run_command('nplm_jax.commands.export', early='check_flags')

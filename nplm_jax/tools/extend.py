@@ -73,10 +73,10 @@ def extended_params(model: trained_lib.TrainedModel, new_c: np.ndarray, new_colu
   return params
 
 
-def extend(workdir_path: str, lines: list[str], output_path: str) -> dict:
+def extend(workdir_path: str, lines: list[str], output_path: str, devices=None) -> dict:
   output = workdir_lib.Workdir(output_path)
   workdir_lib.output_folder(output_path, '--output_workdir')
-  model = trained_lib.TrainedModel.load(workdir_path)
+  model = trained_lib.TrainedModel.load(workdir_path, devices)
   new_words, counts, new_c, new_columns = unknown_word_rows(model, lines)
   if not new_words:
     raise UserError(f'every word of the text is in the vocabulary of {workdir_path!r}; nothing to add')
@@ -101,4 +101,4 @@ def extend(workdir_path: str, lines: list[str], output_path: str) -> dict:
 
 if __name__ == '__main__':  # the command: nplm_jax/commands/extend.py (python -m here keeps working)
   from nplm_jax import entry  # pylint: disable=g-import-not-at-top
-  entry.run_command('nplm_jax.commands.extend')
+  entry.run_command('nplm_jax.commands.extend', early='check_flags')

@@ -128,11 +128,11 @@ class LanguageModel:
     self.flag_messages = flag_messages  # the commands' errors name their flags; the API's, its arguments
 
   @classmethod
-  def load(cls, workdir: str | os.PathLike, flag_messages: bool = False) -> 'LanguageModel':
+  def load(cls, workdir: str | os.PathLike, flag_messages: bool = False, devices=None) -> 'LanguageModel':
     if not isinstance(workdir, (str, os.PathLike)):
       raise UserError(f'workdir is {a_kind(workdir)}; give the folder of a training, e.g. runs/brown_quick')
     try:
-      return cls(trained_lib.TrainedModel.load(os.fspath(workdir)), flag_messages)
+      return cls(trained_lib.TrainedModel.load(os.fspath(workdir), devices), flag_messages)
     except UserError as e:
       if flag_messages:
         raise

@@ -187,4 +187,4 @@ def _draw_steps(model, history, indices, num_tokens, temperature, top_k, top_p, 
 
 if __name__ == '__main__':  # the command: nplm_jax/commands/sample.py (python -m here keeps working)
   from nplm_jax import entry  # pylint: disable=g-import-not-at-top
-  entry.run_command('nplm_jax.commands.sample')
+  entry.run_command('nplm_jax.commands.sample', early='check_flags')

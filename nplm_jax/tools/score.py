@@ -139,4 +139,4 @@ def _print_kenlm(scored, verbosity, log_base, total, order, out):
 
 if __name__ == '__main__':  # the command: nplm_jax/commands/score.py (python -m here keeps working)
   from nplm_jax import entry  # pylint: disable=g-import-not-at-top
-  entry.run_command('nplm_jax.commands.score')
+  entry.run_command('nplm_jax.commands.score', early='check_flags')

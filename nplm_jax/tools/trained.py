@@ -4,12 +4,15 @@ continued, and its word feature vectors C.
 Every command that reads a trained model (score, sample, embeddings, extend, plot) loads it here:
 the workdir's config.json says which model it is, its vocab.tsv and tokenizer.json which words and
 how text becomes them (workdir_vocab: the corpus is never read); the best parameters are restored onto
-the mesh the config asks for on this machine (any shape, as checkpoints move between meshes), and
-all work is batched through jitted, sharded functions, never a Python loop over the vocabulary.
+the mesh the config asks for on this machine, or onto any count of devices asked for (placement: checkpoints
+move between meshes), and all work is batched through jitted, sharded functions, never a Python loop over
+the vocabulary.
 """
 
 import collections
+import copy
 import dataclasses
+import math
 import functools
 import json
 import os
@@ -30,6 +33,7 @@ from nplm_jax import progress as progress_lib
 from nplm_jax.models import output_layer
 from nplm_jax.parallel import sharding
 from nplm_jax.training import steps as steps_lib
+from nplm_jax.files import trained_workdir
 from nplm_jax.files import workdir as workdir_lib
 from nplm_jax.data import workdir_vocab
 from nplm_jax.errors import UserError
@@ -66,19 +70,21 @@ class TrainedModel:
   step: int  # the training step of the best parameters
 
   @classmethod
-  def load(cls, workdir_path: str) -> 'TrainedModel':
-    """The best parameters of a finished or running training (one line of error otherwise)."""
-    if not workdir_path:
-      raise UserError('--workdir is required; give the folder of a training (e.g. runs/brown_mlp1)')
-    if not workdir_lib.as_path(workdir_path).exists():
-      raise UserError(f'--workdir={workdir_path!r} does not exist; give the folder of a training (e.g. runs/brown_mlp1)')
+  def load(cls, workdir_path: str, devices=None) -> 'TrainedModel':
+    """The best parameters of a finished or running training (one line of error otherwise), on `devices`:
+    None for every device of the default backend (on the mesh the config asks for where it fits them), a
+    count of them, or a list of jax devices (see placement)."""
+    trained_workdir.check(workdir_path)
     config = evaluation.load_config(workdir_path)
     workdir = workdir_lib.Workdir(workdir_path)
-    if not workdir.file('best').exists():
-      raise UserError(f'--workdir={workdir_path!r} holds no best checkpoint yet; train it until its first evaluation')
     vocabulary = workdir_vocab.load(workdir, config)
-    with backend.configured(config):  # before anything starts JAX's backends; XLA_FLAGS left as it was
-      run = _evaluation_run(config, workdir, vocabulary)
+    check_devices(devices)
+    asked = copy.deepcopy(config)
+    if isinstance(devices, int):  # that many host devices, when this call is the one that starts JAX on CPU
+      asked.mesh.cpu_devices = devices
+    with backend.configured(asked, warn=devices is None):  # before JAX's backends start; XLA_FLAGS left as it was
+      placed, chosen = placement(config, len(vocabulary.words), devices)
+      run = _evaluation_run(placed, workdir, vocabulary, chosen)
     checkpoints = ckpt_lib.Checkpoints(workdir, read_only=True)
     try:
       step = evaluation.best_step(run, checkpoints)
@@ -265,11 +271,70 @@ _RUNS: collections.OrderedDict[tuple, experiment_lib.Experiment] = collections.O
 _COMPILED: 'weakref.WeakKeyDictionary[experiment_lib.Experiment, dict]' = weakref.WeakKeyDictionary()
 
 
-def _evaluation_run(config, workdir: workdir_lib.Workdir, vocabulary) -> experiment_lib.Experiment:
+def check_devices(devices) -> None:
+  """One line for a `devices` that is neither None, a positive count nor a list of jax devices."""
+  if devices is None:
+    return
+  if isinstance(devices, bool) or not isinstance(devices, (int, list, tuple)):
+    raise UserError(f'--devices={devices!r} is not a device count or a list of devices; give e.g. devices=1, or '
+                    'devices=jax.devices()[:2]')
+  if isinstance(devices, int) and devices < 1:
+    raise UserError(f'--devices={devices} must be at least 1')
+  if isinstance(devices, (list, tuple)):
+    if not devices or not all(isinstance(d, jax.Device) for d in devices):
+      raise UserError(f'--devices={devices!r} is not a non-empty list of jax devices; give e.g. devices=jax.devices()[:2]')
+    if len({d.platform for d in devices}) > 1:
+      raise UserError(f'--devices= mixes platforms ({sorted({d.platform for d in devices})}); give devices of one')
+
+
+def placement(config, vocab_size: int, devices) -> tuple[ml_collections.ConfigDict, list]:
+  """The config to evaluate a trained model with on `devices`, and the devices themselves.
+
+  devices=None keeps the mesh the config was trained with where it fits every device present (so the
+  commands' figures stay those of the training's evaluation); otherwise, and for a count or a list, the
+  mesh is sharding.evaluation_mesh_shape's over those devices, whatever their count (3 included: the padded
+  vocabulary is in the checkpoint, so what does not split it goes on 'data'), with the evaluation batch
+  rounded up to a multiple of the 'data' axis. Every mesh gives the same figures to the printed digit."""
+  present = jax.devices()
+  if devices is None:
+    chosen = present
+  elif isinstance(devices, int):
+    if devices > len(present):
+      platform = present[0].platform
+      started = (' (JAX started in this process with that many, and a process cannot change it: restart the Python '
+                 'process, or the kernel, to get more)' if platform == 'cpu' else '')
+      raise UserError(f'--devices={devices} is more than the {len(present)} {platform.upper()} device(s) this process '
+                      f'has{started}')
+    chosen = present[:devices]
+  else:
+    chosen = list(devices)
+  platform = chosen[0].platform
+  padded = output_layer.padded_size(vocab_size, config.model.vocab_pad_multiple)
+  eval_batch = experiment_lib.eval_batch_size(config.train, platform)
+  if devices is None:
+    try:
+      data, model = sharding.mesh_shape(config.mesh.data, config.mesh.model, len(chosen), platform)
+      if padded % model == 0 and eval_batch % data == 0 and config.train.batch_size % data == 0:
+        return config, chosen
+    except UserError:
+      pass
+  data, model = sharding.evaluation_mesh_shape(len(chosen), padded, platform)
+  chunk = config.train.chunk_size
+  multiple = math.lcm(data, chunk) if chunk and chunk < eval_batch else data
+  placed = copy.deepcopy(config)
+  placed.mesh.data, placed.mesh.model = data, model
+  placed.train.eval_batch_size = -(-eval_batch // multiple) * multiple
+  placed.train.batch_size = -(-config.train.batch_size // data) * data  # not used to evaluate; checked all the same
+  return placed, chosen
+
+
+def _evaluation_run(config, workdir: workdir_lib.Workdir, vocabulary, devices) -> experiment_lib.Experiment:
   where = str(workdir) if '://' in str(workdir) else os.path.abspath(str(workdir))
-  key = (where, json.dumps(config_lib.to_saved(config), sort_keys=True), vocabulary.words)
+  key = (where, json.dumps(config_lib.to_saved(config), sort_keys=True), vocabulary.words,
+         tuple((d.platform, d.id) for d in devices))
   if key not in _RUNS:
-    _RUNS[key] = experiment_lib.Experiment(config, workdir, training=False, corpus=vocabulary.as_corpus())
+    _RUNS[key] = experiment_lib.Experiment(config, workdir, devices=devices, training=False,
+                                           corpus=vocabulary.as_corpus())
     while len(_RUNS) > RUNS_KEPT:
       del _RUNS[next(iter(_RUNS))]  # its functions go with the last model that holds it
   _RUNS.move_to_end(key)
