@@ -11,6 +11,7 @@ rendered from those files, so every figure there traces to its run.
   python -m launch.results render --write    # rewrite RESULTS.md's rendered tables in place
   python -m launch.results render --check    # exit 1 when RESULTS.md differs from results/ (CI runs this)
   python -m launch.results plot --table=own_text_budget --corpus='PTB as text' --output=docs/own_text_budget.png
+  python -m launch.results curves --output=docs/studies/training_curves.png   # Brown's runs by epoch
 
 A results file holds the run's figures (results.json and mix_results.json), the command, the resolved
 config, the commit, the device, the seed and the wall time; never checkpoints. In RESULTS.md a table
@@ -711,6 +712,42 @@ def plot_budget_curves(records: list[dict], table: str, corpus: str, output: str
   return plot.save_figure(fig, output)
 
 
+def training_curves(records: list[dict], prefix: str = 'curve_') -> dict[str, list[tuple[int, float]]]:
+  """The validation perplexity by epoch of every run kept with its curve (figures' valid_curve, from first_epoch)
+  in the tables named PREFIX...: '{label} ({table})' -> [(epoch, valid ppl), ...]; a run resumed from
+  another's epoch (first_epoch above 1) is its own line."""
+  curves = {}
+  for r in records:
+    figures = r['figures']
+    if r['table'].startswith(prefix) and figures.get('valid_curve'):
+      first = int(figures.get('first_epoch', 1))
+      curves[f"{r['label']} ({r['table']})"] = [(first + i, v) for i, v in enumerate(figures['valid_curve'])]
+  return curves
+
+
+def plot_training_curves(records: list[dict], output: str, prefix: str = 'curve_') -> str:
+  """training_curves drawn: validation perplexity by epoch, a line per run; a † in the title when any is
+  transcribed (its figures copied from RESULTS.md as first written)."""
+  from nplm_jax.tools import plot  # pylint: disable=g-import-not-at-top  # matplotlib only for a plot
+  curves = training_curves(records, prefix)
+  if not curves:
+    raise SystemExit(f'error: no results file of a table named {prefix}* holds a validation curve')
+  transcribed = any(r.get('transcribed') for r in records if r['table'].startswith(prefix))
+  fig, ax = plot.plt.subplots(figsize=(8, 5))
+  for label, points in curves.items():
+    epochs, valid = zip(*points)
+    ax.plot(epochs, valid, marker='.', label=label)
+  ax.set_xlabel('epoch')
+  ax.set_ylabel('validation perplexity')
+  ax.set_title('Brown, validation perplexity by epoch' + (' (†: transcribed figures)' if transcribed else ''),
+               fontsize=10)
+  ax.yaxis.set_major_formatter(plot.ticker.FuncFormatter(plot.plain_tick))
+  ax.grid(True, alpha=0.3)
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  return plot.save_figure(fig, output)
+
+
 def finished_points(sweep_root: str) -> list[str]:
   return sorted(p for p in os.listdir(sweep_root) if os.path.exists(os.path.join(sweep_root, p, 'results.json')))
 
@@ -769,9 +806,15 @@ def main(argv=None) -> int:
   drawn.add_argument('--table', default='own_text_budget', choices=sorted(TABLES))
   drawn.add_argument('--corpus', required=True, help="the rows whose labels start 'CORPUS, ' (e.g. 'PTB as text')")
   drawn.add_argument('--output', required=True, help='the PNG to write')
+  curves = sub.add_parser('curves', help='the validation perplexity by epoch of the runs kept with their curves '
+                                         '(tables curve_*), as a PNG')
+  curves.add_argument('--output', required=True, help='the PNG to write')
   args = parser.parse_args(argv)
   if args.what == 'plot':
     print(f'wrote {plot_budget_curves(load_records(), args.table, args.corpus, args.output)}')
+    return 0
+  if args.what == 'curves':
+    print(f'wrote {plot_training_curves(load_records(), args.output)}')
     return 0
   if args.what == 'collect':
     if not re.fullmatch(r'[\w-][\w.-]*', args.name):

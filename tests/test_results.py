@@ -186,6 +186,18 @@ def test_a_budget_table_draws_each_recipe_s_curve_by_budget(tmp_path):
     results.plot_budget_curves(rows, 'own_text_budget', 'Brown as text', str(tmp_path / 'none.png'))
 
 
+def test_the_training_curves_draw_each_run_by_epoch(tmp_path):
+  """`curves` draws every curve_* record's validation by epoch from its first epoch; other tables are left out."""
+  rows = [{'table': 'curve_a', 'label': 'A', 'figures': {'valid_curve': [300.0, 290.0]}},
+          {'table': 'curve_a', 'label': 'A resumed', 'figures': {'valid_curve': [285.0], 'first_epoch': 3}},
+          {'table': 'own_text_budget', 'label': 'B', 'figures': {'valid_curve': [1.0]}}]
+  assert results.training_curves(rows) == {'A (curve_a)': [(1, 300.0), (2, 290.0)], 'A resumed (curve_a)': [(3, 285.0)]}
+  written = results.plot_training_curves(rows, str(tmp_path / 'curves.png'))
+  assert pathlib.Path(written).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+  with pytest.raises(SystemExit, match='no results file of a table named none_'):
+    results.plot_training_curves(rows, str(tmp_path / 'none.png'), prefix='none_')
+
+
 def test_a_transcribed_figure_is_marked_where_it_is_read():
   """A figure copied from RESULTS.md as first written (its run's results.json not kept) says so wherever a table cites
   its file, in its row of a table of rows and in README's headline cell; its file names the commit its config was
