@@ -110,3 +110,32 @@ def test_processes_meet_before_jax_joins_them_and_a_missing_one_is_an_exception(
   assert 'missing: process 2' in outcome[0] and 'not every process arrived' in outcome[1], outcome
   alone = meet(f'localhost:{free_port()}', 2, (1,), timeout=1)
   assert alone[1].startswith('no coordinator answered'), alone
+
+
+SLURM_JOIN = '''
+import sys
+from nplm_jax import config as config_lib
+from nplm_jax.errors import UserError
+from nplm_jax.parallel import distributed
+config = config_lib.base_config()
+config.distributed.timeout_seconds = 2
+try:
+  distributed.maybe_initialize(config)
+except UserError as e:
+  print(e)
+'''
+
+
+def test_a_join_the_launcher_describes_is_an_exception_when_a_process_never_comes(tmp_path):
+  """Process 0 of 2 as SLURM describes it (no address in the config): the processes meet first at the address
+  JAX would detect, so the missing one is a JoinError in Python, not JAX's abort (in a fresh process, since
+  an abort would end it)."""
+  import os  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  env = dict(os.environ, JAX_PLATFORMS='cpu', SLURM_JOB_ID='4242', SLURM_STEP_NODELIST='localhost', SLURM_NTASKS='2',
+             SLURM_PROCID='0', SLURM_LOCALID='0', JAX_COORDINATOR_PORT=str(free_port()))
+  proc = subprocess.run([sys.executable, '-c', SLURM_JOIN], cwd=tmp_path, env=env, capture_output=True, text=True,
+                        timeout=120)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert 'not every process arrived' in proc.stdout and 'missing: process 1' in proc.stdout, proc.stdout + proc.stderr

@@ -65,8 +65,8 @@ def maybe_initialize(config, detect: bool = True) -> None:
   """Joins the processes of a multi-process job before any device is touched (see wanted)."""
   if not wanted(config.distributed, detect=detect):
     return
-  args = initialize_arguments(config.distributed)
   timeout = config.distributed.timeout_seconds
+  args = initialize_arguments(config.distributed) or cluster_arguments(timeout)
   # CPU arrays of different processes meet through gloo; accelerators use their own collectives.
   jax.config.update('jax_cpu_collectives_implementation', 'gloo')
   where = (f'process {args["process_id"]} of {args["num_processes"]} at {args["coordinator_address"]}'
@@ -80,7 +80,7 @@ def maybe_initialize(config, detect: bool = True) -> None:
                f'could not join {where} within {timeout} s: not every process arrived; {advice}')
   # Past its own deadline JAX's join aborts the process from C++ (a stack trace, exit 134): a watchdog
   # says it in one line first, and C++ is given a later deadline than ours. After the rendezvous every
-  # process is there, so this is for a process that dies between the two, or a cluster's own join.
+  # process is there, so this is for a process that dies between the two, or a cluster JAX alone detects.
   watchdog = threading.Timer(timeout, _give_up, args=(f'could not join {where} within {timeout} s: not every '
                                                       f'process arrived; {advice}',))
   watchdog.daemon = True
@@ -95,6 +95,21 @@ def maybe_initialize(config, detect: bool = True) -> None:
 
 
 JOIN_ABORT_MARGIN_SECONDS = 30  # JAX's own join deadline, after ours
+
+
+def cluster_arguments(timeout: float) -> dict:
+  """The coordinator's address and this process's count and id as jax.distributed.initialize would detect them
+  from its launcher (SLURM, Open MPI, a TPU pod, Kubernetes), so that the processes can meet first; {} where
+  none is detected. JAX's detection has no public entry point: should this one fail, JAX detects them itself."""
+  try:
+    from jax._src import clusters  # pylint: disable=g-import-not-at-top
+    address, count, index, _ = clusters.ClusterEnv.auto_detect_unset_distributed_params(
+        None, None, None, None, None, int(timeout))
+  except Exception:  # pylint: disable=broad-except  # a JAX without this function, or a launcher it half-finds
+    return {}
+  if not address or count is None or index is None:
+    return {}
+  return dict(coordinator_address=address, num_processes=int(count), process_id=int(index))
 
 
 def _give_up(message: str) -> None:
