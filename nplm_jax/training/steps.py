@@ -225,11 +225,12 @@ def train_step(state: TrainState, contexts, targets, lr_scale=1.0, *, model, mes
 
 
 def _updated(state: TrainState, grads, loss_value, lr_scale, optimizer, ema_decay, columns=None,
-             rows=None, kept=()) -> TrainState:
-  """The state after the optimiser's step on `grads`; columns (ids, their updates, mesh): added to the
-  output layer's columns after it; rows (ids, their updates): added to C's rows after it. `kept`: names of
-  parameters the optimiser's step leaves as they were (their weight decay deferred: DeferredDecay), XLA
-  then dropping its pass over them."""
+             rows=None, kept=(), columns_as_rows: bool = False) -> TrainState:
+  """The state after the optimiser's step on `grads`; columns (ids, their updates [K + 1, len(ids)], mesh):
+  added to the output layer's columns after it (columns_as_rows: the state holds the layer transposed, a
+  DeferredDecay's rows_first, so they are its rows); rows (ids, their updates): added to C's rows after it.
+  `kept`: names of parameters the optimiser's step leaves as they were (their weight decay deferred:
+  DeferredDecay), XLA then dropping its pass over them."""
   grads = after_every_read(grads, loss_value)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   # Fused by XLA into the parameter update itself: no extra pass over the parameters.
@@ -237,8 +238,10 @@ def _updated(state: TrainState, grads, loss_value, lr_scale, optimizer, ema_deca
   params = {**params, **{name: state.params[name] for name in kept}}
   if columns is not None:
     ids, column_updates, mesh = columns
-    params = {**params, output_layer.OUTPUT: vocab_softmax.add_to_columns(params[output_layer.OUTPUT], ids,
-                                                                          column_updates, mesh=mesh)}
+    layer = params[output_layer.OUTPUT]
+    layer = (layer.at[ids].add(column_updates.T.astype(layer.dtype)) if columns_as_rows
+             else vocab_softmax.add_to_columns(layer, ids, column_updates, mesh=mesh))
+    params = {**params, output_layer.OUTPUT: layer}
   if rows is not None:
     ids, row_updates = rows
     params = {**params, 'C': params['C'].at[ids].add(row_updates)}
@@ -271,9 +274,10 @@ def sampled_columns_step(state: TrainState, contexts, targets, lr_scale, *, mode
   """
   samples = sampled_noise.draw_noise(loss, state.step)  # shared by the whole batch
   ids = jnp.concatenate([targets, samples])
-  columns = vocab_softmax.gather_columns(model.output_layer(state.params), ids, mesh=mesh)
   if deferred is not None:
-    columns = columns * deferred.row_scales(columns.shape[0])
+    columns = deferred.columns(state, ids, mesh)
+  else:
+    columns = vocab_softmax.gather_columns(model.output_layer(state.params), ids, mesh=mesh)
   if targets.shape[0] % mesh.devices.size == 0:  # the features and the loss need no vocabulary split: every device
     every = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(('data', 'model')))  # takes its rows
     contexts, targets = (jax.lax.with_sharding_constraint(x, every) for x in (contexts, targets))
@@ -286,6 +290,8 @@ def sampled_columns_step(state: TrainState, contexts, targets, lr_scale, *, mode
 
   def loss_fn(params, columns, context_rows):
     key = dropout_key(seed, state.step) if model.has_dropout else None
+    if deferred is not None:
+      params = deferred.as_model_reads(params)
     feats = features(model, params, contexts, key, **({} if context_rows is None else {'context_rows': context_rows}))
     return jnp.mean(vocab_softmax.sampled_loss_of_columns(feats, columns, targets, samples, loss.log_noise,
                                                           kind=loss.kind))
@@ -302,7 +308,7 @@ def sampled_columns_step(state: TrainState, contexts, targets, lr_scale, *, mode
   state = _updated(state, grads, loss_value, lr_scale, optimizer, ema_decay,
                    columns=(ids, -step_size * column_grads / deferred.row_scales(column_grads.shape[0]), mesh),
                    rows=(contexts, -step_size * row_grads / deferred.scale) if apart else None,
-                   kept=deferred.names())
+                   kept=deferred.names(), columns_as_rows=deferred.rows_first)
   return state, loss_value, deferred
 
 
@@ -314,14 +320,40 @@ class DeferredDecay:
   adds its gradients divided by the new scale, in place of a pass over the whole layer and C a step;
   `applied` makes the parameters whole again at the dispatch's end, one pass for all its steps. The
   same steps in exact arithmetic; in float32 a few ulps apart (the scale stays near 1: a dispatch decays
-  it by far less than 1%)."""
+  it by far less than 1%).
+
+  rows_first (where the vocabulary is not split: 'model' of size 1): within the call the state holds the
+  output layer transposed, [padded |V|, K + 1], so that each step's gather and scatter-add of its sampled
+  columns read and write contiguous rows instead of columns strided by |V| (docs/performance.md: the
+  strided scatter-add was a quarter of the step at |V| 33k on a CPU); `entered` transposes it at the call's
+  start, `applied` back at its end, beside the scale's pass. Transposing moves no value: the same steps."""
   scale: jax.Array
   weight_decay: float = flax.struct.field(pytree_node=False)
   covers_c: bool = flax.struct.field(pytree_node=False)  # C too (rows_apart), not the output layer alone
+  rows_first: bool = flax.struct.field(pytree_node=False, default=False)
 
   @classmethod
-  def start(cls, weight_decay: float, model) -> 'DeferredDecay':
-    return cls(scale=jnp.ones((), jnp.float32), weight_decay=weight_decay, covers_c=rows_apart(model))
+  def start(cls, weight_decay: float, model, mesh) -> 'DeferredDecay':
+    return cls(scale=jnp.ones((), jnp.float32), weight_decay=weight_decay, covers_c=rows_apart(model),
+               rows_first=mesh.shape['model'] == 1)
+
+  def entered(self, state: TrainState) -> TrainState:
+    """The state as the call's steps hold it (the output layer transposed where rows_first)."""
+    if not self.rows_first:
+      return state
+    return state.replace(params={**state.params, output_layer.OUTPUT: state.params[output_layer.OUTPUT].T})
+
+  def as_model_reads(self, params: dict) -> dict:
+    """The parameters in the model's own layout (the features read no output layer: XLA drops the transpose)."""
+    if not self.rows_first:
+      return params
+    return {**params, output_layer.OUTPUT: params[output_layer.OUTPUT].T}
+
+  def columns(self, state: TrainState, ids, mesh) -> jax.Array:
+    """The output layer's columns `ids` [K + 1, len(ids)], scaled: what the parameters hold there."""
+    layer = state.params[output_layer.OUTPUT]
+    gathered = layer[ids].T if self.rows_first else vocab_softmax.gather_columns(layer, ids, mesh=mesh)
+    return gathered * self.row_scales(gathered.shape[0])
 
   def decayed(self, step_size) -> 'DeferredDecay':
     return self.replace(scale=self.scale * (1.0 - step_size * self.weight_decay))
@@ -334,8 +366,13 @@ class DeferredDecay:
     return (output_layer.OUTPUT, 'C') if self.covers_c else (output_layer.OUTPUT,)
 
   def applied(self, state: TrainState) -> TrainState:
+    """The parameters whole again: the scale applied, and the output layer in its own layout."""
     params = dict(state.params)
-    params[output_layer.OUTPUT] = params[output_layer.OUTPUT] * self.row_scales(params[output_layer.OUTPUT].shape[0])
+    layer = params[output_layer.OUTPUT]
+    if self.rows_first:  # the scale's pass and the transpose back, one pass
+      params[output_layer.OUTPUT] = (layer * self.row_scales(layer.shape[1]).T).T
+    else:
+      params[output_layer.OUTPUT] = layer * self.row_scales(layer.shape[0])
     if self.covers_c:
       params['C'] = params['C'] * self.scale
     return state.replace(params=params)
@@ -411,8 +448,9 @@ def train_resident_steps(state: TrainState, ids, order, lr_scale, interval: Inte
   if max_steps == 1:
     return one(0, (state, interval, None))[:2]
   if defers_decay(model, step_options):
-    state, interval, deferred = jax.lax.fori_loop(
-        0, num_steps, one_deferred, (state, interval, DeferredDecay.start(step_options['column_weight_decay'], model)))
+    deferred = DeferredDecay.start(step_options['column_weight_decay'], model, mesh)
+    state, interval, deferred = jax.lax.fori_loop(0, num_steps, one_deferred, (deferred.entered(state), interval,
+                                                                               deferred))
     return deferred.applied(state), interval
   carried = carry_cast_layer != 'off' and step_options.get('loss') is None
   cast = cast_output_layer(model, state.params, carry_cast_layer) if carried else None
