@@ -418,17 +418,17 @@ def test_a_bad_flag_or_corpus_path_is_refused_before_jax_is_imported(world, tmp_
     ('export', ['--workdir={corpus}', '--output=/no/new'], 'holds no config.json'),
 ])
 def test_the_tools_refuse_a_wrong_workdir_or_text_before_jax_is_imported(world, tool, args, expected):
-  """nplm-score, -sample, -embeddings, -extend and -export (their console scripts: entry.TOOL) check the workdir and
-  text they are given before the imports that take seconds, as nplm-train checks its config (the same
-  -X importtime reading as above)."""
+  """nplm-score, -sample, -embeddings, -extend and -export (their console scripts, entry.TOOL, and python -m
+  nplm_jax.tools.TOOL) check the workdir and text they are given before the imports that take seconds, as
+  nplm-train checks its config (the same -X importtime reading as above)."""
   args = [a.format(corpus=world['base']) for a in args]
   if not any(a.startswith('--workdir') for a in args):
     args.insert(0, f'--workdir={world["finished"]}')
-  script = f'from nplm_jax import entry; entry.{tool}()'
-  proc = subprocess.run([sys.executable, '-X', 'importtime', '-c', script, *args], cwd=REPO,
-                        env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=120)
-  errors = [line for line in proc.stderr.splitlines() if not line.startswith('import time:')]
-  imported = {line.rsplit('|', 1)[-1].strip().split('.')[0] for line in proc.stderr.splitlines()
-              if line.startswith('import time:')}
-  assert proc.returncode == 1 and len(errors) == 1 and expected in errors[0], proc.stderr[-2000:]
-  assert 'jax' not in imported and 'orbax' not in imported, sorted(imported)[:50]
+  for form in (['-c', f'from nplm_jax import entry; entry.{tool}()'], ['-m', f'nplm_jax.tools.{tool}']):
+    proc = subprocess.run([sys.executable, '-X', 'importtime', *form, *args], cwd=REPO,
+                          env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=120)
+    errors = [line for line in proc.stderr.splitlines() if not line.startswith('import time:')]
+    imported = {line.rsplit('|', 1)[-1].strip().split('.')[0] for line in proc.stderr.splitlines()
+                if line.startswith('import time:')}
+    assert proc.returncode == 1 and len(errors) == 1 and expected in errors[0], (form, proc.stderr[-2000:])
+    assert 'jax' not in imported and 'orbax' not in imported, (form, sorted(imported)[:50])

@@ -14,6 +14,10 @@ projector export writes tensors.tsv, metadata.tsv and projector_config.pbtxt, wh
 nplm_jax.load(DIR).vectors (tools/word_vectors.py); this command is nplm_jax/commands/embeddings.py.
 """
 
+if __name__ == '__main__':  # python -m here is the command (nplm_jax/commands/embeddings.py), before the imports
+  from nplm_jax import entry  # pylint: disable=g-import-not-at-top  # below: it checks the flags before JAX's
+  entry.run_command('nplm_jax.commands.embeddings', early='check_flags')  # exits
+
 from nplm_jax.errors import UserError
 from nplm_jax.files import workdir as workdir_lib
 from nplm_jax.tools import word_vectors as word_vectors_lib
@@ -48,8 +52,3 @@ def export_projector(vectors: word_vectors_lib.WordVectors, output: str) -> str:
       'embeddings {\n  tensor_name: "C (word features)"\n  tensor_path: "tensors.tsv"\n'
       '  metadata_path: "metadata.tsv"\n}\n'))
   return str(folder)
-
-
-if __name__ == '__main__':  # the command: nplm_jax/commands/embeddings.py (python -m here keeps working)
-  from nplm_jax import entry  # pylint: disable=g-import-not-at-top
-  entry.run_command('nplm_jax.commands.embeddings', early='check_flags')

@@ -15,6 +15,10 @@ With x = [C[w_{t-1}], ..., C[w_{t-n+1}]] (the most recent word first, each a row
 docs/tools.md ("Exporting a model") shows it loaded and used with numpy only.
 """
 
+if __name__ == '__main__':  # python -m here is the command (nplm_jax/commands/export.py), before the imports
+  from nplm_jax import entry  # pylint: disable=g-import-not-at-top  # below: it checks the flags before JAX's
+  entry.run_command('nplm_jax.commands.export', early='check_flags')  # exits
+
 import json
 
 import numpy as np
@@ -74,8 +78,3 @@ def export(workdir_path: str, output: str, devices=None) -> str:
   except OSError as e:
     raise UserError(f'--output={output!r} cannot be written ({e.strerror or e}); choose a folder you can write to') from None
   return str(folder)
-
-
-if __name__ == '__main__':  # the command: nplm_jax/commands/export.py (python -m here keeps working)
-  from nplm_jax import entry  # pylint: disable=g-import-not-at-top
-  entry.run_command('nplm_jax.commands.export', early='check_flags')

@@ -16,6 +16,10 @@ the vocabulary plus the new words (vocab.tsv; added_words.json records them) and
 parameters; score, sample, embeddings and plot read it like any other (it cannot be trained on).
 """
 
+if __name__ == '__main__':  # python -m here is the command (nplm_jax/commands/extend.py), before the imports
+  from nplm_jax import entry  # pylint: disable=g-import-not-at-top  # below: it checks the flags before JAX's
+  entry.run_command('nplm_jax.commands.extend', early='check_flags')  # exits
+
 
 import jax
 import numpy as np
@@ -97,8 +101,3 @@ def extend(workdir_path: str, lines: list[str], output_path: str, devices=None) 
              'occurrences': int(counts.sum()), 'extended_from': str(source)}
   output.write_json('results.json', summary)
   return summary
-
-
-if __name__ == '__main__':  # the command: nplm_jax/commands/extend.py (python -m here keeps working)
-  from nplm_jax import entry  # pylint: disable=g-import-not-at-top
-  entry.run_command('nplm_jax.commands.extend', early='check_flags')

@@ -15,6 +15,10 @@ alone, the same whatever --num_samples. The command is nplm_jax/commands/sample.
 nplm_jax.load(DIR).sample, .samples and .generate.
 """
 
+if __name__ == '__main__':  # python -m here is the command (nplm_jax/commands/sample.py), before the imports
+  from nplm_jax import entry  # pylint: disable=g-import-not-at-top  # below: it checks the flags before JAX's
+  entry.run_command('nplm_jax.commands.sample', early='check_flags')  # exits
+
 import math
 import sys
 
@@ -183,8 +187,3 @@ def _draw_steps(model, history, indices, num_tokens, temperature, top_k, top_p, 
     histories = np.concatenate([histories[:, 1:], words[:, None].astype(np.int32)], axis=1)
     if ended.all():
       return
-
-
-if __name__ == '__main__':  # the command: nplm_jax/commands/sample.py (python -m here keeps working)
-  from nplm_jax import entry  # pylint: disable=g-import-not-at-top
-  entry.run_command('nplm_jax.commands.sample', early='check_flags')

@@ -18,6 +18,10 @@ on validation, or config.mix.weight). The command is
 nplm_jax/commands/score.py; from Python, nplm_jax.load(DIR).score and .perplexity.
 """
 
+if __name__ == '__main__':  # python -m here is the command (nplm_jax/commands/score.py), before the imports
+  from nplm_jax import entry  # pylint: disable=g-import-not-at-top  # below: it checks the flags before JAX's
+  entry.run_command('nplm_jax.commands.score', early='check_flags')  # exits
+
 import dataclasses
 import json
 import math
@@ -135,8 +139,3 @@ def _print_kenlm(scored, verbosity, log_base, total, order, out):
       print(f'{words if verbosity == "word" else ""}Total: {log_prob(s.nll, "10"):.8g} OOV: {int(s.oov.sum())}', file=out)
   print(f'Perplexity including OOVs:\t{total["perplexity"]:.16g}\nPerplexity excluding OOVs:\t'
         f'{total["perplexity_excluding_oov"]:.16g}\nOOVs:\t{total["oov"]}\nTokens:\t{total["tokens"]}', file=out)
-
-
-if __name__ == '__main__':  # the command: nplm_jax/commands/score.py (python -m here keeps working)
-  from nplm_jax import entry  # pylint: disable=g-import-not-at-top
-  entry.run_command('nplm_jax.commands.score', early='check_flags')
