@@ -103,6 +103,10 @@ def run_command(module: str, function: str = 'main', after_stop: str = AFTER_TOO
     _stop(signal.SIGINT, after_stop)
   except Stopped as stopped:
     _stop(stopped.signum, after_stop)
+  except SystemExit as exiting:  # a command that printed its error line and exits (cli.exit_with_error)
+    if exiting.code:
+      _quiet_teardown()
+    raise
   if status:
     _quiet_teardown()
   sys.exit(status)
