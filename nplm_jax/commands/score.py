@@ -31,7 +31,10 @@ def parse_args(argv=None):
 
 def check_flags(argv=None) -> None:
   """What is wrong with the command line, said before JAX loads (entry.run_command's early check)."""
-  args = parse_args(argv)
+  check_args(parse_args(argv))
+
+
+def check_args(args) -> None:
   if args.format == 'kenlm' and args.log_base != '10':
     raise UserError(f"--format=kenlm prints log10 probabilities, as KenLM's query does; leave out --log_base={args.log_base}")
   trained_workdir.check(args.workdir)
@@ -43,7 +46,7 @@ def main(argv=None) -> int:
   from nplm_jax.tools import score as score_lib  # pylint: disable=g-import-not-at-top
   args = parse_args(argv)
   try:
-    check_flags(argv)
+    check_args(args)
     lines = text_input.read_lines(args.text, '--text')
     model = api.LanguageModel.load(args.workdir, flag_messages=True, devices=args.devices)
     scored = model.score(lines, stream=not args.independent_lines, mix=args.mix)

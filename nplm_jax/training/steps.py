@@ -290,8 +290,8 @@ def sampled_columns_step(state: TrainState, contexts, targets, lr_scale, *, mode
 
   def loss_fn(params, columns, context_rows):
     key = dropout_key(seed, state.step) if model.has_dropout else None
-    if deferred is not None:
-      params = deferred.as_model_reads(params)
+    if deferred is not None:  # in the model's layout (its features read no output layer: XLA drops the transpose)
+      params = deferred.swapped(params)
     feats = features(model, params, contexts, key, **({} if context_rows is None else {'context_rows': context_rows}))
     return jnp.mean(vocab_softmax.sampled_loss_of_columns(feats, columns, targets, samples, loss.log_noise,
                                                           kind=loss.kind))
@@ -337,17 +337,16 @@ class DeferredDecay:
     return cls(scale=jnp.ones((), jnp.float32), weight_decay=weight_decay, covers_c=rows_apart(model),
                rows_first=mesh.shape['model'] == 1)
 
-  def entered(self, state: TrainState) -> TrainState:
-    """The state as the call's steps hold it (the output layer transposed where rows_first)."""
-    if not self.rows_first:
-      return state
-    return state.replace(params={**state.params, output_layer.OUTPUT: state.params[output_layer.OUTPUT].T})
-
-  def as_model_reads(self, params: dict) -> dict:
-    """The parameters in the model's own layout (the features read no output layer: XLA drops the transpose)."""
+  def swapped(self, params: dict) -> dict:
+    """The parameters with the output layer in the other layout where rows_first (a transpose either way): the
+    call's steps' layout from the model's, and the model's from theirs."""
     if not self.rows_first:
       return params
     return {**params, output_layer.OUTPUT: params[output_layer.OUTPUT].T}
+
+  def entered(self, state: TrainState) -> TrainState:
+    """The state as the call's steps hold it."""
+    return state.replace(params=self.swapped(state.params))
 
   def columns(self, state: TrainState, ids, mesh) -> jax.Array:
     """The output layer's columns `ids` [K + 1, len(ids)], scaled: what the parameters hold there."""
