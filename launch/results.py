@@ -479,12 +479,13 @@ def _char_network_and_ngram(records) -> tuple[str, list[dict]]:
   ]), [r]
 
 
-OOV_RECORD = 'brown_oov_extended_mlp1_tuned'  # nplm_jax.tools.extend's vectors for the test split's new words
+OOV_RECORD = 'brown_oov_extended_mlp1_tuned'  # the candidate output columns of the test split's new words
+OOV_POS_RECORD = 'brown_oov_pos_agreement_mlp1_tuned_seed0'  # nplm_jax.tools.extend's vectors for them, by tag
 
 
 def _oov_pos_agreement(records) -> tuple[str, list[dict]]:
   """launch.pos_agreement's rows: how often a word's nearest neighbour shares its most frequent tag."""
-  r = next(r for r in records if r['name'] == OOV_RECORD)
+  r = next(r for r in records if r['name'] == OOV_POS_RECORD)
   return _markdown_table(['words, nearest among', 'count', 'the nearest shares the most frequent tag'],
                          [[row, _fmt(words), f'{100 * share:.1f}%'] for row, words, share in r['figures']['pos_agreement']]
                          ), [r]
