@@ -303,7 +303,7 @@ CURVES = {
     'curve_sampled_rates': [('lr 4e-3, decay 1e-4', 'brown_curve_mlp1_sampled_lr4', 0),
                             ('lr 4e-3, decay 1e-5', 'brown_curve_mlp1_sampled_lr4_wd5', 0)],
     'curve_exact_rate': [('exact, lr 4e-3, decay 1e-5', 'brown_curve_mlp1_lr4_wd5', 0)],
-    'curve_mlp1_tuned_seeds': [('seed 0', 'brown_curve_mlp1_tuned', 0), ('seed 1', 'brown_curve_mlp1_tuned_seed1', 0)],
+    'curve_mlp1_tuned_seeds': [('seed 0', 'brown_curve_mlp1_tuned_seed0', 0), ('seed 1', 'brown_curve_mlp1_tuned_seed1', 0)],
 }
 
 
