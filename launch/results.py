@@ -716,14 +716,15 @@ def plot_budget_curves(records: list[dict], table: str, corpus: str, output: str
 
 def training_curves(records: list[dict], prefix: str = 'curve_') -> dict[str, list[tuple[int, float]]]:
   """The validation perplexity by epoch of every run kept with its curve (figures' valid_curve, from first_epoch)
-  in the tables named PREFIX...: '{label} ({table})' -> [(epoch, valid ppl), ...]; a run resumed from
-  another's epoch (first_epoch above 1) is its own line."""
+  in the tables named PREFIX...: '{label} ({table})' -> [(epoch, valid ppl), ...], ' †' after a transcribed
+  run's; a run resumed from another's epoch (first_epoch above 1) is its own line."""
   curves = {}
   for r in records:
     figures = r['figures']
     if r['table'].startswith(prefix) and figures.get('valid_curve'):
       first = int(figures.get('first_epoch', 1))
-      curves[f"{r['label']} ({r['table']})"] = [(first + i, v) for i, v in enumerate(figures['valid_curve'])]
+      mark = ' †' if r.get('transcribed') else ''
+      curves[f"{r['label']} ({r['table']}){mark}"] = [(first + i, v) for i, v in enumerate(figures['valid_curve'])]
   return curves
 
 

@@ -187,11 +187,14 @@ def test_a_budget_table_draws_each_recipe_s_curve_by_budget(tmp_path):
 
 
 def test_the_training_curves_draw_each_run_by_epoch(tmp_path):
-  """`curves` draws every curve_* record's validation by epoch from its first epoch; other tables are left out."""
+  """`curves` draws every curve_* record's validation by epoch from its first epoch, a transcribed run's marked;
+  other tables are left out."""
   rows = [{'table': 'curve_a', 'label': 'A', 'figures': {'valid_curve': [300.0, 290.0]}},
           {'table': 'curve_a', 'label': 'A resumed', 'figures': {'valid_curve': [285.0], 'first_epoch': 3}},
+          {'table': 'curve_a', 'label': 'C', 'figures': {'valid_curve': [310.0]}, 'transcribed': 'from RESULTS.md'},
           {'table': 'own_text_budget', 'label': 'B', 'figures': {'valid_curve': [1.0]}}]
-  assert results.training_curves(rows) == {'A (curve_a)': [(1, 300.0), (2, 290.0)], 'A resumed (curve_a)': [(3, 285.0)]}
+  assert results.training_curves(rows) == {'A (curve_a)': [(1, 300.0), (2, 290.0)], 'A resumed (curve_a)': [(3, 285.0)],
+                                           'C (curve_a) †': [(1, 310.0)]}
   written = results.plot_training_curves(rows, str(tmp_path / 'curves.png'))
   assert pathlib.Path(written).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
   with pytest.raises(SystemExit, match='no results file of a table named none_'):
