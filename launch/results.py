@@ -725,8 +725,8 @@ def training_curves(records: list[dict], prefix: str = 'curve_') -> dict[str, li
     figures = r['figures']
     if r['table'].startswith(prefix) and figures.get('valid_curve'):
       first = int(figures.get('first_epoch', 1))
-      mark = ' †' if r.get('transcribed') else ''
-      curves[f"{r['label']} ({r['table']}){mark}"] = [(first + i, v) for i, v in enumerate(figures['valid_curve'])]
+      line = _marked(f"{r['label']} ({r['table']})", [r])
+      curves[line] = [(first + i, v) for i, v in enumerate(figures['valid_curve'])]
   return curves
 
 
@@ -737,7 +737,7 @@ def plot_training_curves(records: list[dict], output: str, prefix: str = 'curve_
   curves = training_curves(records, prefix)
   if not curves:
     raise SystemExit(f'error: no results file of a table named {prefix}* holds a validation curve')
-  transcribed = any(r.get('transcribed') for r in records if r['table'].startswith(prefix))
+  transcribed = any(_transcribed(r) for r in records if r['table'].startswith(prefix))
   fig, ax = plot.plt.subplots(figsize=(8, 5))
   for label, points in curves.items():
     epochs, valid = zip(*points)
