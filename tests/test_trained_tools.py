@@ -389,6 +389,36 @@ def test_extend_gives_new_words_the_papers_vector(workdir, model, tmp_path):
   np.testing.assert_allclose(np.stack(list(found.values())), extended.embeddings[v:], rtol=0, atol=bound)
 
 
+def test_each_output_column_rule_gives_the_columns_it_names(workdir, model, tmp_path):
+  from launch import oov_output_columns  # pylint: disable=g-import-not-at-top
+  from nplm_jax.commands import extend as extend_command  # pylint: disable=g-import-not-at-top
+  from nplm_jax.tools import extend as extend_lib  # pylint: disable=g-import-not-at-top
+  lines = ['w1 w2 newA w3 w4', 'w5 newB w6 newA']
+  v, rare = len(model.vocab), model.rare_id
+  out_layer = np.asarray(model.params['output'], np.float64)
+  assert extend_command.parse_args(['--workdir=a', '--text=b', '--output_workdir=c']).output_columns == (
+      extend_lib.DEFAULT_OUTPUT_COLUMNS)
+  columns = {}
+  for rule in extend_lib.OUTPUT_COLUMNS:
+    assert extend_command.parse_args(['--workdir=a', '--text=b', '--output_workdir=c', f'--output_columns={rule}'])
+    extend_lib.extend(workdir['path'], lines, str(tmp_path / rule), output_columns=rule)
+    columns[rule] = np.asarray(trained_lib.TrainedModel.load(str(tmp_path / rule)).params['output'], np.float64)
+    np.testing.assert_array_equal(columns[rule][:, :v], out_layer[:, :v])
+  expected, prior, split = (columns[r][:, v:v + 2] for r in ('expected', 'expected_rare_prior', 'rare_split'))
+  np.testing.assert_allclose(prior[:-1], expected[:-1], rtol=1e-6)  # the same U and W rows
+  np.testing.assert_allclose(prior[-1], out_layer[-1, rare] - np.log(2), rtol=1e-6)
+  np.testing.assert_allclose(split, np.stack([out_layer[:, rare]] * 2, axis=1) - np.eye(len(out_layer))[-1:].T * np.log(2),
+                             rtol=1e-6)
+  # the scores: each row's perplexities from the extended model's own log-probabilities, known and new apart
+  rows = oov_output_columns.measure(workdir['path'], lines)
+  assert [r[0].split('`')[1] for r in rows[1:]] == list(extend_lib.OUTPUT_COLUMNS) and rows[0][2] is None
+  words = [w for line in lines for w in model.line_tokens(line)]
+  ids, new = model.to_ids(words)
+  log_p = model.next_word_log_probs(model.contexts(ids))[np.arange(len(ids)), ids]
+  np.testing.assert_allclose(rows[0][1], np.exp(-log_p[~new].mean()), rtol=1e-5)
+  assert all(known > 0 and unseen > 0 for _, known, unseen in rows[1:])
+
+
 def test_pos_agreement_counts_shared_tags(workdir, tmp_path):
   from launch import pos_agreement  # pylint: disable=g-import-not-at-top
   assert pos_agreement.simple_tag('NN-TL') == 'NN' and pos_agreement.simple_tag('VBD') == 'VBD'

@@ -17,6 +17,11 @@ def parse_args(argv=None):
   parser.add_argument('--workdir', required=True, help='a training workdir with a best checkpoint')
   parser.add_argument('--text', required=True, help="text with the new words in context; '-' = stdin")
   parser.add_argument('--output_workdir', required=True, help='the new workdir to write (a new folder)')
+  parser.add_argument('--output_columns', default='expected_rare_prior',
+                      choices=('expected_rare_prior', 'expected', 'rare_split'),
+                      help="the new words' output-layer columns: expected_rare_prior (the default) = the expected "
+                           "U and W rows and the rare-word symbol's bias minus log k; expected = U, W and b all "
+                           "averaged; rare_split = the rare-word symbol's column, bias minus log k")
   cli_lib.add_devices_flag(parser)
   return parser.parse_args(argv)
 
@@ -36,7 +41,7 @@ def main(argv=None) -> int:
     if workdir_lib.as_path(args.output_workdir).resolve() == workdir_lib.as_path(args.workdir).resolve():
       raise UserError('--output_workdir is --workdir; give a new folder for the extended model')
     summary = extend_lib.extend(args.workdir, text_input.read_lines(args.text, '--text'), args.output_workdir,
-                                 devices=args.devices)
+                                 devices=args.devices, output_columns=args.output_columns)
   except UserError as e:
     print(f'error: {e}', file=sys.stderr)
     return 1

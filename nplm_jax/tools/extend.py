@@ -11,7 +11,8 @@ network favours j where it expects the words that stand in j's places; its bias 
 symbol's bias minus log k (k words added), so the new words share the rare-word symbol's prior
 mass (in training every one of them was that symbol). On Brown this rule keeps the known words'
 perplexity within 3.2% and gives the new words 3.8x the probability of a uniform split of the
-rare-word symbol's; averaging the biases too took mass from the known words (RESULTS.md). The new workdir holds the config,
+rare-word symbol's; averaging the biases too took mass from the known words (docs/studies/oov_words.md;
+--output_columns picks another rule, OUTPUT_COLUMNS). The new workdir holds the config,
 the vocabulary plus the new words (vocab.tsv; added_words.json records them) and the extended best
 parameters; score, sample, embeddings and plot read it like any other (it cannot be trained on).
 """
@@ -55,11 +56,28 @@ def unknown_word_rows(model: trained_lib.TrainedModel, lines: list[str], with_co
   return new_words, counts, new_c, new_columns
 
 
-def new_output_columns(model: trained_lib.TrainedModel, expected_columns: np.ndarray) -> np.ndarray:
-  """[k, K + 1]: the expected U and W rows, and the rare-word symbol's bias minus log k."""
-  rare_bias = float(np.asarray(model.params[output_layer.OUTPUT])[-1, model.rare_id])
-  bias = np.full((len(expected_columns), 1), rare_bias - np.log(len(expected_columns)))
-  return np.concatenate([expected_columns[:, :-1], bias], axis=1)
+# The new words' output columns (each a U and W row and a bias), by rule. The out-of-vocabulary
+# study (docs/studies/oov_words.md) scores each on Brown's test split; the default keeps the known words'
+# perplexity closest to the original model's.
+OUTPUT_COLUMNS = {
+    'expected': 'the expected U, W and b rows (the average of the columns)',
+    'expected_rare_prior': 'the expected U and W rows, the rare-word symbol\'s bias minus log k',
+    'rare_split': 'the rare-word symbol\'s column, its bias minus log k (a uniform split of its prior)',
+}
+DEFAULT_OUTPUT_COLUMNS = 'expected_rare_prior'
+
+
+def new_output_columns(model: trained_lib.TrainedModel, expected_columns: np.ndarray,
+                       rule: str = DEFAULT_OUTPUT_COLUMNS) -> np.ndarray:
+  """[k, K + 1]: the k new words' columns (their U and W rows, then the bias) by one of OUTPUT_COLUMNS."""
+  if rule not in OUTPUT_COLUMNS:
+    raise UserError(f'unknown output-column rule {rule!r}; use one of {", ".join(OUTPUT_COLUMNS)}')
+  if rule == 'expected':
+    return expected_columns
+  k = len(expected_columns)
+  rare_column = np.asarray(model.params[output_layer.OUTPUT], np.float64)[:, model.rare_id]
+  rows = np.tile(rare_column[:-1], (k, 1)) if rule == 'rare_split' else expected_columns[:, :-1]
+  return np.concatenate([rows, np.full((k, 1), rare_column[-1] - np.log(k))], axis=1)
 
 
 def extended_params(model: trained_lib.TrainedModel, new_c: np.ndarray, new_columns: np.ndarray) -> dict:
@@ -77,7 +95,8 @@ def extended_params(model: trained_lib.TrainedModel, new_c: np.ndarray, new_colu
   return params
 
 
-def extend(workdir_path: str, lines: list[str], output_path: str, devices=None) -> dict:
+def extend(workdir_path: str, lines: list[str], output_path: str, devices=None,
+           output_columns: str = DEFAULT_OUTPUT_COLUMNS) -> dict:
   output = workdir_lib.Workdir(output_path)
   workdir_lib.output_folder(output_path, '--output_workdir')
   model = trained_lib.TrainedModel.load(workdir_path, devices)
@@ -91,13 +110,14 @@ def extend(workdir_path: str, lines: list[str], output_path: str, devices=None) 
   # the extended workdir keeps its own record of them, as a training's does (its checkpoint carries checksums)
   output.write_integrity((workdir_vocab.VOCAB_FILE, workdir_vocab.TOKENIZER_FILE))
   output.write_json(workdir_vocab.ADDED_WORDS_FILE, {'words': new_words, 'occurrences': counts.tolist(),
-                                             'extended_from': str(source), 'base_vocab_size': len(model.vocab)})
+                                             'extended_from': str(source), 'base_vocab_size': len(model.vocab),
+                                             'output_columns': output_columns})
   written = ckpt_lib.Checkpoints(output)
   try:
-    written.save_best(step, extended_params(model, new_c, new_output_columns(model, new_columns)))
+    written.save_best(step, extended_params(model, new_c, new_output_columns(model, new_columns, output_columns)))
   finally:
     written.close()
   summary = {'step': step, 'vocab_size': len(model.vocab) + len(new_words), 'added_words': len(new_words),
-             'occurrences': int(counts.sum()), 'extended_from': str(source)}
+             'occurrences': int(counts.sum()), 'extended_from': str(source), 'output_columns': output_columns}
   output.write_json('results.json', summary)
   return summary
