@@ -481,7 +481,7 @@ def _char_network_and_ngram(records) -> tuple[str, list[dict]]:
   ]), [r]
 
 
-OOV_RECORD = 'brown_oov_extended_mlp1_tuned'  # the candidate output columns of the test split's new words
+OOV_RECORD = 'brown_oov_output_columns_mlp1_tuned_seed0'  # the candidate output columns of the test split's new words
 OOV_POS_RECORD = 'brown_oov_pos_agreement_mlp1_tuned_seed0'  # nplm_jax.tools.extend's vectors for them, by tag
 
 
@@ -498,7 +498,7 @@ def _oov_output_columns(records) -> tuple[str, list[dict]]:
   r = next(r for r in records if r['name'] == OOV_RECORD)
   rows = r['figures']['output_columns']
   base = rows[0][1]
-  cells = [[row, _fmt(known, 1) + (f' (+{known / base - 1:.1%})' if '(kept)' in row else ''),
+  cells = [[row, _fmt(known, 1) + (f' (+{known / base - 1:.1%})' if '(the default)' in row else ''),
             _fmt(new, 1 if new is not None and new < 10_000 else 0)] for row, known, new in rows]
   return _markdown_table(["new words' output columns", "known tokens' perplexity", "new words' tokens' perplexity"],
                          cells), [r]
