@@ -42,8 +42,9 @@ def perplexity(log_probs: np.ndarray) -> float | None:
   return float(np.exp(-log_probs.mean())) if len(log_probs) else None
 
 
-def measure(workdir_path: str, lines: list[str]) -> list[list]:
-  """[[rule, known tokens' perplexity, new words' tokens' perplexity]]: the original model, then each rule."""
+def measure(workdir_path: str, lines: list[str]) -> dict:
+  """{'output_columns': [[rule, known tokens' perplexity, new words' tokens' perplexity]] (the original model,
+  then each rule), 'test_ppl': the original model's over every token, 'added_words', 'extended_vocab'}."""
   from nplm_jax.tools import extend as extend_lib  # pylint: disable=g-import-not-at-top  # JAX after the flags
   from nplm_jax.tools import trained as trained_lib  # pylint: disable=g-import-not-at-top
   original = trained_lib.TrainedModel.load(workdir_path)
@@ -53,6 +54,7 @@ def measure(workdir_path: str, lines: list[str]) -> list[list]:
   if not new.any():
     raise UserError(f'every word of the text is in the vocabulary of {workdir_path!r}; no new words to score')
   rows = [[ORIGINAL, perplexity(log_probs[~new]), None]]
+  whole = perplexity(log_probs)
   with tempfile.TemporaryDirectory() as scratch:
     for rule, description in extend_lib.OUTPUT_COLUMNS.items():
       path = f'{scratch}/{rule}'
@@ -62,7 +64,8 @@ def measure(workdir_path: str, lines: list[str]) -> list[list]:
       default = ' (the default)' if rule == extend_lib.DEFAULT_OUTPUT_COLUMNS else ''
       rows.append([f'`{rule}`{default}: {description}', perplexity(log_probs[~new]), perplexity(log_probs[new])])
       trained_lib.release(extended.run)
-  return rows
+  return {'output_columns': rows, 'test_ppl': whole, 'test_tokens': len(words), 'added_words': len(extended.vocab) - base,
+          'extended_vocab': len(extended.vocab)}
 
 
 def main(argv=None) -> int:
@@ -71,14 +74,15 @@ def main(argv=None) -> int:
   parser.add_argument('--text', required=True, help='text with words outside the vocabulary, in context')
   args = parser.parse_args(argv)
   try:
-    rows = measure(args.workdir, text_input.read_lines(args.text, '--text'))
+    figures = measure(args.workdir, text_input.read_lines(args.text, '--text'))
   except UserError as e:
     print(f'error: {e}', file=sys.stderr)
     return 1
   print("| new words' output columns | known tokens' perplexity | new words' tokens' perplexity |\n| --- | --- | --- |")
-  for rule, known, new in rows:
+  for rule, known, new in figures['output_columns']:
     print(f'| {rule} | {known:,.1f} | {"" if new is None else f"{new:,.1f}"} |')
-  print(json.dumps(rows))
+  print(f"the original model over all {figures['test_tokens']:,} tokens: {figures['test_ppl']:.2f}")
+  print(json.dumps(figures))
   return 0
 
 

@@ -410,12 +410,15 @@ def test_each_output_column_rule_gives_the_columns_it_names(workdir, model, tmp_
   np.testing.assert_allclose(split, np.stack([out_layer[:, rare]] * 2, axis=1) - np.eye(len(out_layer))[-1:].T * np.log(2),
                              rtol=1e-6)
   # the scores: each row's perplexities from the extended model's own log-probabilities, known and new apart
-  rows = oov_output_columns.measure(workdir['path'], lines)
+  figures = oov_output_columns.measure(workdir['path'], lines)
+  rows = figures['output_columns']
   assert [r[0].split('`')[1] for r in rows[1:]] == list(extend_lib.OUTPUT_COLUMNS) and rows[0][2] is None
   words = [w for line in lines for w in model.line_tokens(line)]
   ids, new = model.to_ids(words)
   log_p = model.next_word_log_probs(model.contexts(ids))[np.arange(len(ids)), ids]
   np.testing.assert_allclose(rows[0][1], np.exp(-log_p[~new].mean()), rtol=1e-5)
+  np.testing.assert_allclose(figures['test_ppl'], np.exp(-log_p.mean()), rtol=1e-5)
+  assert figures['added_words'] == 2 and figures['extended_vocab'] == v + 2
   assert all(known > 0 and unseen > 0 for _, known, unseen in rows[1:])
 
 
