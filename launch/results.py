@@ -566,9 +566,14 @@ def record(workdir: str, name: str, table: str, label: str, command: str, commit
       return {}
     with open(path, encoding='utf-8') as f:
       return json.load(f)
-  results = read('results.json')
+  if os.path.isfile(workdir):  # nplm-ngram --output's file
+    workdir, results = os.path.dirname(workdir), read(workdir)
+  else:
+    results = read('results.json')
   if not results:
     raise SystemExit(f'error: {workdir} holds no results.json; collect a finished run')
+  if 'smoothing' in results:  # an n-gram baseline's (nplm-ngram)
+    return ngram_record(results, name, table, label, command, commit, device)
   mix = read('mix_results.json')
   rates = []
   metrics_path = os.path.join(workdir, 'metrics.jsonl')
@@ -588,6 +593,17 @@ def record(workdir: str, name: str, table: str, label: str, command: str, commit
   config = results.get('config', {})
   return {'name': name, 'table': table, 'label': label, 'command': command, 'commit': commit or _git_commit(),
           'device': device or _device(results), 'seed': config.get('seed'), 'figures': figures, 'config': config}
+
+
+def ngram_record(results: dict, name: str, table: str, label: str, command: str, commit: str | None = None,
+                 device: str | None = None) -> dict:
+  """An n-gram baseline's results (nplm-ngram --output, or a sweep's ngram point) as a results/ record."""
+  figures = {k: results[k] for k in ('order', 'smoothing', 'valid_ppl', 'test_ppl', 'valid_bpc', 'test_bpc')
+             if k in results}
+  figures['wall_seconds'] = results.get('seconds')
+  return {'name': name, 'table': table, 'label': label, 'command': command, 'commit': commit or _git_commit(),
+          'device': device or _device({}), 'seed': 0, 'figures': figures, 'config': results.get('config', {}),
+          'kind': 'ngram'}
 
 
 def _natural_order(name: str) -> list:
@@ -788,9 +804,9 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(prog='python -m launch.results', description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   sub = parser.add_subparsers(dest='what', required=True)
-  collect = sub.add_parser('collect', help='keep a finished workdir as results/NAME.json')
+  collect = sub.add_parser('collect', help='keep a finished workdir (or nplm-ngram --output file) as results/NAME.json')
   where = collect.add_mutually_exclusive_group(required=True)
-  where.add_argument('--workdir', help='a finished run')
+  where.add_argument('--workdir', help="a finished run, or an n-gram baseline's results (nplm-ngram --output)")
   where.add_argument('--sweep_root', help='a sweep: every point with a results.json, as results/NAME_POINT_seedS.json '
                                           'labelled "LABEL POINT" (seeds of a point share a label: a summary row)')
   collect.add_argument('--name', required=True, help='the file name under results/ (letters, digits, _, - and ., '

@@ -118,6 +118,22 @@ def test_a_sweep_root_is_collected_point_by_point(tmp_path, monkeypatch):
   assert kept['label'] == 'PTB ladder5_dropout' and kept['seed'] == 1 and kept['command'].endswith('# point ladder5_dropout')
 
 
+def test_an_ngram_baselines_output_file_becomes_an_ngram_record(tmp_path, monkeypatch):
+  """collect --workdir=FILE (nplm-ngram --output's) keeps the n-gram's figures and config, as kind 'ngram'."""
+  config = {'data': {'corpus': 'brown'}, 'ngram': {'order': 5, 'smoothing': 'kneser_ney'}}
+  (tmp_path / 'kn5.json').write_text(json.dumps(
+      {'model': 'kneser_ney_5', 'order': 5, 'smoothing': 'kneser_ney', 'vocab_size': 10, 'valid_ppl': 347.4,
+       'test_ppl': 329.8, 'seconds': 0.9, 'corpus': 'brown', 'config': config}))
+  monkeypatch.setattr(results, 'RESULTS_DIR', str(tmp_path / 'results'))
+  assert results.main(['collect', f'--workdir={tmp_path / "kn5.json"}', '--name=brown_kn5', '--table=table1',
+                       '--label=kneser_ney_5', '--command=nplm-ngram --config=experiments/brown.py --order=5',
+                       '--commit=abc', '--device=CPU']) == 0
+  with open(tmp_path / 'results' / 'brown_kn5.json', encoding='utf-8') as f:
+    kept = json.load(f)
+  assert kept['kind'] == 'ngram' and kept['config'] == config and kept['figures'] == {
+      'order': 5, 'smoothing': 'kneser_ney', 'valid_ppl': 347.4, 'test_ppl': 329.8, 'wall_seconds': 0.9}
+
+
 def test_a_workdir_is_collected_under_a_name_with_dots_and_a_path_is_refused(tmp_path, monkeypatch):
   """collect --workdir --name: a point's name as its sweep gives it (dropout0.2) is a file name; a name that
   would leave results/ or hide the file is refused in one line, nothing written."""

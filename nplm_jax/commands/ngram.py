@@ -5,6 +5,7 @@ import math
 import sys
 
 from nplm_jax import cli
+from nplm_jax import config as config_lib
 from nplm_jax.baselines import ngram
 from nplm_jax.data import corpora as data_lib
 from nplm_jax.errors import UserError
@@ -34,6 +35,9 @@ def main(argv=None):
   except UserError as e:
     sys.exit(f'error: {e}')
   result['corpus'] = args.config.data.corpus
+  # what made the figures, as a training's results.json keeps its config (launch.results collect reads both)
+  result['config'] = {'data': config_lib.to_saved(args.config)['data'],
+                      'ngram': {'order': args.order, 'smoothing': args.smoothing}}
   if data_lib.text_unit(args.config.data) == 'char':
     result.update(valid_bpc=math.log2(result['valid_ppl']), test_bpc=math.log2(result['test_ppl']))
   print(json.dumps(result), flush=True)
