@@ -67,6 +67,9 @@ def test_ngram_of_the_same_order_on_the_character_stream(char_workdir):
   assert proc.returncode == 0, proc.stderr
   result = json.loads(proc.stdout.strip().splitlines()[-1])
   assert result['test_bpc'] == pytest.approx(math.log2(result['test_ppl'])) and result['test_bpc'] < 2.5
+  # what made the figures, as launch.results collect keeps them
+  assert result['config']['ngram'] == {'order': 11, 'smoothing': 'kneser_ney'}
+  assert result['config']['data']['unit'] == 'char'
 
 
 def test_tools_read_and_write_characters(char_workdir):
