@@ -259,14 +259,21 @@ ROWS_OF = {**{table: (lambda records, table=table: _ladder_split(records, table)
               for table in ('ladder', 'char_ladder')}}
 
 
+SUPERSEDED_SUFFIX = '_transcribed'  # a transcribed record kept beside the rerun that replaced it in its table
+
+
 def _table1_of(table: str):
   """The paper's Table 1 beside ours (launch/table1.py's table), from the records of `table`: each named
-  brown_TABLE_POINT after its sweep point (mlp2, mlp2_annealed, kneser_ney_5, ...)."""
+  brown_TABLE_POINT after its sweep point (mlp2, mlp2_annealed, kneser_ney_5, ...). A point trained again
+  renders from its rerun; the transcribed record it replaced (brown_TABLE_POINT_transcribed, an earlier
+  device's figures) stays in results/ and is cited only where it is the point's one record."""
   def render(records: list[dict]) -> tuple[str, list[dict]]:
     from launch import table1  # pylint: disable=g-import-not-at-top
-    rows = {r['name'][len(f'brown_{table}_'):]: r for r in records if r['table'] == table}
-    return table1.render(lambda point: rows[point]['figures'] if point in rows else None).rstrip('\n'), list(
-        rows.values())
+    rows = {}
+    for r in sorted((r for r in records if r['table'] == table), key=_transcribed):  # own runs first
+      rows.setdefault(r['name'][len(f'brown_{table}_'):].removesuffix(SUPERSEDED_SUFFIX), r)
+    cited = [r for r in records if any(r is kept for kept in rows.values())]
+    return table1.render(lambda point: rows[point]['figures'] if point in rows else None).rstrip('\n'), cited
   return render
 
 

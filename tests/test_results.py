@@ -160,6 +160,18 @@ def test_a_tables_rows_take_the_numbers_in_their_names_by_value(tmp_path, monkey
   assert [r['label'] for r in results.load_records()] == [f'PTB characters {p}' for p in ('over0', 'over9', 'over10')]
 
 
+def test_a_table1_point_trained_again_renders_from_its_rerun_not_the_transcribed_record_kept_beside_it():
+  def ngram(name, test, transcribed):
+    return {'name': name, 'table': 'table1', 'figures': {'valid_ppl': 360.0, 'test_ppl': test},
+            **({'transcribed': 'figures copied'} if transcribed else {})}
+  records = [ngram('brown_table1_interpolated_3', 339.9, False),
+             ngram('brown_table1_interpolated_3_transcribed', 111.1, True),
+             ngram('brown_table1_kneser_ney_3_transcribed', 332.6, True)]
+  text, cited = results.RENDERERS['table1'](records)
+  assert '339.9' in text and '111.1' not in text and '332.6' in text
+  assert [r['name'] for r in cited] == ['brown_table1_interpolated_3', 'brown_table1_kneser_ney_3_transcribed']
+
+
 def test_collecting_over_another_runs_file_is_refused_and_the_same_run_is_rewritten(tmp_path, monkeypatch):
   """A name results/ already holds from a run of another command, commit, device or config is refused in one
   line, nothing written; collecting the same run again rewrites its file."""
