@@ -272,7 +272,8 @@ def _table1_of(table: str):
     rows = {}
     for r in sorted((r for r in records if r['table'] == table), key=_transcribed):  # own runs first
       rows.setdefault(r['name'][len(f'brown_{table}_'):].removesuffix(SUPERSEDED_SUFFIX), r)
-    cited = [r for r in records if any(r is kept for kept in rows.values())]
+    kept = {id(r) for r in rows.values()}
+    cited = [r for r in records if id(r) in kept]
     return table1.render(lambda point: rows[point]['figures'] if point in rows else None).rstrip('\n'), cited
   return render
 
