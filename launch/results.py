@@ -305,6 +305,7 @@ CURVES = {
     'curve_mlp1_paper': [('valid', 'brown_curve_mlp1_paper', 0)],
     'curve_mlp1_tuned': [('valid', 'brown_curve_mlp1_tuned', 0)],
     'curve_mlp1_paper_annealed': [('valid', 'brown_curve_mlp1_paper_annealed', 0)],
+    'curve_mlp10_paper': [('valid', 'brown_curve_mlp10_paper', 0)],
     'curve_sampled': [('exact', 'brown_curve_mlp1_paper', 6), ('sampled softmax, k = 100', 'brown_curve_mlp1_sampled', 0)],
     'curve_tuned_sampled': [('exact', 'brown_curve_mlp1_tuned', 0),
                             ('sampled softmax, k = 100', 'brown_curve_mlp1_tuned_sampled', 0)],
