@@ -4,7 +4,8 @@ python -m nplm_jax.main --config=experiments/text.py --workdir=runs/mytext \
   --config.data.train_file=train.txt --config.data.valid_file=valid.txt --config.data.test_file=test.txt
 
 Your own text (docs/own_data.md): 'quick' is the recipe for a CPU: the 2003 model with n = 6,
-m = 100, h = 400, no direct connections and dropout 0.3 on its hidden layer, trained as brown.py:quick
+m = 100, h = 400, no direct connections and dropout 0.3 on its hidden layer, and x extended by a distant
+block (the 100 words before the window, summarised by 2 learned kernels), trained as brown.py:quick
 (noise-contrastive estimation with 1,000 noise words, batch 512, the paper's SGD, annealed when
 validation stalls) for up to 40 epochs, 100 steps a dispatch (their weight decay deferred to the
 dispatch's end), and mixed with a Kneser-Ney 5-gram whose weight is fitted on validation. Under --config.train.max_seconds the budget decides its course: the rate falls to 0 over
@@ -26,6 +27,9 @@ revisited family on characters (config.CHAR_REVISITED).
 from nplm_jax.config import CHAR_REVISITED, apply_overrides, base_config, char_level, load_experiment
 
 BUDGET_DECAY = 0.5  # text.py:quick's: the last half of a budget's training time
+# text.py:quick's distant block: the 100 words before the window, as the cache that gained most mixed
+# with the network and KN5 on PTB's validation (docs/studies/own_text_recipe.md)
+DISTANT_TOKENS = 100
 TEXT_DATA = {'data.corpus': 'text', 'data.max_rare_count': 0, 'data.vocab_scope': 'train', 'data.path': ''}
 
 
@@ -41,6 +45,7 @@ def get_config(arg: str = ''):
   if arg == 'quick':
     config = recipe('experiments/brown.py', 'quick', 'text_quick', epochs=40)
     config.model.update(n=6, m=100, h=400, direct=False, hidden_dropout=0.3)  # h, dropout: chosen on PTB (RESULTS.md)
+    config.model.update(distant_tokens=DISTANT_TOKENS, distant_kernels=2)
     # One pass over the output layer and C a dispatch for the weight decay, not one a step (steps.DeferredDecay)
     config.train.steps_per_dispatch = 100
     config.mix.update(enabled=True, ngram_order=5, smoothing='kneser_ney')

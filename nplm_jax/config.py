@@ -58,8 +58,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.direct = True  # direct connections W from the features to the output (bengio2003 only)
   c.model.depth = 0  # revisited: residual feed-forward blocks after the first layer
   c.model.layer_norm = True  # revisited: LayerNorm after each residual sum
-  c.model.distant_tokens = 0  # revisited: words before the window summarised by kernels; 0 = off
-  c.model.distant_kernels = 0  # revisited: learned weightings of the distant block (each gives one m-vector)
+  c.model.distant_tokens = 0  # words before the window summarised by kernels; 0 = off (both families)
+  c.model.distant_kernels = 0  # learned weightings of the distant block, each giving one m-vector of x
   c.model.tied = False  # revisited: the output layer's word vectors are C (only the bias is separate)
   # revisited, the reference code's choices (SimengSun/revisit-nplm), measured on PTB (docs/studies/revisited_parts.md,
   # "The reference code's options"): its initialisation is the default (4.1% lower valid perplexity after 1.5
@@ -103,7 +103,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.feature_dropout = 0.0  # training only: dropout on x = [C(w_{t-1}), ...] (before H and W)
   c.model.hidden_dropout = 0.0  # training only: dropout on tanh(d + H x)
   # training only: each context word's whole vector zeroed with this probability (the kept ones scaled by
-  # 1 / (1 - p)), before anything reads it: the window, and in the revisited family the distant block too.
+  # 1 / (1 - p)), before anything reads it: the window and the distant block.
   # A context then loses whole words, not features, so the exact contexts the network could memorise vary
   c.model.word_dropout = 0.0
 
@@ -620,6 +620,9 @@ def _validate_relations(config) -> None:
   elif not model.h and not model.direct:
     raise UserError('model.h=0 with model.direct=False leaves no path from the context to the output; '
                     'set --config.model.h > 0 or --config.model.direct=True')
+  elif model.get('distant_gradient', 'rows') not in ('auto', 'rows'):
+    raise UserError(f"model.distant_gradient={model.distant_gradient!r} is the revisited family's; the 2003 model's "
+                    "distant block takes its gradient as the window's rows: use --config.model.distant_gradient=auto")
   _validate_axis_rules(config.mesh.get('axis_rules', {}))
   for name in ('feature_dropout', 'hidden_dropout', 'word_dropout'):
     rate = model.get(name, 0.0)
@@ -736,7 +739,7 @@ def validate_against_corpus(config, vocab_size: int, train_tokens: int) -> None:
   built: the context against the training split, the vocabulary padding and the noise samples
   against |V|."""
   model = config.model
-  context = model.n - 1 + (model.get('distant_tokens', 0) if model.get('kind', 'bengio2003') == 'revisited' else 0)
+  context = model.n - 1 + model.get('distant_tokens', 0)
   if context >= train_tokens:
     raise UserError(f'model.n={model.n} (a context of {context:,} tokens) is longer than the {train_tokens:,} training '
                     'tokens; lower model.n' + (' or model.distant_tokens' if context != model.n - 1 else ''))

@@ -35,7 +35,7 @@ def mesh_of(shape) -> Mesh:
 
 
 def small_model(**kw):
-  args = dict(vocab_size=VOCAB, context_size=3, embed_dim=6, hidden_dim=10, direct=True, vocab_pad_multiple=PAD)
+  args = dict(vocab_size=VOCAB, window=3, embed_dim=6, hidden_dim=10, direct=True, vocab_pad_multiple=PAD)
   args.update(kw)
   return model_lib.NPLM(**args)
 

@@ -46,7 +46,7 @@ def separate(model, params) -> dict:
 @pytest.mark.parametrize('h,direct', [(12, True), (12, False), (0, True)])
 @pytest.mark.unit
 def test_logits_match_numpy_equation(h, direct):
-  model = model_lib.NPLM(vocab_size=37, context_size=3, embed_dim=5, hidden_dim=h, direct=direct)
+  model = model_lib.NPLM(vocab_size=37, window=3, embed_dim=5, hidden_dim=h, direct=direct)
   params = random_params(model)
   contexts = np.random.default_rng(1).integers(0, 37, size=(16, 3)).astype(np.int32)
   logits = model.apply({'params': params}, contexts)
@@ -56,7 +56,7 @@ def test_logits_match_numpy_equation(h, direct):
 
 @pytest.mark.unit
 def test_padding_columns_are_minus_infinity_and_real_ones_match():
-  unpadded = model_lib.NPLM(vocab_size=37, context_size=2, embed_dim=4, hidden_dim=6, direct=True)
+  unpadded = model_lib.NPLM(vocab_size=37, window=2, embed_dim=4, hidden_dim=6, direct=True)
   padded = unpadded.clone(vocab_pad_multiple=16)
   assert padded.padded_vocab_size == 48
   params = random_params(padded)
@@ -72,7 +72,7 @@ def test_padding_columns_are_minus_infinity_and_real_ones_match():
 @pytest.mark.unit
 def test_parameter_count_formula(n, m, h, direct):
   vocab = 101
-  model = model_lib.NPLM(vocab_size=vocab, context_size=n - 1, embed_dim=m, hidden_dim=h, direct=direct)
+  model = model_lib.NPLM(vocab_size=vocab, window=n - 1, embed_dim=m, hidden_dim=h, direct=direct)
   counted = sum(x.size for x in jax.tree.leaves(output_layer.init_params(model)))
   paper = vocab * (1 + n * m + h) + h * (1 + (n - 1) * m) if direct else vocab * (1 + m + h) + h * (1 + (n - 1) * m)
   assert counted == paper == model_lib.num_parameters(vocab, n, m, h, direct)
@@ -80,7 +80,7 @@ def test_parameter_count_formula(n, m, h, direct):
 
 @pytest.mark.unit
 def test_unigram_bias_init_is_log_unigram():
-  model = model_lib.NPLM(vocab_size=4, context_size=1, embed_dim=2, hidden_dim=0, direct=True, vocab_pad_multiple=8)
+  model = model_lib.NPLM(vocab_size=4, window=1, embed_dim=2, hidden_dim=0, direct=True, vocab_pad_multiple=8)
   counts = np.array([10, 0, 5, 85])
   output = np.asarray(output_layer.init_params(model, counts)[output_layer.OUTPUT])
   p = (counts + 0.5) / (counts + 0.5).sum()
@@ -91,7 +91,7 @@ def test_unigram_bias_init_is_log_unigram():
 
 @pytest.mark.unit
 def test_single_device_vocab_softmax_equals_dense_log_softmax():
-  model = model_lib.NPLM(vocab_size=50, context_size=2, embed_dim=4, hidden_dim=8, direct=True, vocab_pad_multiple=8)
+  model = model_lib.NPLM(vocab_size=50, window=2, embed_dim=4, hidden_dim=8, direct=True, vocab_pad_multiple=8)
   params = random_params(model)
   contexts = np.random.default_rng(3).integers(0, 50, size=(12, 2)).astype(np.int32)
   targets = np.random.default_rng(4).integers(0, 50, size=(12,)).astype(np.int32)
@@ -107,7 +107,7 @@ def test_single_device_vocab_softmax_equals_dense_log_softmax():
 def test_bfloat16_compute_stays_close_to_float32():
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top,reimported
   from nplm_jax.training import steps  # pylint: disable=g-import-not-at-top
-  model = model_lib.NPLM(vocab_size=50, context_size=2, embed_dim=8, hidden_dim=16, direct=True, vocab_pad_multiple=8)
+  model = model_lib.NPLM(vocab_size=50, window=2, embed_dim=8, hidden_dim=16, direct=True, vocab_pad_multiple=8)
   params = random_params(model)
   contexts = np.random.default_rng(5).integers(0, 50, size=(32, 2)).astype(np.int32)
   targets = np.random.default_rng(6).integers(0, 50, size=(32,)).astype(np.int32)
@@ -123,7 +123,7 @@ def test_bfloat16_compute_stays_close_to_float32():
 def test_streaming_the_vocabulary_gives_the_same_nll_and_gradients(compute_dtype):
   """vocab_block: sub-blocks of 24 columns (24, 24, 8 of 56) with an online log-sum-exp give the
   NLL and every gradient of the all-at-once softmax, in float32 and with bfloat16 matmuls."""
-  model = model_lib.NPLM(vocab_size=50, context_size=2, embed_dim=8, hidden_dim=16, direct=True, vocab_pad_multiple=8,
+  model = model_lib.NPLM(vocab_size=50, window=2, embed_dim=8, hidden_dim=16, direct=True, vocab_pad_multiple=8,
                          compute_dtype=compute_dtype)
   params = random_params(model)
   contexts = np.random.default_rng(5).integers(0, 50, size=(32, 2)).astype(np.int32)
@@ -428,7 +428,7 @@ def test_the_automatic_compute_dtype_is_bfloat16_on_accelerators_only():
 def test_bfloat16_runs_the_hidden_layer_matmul_in_bfloat16():
   """The mixed-precision policy covers the hidden layer too: its matmul takes bfloat16 operands with
   float32 accumulation, and tanh stays float32."""
-  model32 = model_lib.NPLM(vocab_size=50, context_size=3, embed_dim=8, hidden_dim=16, direct=False)
+  model32 = model_lib.NPLM(vocab_size=50, window=3, embed_dim=8, hidden_dim=16, direct=False)
   model16 = model32.clone(compute_dtype='bfloat16')
   params = output_layer.init_params(model32, seed=1)
   contexts = np.arange(30, dtype=np.int32).reshape(10, 3)
@@ -440,7 +440,7 @@ def test_bfloat16_runs_the_hidden_layer_matmul_in_bfloat16():
 
 
 def test_seed_draws_the_initialisation():
-  model = model_lib.NPLM(vocab_size=11, context_size=2, embed_dim=3, hidden_dim=4, direct=True)
+  model = model_lib.NPLM(vocab_size=11, window=2, embed_dim=3, hidden_dim=4, direct=True)
   default, zero, one = (output_layer.init_params(model), output_layer.init_params(model, seed=0),
                         output_layer.init_params(model, seed=1))
   np.testing.assert_array_equal(default['C'], zero['C'])  # seed 0 is the initialisation runs had before
@@ -453,7 +453,7 @@ def test_bfloat16_keeps_the_bias_and_its_gradient_in_float32():
   from jax.sharding import AxisType, Mesh  # pylint: disable=g-import-not-at-top
   from nplm_jax.training import steps  # pylint: disable=g-import-not-at-top
   mesh = Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1), ('data', 'model'), axis_types=(AxisType.Auto,) * 2)
-  model32 = model_lib.NPLM(vocab_size=50, context_size=2, embed_dim=8, hidden_dim=16, direct=True,
+  model32 = model_lib.NPLM(vocab_size=50, window=2, embed_dim=8, hidden_dim=16, direct=True,
                            vocab_pad_multiple=8)
   model16 = model32.clone(compute_dtype='bfloat16')
   params = random_params(model32)
@@ -475,7 +475,7 @@ def test_bfloat16_keeps_the_bias_and_its_gradient_in_float32():
 
 
 def test_dropout_only_while_training():
-  model = model_lib.NPLM(vocab_size=11, context_size=2, embed_dim=50, hidden_dim=40, direct=True,
+  model = model_lib.NPLM(vocab_size=11, window=2, embed_dim=50, hidden_dim=40, direct=True,
                          feature_dropout=0.5, hidden_dropout=0.25)
   params = output_layer.init_params(model)
   contexts = np.zeros((64, 2), np.int32)
@@ -494,7 +494,7 @@ def test_dropout_only_while_training():
 
 def test_weight_decay_spares_the_bias_row_and_d():
   from nplm_jax.training import optim  # pylint: disable=g-import-not-at-top
-  model = model_lib.NPLM(vocab_size=10, context_size=2, embed_dim=3, hidden_dim=4, direct=True)
+  model = model_lib.NPLM(vocab_size=10, window=2, embed_dim=3, hidden_dim=4, direct=True)
   params = random_params(model)
   zeros = jax.tree.map(jnp.zeros_like, params)
   updates, _ = optim.decay_weights_not_biases(0.1).update(zeros, optax_empty(), params)
@@ -611,7 +611,7 @@ def test_a_bfloat16_second_moment_follows_float32_where_rounding_to_nearest_stal
 
 
 def test_the_older_separate_layout_stacks_into_the_output_layer():
-  model = model_lib.NPLM(vocab_size=13, context_size=2, embed_dim=3, hidden_dim=4, direct=True, vocab_pad_multiple=8)
+  model = model_lib.NPLM(vocab_size=13, window=2, embed_dim=3, hidden_dim=4, direct=True, vocab_pad_multiple=8)
   params = random_params(model)
   old = separate(model, params)
   old['b'] = np.where(np.arange(16) < 13, old['b'], 0.0)  # the older layout kept zeros in padded columns
@@ -730,7 +730,7 @@ def test_word_dropout_drops_whole_context_words(kind, monkeypatch):
   from nplm_jax.models import revisited  # pylint: disable=g-import-not-at-top
   vocab, rate, rows = 37, 0.25, 64
   if kind == 'bengio2003':
-    model = model_lib.NPLM(vocab_size=vocab, context_size=3, embed_dim=5, hidden_dim=12, direct=True,
+    model = model_lib.NPLM(vocab_size=vocab, window=3, embed_dim=5, hidden_dim=12, direct=True,
                            vocab_pad_multiple=8, word_dropout=rate)
     params = random_params(model)
   else:

@@ -209,7 +209,7 @@ def test_weight_decay_skips_biases_layer_norm_and_kernels():
 
 def test_logical_axis_rules_place_both_families():
   P = jax.sharding.PartitionSpec
-  for model in (make(), model_lib.NPLM(vocab_size=VOCAB, context_size=3, embed_dim=8, hidden_dim=12, direct=True)):
+  for model in (make(), model_lib.NPLM(vocab_size=VOCAB, window=3, embed_dim=8, hidden_dim=12, direct=True)):
     default = sharding.param_specs(output_layer.logical_specs(model), config_lib.base_config().mesh.axis_rules)
     assert default[output_layer.OUTPUT] == P(None, 'model')
     assert all(spec == P(*[None] * len(spec)) for path, spec in jax.tree_util.tree_flatten_with_path(

@@ -94,7 +94,7 @@ def test_optimizer_state_follows_the_parameter_it_mirrors():
   from nplm_jax.models import bengio2003 as model_lib  # pylint: disable=g-import-not-at-top
   from nplm_jax.models import output_layer  # pylint: disable=g-import-not-at-top
   mesh = sharding.make_mesh(base_config().mesh)
-  model = model_lib.NPLM(vocab_size=40, context_size=2, embed_dim=4, hidden_dim=6, direct=True, vocab_pad_multiple=8)
+  model = model_lib.NPLM(vocab_size=40, window=2, embed_dim=4, hidden_dim=6, direct=True, vocab_pad_multiple=8)
 
   def state():
     boxed = output_layer.boxed_params(model)

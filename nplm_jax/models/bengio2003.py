@@ -1,6 +1,8 @@
 """The model of Bengio et al. (2003): y = b + W x + U tanh(d + H x), P(w_t | context) = softmax(y).
 
-x = [C(w_{t-1}), ..., C(w_{t-n+1})]. The output layer is one parameter, `output` = [U; W; b]
+x = [C(w_{t-1}), ..., C(w_{t-n+1})], and with a distant block (model.distant_tokens, beyond the paper;
+Sun and Iyyer 2021's distant-context kernels) x also holds, after the window, one m-vector per kernel:
+its learned weighting of the vectors of the `distant_tokens` words before the window. The output layer is one parameter, `output` = [U; W; b]
 ([h + (n-1)m + 1, |V|]): with features f = [tanh(d + H x), x, 1] the logits are one matmul
 f @ output, with no per-step copy to stack U, W and b. The module creates the parameters and
 computes the features; `vocab_softmax` applies the output layer block by block, so the [batch, |V|]
@@ -30,7 +32,7 @@ def num_parameters(vocab_size: int, n: int, m: int, h: int, direct: bool) -> int
 
 class NPLM(OutputLayerModel, nn.Module):
   vocab_size: int
-  context_size: int  # n - 1
+  window: int  # n - 1
   embed_dim: int  # m
   hidden_dim: int  # h; 0 means no hidden layer
   direct: bool  # direct connections W from x to the output
@@ -40,11 +42,18 @@ class NPLM(OutputLayerModel, nn.Module):
   hidden_dropout: float = 0.0  # dropout on the hidden layer tanh(d + H x) (training only)
   word_dropout: float = 0.0  # each context word's whole vector dropped (training only)
   embedding_gradient: str = 'scatter'  # how C's gradient is made (lookup.EMBEDDING_GRADIENTS)
+  distant_tokens: int = 0  # words before the window, summarised by the kernels (as the revisited family's)
+  distant_kernels: int = 0
 
+  @property
+  def context_size(self) -> int:
+    """Ids a context holds, most recent first: the window, then the distant block."""
+    return self.window + self.distant_tokens
 
   @property
   def x_dim(self) -> int:
-    return self.context_size * self.embed_dim
+    """x's size: the window's vectors, then one m-vector per distant kernel."""
+    return (self.window + self.distant_kernels) * self.embed_dim
 
   @property
   def feature_dim(self) -> int:
@@ -64,6 +73,11 @@ class NPLM(OutputLayerModel, nn.Module):
     v, vp = self.vocab_size, self.padded_vocab_size
     self.C = self.param('C', with_axes(nn.initializers.normal(1.0 / math.sqrt(self.embed_dim)), ('words', 'embed')),
                         (v, self.embed_dim))
+    if self.distant_tokens:
+      # a weight per distant position for each kernel, started uniform (the block's mean)
+      self.kernels = self.param('distant_kernels', with_axes(nn.initializers.constant(1.0 / self.distant_tokens),
+                                                             ('kernels', 'distant')),
+                                (self.distant_kernels, self.distant_tokens))
     if self.hidden_dim:
       self.H = self.param('H', with_axes(nn.initializers.lecun_normal(), ('context', 'hidden')),
                           (self.x_dim, self.hidden_dim))
@@ -85,6 +99,9 @@ class NPLM(OutputLayerModel, nn.Module):
     if context_rows is None:
       context_rows = lookup.rows(self.C, contexts, self.embedding_gradient)
     vectors = self.drop_words(context_rows, deterministic=deterministic)
+    if self.distant_tokens:  # the distant block's kernel-weighted sums after the window's vectors
+      summaries = jnp.einsum('kd,bdm->bkm', self.kernels, vectors[:, self.window:])
+      vectors = jnp.concatenate([vectors[:, :self.window], summaries], axis=1)
     x = self.drop_features(vectors.reshape(contexts.shape[0], -1), deterministic=deterministic)
     parts = []
     if self.hidden_dim:
@@ -112,12 +129,13 @@ def compute_dtype(name: str, platform: str) -> str:
 
 def from_config(model_config, vocab_size: int, platform: str = 'cpu', embedding_gradient: str = 'scatter') -> NPLM:
   """The module of a config with model.kind = 'bengio2003' (embedding_gradient resolved: family.from_config)."""
-  return NPLM(vocab_size=vocab_size, context_size=model_config.n - 1, embed_dim=model_config.m,
+  return NPLM(vocab_size=vocab_size, window=model_config.n - 1, embed_dim=model_config.m,
               hidden_dim=model_config.h, direct=model_config.direct,
               vocab_pad_multiple=model_config.vocab_pad_multiple,
               compute_dtype=compute_dtype(model_config.compute_dtype, platform),
               feature_dropout=model_config.feature_dropout,
               hidden_dropout=model_config.hidden_dropout, word_dropout=model_config.word_dropout,
-              embedding_gradient=embedding_gradient)
+              embedding_gradient=embedding_gradient, distant_tokens=model_config.get('distant_tokens', 0),
+              distant_kernels=model_config.get('distant_kernels', 0))
 
 

@@ -69,6 +69,10 @@ def export(workdir_path: str, output: str, devices=None) -> str:
     raise UserError(f"--workdir={workdir_path!r} holds a model.kind={model.config.model.kind!r} model; export writes "
                     "the 2003 model's arrays (C, H, d, U, W, b) only: use nplm-score, nplm-sample and "
                     "nplm-embeddings on the workdir itself")
+  if model.config.model.get('distant_tokens', 0):
+    raise UserError(f"--workdir={workdir_path!r} holds a 2003 model with a distant block "
+                    f"(model.distant_tokens={model.config.model.distant_tokens}), outside the paper's formula that export "
+                    "writes: use nplm-score, nplm-sample and nplm-embeddings on the workdir itself")
   arrays = exported_arrays(model)
   try:
     folder.mkdir(parents=True, exist_ok=True)

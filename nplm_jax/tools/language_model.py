@@ -191,7 +191,7 @@ class LanguageModel:
 
   @property
   def context_size(self) -> int:
-    """How many preceding tokens a prediction reads (n - 1; the revisited family's distant block included)."""
+    """How many preceding tokens a prediction reads (n - 1, and the distant block's words)."""
     return self.trained.context_size
 
   @property

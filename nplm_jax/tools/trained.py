@@ -111,7 +111,7 @@ class TrainedModel:
 
   @property
   def context_size(self) -> int:
-    """Words a context holds (the revisited family's distant block included)."""
+    """Words a context holds (the distant block included)."""
     return self.run.model.context_size
 
   @property
