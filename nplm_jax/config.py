@@ -620,7 +620,7 @@ def _validate_relations(config) -> None:
   elif not model.h and not model.direct:
     raise UserError('model.h=0 with model.direct=False leaves no path from the context to the output; '
                     'set --config.model.h > 0 or --config.model.direct=True')
-  elif model.get('distant_gradient', 'rows') not in ('auto', 'rows'):
+  elif model.get('distant_tokens', 0) and model.get('distant_gradient', 'rows') not in ('auto', 'rows'):
     raise UserError(f"model.distant_gradient={model.distant_gradient!r} is the revisited family's; the 2003 model's "
                     "distant block takes its gradient as the window's rows: use --config.model.distant_gradient=auto")
   _validate_axis_rules(config.mesh.get('axis_rules', {}))

@@ -4,9 +4,14 @@ import numpy as np
 
 
 def logits(params: dict, contexts: np.ndarray) -> np.ndarray:
-  """y = b + W x + U tanh(d + H x), x = [C(w_{t-1}), ..., C(w_{t-n+1})]; padding columns -inf."""
+  """y = b + W x + U tanh(d + H x), x = [C(w_{t-1}), ..., C(w_{t-n+1})]; padding columns -inf. With
+  distant_kernels [K, D]: the contexts' last D words are the distant block, and x ends with each kernel's
+  weighted sum of their vectors."""
   C = params['C'].astype(np.float64)
-  x = np.concatenate([C[contexts[:, k]] for k in range(contexts.shape[1])], axis=1)
+  kernels = params.get('distant_kernels', np.zeros((0, 0))).astype(np.float64)
+  window = contexts.shape[1] - kernels.shape[1]
+  x = np.concatenate([C[contexts[:, k]] for k in range(window)] +
+                     [np.einsum('d,bdm->bm', kernel, C[contexts[:, window:]]) for kernel in kernels], axis=1)
   y = np.broadcast_to(params['b'].astype(np.float64), (len(contexts), params['b'].shape[0])).copy()
   if 'W' in params:
     y += x @ params['W']

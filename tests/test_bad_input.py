@@ -308,6 +308,9 @@ CASES = [
      "model.h=0 is invalid for model.kind='revisited'"),
     ('revisited_half_distant', lambda w: main_args(w, '--config.model.kind=revisited', '--config.model.distant_tokens=9'),
      'must both be 0'),
+    ('distant_counts_in_the_2003_model', lambda w: main_args(
+        w, '--config.model.distant_tokens=9', '--config.model.distant_kernels=1', '--config.model.distant_gradient=counts'),
+     "model.distant_gradient='counts' is the revisited family's"),
     ('axis_rule_on_data', lambda w: main_args(w, '--config.mesh.axis_rules.hidden=data'),
      "mesh.axis_rules.hidden='data' is invalid"),
     ('hidden_split_indivisible', lambda w: main_args(w, '--config.mesh.axis_rules.hidden=model', '--config.model.h=15',

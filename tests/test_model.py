@@ -43,12 +43,15 @@ def separate(model, params) -> dict:
   return out
 
 
-@pytest.mark.parametrize('h,direct', [(12, True), (12, False), (0, True)])
+@pytest.mark.parametrize('h,direct,distant', [(12, True, 0), (12, False, 0), (0, True, 0), (12, True, 6), (12, False, 6)])
 @pytest.mark.unit
-def test_logits_match_numpy_equation(h, direct):
-  model = model_lib.NPLM(vocab_size=37, window=3, embed_dim=5, hidden_dim=h, direct=direct)
+def test_logits_match_numpy_equation(h, direct, distant):
+  """The paper's equation; with a distant block (6 words before the window, 2 kernels) x ends with each
+  kernel's weighted sum of their vectors."""
+  model = model_lib.NPLM(vocab_size=37, window=3, embed_dim=5, hidden_dim=h, direct=direct, distant_tokens=distant,
+                         distant_kernels=2 if distant else 0)
   params = random_params(model)
-  contexts = np.random.default_rng(1).integers(0, 37, size=(16, 3)).astype(np.int32)
+  contexts = np.random.default_rng(1).integers(0, 37, size=(16, model.context_size)).astype(np.int32)
   logits = model.apply({'params': params}, contexts)
   expected = numpy_reference.logits(separate(model, params), contexts)
   np.testing.assert_allclose(np.asarray(logits), expected, rtol=1e-5, atol=1e-5)

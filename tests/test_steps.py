@@ -22,6 +22,9 @@ pytestmark = pytest.mark.fast
 VOCAB = 41
 FAMILIES = {
     'bengio2003': dict(kind='bengio2003', n=4, m=8, h=16, direct=True, feature_dropout=0.3, hidden_dropout=0.3),
+    # the 2003 model with a distant block: 3 words before its window, weighed by 2 kernels
+    'bengio2003_distant': dict(kind='bengio2003', n=4, m=8, h=16, direct=True, feature_dropout=0.3, hidden_dropout=0.3,
+                               distant_tokens=3, distant_kernels=2),
     'revisited': dict(kind='revisited', n=4, m=8, h=16, depth=2, distant_tokens=3, distant_kernels=1, tied=True,
                       layer_norm=True, feature_dropout=0.3, hidden_dropout=0.3),
 }
@@ -259,11 +262,11 @@ def test_the_compiled_step_copies_no_parameter(monkeypatch, compute_dtype):
   assert 'output' in parameter_copies()
 
 
-def sampled_steps(kind: str, column_update: bool, mesh, steps: int = 5):
+def sampled_steps(kind: str, column_update: bool, mesh, steps: int = 5, family: str = 'bengio2003'):
   """The 2003 model's parameters after `steps` paper_sgd steps of a sampled loss from the same start and
   batches, its output layer updated densely or in the sampled columns alone."""
   config = config_lib.base_config()
-  config.model.update(FAMILIES['bengio2003'], feature_dropout=0.0, hidden_dropout=0.0, vocab_pad_multiple=8)
+  config.model.update(FAMILIES[family], feature_dropout=0.0, hidden_dropout=0.0, vocab_pad_multiple=8)
   config.optimizer.update(name='paper_sgd', learning_rate=0.05, weight_decay=0.01)
   config.loss.update(name=kind, num_samples=10)
   model = model_family.from_config(config.model, VOCAB, 'cpu')
@@ -281,16 +284,18 @@ def sampled_steps(kind: str, column_update: bool, mesh, steps: int = 5):
     return jax.device_get(state.params)
 
 
-@pytest.mark.parametrize('kind', ['nce', 'sampled_softmax'])
-def test_the_sampled_columns_update_takes_the_dense_update_s_steps(kind):
+@pytest.mark.parametrize('kind,family', [('nce', 'bengio2003'), ('sampled_softmax', 'bengio2003'),
+                                         ('nce', 'bengio2003_distant')])
+def test_the_sampled_columns_update_takes_the_dense_update_s_steps(kind, family):
   """train.output_layer_update='sampled_columns' adds the scored columns' gradient after the weight decay's
   pass instead of forming the layer's dense gradient: the same steps in exact arithmetic (p + s(-lr(g + wd p))
   = p + s(-lr wd p) - s lr g). In float32 the two orders round differently, a few ulps of each parameter a step
   (float32's epsilon is 1.2e-7; 5 steps, parameters of order 1 moved by steps of order 0.1): within 1e-5.
-  Every parameter moved, not just the columns (the decay's pass), and the step size follows lr_scale."""
+  Every parameter moved, not just the columns (the decay's pass), and the step size follows lr_scale. With a
+  distant block, C's rows move by the gathered window and distant rows alike, and the kernels learn."""
   mesh = sharding.make_mesh(config_lib.base_config().mesh, jax.devices()[:1])
-  dense, columns = sampled_steps(kind, False, mesh), sampled_steps(kind, True, mesh)
-  start = sampled_steps(kind, True, mesh, steps=0)
+  dense, columns = (sampled_steps(kind, update, mesh, family=family) for update in (False, True))
+  start = sampled_steps(kind, True, mesh, steps=0, family=family)
   for name in dense:
     np.testing.assert_allclose(columns[name], dense[name], rtol=1e-5, atol=1e-5, err_msg=name)
     assert not np.allclose(columns[name], start[name], rtol=1e-4, atol=0), name
@@ -298,12 +303,13 @@ def test_the_sampled_columns_update_takes_the_dense_update_s_steps(kind):
   assert (weights != start['output'][:-1]).all()  # every column decayed, sampled or not
 
 
-def deferred_dispatch(steps_a_dispatch: int, weight_decay: float, steps: int = 6, mesh=None):
+def deferred_dispatch(steps_a_dispatch: int, weight_decay: float, steps: int = 6, mesh=None,
+                      family: str = 'bengio2003'):
   """The 2003 model's parameters after `steps` sampled_columns steps of NCE from resident data, run
   `steps_a_dispatch` a call (a dispatch of several defers the weight decay: steps.DeferredDecay), on `mesh`
   (None: one device)."""
   config = config_lib.base_config()
-  config.model.update(FAMILIES['bengio2003'], vocab_pad_multiple=8)
+  config.model.update(FAMILIES[family], vocab_pad_multiple=8)
   config.optimizer.update(name='paper_sgd', learning_rate=0.05, weight_decay=weight_decay)
   config.loss.update(name='nce', num_samples=10)
   model = model_family.from_config(config.model, VOCAB, 'cpu')
@@ -321,18 +327,19 @@ def deferred_dispatch(steps_a_dispatch: int, weight_decay: float, steps: int = 6
     return jax.device_get(state.params)
 
 
-def test_a_dispatch_defers_the_weight_decay_to_its_end():
+@pytest.mark.parametrize('family', ['bengio2003', 'bengio2003_distant'])
+def test_a_dispatch_defers_the_weight_decay_to_its_end(family):
   """A dispatch of sampled_columns steps keeps the output layer's weight rows and C as a scale times what the
   state holds and applies the scale once at its end (steps.DeferredDecay): the same parameters as the
   steps one a call, whose every step passes over both. In float32 the two round differently: a few ulps a
   step of each parameter (order 1; float32's epsilon 1.2e-7, 6 steps): within 1e-5. The decay is real
   (0.3 per example, 16 examples a step, lr 0.05 halved: 2.4% of each weight over 6 steps, far beyond that),
-  and without it nothing is deferred: the same bits either way."""
-  one, six = deferred_dispatch(1, 0.3), deferred_dispatch(6, 0.3)
-  undecayed = deferred_dispatch(1, 0.0)
+  and without it nothing is deferred: the same bits either way. The distant block's rows are C's rows too."""
+  one, six = deferred_dispatch(1, 0.3, family=family), deferred_dispatch(6, 0.3, family=family)
+  undecayed = deferred_dispatch(1, 0.0, family=family)
   for name in one:
     np.testing.assert_allclose(six[name], one[name], rtol=1e-5, atol=1e-5, err_msg=name)
   for name in ('C', 'output'):
     assert not np.allclose(one[name], undecayed[name], rtol=1e-3, atol=0), name
-  for name, value in deferred_dispatch(6, 0.0).items():
+  for name, value in deferred_dispatch(6, 0.0, family=family).items():
     np.testing.assert_array_equal(value, undecayed[name], err_msg=name)

@@ -28,16 +28,29 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture(scope='module')
 def workdir(tmp_path_factory):
   """A tiny text-corpus model, trained for a few hundred steps, with its trigram mixture."""
+  return train_tiny(tmp_path_factory.mktemp('trained'), '--config.train.num_epochs=4')
+
+
+@pytest.fixture(scope='module')
+def distant_workdir(tmp_path_factory):
+  """The same with a distant block (6 words before the window, 2 kernels), as text.py:quick has, trained
+  with its sampled step (NCE, several steps a dispatch)."""
+  return train_tiny(tmp_path_factory.mktemp('distant'), '--config.train.num_epochs=2', '--config.model.distant_tokens=6',
+                    '--config.model.distant_kernels=2', '--config.loss.name=nce', '--config.loss.num_samples=8',
+                    '--config.train.steps_per_dispatch=10', '--config.mesh.cpu_devices=1')
+
+
+def train_tiny(base, *overrides) -> dict:
+  """text.py:tiny trained on a Markov corpus in `base` (with <unk> in the vocabulary) and mixed."""
   from tests import corpora  # pylint: disable=g-import-not-at-top
-  base = tmp_path_factory.mktemp('trained')
   files = corpora.write_markov_corpus(str(base))
   with open(files['valid'], 'a', encoding='utf-8') as f:
     f.write('w1 w2 never_in_train\n')  # so the vocabulary has <unk>, as Brown's and PTB's do
   path = base / 'run'
   proc = subprocess.run(
       [sys.executable, '-m', 'nplm_jax.main', '--config=experiments/text.py:tiny', f'--workdir={path}',
-       *(f'--config.data.{s}_file={files[s]}' for s in ('train', 'valid', 'test')), '--config.train.num_epochs=4',
-       '--config.mix.enabled=True', '--config.mesh.cpu_devices=2'],
+       *(f'--config.data.{s}_file={files[s]}' for s in ('train', 'valid', 'test')), '--config.mix.enabled=True',
+       '--config.mesh.cpu_devices=2', *overrides],
       cwd=REPO, env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr
   return dict(path=str(path), files=files, base=base)
@@ -75,6 +88,20 @@ def test_scoring_the_test_file_as_a_stream_gives_the_evaluation(workdir, model):
   np.testing.assert_allclose(nll[n:], evaluated[n:], rtol=1e-5)
   results = json.loads(pathlib.Path(workdir['path'], 'results.json').read_text(encoding='utf-8'))
   assert math.exp(nll.mean()) == pytest.approx(results['test_ppl'], rel=1e-3)
+
+
+def test_a_model_with_a_distant_block_scores_as_it_evaluates_and_is_not_exported(distant_workdir, tmp_path):
+  """Its contexts hold the window and the distant block: scored as a stream, every token after the first
+  context's gives the evaluation's NLL; export, which writes the paper's formula, refuses it in one line."""
+  model = trained_lib.TrainedModel.load(distant_workdir['path'])
+  assert model.context_size == 2 + 6
+  scored = score_lib.score_text(model, read_text(distant_workdir['files']['test']), independent_lines=False)
+  nll = np.concatenate([s.nll for s in scored])
+  evaluated = evaluation.evaluate_workdir(distant_workdir['path'], splits=('test',))['test']
+  np.testing.assert_allclose(nll[model.context_size:], evaluated[model.context_size:], rtol=1e-5)
+  proc = warm_python.shared().run(['nplm_jax.tools.export', f'--workdir={distant_workdir["path"]}',
+                                   f'--output={tmp_path / "exported"}'], env=dict(os.environ, JAX_PLATFORMS='cpu'))
+  assert proc.returncode == 1 and proc.stderr.count('\n') == 1 and 'model.distant_tokens=6' in proc.stderr
 
 
 def test_independent_lines_are_each_scored_from_boundary_symbols(model, workdir):
