@@ -27,8 +27,8 @@ revisited family on characters (config.CHAR_REVISITED).
 from nplm_jax.config import CHAR_REVISITED, apply_overrides, base_config, char_level, load_experiment
 
 BUDGET_DECAY = 0.5  # text.py:quick's: the last half of a budget's training time
-# text.py:quick's distant block: the 100 words before the window, as the cache that gained most mixed
-# with the network and KN5 on PTB's validation (docs/studies/own_text_recipe.md)
+# text.py:quick's distant block: the 100 words before the window, the length of the word cache that,
+# mixed with the network and KN5 on PTB, gained as much as a longer one (docs/studies/own_text_recipe.md)
 DISTANT_TOKENS = 100
 TEXT_DATA = {'data.corpus': 'text', 'data.max_rare_count': 0, 'data.vocab_scope': 'train', 'data.path': ''}
 

@@ -84,7 +84,6 @@ def main(argv=None) -> int:
   print(f"the original model over all {figures['test_tokens']:,} tokens: {figures['test_ppl']:.2f}")
   print(json.dumps(figures))
   return 0
-  return 0
 
 
 if __name__ == '__main__':

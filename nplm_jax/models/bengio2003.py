@@ -2,8 +2,9 @@
 
 x = [C(w_{t-1}), ..., C(w_{t-n+1})], and with a distant block (model.distant_tokens, beyond the paper;
 Sun and Iyyer 2021's distant-context kernels) x also holds, after the window, one m-vector per kernel:
-its learned weighting of the vectors of the `distant_tokens` words before the window. The output layer is one parameter, `output` = [U; W; b]
-([h + (n-1)m + 1, |V|]): with features f = [tanh(d + H x), x, 1] the logits are one matmul
+its learned weighting of the vectors of the `distant_tokens` words before the window. The output
+layer is one parameter, `output` = [U; W; b] ([h + dim(x) + 1, |V|], W's rows only with direct
+connections): with features f = [tanh(d + H x), x, 1] the logits are one matmul
 f @ output, with no per-step copy to stack U, W and b. The module creates the parameters and
 computes the features; `vocab_softmax` applies the output layer block by block, so the [batch, |V|]
 logits never need to exist on one device. Calling the module gives the dense logits, the plain
