@@ -1,7 +1,6 @@
 """Bad input across every entry point: one line on stderr starting 'error:', a non-zero exit, no
 traceback, existing workdirs byte-identical, and no empty workdir left behind."""
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -9,20 +8,12 @@ import sys
 import pytest
 
 from tests import corpora
+from tests import file_hashes
 from tests import warm_python
 
 pytestmark = pytest.mark.slow
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def checksums(folder) -> dict:
-  out = {}
-  for root, _, names in os.walk(folder):
-    for name in names:
-      with open(os.path.join(root, name), 'rb') as f:
-        out[os.path.relpath(os.path.join(root, name), folder)] = hashlib.sha256(f.read()).hexdigest()
-  return out
 
 
 @pytest.fixture(scope='module')
@@ -363,7 +354,7 @@ def test_bad_input_is_one_line_and_touches_nothing(world, case):
   extra = {k: v.format(base=world['base']) for k, v in (case[3] if len(case) > 3 else {}).items()}
   env = dict(os.environ, JAX_PLATFORMS='cpu', **extra)
   args = build(world)
-  before = checksums(world['base'])
+  before = file_hashes.of_folder(world['base'])
   proc = warm_python.shared().run(args, env=env)  # `python -m` in REPO, its imports done once
   lines = proc.stderr.strip().splitlines()
   assert proc.returncode != 0, f'{name}: exit 0\n{proc.stdout}\n{proc.stderr}'
@@ -374,7 +365,7 @@ def test_bad_input_is_one_line_and_touches_nothing(world, case):
     assert expected in lines[0], lines[0]
   else:  # the garbled results.json of the sweep point is named
     assert 'results.json' in lines[0] and 'cannot be read' in lines[0], lines[0]
-  assert checksums(world['base']) == before  # existing workdirs and files byte-identical
+  assert file_hashes.of_folder(world['base']) == before  # existing workdirs and files byte-identical
   assert not os.path.exists(world['base'] / 'new') and not os.path.exists(world['base'] / 'nothing')
 
 

@@ -2,7 +2,6 @@
 training on its workdir, and resumes that would change its trajectory."""
 
 import gc
-import hashlib
 import json
 import logging
 import os
@@ -24,23 +23,11 @@ from nplm_jax.training import train
 from nplm_jax.errors import UserError
 from tests import checkpoint_reader
 from tests import corpora
+from tests import file_hashes
 
 pytestmark = pytest.mark.slow
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def checksums(folder) -> dict:
-  """Every file under `folder` and the hash of its bytes."""
-  out = {}
-  for root, _, names in os.walk(folder):
-    for name in names:
-      path = os.path.join(root, name)
-      with open(path, 'rb') as f:
-        out[os.path.relpath(path, folder)] = hashlib.sha256(f.read()).hexdigest()
-  return out
-
-
 
 
 def read_results(workdir) -> dict:
@@ -109,11 +96,11 @@ def finished(tiny_config, tmp_path):
 ])
 def test_resume_refuses_a_change_of_trajectory(finished, change, match):
   config, workdir = finished
-  before = checksums(workdir)
+  before = file_hashes.of_folder(workdir)
   change(config)
   with pytest.raises(UserError, match=match):
     train.train_and_evaluate(config, str(workdir))
-  assert checksums(workdir) == before
+  assert file_hashes.of_folder(workdir) == before
 
 
 def test_resume_takes_another_form_of_the_embedding_gradient(finished):
@@ -129,7 +116,7 @@ def test_resume_takes_another_form_of_the_embedding_gradient(finished):
 @pytest.mark.parametrize('edit', ['shuffle_lines', 'new_word'])
 def test_resume_refuses_another_corpus_at_the_same_path(finished, edit):
   config, workdir = finished
-  before = checksums(workdir)
+  before = file_hashes.of_folder(workdir)
   path = config.data.train_file
   with open(path, encoding='utf-8') as f:
     lines = f.readlines()
@@ -142,15 +129,15 @@ def test_resume_refuses_another_corpus_at_the_same_path(finished, edit):
   finally:
     with open(path, 'w', encoding='utf-8') as f:
       f.write(original)
-  assert checksums(workdir) == before
+  assert file_hashes.of_folder(workdir) == before
 
 
 def test_resuming_a_finished_run_says_so_unless_asked_for_more(finished, capsys):
   config, workdir = finished
-  stamp = checksums(workdir / 'checkpoints')
+  stamp = file_hashes.of_folder(workdir / 'checkpoints')
   again = train.train_and_evaluate(config, str(workdir))
   assert 'nothing to train' in capsys.readouterr().out
-  assert again == read_results(workdir) and checksums(workdir / 'checkpoints') == stamp
+  assert again == read_results(workdir) and file_hashes.of_folder(workdir / 'checkpoints') == stamp
   config.train.max_steps = 45  # more training asked for
   more = train.train_and_evaluate(config, str(workdir))
   assert more['steps_trained'] == 45
@@ -382,10 +369,10 @@ def test_no_readable_checkpoint_is_one_line_and_nothing_is_deleted(two_checkpoin
   shutil.copytree(folder / 'base', workdir)
   for step in ('20', '40'):
     _corrupt('garbled_run_state', str(workdir / 'checkpoints' / step))
-  before = checksums(workdir)
+  before = file_hashes.of_folder(workdir)
   with pytest.raises(UserError, match='no checkpoint in .* can be read') as e:
     train.train_and_evaluate(config, str(workdir))
-  assert '\n' not in str(e.value) and checksums(workdir) == before
+  assert '\n' not in str(e.value) and file_hashes.of_folder(workdir) == before
 
 
 @pytest.mark.parametrize('damage,match', [
