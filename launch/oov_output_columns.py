@@ -12,7 +12,6 @@ averages come from the text they score.
 """
 
 import json
-import sys
 import tempfile
 
 import numpy as np
@@ -73,11 +72,7 @@ def main(argv=None) -> int:
   parser.add_argument('--workdir', required=True, help='a trained workdir whose corpus merged rare words')
   parser.add_argument('--text', required=True, help='text with words outside the vocabulary, in context')
   args = parser.parse_args(argv)
-  try:
-    figures = measure(args.workdir, text_input.read_lines(args.text, '--text'))
-  except UserError as e:
-    print(f'error: {e}', file=sys.stderr)
-    return 1
+  figures = measure(args.workdir, text_input.read_lines(args.text, '--text'))
   print("| new words' output columns | known tokens' perplexity | new words' tokens' perplexity |\n| --- | --- | --- |")
   for rule, known, new in figures['output_columns']:
     print(f'| {rule} | {known:,.1f} | {"" if new is None else f"{new:,.1f}"} |')

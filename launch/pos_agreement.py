@@ -16,7 +16,6 @@ the rate of always guessing the most common tag.
 
 import collections
 import json
-import sys
 
 import numpy as np
 
@@ -122,11 +121,7 @@ def main(argv=None) -> int:
   parser.add_argument('--workdir', required=True, help='a workdir made by nplm_jax.tools.extend from a Brown model')
   parser.add_argument('--text', required=True, help='the text the workdir was extended with')
   args = parser.parse_args(argv)
-  try:
-    rows = measure(args.workdir, text_input.read_lines(args.text, '--text'))
-  except UserError as e:
-    print(f'error: {e}', file=sys.stderr)
-    return 1
+  rows = measure(args.workdir, text_input.read_lines(args.text, '--text'))
   print('| words, nearest among | count | the nearest shares the most frequent tag |\n| --- | --- | --- |')
   for name, r in rows.items():
     print(f'| {name} | {r["words"]:,} | {100 * r["agreement"]:.1f}% |')

@@ -1,17 +1,17 @@
 """The commands' entry points (console scripts and `python -m`): a signal at any moment ends in one line.
 
-Each command runs inside run_command, which also makes any user error that escaped the command
-one 'error:' line. It imports the command's module (JAX and all) only after taking
-SIGINT and SIGTERM, so Ctrl-C or a SIGTERM during the imports, the start-up, an evaluation or a
-tool's work stops the command with one 'error:' line and exit status 128 + the signal, never a
-traceback; once stopping, further signals are ignored (a second Ctrl-C prints nothing more).
-A library may catch the signal's exception with a broad `except` and go on (an optional C
-extension's import falls back to pure Python on its ImportError): each signal raised is also
-recorded, and a recorded one stops the command at the next check (raise_swallowed_signal: after
-the command's import, as training starts its loop, and when the command returns).
-Inside the training loop, train.Preemption takes the signals first and saves the step in
-progress. Files are written whole or not at all (workdir.write_text_atomically, Orbax's commits),
-so what a stopped command leaves is resumable: the same command again resumes or redoes it.
+Each command runs inside run_command, which also makes a user error (errors.UserError) from anywhere
+in the command one 'error:' line and exit status 1. It imports the command's module (JAX and all)
+only after taking SIGINT and SIGTERM, so Ctrl-C or a SIGTERM during the imports, the start-up, an
+evaluation or a tool's work stops the command with one 'error:' line and exit status 128 + the
+signal, never a traceback; once stopping, further signals are ignored (a second Ctrl-C prints
+nothing more). A library may catch the signal's exception with a broad `except` and go on (an
+optional C extension's import falls back to pure Python on its ImportError): each signal raised is
+also recorded, and a recorded one stops the command at the next check (raise_swallowed_signal: after
+the command's import, as training starts its loop, and when the command returns). Inside the
+training loop, train.Preemption takes the signals first and saves the step in progress. Files are
+written whole or not at all (workdir.write_text_atomically, Orbax's commits), so what a stopped
+command leaves is resumable: the same command again resumes or redoes it.
 
 This module imports nothing heavy: it must be ready before the first import that can take seconds.
 """
@@ -86,7 +86,7 @@ def run_command(module: str, function: str = 'main', after_stop: str = AFTER_TOO
     status = command()
     if not status:  # it finished (its results stand), but the stop was asked for
       raise_swallowed_signal()
-  except UserError as e:  # each command reports its own; this catches any that escaped it
+  except UserError as e:  # the one place a command's user error becomes its line
     print(f'error: {e}', file=sys.stderr, flush=True)
     status = 1
   except Exception as e:  # pylint: disable=broad-except  # out of memory at run time: one line, not a traceback

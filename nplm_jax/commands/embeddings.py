@@ -1,8 +1,6 @@
 """nplm-embeddings (python -m nplm_jax.tools.embeddings): nearest words, analogies and exports of a model's
 word feature vectors; a thin layer over nplm_jax.load(DIR).vectors."""
 
-import sys
-
 from etils import epath
 
 from nplm_jax import cli as cli_lib
@@ -49,35 +47,31 @@ def main(argv=None) -> int:
   from nplm_jax.tools import embeddings  # pylint: disable=g-import-not-at-top
   args = parse_args(argv)
   words = [w for w in args.words.split(',') if w]
-  try:
-    if args.command in ('neighbours', 'analogy') and not words:
-      raise UserError(f'{args.command} needs --words, e.g. --words=' + ('Monday,king' if args.command == 'neighbours'
-                                                                          else 'man,king,woman'))
-    if args.topn < 1:
-      raise UserError(f'--topn={args.topn} is invalid; list at least 1 word')
-    if args.command == 'export' and args.format == 'word2vec' and not args.output:
-      raise UserError('export --format=word2vec needs --output=FILE')
-    if args.output and args.format == 'word2vec':
-      workdir_lib.output_file(args.output, '--output')
-    elif args.output:
-      workdir_lib.output_folder(args.output, '--output')
-    model = api.LanguageModel.load(args.workdir, flag_messages=True, devices=args.devices)
-    if args.command == 'neighbours':
-      for word, found in embeddings.neighbours(model.vectors, words, args.topn).items():
-        print(f'{word}: ' + ', '.join(f'{w} {s:.3f}' for w, s in found))
-    elif args.command == 'analogy':
-      found = embeddings.analogy(model.vectors, words, args.topn)
-      print(f'{words[0]} : {words[1]} :: {words[2]} : ' + ', '.join(f'{w} {s:.3f}' for w, s in found))
-    elif args.format == 'word2vec':
-      model.vectors.save_word2vec_format(args.output)
-      print(f'wrote {len(model.vocabulary):,} vectors of {model.config.model.m} to {args.output}')
-    else:
-      folder = embeddings.export_projector(model.vectors, args.output or str(epath.Path(args.workdir) / 'tensorboard'))
-      print(f'wrote tensors.tsv, metadata.tsv and projector_config.pbtxt to {folder}; '
-            f'view them with: tensorboard --logdir={folder}')
-  except UserError as e:
-    print(f'error: {e}', file=sys.stderr)
-    return 1
+  if args.command in ('neighbours', 'analogy') and not words:
+    raise UserError(f'{args.command} needs --words, e.g. --words=' + ('Monday,king' if args.command == 'neighbours'
+                                                                        else 'man,king,woman'))
+  if args.topn < 1:
+    raise UserError(f'--topn={args.topn} is invalid; list at least 1 word')
+  if args.command == 'export' and args.format == 'word2vec' and not args.output:
+    raise UserError('export --format=word2vec needs --output=FILE')
+  if args.output and args.format == 'word2vec':
+    workdir_lib.output_file(args.output, '--output')
+  elif args.output:
+    workdir_lib.output_folder(args.output, '--output')
+  model = api.LanguageModel.load(args.workdir, flag_messages=True, devices=args.devices)
+  if args.command == 'neighbours':
+    for word, found in embeddings.neighbours(model.vectors, words, args.topn).items():
+      print(f'{word}: ' + ', '.join(f'{w} {s:.3f}' for w, s in found))
+  elif args.command == 'analogy':
+    found = embeddings.analogy(model.vectors, words, args.topn)
+    print(f'{words[0]} : {words[1]} :: {words[2]} : ' + ', '.join(f'{w} {s:.3f}' for w, s in found))
+  elif args.format == 'word2vec':
+    model.vectors.save_word2vec_format(args.output)
+    print(f'wrote {len(model.vocabulary):,} vectors of {model.config.model.m} to {args.output}')
+  else:
+    folder = embeddings.export_projector(model.vectors, args.output or str(epath.Path(args.workdir) / 'tensorboard'))
+    print(f'wrote tensors.tsv, metadata.tsv and projector_config.pbtxt to {folder}; '
+          f'view them with: tensorboard --logdir={folder}')
   return 0
 
 

@@ -1,10 +1,7 @@
 """nplm-export (python -m nplm_jax.tools.export): a trained model in a plain format numpy alone reads;
 a thin layer over nplm_jax.tools.export."""
 
-import sys
-
 from nplm_jax import cli as cli_lib
-from nplm_jax.errors import UserError
 from nplm_jax.files import trained_workdir
 
 # JAX and the model code are imported in main(), after check_flags has answered a wrong flag or workdir.
@@ -27,11 +24,7 @@ def check_flags(argv=None) -> None:
 def main(argv=None) -> int:
   from nplm_jax.tools import export as export_lib  # pylint: disable=g-import-not-at-top
   args = parse_args(argv)
-  try:
-    export_lib.export(args.workdir, args.output, devices=args.devices)
-  except UserError as e:
-    print(f'error: {e}', file=sys.stderr)
-    return 1
+  export_lib.export(args.workdir, args.output, devices=args.devices)
   print(f'wrote model.json and params.npz to {args.output}')
   return 0
 

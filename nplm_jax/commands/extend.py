@@ -1,8 +1,6 @@
 """nplm-extend (python -m nplm_jax.tools.extend): the paper's feature vectors for new words, written as a new
 workdir; a thin layer over nplm_jax.tools.extend."""
 
-import sys
-
 from nplm_jax import cli as cli_lib
 from nplm_jax.data import text_input
 from nplm_jax.errors import UserError
@@ -37,14 +35,10 @@ def main(argv=None) -> int:
   from nplm_jax.files import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   from nplm_jax.tools import extend as extend_lib  # pylint: disable=g-import-not-at-top
   args = parse_args(argv)
-  try:
-    if workdir_lib.as_path(args.output_workdir).resolve() == workdir_lib.as_path(args.workdir).resolve():
-      raise UserError('--output_workdir is --workdir; give a new folder for the extended model')
-    summary = extend_lib.extend(args.workdir, text_input.read_lines(args.text, '--text'), args.output_workdir,
-                                 devices=args.devices, output_columns=args.output_columns)
-  except UserError as e:
-    print(f'error: {e}', file=sys.stderr)
-    return 1
+  if workdir_lib.as_path(args.output_workdir).resolve() == workdir_lib.as_path(args.workdir).resolve():
+    raise UserError('--output_workdir is --workdir; give a new folder for the extended model')
+  summary = extend_lib.extend(args.workdir, text_input.read_lines(args.text, '--text'), args.output_workdir,
+                               devices=args.devices, output_columns=args.output_columns)
   print(f'added {summary["added_words"]:,} words ({summary["occurrences"]:,} occurrences) to the vocabulary, now '
         f'{summary["vocab_size"]:,}: {args.output_workdir}')
   return 0

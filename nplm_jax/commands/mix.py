@@ -2,7 +2,6 @@
 retraining; a thin layer over nplm_jax.tools.mix."""
 
 import json
-import sys
 
 import numpy as np
 
@@ -29,24 +28,21 @@ def parse_args(argv=None):
 
 def main(argv=None):
   args = parse_args(argv)
+  config = evaluation.load_config(args.workdir)
+  config.mix.update(ngram_order=args.order, smoothing=args.smoothing, fit_weight=args.weight is None)
+  if args.weight is not None:
+    config.mix.weight = args.weight
   try:
-    config = evaluation.load_config(args.workdir)
-    config.mix.update(ngram_order=args.order, smoothing=args.smoothing, fit_weight=args.weight is None)
-    if args.weight is not None:
-      config.mix.weight = args.weight
-    try:
-      config_lib.validate(config)
-    except UserError as e:  # name the flag the user gave, not the config key it sets
-      raise UserError(str(e).replace('mix.ngram_order', '--order').replace('mix.weight', '--weight')
-                      .replace('--config.--', '--')) from None
-    backend.configure(config)
-    corpus = mix_lib.workdir_corpus(config.data, workdir_lib.Workdir(args.workdir))
-    nll = evaluation.evaluate_workdir(args.workdir, corpus=corpus)
-    results = mix_lib.mixture_results(corpus, nll, config.mix)
-    results.update(valid_ppl=ngram.perplexity(np.exp(-nll['valid'])), test_ppl=ngram.perplexity(np.exp(-nll['test'])))
-    workdir_lib.Workdir(args.workdir).write_json('mix_results.json', results)
-  except UserError as e:
-    sys.exit(f'error: {e}')
+    config_lib.validate(config)
+  except UserError as e:  # name the flag the user gave, not the config key it sets
+    raise UserError(str(e).replace('mix.ngram_order', '--order').replace('mix.weight', '--weight')
+                    .replace('--config.--', '--')) from None
+  backend.configure(config)
+  corpus = mix_lib.workdir_corpus(config.data, workdir_lib.Workdir(args.workdir))
+  nll = evaluation.evaluate_workdir(args.workdir, corpus=corpus)
+  results = mix_lib.mixture_results(corpus, nll, config.mix)
+  results.update(valid_ppl=ngram.perplexity(np.exp(-nll['valid'])), test_ppl=ngram.perplexity(np.exp(-nll['test'])))
+  workdir_lib.Workdir(args.workdir).write_json('mix_results.json', results)
   print(json.dumps(results), flush=True)
 
 

@@ -2,7 +2,6 @@
 
 import json
 import math
-import sys
 
 from nplm_jax import cli
 from nplm_jax import config as config_lib
@@ -25,15 +24,12 @@ def parse_args(argv=None):
 
 def main(argv=None):
   args = parse_args(argv)
-  try:
-    if args.output:
-      workdir_lib.output_file(args.output, '--output')
-    if args.order < 1:
-      raise UserError(f'--order={args.order} is invalid; use an n-gram order >= 1')
-    corpus = data_lib.load_corpus(args.config.data)
-    result = ngram.evaluate(corpus, args.order, args.smoothing, args.max_memory_gb)
-  except UserError as e:
-    sys.exit(f'error: {e}')
+  if args.output:
+    workdir_lib.output_file(args.output, '--output')
+  if args.order < 1:
+    raise UserError(f'--order={args.order} is invalid; use an n-gram order >= 1')
+  corpus = data_lib.load_corpus(args.config.data)
+  result = ngram.evaluate(corpus, args.order, args.smoothing, args.max_memory_gb)
   result['corpus'] = args.config.data.corpus
   # what made the figures, as a training's results.json keeps its config (launch.results collect reads both)
   result['config'] = {'data': config_lib.to_saved(args.config)['data'],

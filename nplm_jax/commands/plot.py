@@ -1,8 +1,6 @@
 """nplm-plot (python -m nplm_jax.tools.plot): validation curves and word maps as PNG; a thin layer over
 nplm_jax.tools.plot."""
 
-import sys
-
 import numpy as np
 
 from nplm_jax import cli as cli_lib
@@ -34,30 +32,26 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
   args = parse_args(argv)
-  try:
-    if not args.workdir:
-      raise UserError('--workdir is required; give the folder of a training (curves: one or more)')
-    if not args.output.lower().endswith('.png'):
-      raise UserError(f'--output={args.output!r} does not end in .png; plots are written as PNG')
-    if args.command == 'curves':
-      curves = [plot_lib.run_curve(w) for w in args.workdir]
-      plot_lib.distinct_labels(curves, args.workdir)
-      plot_lib.plot_curves(curves, [plot_lib.ngram_line(s) for s in args.ngram], args.output)
-    else:
-      if len(args.workdir) > 1:
-        raise UserError('embeddings plots one workdir; give --workdir once')
-      if args.top < 2:
-        raise UserError(f'--top={args.top} is invalid; plot at least 2 words')
-      from nplm_jax.tools import trained as trained_lib  # pylint: disable=g-import-not-at-top  # JAX only here
-      model = trained_lib.TrainedModel.load(args.workdir[0], args.devices)
-      counts = model.train_counts
-      skip = {model.rare_id, model.boundary_id}
-      top = [int(i) for i in np.argsort(-counts, kind='stable') if int(i) not in skip][:args.top]
-      plot_lib.plot_embeddings([model.vocab[i] for i in top], model.embeddings[top], args.output,
-                      f'{plot_lib.run_label(args.workdir[0])}: the {len(top)} most frequent words, C projected by PCA')
-  except UserError as e:
-    print(f'error: {e}', file=sys.stderr)
-    return 1
+  if not args.workdir:
+    raise UserError('--workdir is required; give the folder of a training (curves: one or more)')
+  if not args.output.lower().endswith('.png'):
+    raise UserError(f'--output={args.output!r} does not end in .png; plots are written as PNG')
+  if args.command == 'curves':
+    curves = [plot_lib.run_curve(w) for w in args.workdir]
+    plot_lib.distinct_labels(curves, args.workdir)
+    plot_lib.plot_curves(curves, [plot_lib.ngram_line(s) for s in args.ngram], args.output)
+  else:
+    if len(args.workdir) > 1:
+      raise UserError('embeddings plots one workdir; give --workdir once')
+    if args.top < 2:
+      raise UserError(f'--top={args.top} is invalid; plot at least 2 words')
+    from nplm_jax.tools import trained as trained_lib  # pylint: disable=g-import-not-at-top  # JAX only here
+    model = trained_lib.TrainedModel.load(args.workdir[0], args.devices)
+    counts = model.train_counts
+    skip = {model.rare_id, model.boundary_id}
+    top = [int(i) for i in np.argsort(-counts, kind='stable') if int(i) not in skip][:args.top]
+    plot_lib.plot_embeddings([model.vocab[i] for i in top], model.embeddings[top], args.output,
+                    f'{plot_lib.run_label(args.workdir[0])}: the {len(top)} most frequent words, C projected by PCA')
   print(f'wrote {args.output}')
   return 0
 

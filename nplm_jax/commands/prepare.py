@@ -1,10 +1,7 @@
 """nplm-prepare (python -m nplm_jax.data.prepare): a corpus read once into memory-mapped token ids."""
 
-import sys
-
 from nplm_jax import cli
 from nplm_jax.data import prepare
-from nplm_jax.errors import UserError
 from nplm_jax.files import metrics
 
 
@@ -17,10 +14,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
   args = parse_args(argv)
-  try:
-    meta = prepare.prepare(args.config.data, args.output)
-  except UserError as e:
-    sys.exit(f'error: {e}')
+  meta = prepare.prepare(args.config.data, args.output)
   metrics.log(f'prepared {args.output}: |V|={meta["vocab_size"]:,}, train {meta["train_tokens"]:,}, valid '
               f'{meta["valid_tokens"]:,}, test {meta["test_tokens"]:,} tokens in {meta["seconds"]} s; train from it with '
               f'--config=experiments/prepared.py --config.data.path={args.output}')

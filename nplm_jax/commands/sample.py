@@ -7,7 +7,6 @@ import time
 
 from nplm_jax import cli as cli_lib
 from nplm_jax import progress as progress_lib
-from nplm_jax.errors import UserError
 from nplm_jax.files import trained_workdir
 
 # JAX and the model code are imported in main(), after check_flags has answered a wrong flag or workdir.
@@ -59,20 +58,16 @@ def main(argv=None) -> int:
   from nplm_jax import api  # pylint: disable=g-import-not-at-top
   from nplm_jax.tools import sample as sample_lib  # pylint: disable=g-import-not-at-top
   args = parse_args(argv)
-  try:
-    sample_lib.check_settings(args.num_tokens, args.temperature, args.top_k, args.top_p, args.num_samples, args.seed)
-    model = api.LanguageModel.load(args.workdir, flag_messages=True, devices=args.devices)
-    progress = progress_lib.StderrProgress('words drawn')
-    drawing = dict(num_tokens=args.num_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                   seed=args.seed, allow_unk=args.allow_unk, stop_at_eos=args.stop_at_eos, progress=progress)
-    if args.num_samples == 1:  # streamed: each word printed as it is drawn, whatever --num_tokens
-      _print_streamed(model, args.prompt, model.generate(args.prompt, **drawing))
-      return 0
-    for line in model.samples(args.prompt, args.num_samples, **drawing):
-      print(line, flush=args.num_samples > sample_lib.SAMPLES_AT_ONCE)  # printed as drawn
-  except UserError as e:
-    print(f'error: {e}', file=sys.stderr)
-    return 1
+  sample_lib.check_settings(args.num_tokens, args.temperature, args.top_k, args.top_p, args.num_samples, args.seed)
+  model = api.LanguageModel.load(args.workdir, flag_messages=True, devices=args.devices)
+  progress = progress_lib.StderrProgress('words drawn')
+  drawing = dict(num_tokens=args.num_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                 seed=args.seed, allow_unk=args.allow_unk, stop_at_eos=args.stop_at_eos, progress=progress)
+  if args.num_samples == 1:  # streamed: each word printed as it is drawn, whatever --num_tokens
+    _print_streamed(model, args.prompt, model.generate(args.prompt, **drawing))
+    return 0
+  for line in model.samples(args.prompt, args.num_samples, **drawing):
+    print(line, flush=args.num_samples > sample_lib.SAMPLES_AT_ONCE)  # printed as drawn
   return 0
 
 

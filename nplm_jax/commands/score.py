@@ -1,8 +1,6 @@
 """nplm-score (python -m nplm_jax.tools.score): log-probabilities of text, as KenLM's query prints them;
 a thin layer over nplm_jax.load(DIR).score."""
 
-import sys
-
 from nplm_jax import cli as cli_lib
 from nplm_jax.data import text_input
 from nplm_jax.errors import UserError
@@ -45,16 +43,12 @@ def main(argv=None) -> int:
   from nplm_jax import api  # pylint: disable=g-import-not-at-top
   from nplm_jax.tools import score as score_lib  # pylint: disable=g-import-not-at-top
   args = parse_args(argv)
-  try:
-    check_args(args)
-    lines = text_input.read_lines(args.text, '--text')
-    model = api.LanguageModel.load(args.workdir, flag_messages=True, devices=args.devices)
-    scored = model.score(lines, stream=not args.independent_lines, mix=args.mix)
-    if not sum(len(s.ids) for s in scored):
-      raise UserError(f'--text={args.text!r} holds no tokens; give non-empty text')
-  except UserError as e:
-    print(f'error: {e}', file=sys.stderr)
-    return 1
+  check_args(args)
+  lines = text_input.read_lines(args.text, '--text')
+  model = api.LanguageModel.load(args.workdir, flag_messages=True, devices=args.devices)
+  scored = model.score(lines, stream=not args.independent_lines, mix=args.mix)
+  if not sum(len(s.ids) for s in scored):
+    raise UserError(f'--text={args.text!r} holds no tokens; give non-empty text')
   score_lib.report(scored, args.verbosity, args.log_base, args.format, model.config.model.n)
   return 0
 
