@@ -274,7 +274,9 @@ def _table1_of(table: str):
       rows.setdefault(r['name'][len(f'brown_{table}_'):].removesuffix(SUPERSEDED_SUFFIX), r)
     kept = {id(r) for r in rows.values()}
     cited = [r for r in records if id(r) in kept]
-    return table1.render(lambda point: rows[point]['figures'] if point in rows else None).rstrip('\n'), cited
+    label = lambda row: _marked(row, [rows[p] for p in table1.points_of(row) if p in rows])
+    return table1.render(lambda point: rows[point]['figures'] if point in rows else None,
+                         label=label).rstrip('\n'), cited
   return render
 
 

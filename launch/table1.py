@@ -41,6 +41,16 @@ def load(root: str, name: str) -> dict | None:
   return merged
 
 
+def points_of(row: str) -> tuple[str, ...]:
+  """The sweep points whose results a paper row may show (an MLP row: its training, the mlp1-style odd point
+  that also serves the even row, and the annealed resumption)."""
+  if row in SOURCES:
+    return (SOURCES[row],)
+  k = int(row[3:])
+  odd = k - 1 + k % 2  # the row whose network both rows share
+  return f'mlp{odd + 1}', f'mlp{odd}', f'mlp{odd + 1}_annealed'
+
+
 def our_numbers(root, row: str):
   """(valid, test, note) for a paper row, or None if its run has no results. `root` is a sweep's root, or a
   function of a point's name giving its results (launch.results renders recorded runs so)."""
@@ -66,14 +76,15 @@ def our_numbers(root, row: str):
   return r['mix_valid_ppl'], r['mix_test_ppl'], note
 
 
-def render(root) -> str:
-  """The table (our_numbers' `root`: a sweep's root, or a function of a point's name)."""
+def render(root, label=lambda row: row) -> str:
+  """The table (our_numbers' `root`: a sweep's root, or a function of a point's name); `label` gives a row's
+  first cell from its name (launch.results marks a row whose figures were transcribed)."""
   lines = ['| model | n | h | m | direct | mix | paper valid | paper test | ours valid | ours test | note |',
            '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |']
   for row, n, h, m, direct, mix, pv, pt in PAPER:
     ours = our_numbers(root, row)
     cells = [f'{ours[0]:.1f}', f'{ours[1]:.1f}', ours[2]] if ours else ['not run', 'not run', '']
-    lines.append(f'| {row} | {n} | {h} | {m} | {direct} | {mix} | {pv} | {pt} | ' + ' | '.join(cells) + ' |')
+    lines.append(f'| {label(row)} | {n} | {h} | {m} | {direct} | {mix} | {pv} | {pt} | ' + ' | '.join(cells) + ' |')
   return '\n'.join(lines) + '\n'
 
 

@@ -170,6 +170,8 @@ def test_a_table1_point_trained_again_renders_from_its_rerun_not_the_transcribed
   text, cited = results.RENDERERS['table1'](records)
   assert '339.9' in text and '111.1' not in text and '332.6' in text
   assert [r['name'] for r in cited] == ['brown_table1_interpolated_3', 'brown_table1_kneser_ney_3_transcribed']
+  rows = {line.split(' | ')[0].lstrip('| '): line for line in text.splitlines()[2:]}
+  assert 'Del. Int. trigram' in rows and f'Kneser-Ney back-off, n=3 {results.TRANSCRIBED}' in rows  # its one record
 
 
 def test_collecting_over_another_runs_file_is_refused_and_the_same_run_is_rewritten(tmp_path, monkeypatch):
