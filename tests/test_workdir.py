@@ -3,6 +3,8 @@ there, resumes from there and is read back, and nothing lands in a local folder 
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -137,3 +139,21 @@ def test_a_failed_write_is_one_line_and_leaves_no_temporary_file(tmp_path):
   finally:
     type(full).replace = real_replace
   assert sorted(p.name for p in tmp_path.iterdir()) == ['a_file']
+
+
+def test_the_metric_writer_does_not_import_torch_and_torch_still_imports_after(tmp_path):
+  """tensorboardX imports PyTorch where it is installed (.ci/run installs it for the benchmarks), 2 s of every
+  training command's start; the writer keeps it out, and a later `import torch` is the user's as before."""
+  script = (f'import importlib.util, sys\n'
+            f'from nplm_jax.files import metrics, workdir\n'
+            f'writer = metrics.MetricWriter(workdir.Workdir({str(tmp_path)!r}))\n'
+            f'writer.write(1, {{"loss": 2.0}})\n'
+            f'writer.close()\n'
+            f'assert "torch" not in sys.modules, "torch imported"\n'
+            f'if importlib.util.find_spec("torch"):\n'
+            f'  import torch\n'
+            f'  assert torch.zeros(2).shape == (2,)\n')
+  done = subprocess.run([sys.executable, '-c', script], cwd=os.path.dirname(os.path.dirname(__file__)),
+                        env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr
+  assert [f for f in os.listdir(tmp_path / 'tensorboard') if f.startswith('events.out.tfevents')]
