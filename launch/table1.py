@@ -58,14 +58,13 @@ def our_numbers(root, row: str):
   if row in SOURCES:
     r = read(SOURCES[row])
     return (r['valid_ppl'], r['test_ppl'], 'interpolated modified KN' if 'Kneser' in row else '') if r else None
-  k = int(row[3:])
-  odd = k - 1 + k % 2  # the row whose network both rows share
-  r = read(f'mlp{odd + 1}') or read(f'mlp{odd}')  # mlp1's own run + mix_results.json also serves MLP2
+  trained, odd_point, annealed_point = points_of(row)
+  r = read(trained) or read(odd_point)  # mlp1's own run + mix_results.json also serves MLP2
   if not r:
     return None
   epochs = f'{r.get("epochs", 0):.1f} epochs' if 'epochs' in r else ''
-  annealed = read(f'mlp{odd + 1}_annealed')  # the table1 sweep's run resumed with annealing
-  if k % 2:
+  annealed = read(annealed_point)  # the table1 sweep's run resumed with annealing
+  if int(row[3:]) % 2:
     note = f'{epochs}; annealed at the end: {annealed["valid_ppl"]:.1f} / {annealed["test_ppl"]:.1f}' if annealed else epochs
     return r['valid_ppl'], r['test_ppl'], note
   if 'mix_valid_ppl' not in r:

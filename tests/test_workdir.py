@@ -144,15 +144,15 @@ def test_a_failed_write_is_one_line_and_leaves_no_temporary_file(tmp_path):
 def test_the_metric_writer_does_not_import_torch_and_torch_still_imports_after(tmp_path):
   """tensorboardX imports PyTorch where it is installed (.ci/run installs it for the benchmarks), 2 s of every
   training command's start; the writer keeps it out, and a later `import torch` is the user's as before."""
-  script = (f'import importlib.util, sys\n'
-            f'from nplm_jax.files import metrics, workdir\n'
+  script = ('import importlib.util, sys\n'
+            'from nplm_jax.files import metrics, workdir\n'
             f'writer = metrics.MetricWriter(workdir.Workdir({str(tmp_path)!r}))\n'
-            f'writer.write(1, {{"loss": 2.0}})\n'
-            f'writer.close()\n'
-            f'assert "torch" not in sys.modules, "torch imported"\n'
-            f'if importlib.util.find_spec("torch"):\n'
-            f'  import torch\n'
-            f'  assert torch.zeros(2).shape == (2,)\n')
+            'writer.write(1, {"loss": 2.0})\n'
+            'writer.close()\n'
+            'assert "torch" not in sys.modules, "torch imported"\n'
+            'if importlib.util.find_spec("torch"):\n'
+            '  import torch\n'
+            '  assert torch.zeros(2).shape == (2,)\n')
   done = subprocess.run([sys.executable, '-c', script], cwd=os.path.dirname(os.path.dirname(__file__)),
                         env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True, text=True, timeout=300)
   assert done.returncode == 0, done.stderr
