@@ -23,6 +23,8 @@ names dispatch_steps. --evaluate profiles evaluation calls (the exact softmax) i
 Then the step's time by part (random numbers, loss, the output layer, the embedding, the hidden layers,
 the optimiser's update: told apart by the scopes of each operation's JAX source), and the matmuls' FLOPs
 (from the compiled dots' shapes) as GFLOP/s against a large float32 matmul measured in the same run.
+The step's bound (bound_ms) is the larger of its matmuls' time at that rate and its bytes' time at the
+bandwidth measured, and of_bound the share of the wall step it is: 1 is a step at its machine's limit.
 """
 
 import collections
@@ -332,6 +334,7 @@ def main(argv):
           f'{mb / ms / peak_gbps if ms else 0.0:.0%}')
   gbytes = sum(sizes.get(op, 0) for op in per_step) / 1e9  # each operation the trace saw, once a step
   gflop = flops_of(hlo) / 1e9  # a resident dispatch's loop body holds one step's dots, counted once
+  bound_ms = max(gflop / peak_gflops, gbytes / peak_gbps) * 1e3
   row = {'config': ARGS['config'].serialize(), 'vocab': ARGS.vocab, 'platform': jax.devices()[0].platform,
          'mesh': f'{mesh.shape["data"]}x{mesh.shape["model"]}', 'batch_size': ARGS.batch_size, 'wall_step_ms': round(wall_ms, 3), 'step_ms': round(step_ms, 3),
          **{f'{c}_ms': round(totals[c], 3) for c in ('matmul', 'collective', 'other')},
@@ -347,13 +350,16 @@ def main(argv):
          'gflop': _figure(gflop), 'gflops': _figure(gflop / wall_ms * 1e3), 'peak_gflops': _figure(peak_gflops),
          'of_peak_gflops': _figure(gflop / wall_ms * 1e3 / peak_gflops),
          'of_peak_gbps': _figure(gbytes / wall_ms * 1e3 / peak_gbps),
+         # the step's limit: the larger of its matmul time and its traffic time at the rates measured
+         'bound_ms': _figure(bound_ms), 'of_bound': _figure(bound_ms / wall_ms),
          'parts_ms': {name: round(ms, 3) for name, ms in parts.most_common()}}
   print(f'matmuls {row["matmul_ms"]} ms ({row["matmul_share"]:.0%}), collectives {row["collective_ms"]} ms '
         f'(waiting for the slower device included), other {row["other_ms"]} ms; the operations name '
         f'{gbytes:.3f} GB a step, {row["bandwidth_bound_ms"]} ms at the {peak_gbps:.0f} GB/s measured; '
         f'{row["ops_per_step"]:g} operations run a step, {row["gap_ms"]} ms of the step outside them; the '
         f'matmuls do {gflop:.3f} GFLOP a step, {row["gflops"]:.1f} GFLOP/s over the wall step, '
-        f'{row["of_peak_gflops"]:.0%} of the {peak_gflops:.0f} GFLOP/s a large float32 matmul ran at here')
+        f'{row["of_peak_gflops"]:.0%} of the {peak_gflops:.0f} GFLOP/s a large float32 matmul ran at here; '
+        f'its bound (the larger of the two times) {bound_ms:.2f} ms, {row["of_bound"]:.0%} of the wall step')
   common.emit(row)
 
 

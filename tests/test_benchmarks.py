@@ -198,6 +198,11 @@ def test_profile_step_splits_the_step_by_part_and_rates_its_matmuls_against_the_
   assert {'optimiser update', 'hidden layers'} <= set(train['parts_ms'])
   assert train['peak_gflops'] > 0 and train['of_peak_gflops'] == pytest.approx(
       train['gflops'] / train['peak_gflops'], rel=2e-3)  # each figure to 4 significant digits
+  # the bound: the larger of the matmuls' time at the matmul rate and the bytes' time at the bandwidth
+  assert train['bound_ms'] == pytest.approx(max(train['gflop'] / train['peak_gflops'],
+                                                train['gbytes'] / train['peak_gbps']) * 1e3, rel=2e-3)
+  # each figure to 4 significant digits, the wall step to 3 decimals
+  assert train['of_bound'] == pytest.approx(train['bound_ms'] / train['wall_step_ms'], rel=2e-3 + 5e-4 / train['wall_step_ms'])
   [evaluation] = run('profile_step.py', '--batch_size=8', '--vocab=61', '--steps=2', '--config.model.m=4',
                      '--config.model.h=6', '--config.mesh.cpu_devices=1', '--evaluate', *SMALL_BANDWIDTH_PASS,
                      *SMALL_PEAK)
@@ -241,6 +246,17 @@ ENTRY %main (a: f32[256,1000], b: bf16[1000,4]) -> (f32[256,4], s32[]) {
   assert sizes['fusion.1'] == 256 * 4 * 4 + 256 * 1000 * 4 + 1000 * 4 * 2  # result, then both operands
   assert sizes['sort.2'] == 2 * 256 * 4  # a tuple result; operands not defined here count nothing
   assert profile_step.type_bytes('(f32[2,3]{1,0}, pred[4], token[])') == 24 + 4
+
+
+def test_the_bandwidth_pass_writes_over_its_input():
+  """profile_step's bandwidth is a pass in place, as a step's updates are: a fresh output a call would time the
+  system's new pages on a CPU, not the memory."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from benchmarks import common  # pylint: disable=g-import-not-at-top
+  x = jnp.ones((1024,), jnp.float32)
+  y = common.in_place_pass()(x)
+  assert x.is_deleted() and float(y[0]) == pytest.approx(2.0001)
+  assert common.peak_copy_gbps(1, repeats=1, steps=2) > 0
 
 
 def test_multiprocess_step_compares_one_process_with_two():
