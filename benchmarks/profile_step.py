@@ -23,8 +23,11 @@ names dispatch_steps. --evaluate profiles evaluation calls (the exact softmax) i
 Then the step's time by part (random numbers, loss, the output layer, the embedding, the hidden layers,
 the optimiser's update: told apart by the scopes of each operation's JAX source), and the matmuls' FLOPs
 (from the compiled dots' shapes) as GFLOP/s against a large float32 matmul measured in the same run.
-The step's bound (bound_ms) is the larger of its matmuls' time at that rate and its bytes' time at the
-bandwidth measured, and of_bound the share of the wall step it is: 1 is a step at its machine's limit.
+The bytes the step moves (traffic_gbytes, op_traffic) count a read of rows or a slice, and an update in place,
+by what they touch rather than by the whole buffers they name, and a dispatch's operations outside its loop
+once for its steps; the step's bound (bound_ms) is the larger of its matmuls' time at the matmul rate and
+that traffic's time at the bandwidth, of_bound the share of the wall step it is: 1 is a step at the
+machine's limit.
 """
 
 import collections
@@ -163,6 +166,52 @@ def op_bytes(hlo_text: str) -> dict[str, int]:
     results[found.group(1)] = type_bytes(hlo_type)
     operands[found.group(1)] = re.findall(r'%([\w.\-]+)', args)
   return {name: size + sum(results.get(o, 0) for o in operands[name]) for name, size in results.items()}
+
+
+IN_PLACE = ('scatter', 'dynamic-update-slice', 'dynamic_update_slice')
+SLICE_READS = ('gather', 'dynamic-slice', 'dynamic_slice', 'slice')
+
+
+def op_traffic(hlo_text: str, dispatch_steps: int = 1) -> dict[str, float]:
+  """HLO instruction name -> the bytes it moves a step, closer than op_bytes' names: an operation that reads
+  rows or a slice of an operand (gather, dynamic-slice) reads as many bytes of it as its result holds (at most
+  the operand); one that updates a buffer in place (scatter, dynamic-update-slice) reads and writes the rows
+  its updates touch (at most the buffer), not its whole buffer; a while loop moves nothing itself (its body's operations do); and with a resident
+  dispatch of several steps, an operation of the program outside the loop (a transpose or the deferred
+  decay's pass at the call's start or end) counts once for the dispatch's steps."""
+  results, operands = {}, {}
+  for line in hlo_text.splitlines():
+    found = _INSTRUCTION.match(line)
+    if found:
+      hlo_type, args = _split_instruction(line[found.end():])
+      results[found.group(1)] = type_bytes(hlo_type)
+      operands[found.group(1)] = re.findall(r'%([\w.\-]+)', args)
+  sources, outside = source_ops(hlo_text), set(_entry_ops(hlo_text)) if dispatch_steps > 1 else set()
+  traffic = {}
+  for name, result in results.items():
+    sizes = [results.get(o, 0) for o in operands[name]]
+    source = sources.get(name, '')
+    if name.startswith('while'):
+      moved = 0
+    elif source.startswith(IN_PLACE) and result in sizes:  # the buffer aliased to the result
+      rest = list(sizes)
+      rest.remove(result)
+      # indices and updates read, the touched rows (at most the whole buffer) read and written
+      moved = sum(rest) + 2 * min(max(rest, default=0), result)
+    elif source.startswith(SLICE_READS) and sizes:
+      # the rows read from the largest operand (at most all of it), then written
+      moved = result + min(result, max(sizes)) + sum(sizes) - max(sizes)
+    else:
+      moved = result + sum(sizes)
+    traffic[name] = moved / dispatch_steps if name in outside else moved
+  return traffic
+
+
+def _entry_ops(hlo_text: str) -> list[str]:
+  """The instructions of the program's entry computation (outside its loops' bodies)."""
+  entry = hlo_text[hlo_text.index('ENTRY'):]
+  entry = entry[:entry.find('\n}')] if '\n}' in entry else entry
+  return [m.group(1) for m in map(_INSTRUCTION.match, entry.splitlines()) if m]
 
 
 def category(op: str, source: str) -> str:
@@ -334,7 +383,9 @@ def main(argv):
           f'{mb / ms / peak_gbps if ms else 0.0:.0%}')
   gbytes = sum(sizes.get(op, 0) for op in per_step) / 1e9  # each operation the trace saw, once a step
   gflop = flops_of(hlo) / 1e9  # a resident dispatch's loop body holds one step's dots, counted once
-  bound_ms = max(gflop / peak_gflops, gbytes / peak_gbps) * 1e3
+  traffic = op_traffic(hlo, dispatch)
+  traffic_gbytes = sum(traffic.get(op, 0) for op in per_step) / 1e9
+  bound_ms = max(gflop / peak_gflops, traffic_gbytes / peak_gbps) * 1e3
   row = {'config': ARGS['config'].serialize(), 'vocab': ARGS.vocab, 'platform': jax.devices()[0].platform,
          'mesh': f'{mesh.shape["data"]}x{mesh.shape["model"]}', 'batch_size': ARGS.batch_size, 'wall_step_ms': round(wall_ms, 3), 'step_ms': round(step_ms, 3),
          **{f'{c}_ms': round(totals[c], 3) for c in ('matmul', 'collective', 'other')},
@@ -350,6 +401,8 @@ def main(argv):
          'gflop': _figure(gflop), 'gflops': _figure(gflop / wall_ms * 1e3), 'peak_gflops': _figure(peak_gflops),
          'of_peak_gflops': _figure(gflop / wall_ms * 1e3 / peak_gflops),
          'of_peak_gbps': _figure(gbytes / wall_ms * 1e3 / peak_gbps),
+         # the bytes the operations move (op_traffic: reads of rows and updates in place as what they touch)
+         'traffic_gbytes': _figure(traffic_gbytes), 'traffic_ms': round(traffic_gbytes / peak_gbps * 1e3, 3),
          # the step's limit: the larger of its matmul time and its traffic time at the rates measured
          'bound_ms': _figure(bound_ms), 'of_bound': _figure(bound_ms / wall_ms),
          'parts_ms': {name: round(ms, 3) for name, ms in parts.most_common()}}
@@ -358,8 +411,9 @@ def main(argv):
         f'{gbytes:.3f} GB a step, {row["bandwidth_bound_ms"]} ms at the {peak_gbps:.0f} GB/s measured; '
         f'{row["ops_per_step"]:g} operations run a step, {row["gap_ms"]} ms of the step outside them; the '
         f'matmuls do {gflop:.3f} GFLOP a step, {row["gflops"]:.1f} GFLOP/s over the wall step, '
-        f'{row["of_peak_gflops"]:.0%} of the {peak_gflops:.0f} GFLOP/s a large float32 matmul ran at here; '
-        f'its bound (the larger of the two times) {bound_ms:.2f} ms, {row["of_bound"]:.0%} of the wall step')
+        f'{row["of_peak_gflops"]:.0%} of the {peak_gflops:.0f} GFLOP/s a large float32 matmul ran at here; they '
+        f'move {traffic_gbytes:.3f} GB a step, {row["traffic_ms"]} ms at that bandwidth; the step\'s bound (the '
+        f'larger time) {bound_ms:.2f} ms, {row["of_bound"]:.0%} of the wall step')
   common.emit(row)
 
 

@@ -200,7 +200,8 @@ def test_profile_step_splits_the_step_by_part_and_rates_its_matmuls_against_the_
       train['gflops'] / train['peak_gflops'], rel=2e-3)  # each figure to 4 significant digits
   # the bound: the larger of the matmuls' time at the matmul rate and the bytes' time at the bandwidth
   assert train['bound_ms'] == pytest.approx(max(train['gflop'] / train['peak_gflops'],
-                                                train['gbytes'] / train['peak_gbps']) * 1e3, rel=2e-3)
+                                                train['traffic_gbytes'] / train['peak_gbps']) * 1e3, rel=3e-3)
+  assert 0 < train['traffic_gbytes'] <= train['gbytes']
   # each figure to 4 significant digits, the wall step to 3 decimals
   assert train['of_bound'] == pytest.approx(train['bound_ms'] / train['wall_step_ms'], rel=2e-3 + 5e-4 / train['wall_step_ms'])
   [evaluation] = run('profile_step.py', '--batch_size=8', '--vocab=61', '--steps=2', '--config.model.m=4',
@@ -246,6 +247,31 @@ ENTRY %main (a: f32[256,1000], b: bf16[1000,4]) -> (f32[256,4], s32[]) {
   assert sizes['fusion.1'] == 256 * 4 * 4 + 256 * 1000 * 4 + 1000 * 4 * 2  # result, then both operands
   assert sizes['sort.2'] == 2 * 256 * 4  # a tuple result; operands not defined here count nothing
   assert profile_step.type_bytes('(f32[2,3]{1,0}, pred[4], token[])') == 24 + 4
+
+
+def test_an_operation_moves_the_rows_it_reads_or_updates_and_a_dispatchs_setup_counts_once():
+  from benchmarks import profile_step  # pylint: disable=g-import-not-at-top
+  hlo = '''HloModule m
+%body (p: (s32[], f32[1000,8])) -> (s32[], f32[1000,8]) {
+  %table = f32[1000,8]{1,0} get-tuple-element(%p), index=1
+  %ids = s32[16,1]{1,0} constant({...})
+  %rows = f32[16,8]{1,0} fusion(%table, %ids), kind=kLoop, calls=%g, metadata={op_name="jit(f)/while/body/gather"}
+  %added = f32[1000,8]{1,0} fusion(%table, %ids, %rows), kind=kLoop, calls=%s, metadata={op_name="jit(f)/while/body/scatter-add"}
+  ROOT %out = (s32[], f32[1000,8]) tuple(%i, %added)
+}
+ENTRY %main (a: f32[1000,8]) -> f32[8,1000] {
+  %a = f32[1000,8]{1,0} parameter(0)
+  %start = (s32[], f32[1000,8]) tuple(%zero, %a)
+  %while.1 = (s32[], f32[1000,8]) while(%start), condition=%c, body=%body
+  %done = f32[1000,8]{1,0} get-tuple-element(%while.1), index=1
+  ROOT %copy.2 = f32[8,1000]{1,0} copy(%done), metadata={op_name="jit(f)/transpose"}
+}'''
+  moved = profile_step.op_traffic(hlo, dispatch_steps=10)
+  rows, ids = 16 * 8 * 4, 16 * 4
+  assert moved['rows'] == 2 * rows + ids  # the rows read and written, not the whole table
+  assert moved['added'] == ids + rows + 2 * rows  # indices and updates read, the touched rows read and written
+  assert moved['while.1'] == 0 and moved['copy.2'] == 2 * 1000 * 8 * 4 / 10  # outside the loop: once for 10 steps
+  assert profile_step.op_bytes(hlo)['added'] == 2 * 1000 * 8 * 4 + ids + rows  # what it names
 
 
 def test_the_bandwidth_pass_writes_over_its_input():
