@@ -178,7 +178,8 @@ def op_traffic(hlo_text: str, dispatch_steps: int = 1) -> dict[str, float]:
   the operand); one that updates a buffer in place (scatter, dynamic-update-slice) reads and writes the rows
   its updates touch (at most the buffer), not its whole buffer; a while loop moves nothing itself (its body's operations do); and with a resident
   dispatch of several steps, an operation of the program outside the loop (a transpose or the deferred
-  decay's pass at the call's start or end) counts once for the dispatch's steps."""
+  decay's pass at the call's start or end) counts once for the dispatch's steps, and one inside a loop of a
+  known trip count as many times as it runs (runs_per_call)."""
   results, operands = {}, {}
   for line in hlo_text.splitlines():
     found = _INSTRUCTION.match(line)
@@ -187,6 +188,7 @@ def op_traffic(hlo_text: str, dispatch_steps: int = 1) -> dict[str, float]:
       results[found.group(1)] = type_bytes(hlo_type)
       operands[found.group(1)] = re.findall(r'%([\w.\-]+)', args)
   sources, outside = source_ops(hlo_text), set(_entry_ops(hlo_text)) if dispatch_steps > 1 else set()
+  runs = runs_per_call(hlo_text)
   traffic = {}
   for name, result in results.items():
     sizes = [results.get(o, 0) for o in operands[name]]
@@ -203,15 +205,13 @@ def op_traffic(hlo_text: str, dispatch_steps: int = 1) -> dict[str, float]:
       moved = result + min(result, max(sizes)) + sum(sizes) - max(sizes)
     else:
       moved = result + sum(sizes)
-    traffic[name] = moved / dispatch_steps if name in outside else moved
+    traffic[name] = runs.get(name, 1) * (moved / dispatch_steps if name in outside else moved)
   return traffic
 
 
 def _entry_ops(hlo_text: str) -> list[str]:
   """The instructions of the program's entry computation (outside its loops' bodies)."""
-  entry = hlo_text[hlo_text.index('ENTRY'):]
-  entry = entry[:entry.find('\n}')] if '\n}' in entry else entry
-  return [m.group(1) for m in map(_INSTRUCTION.match, entry.splitlines()) if m]
+  return [_INSTRUCTION.match(line).group(1) for line in _computations(hlo_text).get('ENTRY', ())]
 
 
 def category(op: str, source: str) -> str:
@@ -272,19 +272,61 @@ def evaluation_calls(model, compiled, state, mesh):
   return hlo, run
 
 
+_COMPUTATION = re.compile(r'^(?:ENTRY )?%([\w.\-]+) ')
+
+
+def _computations(hlo_text: str) -> dict[str, list[str]]:
+  """Computation name -> its instruction lines (the entry computation under the name 'ENTRY')."""
+  computations, current = {}, None
+  for line in hlo_text.splitlines():
+    header = _COMPUTATION.match(line)
+    if header and line.rstrip().endswith('{'):
+      current = 'ENTRY' if line.startswith('ENTRY') else header.group(1)
+      computations[current] = []
+    elif line.startswith('}'):
+      current = None
+    elif current is not None and _INSTRUCTION.match(line):
+      computations[current].append(line)
+  return computations
+
+
+def runs_per_call(hlo_text: str) -> dict[str, int]:
+  """Instruction name -> how many times a call of the program runs it: the product of the known trip counts
+  of the while loops around it (the exact softmax's loop over vocabulary blocks runs its body once a block).
+  A loop whose trip count is a traced number (a resident dispatch's loop of steps) counts once: every
+  figure is a step's."""
+  computations = _computations(hlo_text)
+  callees = {name: [] for name in computations}
+  for name, lines in computations.items():
+    for line in lines:
+      trips = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', line)
+      for kind, callee in re.findall(r'\b(body|condition|calls|to_apply)=%([\w.\-]+)', line):
+        callees[name].append((callee, int(trips.group(1)) if trips and kind == 'body' else 1))
+  runs, pending = {'ENTRY': 1}, ['ENTRY']
+  while pending:
+    name = pending.pop()
+    for callee, trips in callees.get(name, ()):
+      if callee in computations and callee not in runs:
+        runs[callee] = runs[name] * trips
+        pending.append(callee)
+  return {_INSTRUCTION.match(line).group(1): runs.get(name, 1) for name, lines in computations.items()
+          for line in lines}
+
+
 def flops_of(hlo_text: str) -> float:
   """FLOPs of a program's dots per device, from their shapes in the compiled HLO: 2 x the result's elements x
-  the contracted size (the matmul work; elementwise work left out)."""
-  shapes, dots = {}, []
+  the contracted size (the matmul work; elementwise work left out), each dot as many times as a call runs it
+  (runs_per_call)."""
+  shapes, dots, runs = {}, [], runs_per_call(hlo_text)
   for line in hlo_text.splitlines():
     found = _INSTRUCTION.match(line)
     if found:
       hlo_type, args = _split_instruction(line[found.end():])
       shapes[found.group(1)] = hlo_type
       if ' dot(' in line:
-        dots.append((hlo_type, args, line))
+        dots.append((hlo_type, args, line, runs.get(found.group(1), 1)))
   total = 0.0
-  for hlo_type, args, line in dots:
+  for hlo_type, args, line, times in dots:
     result = _ARRAY.search(hlo_type)
     contracting = re.search(r'lhs_contracting_dims=\{([\d,]*)\}', line)
     operands = re.findall(r'%([\w.\-]+)', args)
@@ -292,7 +334,7 @@ def flops_of(hlo_text: str) -> float:
     if not (result and contracting and lhs):
       continue
     lhs_dims = [int(d) for d in lhs.group(2).split(',') if d]
-    total += 2.0 * math.prod(int(d) for d in result.group(2).split(',') if d) * math.prod(
+    total += 2.0 * times * math.prod(int(d) for d in result.group(2).split(',') if d) * math.prod(
         lhs_dims[int(i)] for i in contracting.group(1).split(',') if i)
   return total
 

@@ -274,6 +274,27 @@ ENTRY %main (a: f32[1000,8]) -> f32[8,1000] {
   assert profile_step.op_bytes(hlo)['added'] == 2 * 1000 * 8 * 4 + ids + rows  # what it names
 
 
+def test_a_dot_in_a_loop_of_known_trip_count_counts_once_a_trip():
+  """The exact softmax's vocabulary blocks: a loop of 3 blocks runs its dot 3 times a call, the dot after it once."""
+  from benchmarks import profile_step  # pylint: disable=g-import-not-at-top
+  hlo = '''HloModule m
+%block (p: (s32[], f32[4,8], f32[8,16])) -> (s32[], f32[4,8], f32[8,16]) {
+  %x = f32[4,8]{1,0} get-tuple-element(%p), index=1
+  %w = f32[8,16]{1,0} get-tuple-element(%p), index=2
+  %logits = f32[4,16]{1,0} dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %next = (s32[], f32[4,8], f32[8,16]) tuple(%i, %x, %w)
+}
+ENTRY %main (x: f32[4,8], w: f32[8,16]) -> f32[4,16] {
+  %x = f32[4,8]{1,0} parameter(0)
+  %w = f32[8,16]{1,0} parameter(1)
+  %start = (s32[], f32[4,8], f32[8,16]) tuple(%zero, %x, %w)
+  %while.3 = (s32[], f32[4,8], f32[8,16]) while(%start), condition=%c, body=%block, backend_config={"known_trip_count":{"n":"3"}}
+  ROOT %tail = f32[4,16]{1,0} dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}'''
+  assert profile_step.runs_per_call(hlo)['logits'] == 3 and profile_step.runs_per_call(hlo)['tail'] == 1
+  assert profile_step.flops_of(hlo) == 4 * 2 * 4 * 16 * 8
+
+
 def test_the_bandwidth_pass_writes_over_its_input():
   """profile_step's bandwidth is a pass in place, as a step's updates are: a fresh output a call would time the
   system's new pages on a CPU, not the memory."""
