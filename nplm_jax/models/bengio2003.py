@@ -89,20 +89,23 @@ class NPLM(OutputLayerModel, nn.Module):
     self.drop_hidden = nn.Dropout(self.hidden_dropout)
     self.drop_words = word_dropout(self.word_dropout)
 
-  def features(self, contexts: jax.Array, deterministic: bool = True, context_rows: jax.Array | None = None) -> jax.Array:
+  def features(self, contexts: jax.Array, deterministic: bool = True, context_rows=None) -> jax.Array:
     """f = [tanh(d + H x), x] [batch, K]: the inputs of the output layer's U and W rows.
 
     deterministic=False (training) applies dropout, drawn from the 'dropout' rng, to whole word
     vectors (word_dropout), to x's features before both H and W, and to the hidden layer's output.
-    context_rows: C[contexts] gathered by the caller, read instead of C (whose gradient is then theirs
-    alone: steps.sampled_columns_step).
+    context_rows: C's rows of the contexts as the module-level context_rows gathers them, by the caller, read
+    instead of C (whose gradient is then theirs alone: steps.sampled_columns_step).
     """
-    if context_rows is None:
-      context_rows = lookup.rows(self.C, contexts, self.embedding_gradient)
-    vectors = self.drop_words(context_rows, deterministic=deterministic)
-    if self.distant_tokens:  # the distant block's kernel-weighted sums after the window's vectors
-      summaries = jnp.einsum('kd,bdm->bkm', self.kernels, vectors[:, self.window:])
-      vectors = jnp.concatenate([vectors[:, :self.window], summaries], axis=1)
+    if not self.distant_tokens:
+      if context_rows is None:
+        context_rows = lookup.rows(self.C, contexts, self.embedding_gradient)
+      vectors = self.drop_words(context_rows, deterministic=deterministic)
+    else:
+      if context_rows is None:
+        context_rows = tuple(lookup.rows(self.C, ids, self.embedding_gradient)
+                             for ids in context_ids(contexts, self.window))
+      vectors = self._window_and_summaries(*context_rows, deterministic=deterministic)
     x = self.drop_features(vectors.reshape(contexts.shape[0], -1), deterministic=deterministic)
     parts = []
     if self.hidden_dim:
@@ -113,6 +116,20 @@ class NPLM(OutputLayerModel, nn.Module):
       parts.append(x)
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1)
 
+  def _window_and_summaries(self, window_rows, distant_rows, deterministic: bool) -> jax.Array:
+    """[batch, window + kernels, m]: the window's vectors, then the distant block's kernel-weighted sums.
+
+    The block is read position-major ([distant, batch, m]) so that its kernels weigh it in one matmul over
+    batch x m, forward and back, with no copy of the block into a matmul's layout (a batched matmul per
+    example did that both ways). Word dropout draws one mask for the whole context, as for a window alone."""
+    distant, batch, m = distant_rows.shape
+    if self.word_dropout and not deterministic:
+      keep = self.drop_words(jnp.ones((batch, self.window + distant, 1), window_rows.dtype), deterministic=False)
+      window_rows = window_rows * keep[:, :self.window]
+      distant_rows = distant_rows * keep[:, self.window:].transpose(1, 0, 2)
+    summaries = (self.kernels @ distant_rows.reshape(distant, batch * m)).reshape(-1, batch, m)
+    return jnp.concatenate([window_rows, summaries.transpose(1, 0, 2)], axis=1)
+
   def output_layer(self, params) -> jax.Array:
     """[U; W; b] [K + 1, padded |V|]: the stored output layer itself."""
     return params[OUTPUT]
@@ -121,6 +138,25 @@ class NPLM(OutputLayerModel, nn.Module):
     """Dense logits [batch, padded |V|], padding at -inf (for tests and small vocabularies)."""
     logits = dense_logits(self.features(contexts), self.output)
     return jnp.where(jnp.arange(logits.shape[-1]) < self.vocab_size, logits, -jnp.inf)
+
+
+def context_ids(contexts: jax.Array, window: int) -> tuple[jax.Array, jax.Array]:
+  """A distant block's model's contexts split as it reads C: the window's ids [batch, window], and the
+  block's position-major [distant, batch]."""
+  return contexts[:, :window], contexts[:, window:].T
+
+
+def context_rows(table: jax.Array, contexts: jax.Array, model: 'NPLM'):
+  """C's rows of the contexts as the model's features read them (their context_rows): [batch, n - 1, m], or
+  with a distant block the window's and the block's rows (context_ids)."""
+  if not model.distant_tokens:
+    return table[contexts]
+  return tuple(table[ids] for ids in context_ids(contexts, model.window))
+
+
+def context_row_ids(contexts: jax.Array, model: 'NPLM'):
+  """The ids of context_rows' rows, in their layout: where their gradient is added back to C."""
+  return context_ids(contexts, model.window) if model.distant_tokens else contexts
 
 
 def compute_dtype(name: str, platform: str) -> str:

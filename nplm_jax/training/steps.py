@@ -242,13 +242,19 @@ def _updated(state: TrainState, grads, loss_value, lr_scale, optimizer, ema_deca
     layer = (layer.at[ids].add(column_updates.T.astype(layer.dtype)) if columns_as_rows
              else vocab_softmax.add_to_columns(layer, ids, column_updates, mesh=mesh))
     params = {**params, output_layer.OUTPUT: layer}
-  if rows is not None:
-    ids, row_updates = rows
-    params = {**params, 'C': params['C'].at[ids].add(row_updates)}
+  if rows is not None:  # (ids, updates), or pairs of them (a distant block's window and block)
+    table = params['C']
+    for ids, row_updates in zip(*map(_as_tuple, rows)):
+      table = table.at[ids].add(row_updates)
+    params = {**params, 'C': table}
   average = state.average
   if average is not None:
     average = updated_average(average, params, ema_decay_at(ema_decay, state.step))
   return TrainState(step=state.step + 1, params=params, opt_state=opt_state, average=average)
+
+
+def _as_tuple(x) -> tuple:
+  return x if isinstance(x, tuple) else (x,)
 
 
 def sampled_columns_step(state: TrainState, contexts, targets, lr_scale, *, model, mesh, optimizer, loss, seed,
@@ -265,7 +271,8 @@ def sampled_columns_step(state: TrainState, contexts, targets, lr_scale, *, mode
 
   C is moved the same way where the model reads it only through a gather (the 2003 model with the
   scatter's gradient, `rows_apart`): the context's rows are gathered here and the model reads them, so
-  their gradient is [batch, n - 1, m], added to C's rows after the decay's pass, instead of a [|V|, m]
+  their gradient is [batch, n - 1, m] (with a distant block, the window's and the block's, in the layout
+  bengio2003.context_rows gives them), added to C's rows after the decay's pass, instead of a [|V|, m]
   array of zeros scattered into (and, on several devices, summed over them).
 
   deferred (a DeferredDecay): the state holds the output layer's weight rows and C divided by its scale,
@@ -284,9 +291,10 @@ def sampled_columns_step(state: TrainState, contexts, targets, lr_scale, *, mode
 
   apart = rows_apart(model)
   # The context's rows of C, gathered here: the model reads them instead of C, whose gradient is then zero
-  context_rows = state.params['C'][contexts] if apart else None
+  context_rows = bengio2003.context_rows(state.params['C'], contexts, model) if apart else None
+  row_ids = bengio2003.context_row_ids(contexts, model) if apart else None
   if deferred is not None and apart:
-    context_rows = context_rows * deferred.scale
+    context_rows = jax.tree.map(lambda rows: rows * deferred.scale, context_rows)
 
   def loss_fn(params, columns, context_rows):
     key = dropout_key(seed, state.step) if model.has_dropout else None
@@ -302,12 +310,12 @@ def sampled_columns_step(state: TrainState, contexts, targets, lr_scale, *, mode
   if deferred is None:
     return _updated(state, grads, loss_value, lr_scale, optimizer, ema_decay,
                     columns=(ids, -step_size * column_grads, mesh),
-                    rows=(contexts, -step_size * row_grads) if apart else None), loss_value
+                    rows=(row_ids, jax.tree.map(lambda g: -step_size * g, row_grads)) if apart else None), loss_value
   # p' = (1 - step wd) p - step g, with p = scale q: the new scale, and q moved by -step g / new scale
   deferred = deferred.decayed(step_size)
   state = _updated(state, grads, loss_value, lr_scale, optimizer, ema_decay,
                    columns=(ids, -step_size * column_grads / deferred.row_scales(column_grads.shape[0]), mesh),
-                   rows=(contexts, -step_size * row_grads / deferred.scale) if apart else None,
+                   rows=(row_ids, jax.tree.map(lambda g: -step_size * g / deferred.scale, row_grads)) if apart else None,
                    kept=deferred.names(), columns_as_rows=deferred.rows_first)
   return state, loss_value, deferred
 
