@@ -155,17 +155,21 @@ def _split_instruction(rest: str) -> tuple[str, str]:
   return hlo_type, rest[start + 1:]
 
 
-def op_bytes(hlo_text: str) -> dict[str, int]:
-  """HLO instruction name -> bytes it names: its result's and its operands' (names are unique in a module)."""
+def _result_and_operand_bytes(hlo_text: str) -> dict[str, tuple[int, list[int]]]:
+  """HLO instruction name -> (its result's bytes, each operand's bytes) (names are unique in a module)."""
   results, operands = {}, {}
   for line in hlo_text.splitlines():
     found = _INSTRUCTION.match(line)
-    if not found:
-      continue
-    hlo_type, args = _split_instruction(line[found.end():])
-    results[found.group(1)] = type_bytes(hlo_type)
-    operands[found.group(1)] = re.findall(r'%([\w.\-]+)', args)
-  return {name: size + sum(results.get(o, 0) for o in operands[name]) for name, size in results.items()}
+    if found:
+      hlo_type, args = _split_instruction(line[found.end():])
+      results[found.group(1)] = type_bytes(hlo_type)
+      operands[found.group(1)] = re.findall(r'%([\w.\-]+)', args)
+  return {name: (size, [results.get(o, 0) for o in operands[name]]) for name, size in results.items()}
+
+
+def op_bytes(hlo_text: str) -> dict[str, int]:
+  """HLO instruction name -> bytes it names: its result's and its operands'."""
+  return {name: result + sum(sizes) for name, (result, sizes) in _result_and_operand_bytes(hlo_text).items()}
 
 
 IN_PLACE = ('scatter', 'dynamic-update-slice', 'dynamic_update_slice')
@@ -176,22 +180,14 @@ def op_traffic(hlo_text: str, dispatch_steps: int = 1) -> dict[str, float]:
   """HLO instruction name -> the bytes it moves a step, closer than op_bytes' names: an operation that reads
   rows or a slice of an operand (gather, dynamic-slice) reads as many bytes of it as its result holds (at most
   the operand); one that updates a buffer in place (scatter, dynamic-update-slice) reads and writes the rows
-  its updates touch (at most the buffer), not its whole buffer; a while loop moves nothing itself (its body's operations do); and with a resident
-  dispatch of several steps, an operation of the program outside the loop (a transpose or the deferred
-  decay's pass at the call's start or end) counts once for the dispatch's steps, and one inside a loop of a
-  known trip count as many times as it runs (runs_per_call)."""
-  results, operands = {}, {}
-  for line in hlo_text.splitlines():
-    found = _INSTRUCTION.match(line)
-    if found:
-      hlo_type, args = _split_instruction(line[found.end():])
-      results[found.group(1)] = type_bytes(hlo_type)
-      operands[found.group(1)] = re.findall(r'%([\w.\-]+)', args)
+  its updates touch (at most the buffer), not its whole buffer; a while loop moves nothing itself (its body's
+  operations do); and with a resident dispatch of several steps, an operation of the program outside the loop
+  (a transpose or the deferred decay's pass at the call's start or end) counts once for the dispatch's steps,
+  and one inside a loop of a known trip count as many times as it runs (runs_per_call)."""
   sources, outside = source_ops(hlo_text), set(_entry_ops(hlo_text)) if dispatch_steps > 1 else set()
   runs = runs_per_call(hlo_text)
   traffic = {}
-  for name, result in results.items():
-    sizes = [results.get(o, 0) for o in operands[name]]
+  for name, (result, sizes) in _result_and_operand_bytes(hlo_text).items():
     source = sources.get(name, '')
     if name.startswith('while'):
       moved = 0

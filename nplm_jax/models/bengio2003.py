@@ -94,18 +94,15 @@ class NPLM(OutputLayerModel, nn.Module):
 
     deterministic=False (training) applies dropout, drawn from the 'dropout' rng, to whole word
     vectors (word_dropout), to x's features before both H and W, and to the hidden layer's output.
-    context_rows: C's rows of the contexts as the module-level context_rows gathers them, by the caller, read
+    context_rows: C's rows of the contexts as gather_context_rows gives them, gathered by the caller and read
     instead of C (whose gradient is then theirs alone: steps.sampled_columns_step).
     """
-    if not self.distant_tokens:
-      if context_rows is None:
-        context_rows = lookup.rows(self.C, contexts, self.embedding_gradient)
-      vectors = self.drop_words(context_rows, deterministic=deterministic)
-    else:
-      if context_rows is None:
-        context_rows = tuple(lookup.rows(self.C, ids, self.embedding_gradient)
-                             for ids in context_ids(contexts, self.window))
+    if context_rows is None:
+      context_rows = gather_context_rows(self.C, contexts, self)
+    if self.distant_tokens:
       vectors = self._window_and_summaries(*context_rows, deterministic=deterministic)
+    else:
+      vectors = self.drop_words(context_rows, deterministic=deterministic)
     x = self.drop_features(vectors.reshape(contexts.shape[0], -1), deterministic=deterministic)
     parts = []
     if self.hidden_dim:
@@ -140,23 +137,19 @@ class NPLM(OutputLayerModel, nn.Module):
     return jnp.where(jnp.arange(logits.shape[-1]) < self.vocab_size, logits, -jnp.inf)
 
 
-def context_ids(contexts: jax.Array, window: int) -> tuple[jax.Array, jax.Array]:
-  """A distant block's model's contexts split as it reads C: the window's ids [batch, window], and the
-  block's position-major [distant, batch]."""
-  return contexts[:, :window], contexts[:, window:].T
-
-
-def context_rows(table: jax.Array, contexts: jax.Array, model: 'NPLM'):
-  """C's rows of the contexts as the model's features read them (their context_rows): [batch, n - 1, m], or
-  with a distant block the window's and the block's rows (context_ids)."""
-  if not model.distant_tokens:
-    return table[contexts]
-  return tuple(table[ids] for ids in context_ids(contexts, model.window))
-
-
 def context_row_ids(contexts: jax.Array, model: 'NPLM'):
-  """The ids of context_rows' rows, in their layout: where their gradient is added back to C."""
-  return context_ids(contexts, model.window) if model.distant_tokens else contexts
+  """The ids of C's rows the model reads, in the layout it reads them: the contexts [batch, n - 1], or with a
+  distant block the window's ids [batch, window] and the block's position-major [distant, batch]. Where the
+  rows' gradient is added back to C."""
+  if not model.distant_tokens:
+    return contexts
+  return contexts[:, :model.window], contexts[:, model.window:].T
+
+
+def gather_context_rows(table: jax.Array, contexts: jax.Array, model: 'NPLM'):
+  """C's rows of the contexts as the model's features read them (their context_rows): table[ids] for each
+  array of context_row_ids, its gradient made as model.embedding_gradient says (lookup.rows)."""
+  return jax.tree.map(lambda ids: lookup.rows(table, ids, model.embedding_gradient), context_row_ids(contexts, model))
 
 
 def compute_dtype(name: str, platform: str) -> str:

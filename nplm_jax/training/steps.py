@@ -244,17 +244,13 @@ def _updated(state: TrainState, grads, loss_value, lr_scale, optimizer, ema_deca
     params = {**params, output_layer.OUTPUT: layer}
   if rows is not None:  # (ids, updates), or pairs of them (a distant block's window and block)
     table = params['C']
-    for ids, row_updates in zip(*map(_as_tuple, rows)):
+    for ids, row_updates in zip(*map(jax.tree.leaves, rows)):
       table = table.at[ids].add(row_updates)
     params = {**params, 'C': table}
   average = state.average
   if average is not None:
     average = updated_average(average, params, ema_decay_at(ema_decay, state.step))
   return TrainState(step=state.step + 1, params=params, opt_state=opt_state, average=average)
-
-
-def _as_tuple(x) -> tuple:
-  return x if isinstance(x, tuple) else (x,)
 
 
 def sampled_columns_step(state: TrainState, contexts, targets, lr_scale, *, model, mesh, optimizer, loss, seed,
@@ -272,7 +268,7 @@ def sampled_columns_step(state: TrainState, contexts, targets, lr_scale, *, mode
   C is moved the same way where the model reads it only through a gather (the 2003 model with the
   scatter's gradient, `rows_apart`): the context's rows are gathered here and the model reads them, so
   their gradient is [batch, n - 1, m] (with a distant block, the window's and the block's, in the layout
-  bengio2003.context_rows gives them), added to C's rows after the decay's pass, instead of a [|V|, m]
+  bengio2003.gather_context_rows gives them), added to C's rows after the decay's pass, instead of a [|V|, m]
   array of zeros scattered into (and, on several devices, summed over them).
 
   deferred (a DeferredDecay): the state holds the output layer's weight rows and C divided by its scale,
@@ -291,7 +287,7 @@ def sampled_columns_step(state: TrainState, contexts, targets, lr_scale, *, mode
 
   apart = rows_apart(model)
   # The context's rows of C, gathered here: the model reads them instead of C, whose gradient is then zero
-  context_rows = bengio2003.context_rows(state.params['C'], contexts, model) if apart else None
+  context_rows = bengio2003.gather_context_rows(state.params['C'], contexts, model) if apart else None
   row_ids = bengio2003.context_row_ids(contexts, model) if apart else None
   if deferred is not None and apart:
     context_rows = jax.tree.map(lambda rows: rows * deferred.scale, context_rows)
