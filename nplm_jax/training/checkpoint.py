@@ -144,21 +144,32 @@ def _closed_event_loops_quiet():
   """While restores are tried: a failed Orbax restore leaves TensorStore callbacks for an asyncio
   loop it has closed, and Python prints an 'Exception ignored' traceback for each, which tells a user
   nothing, and Python warns of each coroutine the failed read abandoned that it was never awaited.
-  Within this block (its garbage collected at the end) only those are silenced; the hook in place
-  before is restored after, and every other unraisable exception and warning reaches it."""
+  Within this block only those are silenced; the hook in place before is restored after, and every
+  other unraisable exception and warning reaches it. A read that failed (an exception out of the
+  block, or the yielded function called) has its garbage collected before the block ends, so the
+  warnings come while they are silenced; a read that worked skips the collection, a full pass over
+  the process's objects (most of a restore's time in a large process)."""
   previous = sys.unraisablehook
+  failed = False
+
+  def a_read_failed():
+    nonlocal failed
+    failed = True
 
   def hook(unraisable):
     if not (isinstance(unraisable.exc_value, RuntimeError) and 'Event loop is closed' in str(unraisable.exc_value)):
       previous(unraisable)
   sys.unraisablehook = hook
-  # and the coroutines a failed read abandoned, collected here: Python warns that each was never awaited
   with warnings.catch_warnings():
     warnings.filterwarnings('ignore', message=r"coroutine '.*' was never awaited", category=RuntimeWarning)
     try:
-      yield
+      yield a_read_failed
+    except BaseException:
+      failed = True
+      raise
     finally:
-      gc.collect()
+      if failed:
+        gc.collect()
       sys.unraisablehook = previous
 
 
@@ -363,10 +374,10 @@ class Checkpoints:
     Unreadable newer steps are set aside with a warning; when none is readable, one line says so.
     """
     self.wait()  # saves still being committed in the background are part of what to restore
-    with _closed_event_loops_quiet():
-      return self._restore_newest_readable(abstract_state)
+    with _closed_event_loops_quiet() as a_read_failed:
+      return self._restore_newest_readable(abstract_state, a_read_failed)
 
-  def _restore_newest_readable(self, abstract_state):
+  def _restore_newest_readable(self, abstract_state, a_read_failed):
     steps = sorted(self.latest.all_steps(), reverse=True)
     problems = []
     for step in steps:
@@ -379,6 +390,7 @@ class Checkpoints:
             state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
         state, run_state = restored.state, run_state_lib.RunState.from_json(restored.meta)
       except Exception as e:  # pylint: disable=broad-except  # any way a checkpoint can be damaged
+        a_read_failed()
         problems.append((step, _reason(e)))
         continue
       if not self._best_committed(step, run_state):
