@@ -710,6 +710,25 @@ def test_the_sorted_embedding_gradient_sums_every_run_of_a_word():
   assert not by_runs[40:vocab - 1].any() and by_runs[vocab - 1].any()
 
 
+@pytest.mark.parametrize('kernels', [1, 2, 4])
+def test_the_distant_kernels_weighing_and_its_gradients_are_numpys(kernels):
+  """lookup.weigh (matrix-vector products forward, the vectors' gradient elementwise) gives the kernels'
+  weighted sums and both gradients of their NumPy products (float64). A float32 sum of n products, its
+  inputs rounded to float32, is within (n + 2) eps times the sum of the products' magnitudes."""
+  from nplm_jax.models import lookup  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(kernels)
+  positions, batch, m = 7, 5, 8
+  weights, vectors = rng.normal(size=(kernels, positions)), rng.normal(size=(positions, batch, m))
+  upstream = rng.normal(size=(kernels, batch, m))
+  sums, pullback = jax.vjp(lookup.weigh, jnp.asarray(weights, jnp.float32), jnp.asarray(vectors, jnp.float32))
+  d_weights, d_vectors = pullback(jnp.asarray(upstream, jnp.float32))
+  for got, spec, a, b, n in ((sums, 'kp,pbm->kbm', weights, vectors, positions),
+                             (d_weights, 'kbm,pbm->kp', upstream, vectors, batch * m),
+                             (d_vectors, 'kp,kbm->pbm', weights, upstream, kernels)):
+    bound = (n + 2) * np.finfo(np.float32).eps * np.einsum(spec, np.abs(a), np.abs(b))
+    assert np.all(np.abs(np.asarray(got, np.float64) - np.einsum(spec, a, b)) <= bound), spec
+
+
 def _record_word_dropout(monkeypatch) -> list:
   """The outputs of every whole-vector dropout call (output_layer.word_dropout) while training: tracers under
   jit, for the traced function to return."""

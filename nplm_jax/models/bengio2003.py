@@ -116,15 +116,15 @@ class NPLM(OutputLayerModel, nn.Module):
   def _window_and_summaries(self, window_rows, distant_rows, deterministic: bool) -> jax.Array:
     """[batch, window + kernels, m]: the window's vectors, then the distant block's kernel-weighted sums.
 
-    The block is read position-major ([distant, batch, m]) so that its kernels weigh it in one matmul over
-    batch x m, forward and back, with no copy of the block into a matmul's layout (a batched matmul per
+    The block is read position-major ([distant, batch, m]) so that its kernels weigh it over batch x m
+    (lookup.weigh), forward and back, with no copy of the block into a matmul's layout (a batched matmul per
     example did that both ways). Word dropout draws one mask for the whole context, as for a window alone."""
-    distant, batch, m = distant_rows.shape
+    distant, batch, _ = distant_rows.shape
     if self.word_dropout and not deterministic:
       keep = self.drop_words(jnp.ones((batch, self.window + distant, 1), window_rows.dtype), deterministic=False)
       window_rows = window_rows * keep[:, :self.window]
       distant_rows = distant_rows * keep[:, self.window:].transpose(1, 0, 2)
-    summaries = (self.kernels @ distant_rows.reshape(distant, batch * m)).reshape(-1, batch, m)
+    summaries = lookup.weigh(self.kernels, distant_rows)
     return jnp.concatenate([window_rows, summaries.transpose(1, 0, 2)], axis=1)
 
   def output_layer(self, params) -> jax.Array:

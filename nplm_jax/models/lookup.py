@@ -99,10 +99,40 @@ def weighted_sums(table: jax.Array, ids: jax.Array, weights: jax.Array, scale: j
   return _weighted_sums_by_counts(table, ids, weights, scale)
 
 
+@jax.custom_vjp
 def weigh(weights, vectors):
-  """weights [kernels, positions] times vectors [positions, batch, m], as one matmul over batch x m."""
+  """weights [kernels, positions] times vectors [positions, batch, m]: [kernels, batch, m].
+
+  The block is read as [positions, batch x m] by one matrix-vector product a kernel, forward and for the
+  weights' gradient, and the vectors' gradient is made elementwise (`kernels` multiply-adds an element, one
+  pass writing the block): with 2-4 kernels, XLA's CPU matmul ran these shapes (a contraction over, or an
+  output of, 2-4 rows) at a fraction of the bandwidth, and a scatter-add into C reading a matmul's output
+  slower still (docs/performance.md)."""
+  return _kernel_products(weights, vectors)
+
+
+def _kernel_products(weights, vectors):
+  """[kernels, batch, m]: weights[k] @ vectors, as matrix-vector products over batch x m."""
   positions, batch, m = vectors.shape
-  return (weights @ vectors.reshape(positions, batch * m)).reshape(-1, batch, m)
+  block = vectors.reshape(positions, batch * m)
+  return jnp.stack([weights[k] @ block for k in range(weights.shape[0])]).reshape(-1, batch, m)
+
+
+def _weigh_forward(weights, vectors):
+  return _kernel_products(weights, vectors), (weights, vectors)
+
+
+def _weigh_backward(residuals, g):
+  weights, vectors = residuals
+  positions, batch, m = vectors.shape
+  kernels = weights.shape[0]
+  d_vectors = sum(weights[k][:, None, None].astype(g.dtype) * g[k][None] for k in range(kernels))
+  block = vectors.reshape(positions, batch * m)
+  d_weights = jnp.stack([block @ g[k].reshape(batch * m).astype(vectors.dtype) for k in range(kernels)])
+  return d_weights.astype(weights.dtype), d_vectors.astype(vectors.dtype)
+
+
+weigh.defvjp(_weigh_forward, _weigh_backward)
 
 
 @jax.custom_vjp
