@@ -105,9 +105,8 @@ def weigh(weights, vectors):
 
   The block is read as [positions, batch x m] by one matrix-vector product a kernel, forward and for the
   weights' gradient, and the vectors' gradient is made elementwise (`kernels` multiply-adds an element, one
-  pass writing the block): with 2-4 kernels, XLA's CPU matmul ran these shapes (a contraction over, or an
-  output of, 2-4 rows) at a fraction of the bandwidth, and a scatter-add into C reading a matmul's output
-  slower still (docs/performance.md)."""
+  pass writing the block): XLA's CPU matmul ran the shapes autodiff gives (an output of, or a contraction
+  over, 2-4 rows) at a fraction of the bandwidth (docs/performance.md)."""
   return _kernel_products(weights, vectors)
 
 
