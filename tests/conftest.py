@@ -4,6 +4,8 @@ import importlib.metadata
 import importlib.util
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -30,13 +32,24 @@ def _cpu_only() -> bool:
               or importlib.util.find_spec('libtpu'))
 
 
-# On a CPU, XLA compiles the suite's programs without LLVM's optimisations (-O0): they are small and run for
-# milliseconds, so compiling is most of a test's time (the fast subset: 420 s at XLA's default, 292 s at -O0,
-# `-n 2` on 2 cores). XLA's own passes (fusion, layouts, sharding, collectives) are unchanged; a GPU's or TPU's
-# programs compile as users get them. The commands the tests start inherit it.
+# On a CPU, XLA compiles the suite's programs without LLVM's optimisations (-O0) and with its older CPU
+# emitters, whose code is quicker to make: the programs are small and run for milliseconds, so compiling is
+# most of a test's time (docs/development.md, "The test suite"). XLA's own passes (fusion, layouts, sharding,
+# collectives) are unchanged; a GPU's or TPU's programs compile as users get them. The commands the tests start
+# inherit it. The emitters' flag only where this XLA knows it (an unknown flag stops XLA).
 _FAST_CPU_COMPILES = '--xla_backend_optimization_level=0'
+_OLDER_CPU_EMITTERS = '--xla_cpu_use_fusion_emitters=false'
+
+
+def _xla_knows(flag: str) -> bool:
+  probe = subprocess.run([sys.executable, '-c', 'import jax; jax.devices("cpu")'], capture_output=True, timeout=300,
+                         env=dict(os.environ, XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} {flag}", JAX_PLATFORMS='cpu'))
+  return probe.returncode == 0
+
+
 if _cpu_only() and 'xla_backend_optimization_level' not in os.environ.get('XLA_FLAGS', ''):
-  os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_FAST_CPU_COMPILES}".strip()
+  flags = [_FAST_CPU_COMPILES] + ([_OLDER_CPU_EMITTERS] if _xla_knows(_OLDER_CPU_EMITTERS) else [])
+  os.environ['XLA_FLAGS'] = ' '.join([os.environ.get('XLA_FLAGS', ''), *flags]).strip()
 
 from tests import corpora  # pylint: disable=g-import-not-at-top  # after the cache is named (it may import JAX)
 

@@ -2,6 +2,7 @@
 a subprocess with 8 host CPU devices (XLA_FLAGS must be set before JAX starts)."""
 
 import functools
+import math
 import re
 
 import jax
@@ -511,8 +512,11 @@ def train_step_hlo(model, mesh, axis_rules) -> str:
 
 
 def rows_gathered(hlo: str) -> set[int]:
-  """How many rows of C each gather of the compiled program fetches (per device)."""
-  return {int(rows) for rows in re.findall(r'= f32\[(\d+),1,\d+\]\S* gather\(', hlo)}
+  """How many rows of C each gather of the compiled program fetches (per device): the product of its
+  result's dimensions but the last (XLA's CPU emitters write it [rows, 1, m], its older ones [positions,
+  examples, m])."""
+  return {math.prod(int(d) for d in dims.split(',')[:-1])
+          for dims in re.findall(r'= f32\[([\d,]+)\]\S* gather\(', hlo)}
 
 
 def whole_distant_block_gathers(shape) -> set[int]:

@@ -136,8 +136,20 @@ def test_a_dispatch_of_several_steps_reports_the_mean_of_their_losses():
   assert len(set(singles)) == 4  # distinct losses: a first or last one alone would not match the mean
 
 
+# The CPU emitters users' runs compile with (the suite's use XLA's older ones, which compile faster: conftest).
+# Each emitter rounds in its own way (where it fuses a multiply and an add), so a claim that two programs give
+# the same bits is checked with users' emitters.
+USERS_CPU_EMITTERS = {'xla_cpu_use_fusion_emitters': True}
 # XLA's default optimisation level, as users' runs compile (the suite's CPU runs compile at -O0: conftest)
-XLA_DEFAULT_OPTIMISATION = {'xla_backend_optimization_level': 3}
+XLA_DEFAULT_OPTIMISATION = {'xla_backend_optimization_level': 3, **USERS_CPU_EMITTERS}
+
+
+def users_train_step(compiled, state, contexts, targets):
+  """compiled.train as users' runs compile it on a CPU (USERS_CPU_EMITTERS): (state, contexts, targets) ->
+  (state, metrics)."""
+  executable = compiled.lower_train(state, contexts, targets).compile(compiler_options=USERS_CPU_EMITTERS)
+  return lambda state, contexts, targets: executable(state, contexts, targets, np.float32(1.0),
+                                                     steps_lib.Interval.start())
 
 
 def bfloat16_dispatch(family: str, carry_cast_layer: str, default_level: bool = True):
@@ -211,9 +223,10 @@ def test_the_moving_average_follows_the_parameters_and_leaves_them_alone(family)
   state_a, state_b = plain.init(), averaged.init()
   assert state_a.average is None
   expected = jax.device_get(state_b.params)
+  plain_step, averaged_step = (users_train_step(c, s, contexts, targets) for c, s in ((plain, state_a), (averaged, state_b)))
   for t in range(12):
-    state_a, _ = plain.train(state_a, contexts, targets)
-    state_b, _ = averaged.train(state_b, contexts, targets)
+    state_a, _ = plain_step(state_a, contexts, targets)
+    state_b, _ = averaged_step(state_b, contexts, targets)
     params = jax.device_get(state_b.params)
     keep = np.float32(1 - min(decay, (1 + t) / (10 + t)))
     expected = jax.tree.map(lambda e, p, keep=keep: e + keep * (p - e), expected, params)
@@ -304,10 +317,10 @@ def test_the_sampled_columns_update_takes_the_dense_update_s_steps(kind, family)
 
 
 def deferred_dispatch(steps_a_dispatch: int, weight_decay: float, steps: int = 6, mesh=None,
-                      family: str = 'bengio2003'):
+                      family: str = 'bengio2003', compiler_options=None):
   """The 2003 model's parameters after `steps` sampled_columns steps of NCE from resident data, run
   `steps_a_dispatch` a call (a dispatch of several defers the weight decay: steps.DeferredDecay), on `mesh`
-  (None: one device)."""
+  (None: one device), its program compiled with `compiler_options`."""
   config = config_lib.base_config()
   config.model.update(FAMILIES[family], vocab_pad_multiple=8)
   config.optimizer.update(name='paper_sgd', learning_rate=0.05, weight_decay=weight_decay)
@@ -321,9 +334,11 @@ def deferred_dispatch(steps_a_dispatch: int, weight_decay: float, steps: int = 6
                                      column_weight_decay=weight_decay)
   ids, order = resident_inputs(mesh, model, steps)
   with jax.set_mesh(mesh):
-    state, dispatch = moved(compiled.init()), compiled.resident_steps(steps_a_dispatch)
+    state = moved(compiled.init())
+    args = (ids, order, np.float32(0.5), steps_lib.Interval.start(), np.int32(steps_a_dispatch))
+    dispatch = compiled.resident_steps(steps_a_dispatch).lower(state, *args).compile(compiler_options=compiler_options)
     for _ in range(steps // steps_a_dispatch):
-      state, _ = dispatch(state, ids, order, np.float32(0.5), steps_lib.Interval.start(), np.int32(steps_a_dispatch))
+      state, _ = dispatch(state, *args)
     return jax.device_get(state.params)
 
 
@@ -336,10 +351,10 @@ def test_a_dispatch_defers_the_weight_decay_to_its_end(family):
   (0.3 per example, 16 examples a step, lr 0.05 halved: 2.4% of each weight over 6 steps, far beyond that),
   and without it nothing is deferred: the same bits either way. The distant block's rows are C's rows too."""
   one, six = deferred_dispatch(1, 0.3, family=family), deferred_dispatch(6, 0.3, family=family)
-  undecayed = deferred_dispatch(1, 0.0, family=family)
+  undecayed = deferred_dispatch(1, 0.0, family=family, compiler_options=USERS_CPU_EMITTERS)
   for name in one:
     np.testing.assert_allclose(six[name], one[name], rtol=1e-5, atol=1e-5, err_msg=name)
   for name in ('C', 'output'):
     assert not np.allclose(one[name], undecayed[name], rtol=1e-3, atol=0), name
-  for name, value in deferred_dispatch(6, 0.0, family=family).items():
+  for name, value in deferred_dispatch(6, 0.0, family=family, compiler_options=USERS_CPU_EMITTERS).items():
     np.testing.assert_array_equal(value, undecayed[name], err_msg=name)
