@@ -34,14 +34,16 @@ def _cpu_only() -> bool:
 
 # On a CPU, XLA compiles the suite's programs without LLVM's optimisations (-O0) and with its older CPU
 # emitters, whose code is quicker to make: the programs are small and run for milliseconds, so compiling is
-# most of a test's time (docs/development.md, "The test suite"). XLA's own passes (fusion, layouts, sharding,
-# collectives) are unchanged; a GPU's or TPU's programs compile as users get them. The commands the tests start
-# inherit it. The emitters' flag only where this XLA knows it (an unknown flag stops XLA).
+# most of a test's time (docs/development.md, "The test suite"). Sharding and collectives are unchanged; the
+# machine code and the form of a few operations (a gather's result shape) differ, and checks that two programs
+# give the same bits compile as users' runs do (tests/test_steps.py). A GPU's or TPU's programs compile as users
+# get them. The commands the tests start inherit the flags.
 _FAST_CPU_COMPILES = '--xla_backend_optimization_level=0'
 _OLDER_CPU_EMITTERS = '--xla_cpu_use_fusion_emitters=false'
 
 
 def _xla_knows(flag: str) -> bool:
+  """Whether the installed XLA starts with `flag` (an unknown flag stops it with a fatal error)."""
   probe = subprocess.run([sys.executable, '-c', 'import jax; jax.devices("cpu")'], capture_output=True, timeout=300,
                          env=dict(os.environ, XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} {flag}", JAX_PLATFORMS='cpu'))
   return probe.returncode == 0
